@@ -1,0 +1,67 @@
+/**
+ * Zulip's message object, built from what the store keeps: one function for GET /messages and for message
+ * events, so both always agree. Markdown is rendered once, at send time, with markdown-it (a well-kept
+ * CommonMark implementation); Zulip's own extensions (mentions, emoji, spoilers) come with the messages issue.
+ */
+import crypto from "node:crypto";
+import MarkdownIt from "markdown-it";
+
+const markdown = new MarkdownIt({ html: false, linkify: true, breaks: true });
+
+export function renderMarkdown(content: string): string {
+  return markdown.render(content).trim();
+}
+
+/** Everything about a message that does not depend on who reads it or how. */
+export interface MessageRecord {
+  id: number;
+  type: "stream" | "private";
+  sender_id: number;
+  sender_email: string;
+  sender_full_name: string;
+  sender_realm_str: string;
+  recipient_id: number;
+  stream_id: number | null;
+  /** Channel name, or the direct-message participants. */
+  display_recipient: string | Array<{ id: number; email: string; full_name: string; is_mirror_dummy: boolean }>;
+  subject: string;
+  content: string;
+  rendered_content: string;
+  timestamp: number;
+  client: string;
+}
+
+export interface FormatOptions {
+  applyMarkdown: boolean;
+  clientGravatar: boolean;
+}
+
+export function gravatarUrl(email: string): string {
+  const hash = crypto.createHash("md5").update(email.trim().toLowerCase()).digest("hex");
+  return `https://secure.gravatar.com/avatar/${hash}?d=identicon&version=1`;
+}
+
+export function formatMessage(m: MessageRecord, opts: FormatOptions) {
+  const message: Record<string, unknown> = {
+    id: m.id,
+    type: m.type,
+    sender_id: m.sender_id,
+    sender_email: m.sender_email,
+    sender_full_name: m.sender_full_name,
+    sender_realm_str: m.sender_realm_str,
+    avatar_url: opts.clientGravatar ? null : gravatarUrl(m.sender_email),
+    recipient_id: m.recipient_id,
+    display_recipient: m.display_recipient,
+    subject: m.subject,
+    content: opts.applyMarkdown ? m.rendered_content : m.content,
+    content_type: opts.applyMarkdown ? "text/html" : "text/x-markdown",
+    timestamp: m.timestamp,
+    client: m.client,
+    is_me_message: m.content.startsWith("/me "),
+    reactions: [],
+    submessages: [],
+    topic_links: [],
+  };
+  if (m.stream_id !== null) message.stream_id = m.stream_id;
+  return message;
+}

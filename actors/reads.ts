@@ -1,0 +1,276 @@
+/**
+ * Reads that need no actor: queries straight to the store, shaped as Zulip's API objects. Nothing here writes.
+ */
+import { sql, type Kysely, type Selectable } from "kysely";
+import { errors } from "../runtime/errors.ts";
+import type { Database, StreamTable, UserTable } from "../runtime/store/schema.ts";
+import { formatMessage, gravatarUrl, type FormatOptions, type MessageRecord } from "./message-format.ts";
+import { ROLE } from "./realm.ts";
+
+type DB = Kysely<Database>;
+
+export type UserRow = Selectable<UserTable> & { realm_str: string; realm_deactivated: boolean };
+export type StreamRow = Selectable<StreamTable>;
+
+function usersWithRealm(db: DB) {
+  return db
+    .selectFrom("users")
+    .innerJoin("realms", "realms.id", "users.realm_id")
+    .selectAll("users")
+    .select(["realms.string_id as realm_str", "realms.deactivated as realm_deactivated"]);
+}
+
+export function findUserByEmail(db: DB, email: string): Promise<UserRow | undefined> {
+  return usersWithRealm(db).where(sql`lower(users.delivery_email)`, "=", email.toLowerCase()).executeTakeFirst();
+}
+
+export function findUserById(db: DB, realmId: number, id: number): Promise<UserRow | undefined> {
+  return usersWithRealm(db).where("users.id", "=", id).where("users.realm_id", "=", realmId).executeTakeFirst();
+}
+
+/** Zulip's user object (GET /users/me, GET /users, realm_users in /register). */
+export function userObject(u: Selectable<UserTable>, opts: { clientGravatar: boolean }) {
+  return {
+    user_id: u.id,
+    email: u.email,
+    delivery_email: u.delivery_email,
+    full_name: u.full_name,
+    date_joined: new Date(u.date_joined * 1000).toISOString(),
+    is_active: u.is_active,
+    is_owner: u.role === ROLE.owner,
+    is_admin: u.role <= ROLE.administrator,
+    is_guest: u.role === ROLE.guest,
+    is_bot: u.is_bot,
+    bot_type: u.bot_type,
+    bot_owner_id: u.bot_owner_id,
+    role: u.role,
+    timezone: u.timezone,
+    avatar_url: opts.clientGravatar ? null : gravatarUrl(u.delivery_email),
+    avatar_version: u.avatar_version,
+    ...(u.is_bot ? {} : { profile_data: {} }),
+  };
+}
+
+export function realmUsers(db: DB, realmId: number) {
+  return db.selectFrom("users").selectAll().where("realm_id", "=", realmId).orderBy("id").execute();
+}
+
+export function findStream(db: DB, realmId: number, ref: { id?: number; name?: string }): Promise<StreamRow | undefined> {
+  let q = db.selectFrom("streams").selectAll().where("realm_id", "=", realmId);
+  q = ref.id !== undefined ? q.where("id", "=", ref.id) : q.where(sql`lower(name)`, "=", (ref.name ?? "").toLowerCase());
+  return q.executeTakeFirst();
+}
+
+/** Channels the user may see: public ones, and private ones they are subscribed to. */
+export async function visibleStreams(db: DB, user: UserRow): Promise<StreamRow[]> {
+  return db
+    .selectFrom("streams")
+    .selectAll()
+    .where("realm_id", "=", user.realm_id)
+    .where((eb) =>
+      eb.or([
+        eb("invite_only", "=", false),
+        eb.exists(
+          eb
+            .selectFrom("subscriptions")
+            .select("user_id")
+            .whereRef("subscriptions.stream_id", "=", "streams.id")
+            .where("subscriptions.user_id", "=", user.id)
+            .where("subscriptions.active", "=", true),
+        ),
+      ]),
+    )
+    .orderBy("id")
+    .execute();
+}
+
+/** Zulip's channel object (`streams` in /register, GET /streams). */
+export function streamObject(s: StreamRow, firstMessageId: number | null = null) {
+  return {
+    stream_id: s.id,
+    name: s.name,
+    description: s.description,
+    rendered_description: s.rendered_description,
+    date_created: s.date_created,
+    creator_id: s.creator_id,
+    invite_only: s.invite_only,
+    is_web_public: s.is_web_public,
+    is_archived: false,
+    is_announcement_only: false,
+    stream_post_policy: 1,
+    message_retention_days: s.message_retention_days,
+    history_public_to_subscribers: s.history_public_to_subscribers,
+    topics_policy: "inherit",
+    first_message_id: firstMessageId,
+    folder_id: null,
+    is_recently_active: true,
+  };
+}
+
+/** The user's subscriptions, as Zulip's subscription objects. */
+export async function subscriptionsOf(db: DB, userId: number, includeSubscribers = false) {
+  const rows = await db
+    .selectFrom("subscriptions")
+    .innerJoin("streams", "streams.id", "subscriptions.stream_id")
+    .selectAll("streams")
+    .select(["subscriptions.color", "subscriptions.is_muted", "subscriptions.pin_to_top"])
+    .where("subscriptions.user_id", "=", userId)
+    .where("subscriptions.active", "=", true)
+    .orderBy("streams.id")
+    .execute();
+  const members = includeSubscribers ? await subscribersOf(db, rows.map((r) => r.id)) : undefined;
+  return rows.map((r) => ({
+    ...streamObject(r),
+    color: r.color,
+    is_muted: r.is_muted,
+    in_home_view: !r.is_muted,
+    pin_to_top: r.pin_to_top,
+    desktop_notifications: null,
+    email_notifications: null,
+    push_notifications: null,
+    audible_notifications: null,
+    wildcard_mentions_notify: null,
+    stream_weekly_traffic: null,
+    ...(members ? { subscribers: members.get(r.id) ?? [] } : {}),
+  }));
+}
+
+export async function subscribersOf(db: DB, streamIds: number[]): Promise<Map<number, number[]>> {
+  const out = new Map<number, number[]>();
+  if (!streamIds.length) return out;
+  const rows = await db
+    .selectFrom("subscriptions")
+    .select(["stream_id", "user_id"])
+    .where("stream_id", "in", streamIds)
+    .where("active", "=", true)
+    .orderBy("user_id")
+    .execute();
+  for (const r of rows) {
+    const list = out.get(r.stream_id) ?? [];
+    list.push(r.user_id);
+    out.set(r.stream_id, list);
+  }
+  return out;
+}
+
+// ---- GET /messages --------------------------------------------------------------------------------------------
+
+export interface MessageQuery {
+  anchor: number | "newest" | "oldest" | "first_unread";
+  numBefore: number;
+  numAfter: number;
+  includeAnchor: boolean;
+  /** Channel and topic terms only, for now; resolved by the caller. */
+  streamId?: number;
+  topic?: string;
+  format: FormatOptions;
+}
+
+/** Zulip's anchor for "newest": above any message id (and returned as such). */
+export const LARGER_THAN_MAX_MESSAGE_ID = 10_000_000_000_000_000;
+
+/** Messages the user can read around an anchor, with Zulip's found_* flags. */
+export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
+  const base = () => {
+    let query = db
+      .selectFrom("messages")
+      .innerJoin("users", "users.id", "messages.sender_id")
+      .innerJoin("streams", "streams.id", "messages.stream_id")
+      .select([
+        "messages.id",
+        "messages.sender_id",
+        "messages.recipient_id",
+        "messages.stream_id",
+        "messages.topic",
+        "messages.content",
+        "messages.rendered_content",
+        "messages.date_sent",
+        "messages.sending_client",
+        "users.email as sender_email",
+        "users.full_name as sender_full_name",
+        "streams.name as stream_name",
+      ])
+      .where("messages.realm_id", "=", user.realm_id)
+      .where((eb) =>
+        eb.or([
+          // Public channels with shared history are readable by every member; otherwise a subscription is needed.
+          user.role === ROLE.guest ? eb.lit(false) : eb("streams.invite_only", "=", false),
+          eb.exists(
+            eb
+              .selectFrom("subscriptions")
+              .select("user_id")
+              .whereRef("subscriptions.stream_id", "=", "messages.stream_id")
+              .where("subscriptions.user_id", "=", user.id)
+              .where("subscriptions.active", "=", true),
+          ),
+        ]),
+      );
+    if (q.streamId !== undefined) query = query.where("messages.stream_id", "=", q.streamId);
+    else if (user.role !== ROLE.guest) {
+      // Without a channel operator the search covers the user's own history: channels they are subscribed to.
+      query = query.where((eb) =>
+        eb.exists(
+          eb
+            .selectFrom("subscriptions")
+            .select("user_id")
+            .whereRef("subscriptions.stream_id", "=", "messages.stream_id")
+            .where("subscriptions.user_id", "=", user.id)
+            .where("subscriptions.active", "=", true),
+        ),
+      );
+    }
+    if (q.topic !== undefined) query = query.where(sql`lower(messages.topic)`, "=", q.topic.toLowerCase());
+    return query;
+  };
+
+  // Unread tracking comes with message flags; until then nothing is unread and first_unread means newest.
+  const anchor = q.anchor === "newest" || q.anchor === "first_unread" ? LARGER_THAN_MAX_MESSAGE_ID : q.anchor === "oldest" ? 0 : q.anchor;
+  const [before, atAndAfter] = await Promise.all([
+    q.numBefore > 0
+      ? base().where("messages.id", "<", anchor).orderBy("messages.id", "desc").limit(q.numBefore + 1).execute()
+      : Promise.resolve([]),
+    base().where("messages.id", ">=", anchor).orderBy("messages.id", "asc").limit(q.numAfter + 1 + 1).execute(),
+  ]);
+  const anchorRow = atAndAfter[0]?.id === anchor ? atAndAfter[0] : undefined;
+  const after = atAndAfter.filter((r) => r.id > anchor);
+  const foundOldest = before.length <= q.numBefore;
+  const foundNewest = after.length <= q.numAfter;
+  const rows = [
+    ...before.slice(0, q.numBefore).reverse(),
+    ...(anchorRow && q.includeAnchor ? [anchorRow] : []),
+    ...after.slice(0, q.numAfter),
+  ];
+  const messages = rows.map((r) => {
+    const record: MessageRecord = {
+      id: r.id,
+      type: "stream",
+      sender_id: r.sender_id,
+      sender_email: r.sender_email,
+      sender_full_name: r.sender_full_name,
+      sender_realm_str: user.realm_str,
+      recipient_id: r.recipient_id,
+      stream_id: r.stream_id,
+      display_recipient: r.stream_name,
+      subject: r.topic,
+      content: r.content,
+      rendered_content: r.rendered_content,
+      timestamp: r.date_sent,
+      client: r.sending_client,
+    };
+    return { ...formatMessage(record, q.format), flags: r.sender_id === user.id ? ["read"] : [] };
+  });
+  return {
+    anchor,
+    found_anchor: !!anchorRow,
+    found_oldest: foundOldest,
+    found_newest: foundNewest,
+    history_limited: false,
+    messages,
+  };
+}
+
+export async function requireStream(db: DB, realmId: number, ref: { id?: number; name?: string }): Promise<StreamRow> {
+  const stream = await findStream(db, realmId, ref);
+  if (!stream) throw errors.streamNotFound(ref.id !== undefined ? { stream_id: ref.id } : { stream: ref.name });
+  return stream;
+}

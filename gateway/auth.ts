@@ -1,0 +1,49 @@
+/**
+ * HTTP Basic authentication for /api/v1 (`email:api_key`). Every failure is 401 UNAUTHORIZED with
+ * `WWW-Authenticate: Basic realm="zulip"`; only the message differs, as in Zulip. Successful lookups are cached
+ * for a moment (keyed by the whole header, so a changed key or e-mail misses): the hot path does no query.
+ */
+import { ChorusError, errors } from "../runtime/errors.ts";
+import type { Keyring } from "../runtime/secrets.ts";
+import { findUserByEmail, type UserRow } from "../actors/reads.ts";
+import type { Kysely } from "kysely";
+import type { Database } from "../runtime/store/schema.ts";
+
+export type AuthUser = UserRow;
+
+const CACHE_MS = 2000;
+
+export class Authenticator {
+  private readonly cache = new Map<string, { user: AuthUser; until: number }>();
+
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly keyring: Keyring,
+  ) {}
+
+  async authenticate(header: string | undefined): Promise<AuthUser> {
+    if (!header) throw errors.unauthorized("Not logged in: API authentication or user session required");
+    const hit = this.cache.get(header);
+    if (hit && hit.until > Date.now()) return hit.user;
+    const [scheme, encoded] = header.trim().split(/\s+/, 2);
+    if (scheme?.toLowerCase() !== "basic") {
+      throw new ChorusError("BAD_REQUEST", "This endpoint requires HTTP basic authentication.", 400);
+    }
+    const decoded = Buffer.from(encoded ?? "", "base64").toString("utf8");
+    const colon = decoded.indexOf(":");
+    if (colon < 0) throw errors.unauthorized("Invalid authorization header for basic auth");
+    const email = decoded.slice(0, colon);
+    const key = decoded.slice(colon + 1);
+    const user = await findUserByEmail(this.db, email);
+    if (!user || !this.keyring.apiKeyMatches(key, user.api_key_hash)) throw errors.unauthorized("Invalid API key");
+    if (!user.is_active) throw errors.unauthorized("Account is deactivated");
+    if (user.realm_deactivated) throw errors.unauthorized("This organization has been deactivated");
+    if (this.cache.size > 10_000) this.cache.clear();
+    this.cache.set(header, { user, until: Date.now() + CACHE_MS });
+    return user;
+  }
+
+  forget(): void {
+    this.cache.clear();
+  }
+}

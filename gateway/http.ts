@@ -1,0 +1,212 @@
+/**
+ * The uWebSockets.js adapter: the only module that imports uWS, and the one place its rules are kept.
+ * - Every request gets `onAborted` before anything asynchronous happens; after an abort nothing touches `res`.
+ * - Request data (method, url, headers) is copied synchronously: uWS reuses the request object after return.
+ * - Bodies are read with a cap: past `maxBodyBytes` (by Content-Length up front, or while reading) the answer is 413.
+ * - Responses are written inside `res.cork()`, status before headers. Answers that complete asynchronously
+ *   (parked long-polls woken by someone else's request) are written from `setImmediate`, never from inside another
+ *   request's handler: uWS loses such writes otherwise.
+ * - Streams (SSE) honour backpressure through onWritable.
+ */
+import { STATUS_CODES } from "node:http";
+import uws from "uWebSockets.js";
+
+export interface HttpRequest {
+  method: string;
+  path: string;
+  /** Raw query string, without the `?`. */
+  query: string;
+  /** Lower-cased header names. */
+  headers: Record<string, string>;
+  remoteAddress: string;
+  body: Buffer;
+  /** True once the client went away; register with onAbort to hear of it. */
+  readonly aborted: boolean;
+  onAbort(cb: () => void): void;
+}
+
+export interface HttpResult {
+  status: number;
+  headers?: Record<string, string>;
+  body: string | Buffer;
+}
+
+export type HttpHandler = (req: HttpRequest) => Promise<HttpResult> | HttpResult;
+
+export interface HttpServer {
+  readonly port: number;
+  /** Stop accepting connections; requests in progress finish. */
+  stopListening(): void;
+  /** Close every connection too. */
+  close(): void;
+  /** For socket.io's attachApp. */
+  readonly app: uws.TemplatedApp;
+}
+
+export interface HttpOptions {
+  host: string;
+  port: number;
+  maxBodyBytes: number;
+  handler: HttpHandler;
+}
+
+const statusLines = new Map<number, string>();
+function statusLine(status: number): string {
+  let line = statusLines.get(status);
+  if (!line) statusLines.set(status, (line = `${status} ${STATUS_CODES[status] ?? "Unknown"}`));
+  return line;
+}
+
+/** Writes queued by asynchronous completions, flushed together from one setImmediate. */
+let deferredWrites: Array<() => void> = [];
+function writeLater(write: () => void): void {
+  if (deferredWrites.length === 0) setImmediate(flushWrites);
+  deferredWrites.push(write);
+}
+function flushWrites(): void {
+  const writes = deferredWrites;
+  deferredWrites = [];
+  for (const write of writes) write();
+}
+
+export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
+  const app = uws.App();
+  let listenSocket: uws.us_listen_socket | undefined;
+
+  app.any("/*", (res, req) => {
+    const method = req.getCaseSensitiveMethod().toUpperCase();
+    const path = req.getUrl();
+    const query = req.getQuery() ?? "";
+    const headers: Record<string, string> = {};
+    req.forEach((k, v) => (headers[k] = v));
+    const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
+
+    let aborted = false;
+    const abortListeners: Array<() => void> = [];
+    res.onAborted(() => {
+      aborted = true;
+      for (const cb of abortListeners) cb();
+    });
+
+    const respond = (result: HttpResult, sync: boolean) => {
+      const write = () => {
+        if (aborted) return;
+        res.cork(() => {
+          res.writeStatus(statusLine(result.status));
+          if (result.headers) for (const k in result.headers) res.writeHeader(k, result.headers[k]!);
+          res.end(result.body);
+        });
+        aborted = true; // the response is finished: nothing may touch it again
+      };
+      if (sync) write();
+      else writeLater(write);
+    };
+
+    const run = (body: Buffer, sync: boolean) => {
+      const request: HttpRequest = {
+        method,
+        path,
+        query,
+        headers,
+        remoteAddress,
+        body,
+        get aborted() {
+          return aborted;
+        },
+        onAbort: (cb) => abortListeners.push(cb),
+      };
+      let result: Promise<HttpResult> | HttpResult;
+      try {
+        result = opts.handler(request);
+      } catch (err) {
+        console.error("handler threw", err);
+        result = { status: 500, body: '{"result":"error","msg":"Internal server error","code":"INTERNAL_SERVER_ERROR"}' };
+      }
+      if (result instanceof Promise) {
+        result.then(
+          (r) => respond(r, false),
+          (err) => {
+            console.error("handler failed", err);
+            respond({ status: 500, body: '{"result":"error","msg":"Internal server error","code":"INTERNAL_SERVER_ERROR"}' }, false);
+          },
+        );
+      } else respond(result, sync);
+    };
+
+    const tooLarge = () =>
+      respond(
+        {
+          status: 413,
+          headers: { "content-type": "application/json", connection: "close" },
+          body: JSON.stringify({ result: "error", msg: `Request body too large (limit: ${opts.maxBodyBytes} bytes)`, code: "BAD_REQUEST" }),
+        },
+        false,
+      );
+
+    const declared = headers["content-length"];
+    if (method === "GET" || method === "HEAD" || (declared === "0" && !headers["transfer-encoding"])) {
+      run(Buffer.alloc(0), true);
+      return;
+    }
+    if (declared !== undefined && Number(declared) > opts.maxBodyBytes) {
+      tooLarge();
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let refused = false;
+    res.onData((chunk, isLast) => {
+      if (refused) return;
+      size += chunk.byteLength;
+      if (size > opts.maxBodyBytes) {
+        refused = true;
+        tooLarge();
+        return;
+      }
+      chunks.push(Buffer.from(chunk.slice(0))); // uWS frees the chunk after this callback: copy it
+      if (isLast) run(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), false);
+    });
+  });
+
+  return new Promise((resolve, reject) => {
+    app.listen(opts.host, opts.port, (socket) => {
+      if (!socket) return reject(new Error(`cannot listen on ${opts.host}:${opts.port}`));
+      listenSocket = socket;
+      const server: HttpServer = {
+        port: uws.us_socket_local_port(socket as unknown as uws.us_socket),
+        app,
+        stopListening() {
+          if (listenSocket) uws.us_listen_socket_close(listenSocket);
+          listenSocket = undefined;
+        },
+        close() {
+          server.stopListening();
+          // close() exists at run time (it closes every socket) but is missing from this build's typings.
+          (app as unknown as { close(): void }).close();
+        },
+      };
+      resolve(server);
+    });
+  });
+}
+
+/**
+ * Form fields of a request body: `application/x-www-form-urlencoded` or `multipart/form-data` (what zulip-js
+ * sends). Returns undefined for other content types, which the API does not accept.
+ */
+export function bodyFields(body: Buffer, contentType: string | undefined): Map<string, string> | undefined {
+  const fields = new Map<string, string>();
+  if (!body.length) return fields;
+  const type = (contentType ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type === "application/x-www-form-urlencoded" || type === "") {
+    for (const [k, v] of new URLSearchParams(body.toString("utf8"))) fields.set(k, v);
+    return fields;
+  }
+  if (type === "multipart/form-data") {
+    const parts = uws.getParts(body, contentType!);
+    if (!parts) return undefined;
+    for (const part of parts) fields.set(part.name, Buffer.from(part.data).toString("utf8"));
+    return fields;
+  }
+  return undefined;
+}

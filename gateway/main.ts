@@ -1,0 +1,189 @@
+/**
+ * The composition root. `startNode` wires one process (store, transport, actor system, shard manager, HTTP);
+ * `main` runs one node, or with WORKERS > 1 a primary that prepares the store and forks the workers, which all
+ * listen on the same port (uWS uses SO_REUSEPORT) and share the shards.
+ */
+import cluster from "node:cluster";
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { loadConfig, type Config } from "../runtime/config.ts";
+import { Keyring } from "../runtime/secrets.ts";
+import { openDatabase } from "../runtime/store/db.ts";
+import { SqlStore } from "../runtime/store/sql-store.ts";
+import type { Store } from "../runtime/store/store.ts";
+import { ActorSystem } from "../runtime/system.ts";
+import { ShardManager } from "../runtime/cluster.ts";
+import { MemoryTransport } from "../runtime/transport/memory.ts";
+import { RedisStreamsTransport } from "../runtime/transport/redis-streams.ts";
+import type { Transport } from "../runtime/transport/transport.ts";
+import { actorKinds } from "../actors/index.ts";
+import { MessageIds, type ActorDeps } from "../actors/deps.ts";
+import { bootstrapOrganization } from "../actors/realm.ts";
+import { App, type Services } from "./app.ts";
+import { Authenticator } from "./auth.ts";
+import { startHttpServer } from "./http.ts";
+import { startTelemetry } from "./telemetry.ts";
+import { channelRoutes } from "./routes/channels.ts";
+import { eventRoutes } from "./routes/events.ts";
+import { messageRoutes } from "./routes/messages.ts";
+import { serverRoutes } from "./routes/server.ts";
+import { userRoutes } from "./routes/users.ts";
+
+export interface RunningNode {
+  port: number;
+  config: Config;
+  store: Store;
+  system: ActorSystem;
+  /** Graceful: stop accepting, finish turns, release leases, close connections. */
+  close(): Promise<void>;
+}
+
+export const OWNER_EMAIL = "owner@chorus.example";
+
+/** Open the store, migrate it, and create the organization on first start. Returns the owner's credentials then. */
+export async function prepareStore(config: Config, keyring: Keyring): Promise<{ store: Store; owner?: { email: string; apiKey: string } }> {
+  const { db, engine } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
+  const store = new SqlStore(db, engine);
+  await store.migrate();
+  const owner = await bootstrapOrganization(store, keyring, {
+    email: process.env.OWNER_EMAIL ?? OWNER_EMAIL,
+    fullName: process.env.OWNER_NAME ?? "Owner",
+    passwordHash: null,
+  });
+  return { store, owner };
+}
+
+export function writeZuliprc(file: string, email: string, apiKey: string, site: string): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, `[api]\nemail=${email}\nkey=${apiKey}\nsite=${site}\n`, { mode: 0o600 });
+}
+
+export function siteFor(config: Config, port: number): string {
+  const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
+  return process.env.SITE_URL ?? `http://${host}:${port}`;
+}
+
+export async function startNode(config: Config, opts: { workerIndex?: number; prepared?: boolean } = {}): Promise<RunningNode> {
+  if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
+    throw new Error("WORKERS > 1 needs REDIS_URL and DATABASE_URL: the embedded engines serve one process");
+  }
+  const keyring = Keyring.load(config.dataDir, config.secret);
+  let store: Store;
+  let owner: { email: string; apiKey: string } | undefined;
+  if (opts.prepared) {
+    const { db, engine } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
+    store = new SqlStore(db, engine);
+  } else ({ store, owner } = await prepareStore(config, keyring));
+
+  const transport: Transport = config.redisUrl
+    ? new RedisStreamsTransport({ url: config.redisUrl, prefix: config.redisPrefix })
+    : new MemoryTransport();
+  let system: ActorSystem;
+  const deps: ActorDeps = { store, keyring, config, ids: new MessageIds(store), system: () => system };
+  system = new ActorSystem({ transport, shards: config.shards, kinds: actorKinds(deps), askTimeoutMs: config.askTimeoutMs });
+  await system.start();
+  const shards = new ShardManager(store, system, {
+    node: transport.nodeId,
+    workerIndex: opts.workerIndex ?? 0,
+    workers: config.workers,
+    shards: config.shards,
+    leaseSeconds: config.leaseSeconds,
+    takeOverAtStart: !config.redisUrl,
+  });
+  await shards.start();
+
+  let port = config.port;
+  const services: Services = {
+    system,
+    store,
+    keyring,
+    config,
+    auth: new Authenticator(store.db, keyring),
+    siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
+  };
+  const app = new App(services);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...eventRoutes);
+  const http = await startHttpServer({ host: config.host, port: config.port, maxBodyBytes: config.maxBodyBytes, handler: app.handle });
+  port = http.port;
+
+  if (owner) {
+    const file = path.join(config.dataDir, "zuliprc");
+    writeZuliprc(file, owner.email, owner.apiKey, siteFor(config, port));
+    console.log(`chorus: created the organization; the owner's credentials are in ${file}`);
+  }
+
+  let closing: Promise<void> | undefined;
+  return {
+    port,
+    config,
+    store,
+    system,
+    close() {
+      closing ??= (async () => {
+        http.stopListening();
+        await shards.stop();
+        await system.close();
+        await transport.close();
+        http.close();
+        await store.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const telemetry = await startTelemetry();
+  if (config.workers > 1 && cluster.isPrimary) {
+    const keyring = Keyring.load(config.dataDir, config.secret);
+    const { store, owner } = await prepareStore(config, keyring);
+    await store.close();
+    if (owner) {
+      const file = path.join(config.dataDir, "zuliprc");
+      writeZuliprc(file, owner.email, owner.apiKey, siteFor(config, config.port));
+      console.log(`chorus: created the organization; the owner's credentials are in ${file}`);
+    }
+    let stopping = false;
+    const fork = (index: number) => {
+      const worker = cluster.fork({ WORKER_INDEX: String(index) });
+      worker.on("exit", (code, signal) => {
+        if (stopping) return;
+        console.error(`chorus: worker ${index} exited (${signal ?? code}); restarting it`);
+        setTimeout(() => fork(index), 500);
+      });
+    };
+    for (let i = 0; i < config.workers; i++) fork(i);
+    const stop = () => {
+      stopping = true;
+      for (const w of Object.values(cluster.workers ?? {})) w?.process.kill("SIGTERM");
+    };
+    process.on("SIGTERM", stop);
+    process.on("SIGINT", stop);
+    console.log(`chorus: ${config.workers} workers on port ${config.port}`);
+    return;
+  }
+  const workerIndex = Number(process.env.WORKER_INDEX ?? 0);
+  const node = await startNode(config, { workerIndex, prepared: cluster.isWorker });
+  console.log(
+    `chorus: worker ${workerIndex} listening on port ${node.port} (${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
+  );
+  const shutdown = async (signal: string) => {
+    console.log(`chorus: ${signal}: shutting down worker ${workerIndex}`);
+    const timer = setTimeout(() => process.exit(1), 15_000);
+    timer.unref();
+    await node.close();
+    await telemetry?.shutdown();
+    process.exit(0);
+  };
+  process.once("SIGTERM", () => void shutdown("SIGTERM"));
+  process.once("SIGINT", () => void shutdown("SIGINT"));
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  main().catch((err) => {
+    console.error("chorus: failed to start", err);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,125 @@
+/** Zulip's event system: POST /register, long-poll GET /events, DELETE /events. */
+import { sql } from "kysely";
+import { actorId } from "../../runtime/actor.ts";
+import { errors } from "../../runtime/errors.ts";
+import { USER, type Polled, type Registered } from "../../actors/protocol.ts";
+import { parseNarrow } from "../../actors/narrow.ts";
+import { realmUsers, streamObject, subscriptionsOf, userObject, visibleStreams, type UserRow } from "../../actors/reads.ts";
+import type { RouteSpec, Services } from "../app.ts";
+import { Bool, Str } from "../params.ts";
+import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
+
+const StrList = { type: "array", items: Str } as const;
+
+/** The initial state of each event type we serve; types not listed contribute nothing. */
+const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar: boolean; includeSubscribers: boolean }) => Promise<Record<string, unknown>>> = {
+  async message(s, u) {
+    const row = await s.store.db
+      .selectFrom("messages")
+      .select(sql<number>`coalesce(max(id), -1)`.as("max"))
+      .where("realm_id", "=", u.realm_id)
+      .executeTakeFirst();
+    return { max_message_id: Number(row?.max ?? -1) };
+  },
+  async subscription(s, u, o) {
+    const subscriptions = await subscriptionsOf(s.store.db, u.id, o.includeSubscribers);
+    const subscribed = new Set(subscriptions.map((x) => x.stream_id));
+    const never = (await visibleStreams(s.store.db, u)).filter((x) => !subscribed.has(x.id)).map((x) => streamObject(x));
+    return { subscriptions, unsubscribed: [], never_subscribed: never };
+  },
+  async stream(s, u) {
+    return { streams: (await visibleStreams(s.store.db, u)).map((x) => streamObject(x)) };
+  },
+  async realm_user(s, u, o) {
+    const users = await realmUsers(s.store.db, u.realm_id);
+    return { realm_users: users.filter((x) => !x.is_bot).map((x) => userObject(x, { clientGravatar: o.clientGravatar })) };
+  },
+};
+
+export const eventRoutes: RouteSpec[] = [
+  {
+    method: "POST",
+    path: "/register",
+    params: {
+      type: "object",
+      properties: {
+        event_types: { oneOf: [StrList, { type: "null" }] },
+        fetch_event_types: { oneOf: [StrList, { type: "null" }] },
+        narrow: { type: "array" },
+        all_public_streams: { ...Bool, default: false },
+        client_capabilities: { type: "object" },
+        apply_markdown: { ...Bool, default: false },
+        client_gravatar: { ...Bool, default: true },
+        slim_presence: { ...Bool, default: false },
+        include_subscribers: { oneOf: [Bool, { type: "string", enum: ["true", "false", "partial"] }], default: false },
+      },
+    },
+    async handle({ params, user, services }) {
+      const eventTypes: string[] | null = params.event_types ?? null;
+      const narrow = parseNarrow(params.narrow);
+      // The queue first, then the state: an event racing with this call is in the queue (at worst also
+      // reflected in the state), never in neither.
+      const queue = await services.system.ask<Registered>(actorId(USER, user.id), {
+        op: "register",
+        eventTypes,
+        narrow,
+        applyMarkdown: params.apply_markdown,
+        clientGravatar: params.client_gravatar,
+        allPublicStreams: params.all_public_streams,
+        clientCapabilities: params.client_capabilities ?? {},
+      });
+      const stateTypes: string[] = params.fetch_event_types ?? eventTypes ?? Object.keys(initialState);
+      const includeSubscribers = params.include_subscribers === true || params.include_subscribers === "true";
+      const parts = await Promise.all(
+        stateTypes
+          .filter((t) => t in initialState)
+          .map((t) => initialState[t]!(services, user, { clientGravatar: params.client_gravatar, includeSubscribers })),
+      );
+      return {
+        queue_id: queue.queue_id,
+        last_event_id: queue.last_event_id,
+        zulip_feature_level: ZULIP_FEATURE_LEVEL,
+        zulip_version: ZULIP_VERSION,
+        zulip_merge_base: ZULIP_MERGE_BASE,
+        max_message_length: LIMITS.max_message_length,
+        max_topic_length: LIMITS.max_topic_length,
+        max_stream_name_length: LIMITS.max_stream_name_length,
+        max_stream_description_length: LIMITS.max_stream_description_length,
+        event_queue_longpoll_timeout_seconds: services.config.heartbeatSeconds + 40,
+        server_presence_ping_interval_seconds: 60,
+        server_presence_offline_threshold_seconds: 200,
+        ...Object.assign({}, ...parts),
+      };
+    },
+  },
+  {
+    method: "GET",
+    path: "/events",
+    params: {
+      type: "object",
+      properties: { queue_id: Str, last_event_id: { type: "integer", minimum: -1 }, dont_block: { ...Bool, default: false } },
+      required: ["queue_id"],
+    },
+    async handle({ params, user, services, req }) {
+      if (params.last_event_id === undefined) throw errors.missing("last_event_id");
+      // The actor answers with a heartbeat after heartbeatSeconds; the ask only guards against a lost worker.
+      const timeout = services.config.heartbeatSeconds * 1000 + 15_000;
+      const polled = await services.system.ask<Polled>(
+        actorId(USER, user.id),
+        { op: "poll", queueId: params.queue_id, lastEventId: params.last_event_id, dontBlock: params.dont_block },
+        timeout,
+      );
+      if (req.aborted) return { events: [] }; // nobody to tell; the events stay queued until acknowledged
+      return { events: polled.events, queue_id: params.queue_id };
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/events",
+    params: { type: "object", properties: { queue_id: Str }, required: ["queue_id"] },
+    async handle({ params, user, services }) {
+      await services.system.ask(actorId(USER, user.id), { op: "deleteQueue", queueId: params.queue_id });
+      return {};
+    },
+  },
+];

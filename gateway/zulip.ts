@@ -1,0 +1,17 @@
+/** What Chorus tells clients about itself, and Zulip's limits (the values Zulip reports in POST /register). */
+export const ZULIP_FEATURE_LEVEL = 420;
+export const ZULIP_VERSION = "11.0-chorus";
+export const ZULIP_MERGE_BASE = "11.0";
+
+export const LIMITS = {
+  max_message_length: 10000,
+  max_topic_length: 60,
+  max_stream_name_length: 60,
+  max_stream_description_length: 1024,
+  max_messages_per_fetch: 5000,
+} as const;
+
+/** Zulip truncates over-long content and topics rather than refusing them (zerver/lib/message.py). */
+export function truncate(text: string, max: number, marker: string): string {
+  return text.length > max ? text.slice(0, max - marker.length) + marker : text;
+}

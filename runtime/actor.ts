@@ -1,0 +1,75 @@
+/**
+ * Actor identity and placement. An actor is a (kind, key) pair written `kind:key` (`channel:42`, `user:7`);
+ * which shard hosts it is a pure function of that string and the shard count, so every process agrees
+ * without asking anyone.
+ */
+import type { ChorusError } from "./errors.ts";
+
+export type ActorId = string;
+
+export function actorId(kind: string, key: string | number): ActorId {
+  return `${kind}:${key}`;
+}
+
+export function parseActorId(id: ActorId): { kind: string; key: string } {
+  const at = id.indexOf(":");
+  if (at <= 0) throw new Error(`not an actor id: ${id}`);
+  return { kind: id.slice(0, at), key: id.slice(at + 1) };
+}
+
+/** FNV-1a, 32 bits: fast, stable across processes and versions, well spread for short keys. */
+export function hash32(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+export function shardOf(id: ActorId, shards: number): number {
+  return hash32(id) % shards;
+}
+
+/** A reply handle for an ask the actor answers later (a parked long-poll). Answer it exactly once. */
+export interface Deferred<T = unknown> {
+  resolve(value: T): void;
+  reject(error: ChorusError): void;
+  /** True once answered, or once the asker is known to be gone. */
+  readonly settled: boolean;
+}
+
+/** Returned by `receive` instead of a value when the ask was parked with `ctx.defer()`. */
+export const PARKED: unique symbol = Symbol("parked");
+
+/** Proof of shard ownership that every durable write carries; the store refuses stale epochs. */
+export interface Fence {
+  shard: number;
+  epoch: number;
+  node: string;
+}
+
+export interface ActorContext {
+  readonly id: ActorId;
+  readonly kind: string;
+  readonly key: string;
+  /** Park the current ask; the reply is sent when the handle is resolved. */
+  defer<T>(): Deferred<T>;
+  /** Deliver `message` to this actor after `ms`, as an ordinary turn. Returns a cancel function. */
+  schedule(ms: number, message: unknown): () => void;
+  /** The ownership proof of this actor's shard, to pass to store writes. */
+  fence(): Fence;
+}
+
+export interface Actor {
+  /** Load state before the first turn. */
+  activate?(): Promise<void>;
+  /** One turn. The value returned answers an ask (ignored for a tell); return PARKED after ctx.defer(). */
+  receive(message: any, ctx: ActorContext): unknown | Promise<unknown>;
+  /** Whether the actor holds nothing in memory that would be lost by passivating it now. */
+  canPassivate?(): boolean;
+  /** Called before the actor is dropped (passivation, shard release, shutdown). */
+  deactivate?(): Promise<void>;
+}
+
+export type ActorFactory = (ctx: ActorContext) => Actor;

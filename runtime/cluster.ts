@@ -1,0 +1,108 @@
+/**
+ * Shard ownership. Every shard has a home worker (`shard mod WORKERS`); a worker holds its home shards, takes over
+ * the shards of a worker that stopped renewing (its lease expired), and hands them back when their home worker is
+ * alive again. Each take-over increments the shard's fencing epoch in the store, so a worker that lost its lease
+ * (paused, partitioned) has every later write refused.
+ */
+import type { ActorSystem } from "./system.ts";
+import type { Lease, Store } from "./store/store.ts";
+
+export interface ShardManagerOptions {
+  node: string;
+  workerIndex: number;
+  workers: number;
+  shards: number;
+  leaseSeconds: number;
+  /** Single-process deployments take their shards at start even if a crashed predecessor's lease is live. */
+  takeOverAtStart?: boolean;
+}
+
+export class ShardManager {
+  private readonly held = new Map<number, Lease>();
+  private timer?: NodeJS.Timeout;
+  private ticking?: Promise<void>;
+  private stopped = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly system: ActorSystem,
+    private readonly opts: ShardManagerOptions,
+  ) {}
+
+  /** Take the home shards (waiting for expired leases of a previous incarnation if need be) and keep renewing. */
+  async start(): Promise<void> {
+    await this.store.ensureShards(this.opts.shards);
+    await this.tick(this.opts.takeOverAtStart);
+    const deadline = Date.now() + this.opts.leaseSeconds * 1000 * 2;
+    while (!this.holdsHomeShards() && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      await this.tick();
+    }
+    const period = Math.max(200, (this.opts.leaseSeconds * 1000) / 3);
+    this.timer = setInterval(() => {
+      if (!this.ticking) this.ticking = this.tick().finally(() => (this.ticking = undefined));
+    }, period);
+    this.timer.unref();
+  }
+
+  heldShards(): number[] {
+    return [...this.held.keys()];
+  }
+
+  private holdsHomeShards(): boolean {
+    for (let shard = this.opts.workerIndex; shard < this.opts.shards; shard += this.opts.workers) {
+      if (!this.held.has(shard)) return false;
+    }
+    return true;
+  }
+
+  private home(shard: number): number {
+    return shard % this.opts.workers;
+  }
+
+  async tick(force = false): Promise<void> {
+    if (this.stopped) return;
+    const { node, workerIndex, leaseSeconds, shards } = this.opts;
+    try {
+      const alive = await this.store.heartbeat(node, workerIndex, leaseSeconds);
+      for (const [shard, lease] of [...this.held]) {
+        if (!(await this.store.renewLease(lease, node, leaseSeconds))) {
+          this.held.delete(shard);
+          await this.system.dropShard(shard);
+          continue;
+        }
+        const home = this.home(shard);
+        if (home !== workerIndex && alive.has(home)) await this.handBack(shard, lease);
+      }
+      for (let shard = 0; shard < shards; shard++) {
+        if (this.held.has(shard)) continue;
+        const home = this.home(shard);
+        if (home !== workerIndex && alive.has(home)) continue;
+        const lease = await this.store.acquireLease(shard, node, leaseSeconds, force);
+        if (!lease) continue;
+        this.held.set(shard, lease);
+        await this.system.holdShard(shard, lease.epoch);
+      }
+    } catch (err) {
+      if (!this.stopped) console.error("shard manager tick failed", err);
+    }
+  }
+
+  private async handBack(shard: number, lease: Lease): Promise<void> {
+    this.held.delete(shard);
+    await this.system.dropShard(shard);
+    await this.store.releaseLease(lease, this.opts.node);
+  }
+
+  /** Graceful shutdown: finish turns, release every lease so successors need not wait for expiry. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.ticking;
+    for (const [shard, lease] of [...this.held]) {
+      this.held.delete(shard);
+      await this.system.dropShard(shard);
+      await this.store.releaseLease(lease, this.opts.node).catch(() => {});
+    }
+  }
+}

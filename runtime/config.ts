@@ -1,0 +1,59 @@
+/**
+ * Every setting Chorus reads from the environment, read in one place.
+ * The defaults make `npm start` an embedded single process: memory transport, PGlite under ./data.
+ */
+import path from "node:path";
+
+export interface Config {
+  port: number;
+  host: string;
+  dataDir: string;
+  /** Postgres connection string; PGlite under dataDir when absent. */
+  databaseUrl?: string;
+  /** Redis connection string; the memory transport when absent. */
+  redisUrl?: string;
+  /** Prefix of every Redis key this deployment uses (tests give each run its own). */
+  redisPrefix: string;
+  workers: number;
+  shards: number;
+  /** Seconds a shard lease lasts without renewal. */
+  leaseSeconds: number;
+  /** Long-poll heartbeat: a poll that waited this long gets a heartbeat event. */
+  heartbeatSeconds: number;
+  /** An event queue expires this long after its last poll ended. */
+  queueTimeoutSeconds: number;
+  /** Largest request body accepted (413 past it). */
+  maxBodyBytes: number;
+  /** Default ask timeout. */
+  askTimeoutMs: number;
+  /** Secret used to encrypt API keys; generated into dataDir when absent. */
+  secret?: string;
+}
+
+function int(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === "") return fallback;
+  if (!/^\d+$/.test(raw)) throw new Error(`${name} must be a non-negative integer, got ${JSON.stringify(raw)}`);
+  return Number(raw);
+}
+
+export function loadConfig(overrides: Partial<Config> = {}): Config {
+  const env = process.env;
+  return {
+    port: int("PORT", 9991),
+    host: env.HOST ?? "0.0.0.0",
+    dataDir: path.resolve(env.DATA_DIR ?? "./data"),
+    databaseUrl: env.DATABASE_URL || undefined,
+    redisUrl: env.REDIS_URL || undefined,
+    redisPrefix: env.REDIS_PREFIX ?? "chorus",
+    workers: Math.max(1, int("WORKERS", 1)),
+    shards: Math.max(1, int("SHARDS", 16)),
+    leaseSeconds: Math.max(2, int("LEASE_SECONDS", 10)),
+    heartbeatSeconds: Math.max(1, int("HEARTBEAT_SECONDS", 50)),
+    queueTimeoutSeconds: Math.max(1, int("QUEUE_TIMEOUT_SECONDS", 600)),
+    maxBodyBytes: int("MAX_BODY_BYTES", 25 * 1024 * 1024),
+    askTimeoutMs: int("ASK_TIMEOUT_MS", 10_000),
+    secret: env.CHORUS_SECRET || undefined,
+    ...overrides,
+  };
+}

@@ -1,0 +1,89 @@
+/**
+ * The only module that knows which database engine runs: PGlite under DATA_DIR when no DATABASE_URL is set,
+ * Postgres through `pg` otherwise. Both return bigint columns as JavaScript numbers (ids and UNIX seconds stay
+ * far below 2^53).
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { Kysely, PostgresDialect, type DatabaseConnection, type Dialect, type Driver, type TransactionSettings } from "kysely";
+import { KyselyPGlite } from "kysely-pglite";
+import { PGlite, types as pgliteTypes } from "@electric-sql/pglite";
+import pg from "pg";
+import type { Database } from "./schema.ts";
+
+export type Engine = "pglite" | "postgres";
+
+export interface OpenDatabase {
+  db: Kysely<Database>;
+  engine: Engine;
+}
+
+const INT8_OID = 20;
+
+export async function openDatabase(opts: { databaseUrl?: string; dataDir: string; poolSize?: number }): Promise<OpenDatabase> {
+  if (opts.databaseUrl) {
+    const pool = new pg.Pool({
+      connectionString: opts.databaseUrl,
+      max: opts.poolSize ?? 10,
+      types: {
+        getTypeParser: ((oid: number, format?: any) =>
+          oid === INT8_OID ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+      },
+    });
+    return { db: new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), engine: "postgres" };
+  }
+  const dir = opts.dataDir === "memory://" ? "memory://" : path.join(opts.dataDir, "pglite");
+  if (dir !== "memory://") fs.mkdirSync(dir, { recursive: true });
+  const client = await PGlite.create(dir, { parsers: { [pgliteTypes.INT8]: (v: string) => Number(v) } });
+  return { db: new Kysely<Database>({ dialect: serialised(new KyselyPGlite(client).dialect) }), engine: "pglite" };
+}
+
+/**
+ * PGlite is one session, and kysely-pglite hands every caller a connection onto it: two concurrent transactions
+ * would interleave their statements. This wraps its driver so a connection is held by one caller at a time
+ * (a transaction, or a single query), which is what a pool of size one means.
+ */
+function serialised(dialect: Dialect): Dialect {
+  return {
+    createAdapter: () => dialect.createAdapter(),
+    createIntrospector: (db) => dialect.createIntrospector(db),
+    createQueryCompiler: () => dialect.createQueryCompiler(),
+    createDriver: () => new SerialDriver(dialect.createDriver()),
+  };
+}
+
+class SerialDriver implements Driver {
+  private tail: Promise<void> = Promise.resolve();
+  private readonly releases = new Map<DatabaseConnection, () => void>();
+  constructor(private readonly inner: Driver) {}
+  init() {
+    return this.inner.init();
+  }
+  async acquireConnection(): Promise<DatabaseConnection> {
+    let release!: () => void;
+    const previous = this.tail;
+    this.tail = new Promise<void>((r) => (release = r));
+    await previous;
+    const connection = await this.inner.acquireConnection();
+    this.releases.set(connection, release);
+    return connection;
+  }
+  beginTransaction(c: DatabaseConnection, s: TransactionSettings) {
+    return this.inner.beginTransaction(c, s);
+  }
+  commitTransaction(c: DatabaseConnection) {
+    return this.inner.commitTransaction(c);
+  }
+  rollbackTransaction(c: DatabaseConnection) {
+    return this.inner.rollbackTransaction(c);
+  }
+  async releaseConnection(c: DatabaseConnection): Promise<void> {
+    await this.inner.releaseConnection(c);
+    const release = this.releases.get(c);
+    this.releases.delete(c);
+    release?.();
+  }
+  destroy() {
+    return this.inner.destroy();
+  }
+}

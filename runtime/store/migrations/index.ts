@@ -1,0 +1,7 @@
+/** Every migration, in order. Append-only: a shipped migration is never edited; a change is a new file. */
+import type { Migration } from "kysely";
+import * as initial from "./2026-11-22T0400-initial.ts";
+
+export const migrations: Record<string, Migration> = {
+  "2026-11-22T0400-initial": initial,
+};

@@ -1,0 +1,331 @@
+/**
+ * The actor system of one process: activations of the actors on the shards this process holds, their mailboxes
+ * (one turn at a time per actor), and the asking side (`ask`, `tell`, `broadcast`) that reaches any actor on any
+ * process through the transport.
+ *
+ * Messages are plain JSON values. On the memory transport they are passed by reference: neither side may mutate a
+ * message after sending or receiving it.
+ */
+import { context, propagation, trace, SpanStatusCode } from "@opentelemetry/api";
+import { PARKED, parseActorId, shardOf, type Actor, type ActorContext, type ActorFactory, type ActorId, type Deferred, type Fence } from "./actor.ts";
+import { ChorusError, errors } from "./errors.ts";
+import type { Entry, Reply, ReplyAddress, Transport } from "./transport/transport.ts";
+
+const tracer = trace.getTracer("chorus.runtime");
+
+export interface SystemOptions {
+  transport: Transport;
+  shards: number;
+  kinds: Record<string, ActorFactory>;
+  askTimeoutMs: number;
+  /** An activation unused this long is passivated if it agrees (canPassivate). */
+  idleMs?: number;
+}
+
+interface Turn {
+  body: unknown;
+  replyTo?: ReplyAddress;
+  done(error?: ChorusError): void;
+}
+
+interface Activation {
+  id: ActorId;
+  shard: number;
+  actor: Actor;
+  ctx: ActorContext;
+  queue: Turn[];
+  running: boolean;
+  lastUsed: number;
+  timers: Set<NodeJS.Timeout>;
+  /** Reply address of the ask being handled by the current turn (for ctx.defer()). */
+  current?: ReplyAddress;
+  parked: boolean;
+  activated?: Promise<void>;
+}
+
+interface PendingAsk {
+  resolve(value: unknown): void;
+  reject(err: ChorusError): void;
+  timer: NodeJS.Timeout;
+}
+
+export class ActorSystem {
+  readonly nodeId: string;
+  private readonly activations = new Map<ActorId, Activation>();
+  private readonly epochs = new Map<number, number>();
+  private readonly pending = new Map<string, PendingAsk>();
+  private corr = 0;
+  private sweeper?: NodeJS.Timeout;
+  private closing = false;
+
+  constructor(private readonly opts: SystemOptions) {
+    this.nodeId = opts.transport.nodeId;
+  }
+
+  get shardCount(): number {
+    return this.opts.shards;
+  }
+
+  async start(): Promise<void> {
+    await this.opts.transport.start({
+      onEntry: (shard, entry) => this.onEntry(shard, entry),
+      onReply: (reply) => this.onReply(reply),
+    });
+    const idleMs = this.opts.idleMs ?? 5 * 60_000;
+    this.sweeper = setInterval(() => void this.passivateIdle(idleMs), Math.min(idleMs, 60_000));
+    this.sweeper.unref();
+  }
+
+  // ---- the asking side -------------------------------------------------------------------------------------
+
+  ask<T>(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<T> {
+    if (this.closing) return Promise.reject(errors.shuttingDown());
+    return this.request<T>(shardOf(id, this.opts.shards), [id], body, timeoutMs, `ask ${parseActorId(id).kind}`);
+  }
+
+  async tell(id: ActorId, body: unknown): Promise<void> {
+    await this.opts.transport.send(shardOf(id, this.opts.shards), { targets: [id], body, trace: carrier() });
+  }
+
+  /** Deliver `body` to every actor in `ids`, one entry per shard, and wait until every turn has ended. */
+  async broadcast(ids: Iterable<ActorId>, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<void> {
+    const byShard = new Map<number, ActorId[]>();
+    for (const id of ids) {
+      const shard = shardOf(id, this.opts.shards);
+      const list = byShard.get(shard);
+      if (list) list.push(id);
+      else byShard.set(shard, [id]);
+    }
+    await Promise.all([...byShard].map(([shard, targets]) => this.request(shard, targets, body, timeoutMs, "broadcast")));
+  }
+
+  private request<T>(shard: number, targets: ActorId[], body: unknown, timeoutMs: number, spanName: string): Promise<T> {
+    return tracer.startActiveSpan(spanName, (span) => {
+      const corr = `${++this.corr}`;
+      const result = new Promise<T>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          this.pending.delete(corr);
+          reject(errors.timeout(targets.length === 1 ? targets[0]! : `shard ${shard}`));
+        }, timeoutMs);
+        this.pending.set(corr, { resolve: resolve as (v: unknown) => void, reject, timer });
+      });
+      const entry: Entry = { targets, body, replyTo: { node: this.nodeId, corr }, trace: carrier() };
+      this.opts.transport.send(shard, entry).catch((err) => this.settle({ corr, error: ChorusError.wrap(err).toJSON() }));
+      return result.finally(() => span.end()).catch((err: ChorusError) => {
+        span.setStatus({ code: SpanStatusCode.ERROR, message: err.code });
+        throw err;
+      });
+    });
+  }
+
+  private onReply(reply: Reply): void {
+    this.settle(reply);
+  }
+
+  private settle(reply: Reply): void {
+    const waiting = this.pending.get(reply.corr);
+    if (!waiting) return; // timed out already
+    this.pending.delete(reply.corr);
+    clearTimeout(waiting.timer);
+    if (reply.error) waiting.reject(ChorusError.fromJSON(reply.error));
+    else waiting.resolve(reply.value);
+  }
+
+  // ---- the hosting side ------------------------------------------------------------------------------------
+
+  /** Called by the shard manager once the lease is ours: record the epoch, then start receiving. */
+  async holdShard(shard: number, epoch: number): Promise<void> {
+    this.epochs.set(shard, epoch);
+    await this.opts.transport.acquire(shard);
+  }
+
+  /** Stop receiving the shard and drop its activations (after their current turns). */
+  async dropShard(shard: number): Promise<void> {
+    await this.opts.transport.release(shard);
+    this.epochs.delete(shard);
+    const dropping = [...this.activations.values()].filter((a) => a.shard === shard);
+    await Promise.all(dropping.map((a) => this.deactivate(a)));
+  }
+
+  heldShards(): number[] {
+    return [...this.epochs.keys()];
+  }
+
+  private onEntry(shard: number, entry: Entry): Promise<void> {
+    const parent = entry.trace ? propagation.extract(context.active(), entry.trace) : context.active();
+    const single = entry.targets.length === 1;
+    const turns = entry.targets.map(
+      (id) =>
+        new Promise<ChorusError | undefined>((done) => {
+          const activation = this.activation(id, shard);
+          activation.queue.push({ body: entry.body, replyTo: single ? entry.replyTo : undefined, done: (e) => done(e) });
+          if (!activation.running) void context.with(parent, () => this.drain(activation));
+        }),
+    );
+    return Promise.all(turns).then((results) => {
+      if (!single && entry.replyTo) {
+        const failure = results.find((e) => e);
+        void this.opts.transport.reply(entry.replyTo, { corr: entry.replyTo.corr, error: failure?.toJSON() });
+      }
+    });
+  }
+
+  private activation(id: ActorId, shard: number): Activation {
+    const existing = this.activations.get(id);
+    if (existing) return existing;
+    const { kind, key } = parseActorId(id);
+    const factory = this.opts.kinds[kind];
+    const activation: Activation = {
+      id,
+      shard,
+      queue: [],
+      running: false,
+      lastUsed: Date.now(),
+      timers: new Set(),
+      parked: false,
+      actor: undefined as unknown as Actor,
+      ctx: undefined as unknown as ActorContext,
+    };
+    activation.ctx = this.contextFor(activation, kind, key);
+    if (!factory) {
+      activation.actor = {
+        receive: () => {
+          throw new ChorusError("INTERNAL_SERVER_ERROR", `no actor kind '${kind}'`, 500);
+        },
+      };
+    } else {
+      activation.actor = factory(activation.ctx);
+    }
+    this.activations.set(id, activation);
+    return activation;
+  }
+
+  private contextFor(a: Activation, kind: string, key: string): ActorContext {
+    return {
+      id: a.id,
+      kind,
+      key,
+      defer: <T>() => {
+        const to = a.current;
+        a.parked = true;
+        return this.deferred<T>(to);
+      },
+      schedule: (ms, message) => {
+        const timer = setTimeout(() => {
+          a.timers.delete(timer);
+          if (this.activations.get(a.id) !== a) return;
+          a.queue.push({ body: message, done: () => {} });
+          if (!a.running) void this.drain(a);
+        }, ms);
+        a.timers.add(timer);
+        return () => {
+          clearTimeout(timer);
+          a.timers.delete(timer);
+        };
+      },
+      fence: (): Fence => {
+        const epoch = this.epochs.get(a.shard);
+        if (epoch === undefined) throw errors.fenced(a.shard);
+        return { shard: a.shard, epoch, node: this.nodeId };
+      },
+    };
+  }
+
+  private deferred<T>(to: ReplyAddress | undefined): Deferred<T> {
+    let settled = false;
+    const send = (reply: Omit<Reply, "corr">) => {
+      if (settled) return;
+      settled = true;
+      if (to) void this.opts.transport.reply(to, { corr: to.corr, ...reply });
+    };
+    return {
+      resolve: (value) => send({ value }),
+      reject: (error) => send({ error: error.toJSON() }),
+      get settled() {
+        return settled;
+      },
+    };
+  }
+
+  private async drain(a: Activation): Promise<void> {
+    a.running = true;
+    try {
+      if (!a.activated) a.activated = a.actor.activate?.() ?? Promise.resolve();
+      try {
+        await a.activated;
+      } catch (err) {
+        // Activation failed: fail what is queued and forget the activation so the next message retries.
+        this.activations.delete(a.id);
+        const error = ChorusError.wrap(err);
+        for (const turn of a.queue.splice(0)) this.finishTurn(turn, undefined, error);
+        return;
+      }
+      while (a.queue.length) {
+        const turn = a.queue.shift()!;
+        a.current = turn.replyTo;
+        a.parked = false;
+        a.lastUsed = Date.now();
+        try {
+          const value = await a.actor.receive(turn.body, a.ctx);
+          if (value === PARKED || a.parked) turn.done();
+          else this.finishTurn(turn, value);
+        } catch (err) {
+          const error = ChorusError.wrap(err);
+          if (error.status >= 500 && error.code === "INTERNAL_SERVER_ERROR") console.error(`turn of ${a.id} failed`, err);
+          this.finishTurn(turn, undefined, error);
+        } finally {
+          a.current = undefined;
+        }
+      }
+    } finally {
+      a.running = false;
+    }
+  }
+
+  private finishTurn(turn: Turn, value: unknown, error?: ChorusError): void {
+    if (turn.replyTo) {
+      void this.opts.transport.reply(turn.replyTo, { corr: turn.replyTo.corr, value, error: error?.toJSON() });
+    }
+    turn.done(error);
+  }
+
+  private async deactivate(a: Activation): Promise<void> {
+    if (this.activations.get(a.id) !== a) return;
+    this.activations.delete(a.id);
+    for (const t of a.timers) clearTimeout(t);
+    a.timers.clear();
+    while (a.running) await new Promise((r) => setTimeout(r, 1));
+    try {
+      await a.actor.deactivate?.();
+    } catch (err) {
+      console.error(`deactivating ${a.id} failed`, err);
+    }
+  }
+
+  private async passivateIdle(idleMs: number): Promise<void> {
+    const now = Date.now();
+    for (const a of [...this.activations.values()]) {
+      if (a.running || a.queue.length || now - a.lastUsed < idleMs) continue;
+      if (a.actor.canPassivate && !a.actor.canPassivate()) continue;
+      await this.deactivate(a);
+    }
+  }
+
+  /** Stop asking, finish the turns in progress, drop every activation. The shard manager releases leases. */
+  async close(): Promise<void> {
+    this.closing = true;
+    if (this.sweeper) clearInterval(this.sweeper);
+    for (const shard of this.heldShards()) await this.dropShard(shard);
+    for (const [corr, p] of this.pending) {
+      clearTimeout(p.timer);
+      p.reject(errors.shuttingDown());
+      this.pending.delete(corr);
+    }
+  }
+}
+
+function carrier(): Record<string, string> | undefined {
+  const out: Record<string, string> = {};
+  propagation.inject(context.active(), out);
+  return Object.keys(out).length ? out : undefined;
+}

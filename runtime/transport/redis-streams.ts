@@ -1,0 +1,681 @@
+/**
+ * The Redis Streams transport: the engine of many workers. Every Redis key it touches is built in `redisKeys`
+ * below, and every multi-step Redis operation is one of the named Lua scripts below.
+ *
+ * Shard entries: one stream per shard (`<prefix>:shard:<n>`) with one consumer group (`workers`); the consumer
+ * name is this node's id. `send` is an XADD. For each acquired shard:
+ *   1. `acquire` XAUTOCLAIMs, min-idle 0, the group's whole pending list (what the previous holder left
+ *      unacknowledged; `acquire` is only called once the shard's lease, with its fencing epoch, was taken over) and
+ *      delivers it before resolving; then a `while (!closing)` consumer loop starts on its own connection:
+ *   2. XREADGROUP `>` with BLOCK and COUNT, delivering each batch;
+ *   3. every `claimIdleMs / 2`, XAUTOCLAIM again with min-idle `claimIdleMs`: entries that a stale holder (one that
+ *      has not noticed it lost the lease yet) read after our takeover, or that a read of ours lost to a broken
+ *      connection, would otherwise sit in a pending list until the next takeover;
+ *   4. every `trimIntervalMs`, trim the stream below what every group has acknowledged (script `trimAcked`).
+ * After any error the loop backs off, re-creates the group if Redis lost it (a restarted Redis has none) and
+ * does step 1 again (a read whose reply was lost still moved entries into our pending list); entries already in
+ * flight here are never delivered twice by such a claim.
+ * Entries are handed to `onEntry` in stream order without awaiting each (up to `maxInFlight` per shard); an entry
+ * is XACKed (batched, once per event-loop turn) when its promise settles, and only if this node still owns it in
+ * the pending list (script `ackOwned`): once the next holder has claimed an entry, a late settle here must not take
+ * it away from it. `release` waits up to `drainTimeoutMs` for the turns in flight, then abandons the rest: they
+ * stay pending, and a late settle no longer acknowledges them.
+ *
+ * Replies: one stream per node (`<prefix>:reply:<nodeId>`), read by this node with plain XREAD BLOCK from the
+ * last id seen (at most once: an id is never read twice). The node creates its stream at `start` and refreshes a
+ * short TTL while its loop runs, so the stream of a dead node vanishes; `reply` appends (MAXLEN ~) only while the
+ * target's stream exists (script `replyIfAlive`), so replies to a node that is gone are dropped at the source
+ * instead of re-creating its stream. A reply to this node itself does not go through Redis.
+ *
+ * Connections. One non-blocking command connection (auto-pipelined) for XADD, XACK, group creation and the
+ * scripts; one blocking connection per held shard loop; one for the reply loop. Why one per shard rather than a
+ * single multiplexed XREADGROUP over all held streams: shards are few per worker (16 in all by default), each
+ * loop keeps its own claim/read/trim phase, its own back-off and its own watchdog, and `release` interrupts
+ * exactly one loop by closing its connection — a shared reader would need CLIENT UNBLOCK on every acquire and
+ * release and would stall every shard behind one slow reconnect. Every blocking or loop-side call runs under a
+ * watchdog (BLOCK + grace): if Redis has not answered by then the connection is thrown away and replaced (after a
+ * reconnect a blocking read can hang forever), and the loop re-claims its pending list, since a read whose reply
+ * was lost still moved entries into our pending list. (ioredis 6's own `blockingTimeout` is not used: it resolves
+ * the read with null but keeps the connection, whose late reply would then be lost.) Connections speak RESP2 (`protocol: 2`): ioredis 6 defaults
+ * to RESP3, whose "legacy" mapping flattens XREAD's map reply to `[key, entries]` instead of `[[key, entries]]`.
+ *
+ * Trimming (Redis 7.0: XTRIM/MAXLEN ignore pending entries, and XAUTOCLAIM silently drops trimmed ones): only the
+ * shard's holder trims, with `XTRIM MINID ~ floor` where floor = the lowest pending id over all groups, or a
+ * group's last-delivered id when nothing is pending there; entries below it are acknowledged by every group.
+ */
+import { createHash, randomUUID } from "node:crypto";
+import { Redis } from "ioredis";
+import type { Entry, Reply, ReplyAddress, Transport, TransportHandlers } from "./transport.ts";
+
+export interface RedisStreamsOptions {
+  url: string;
+  /** Prefix of every key (tests use a unique one per run). */
+  prefix: string;
+  /** This process's reply address and consumer name; unique per process start. */
+  nodeId?: string;
+  /** How long one blocking read waits (ms). Default 2000. */
+  blockMs?: number;
+  /** Entries pending this long on another consumer are claimed by the holder (ms). Default 30000. */
+  claimIdleMs?: number;
+  /** How long release/close wait for in-flight turns before abandoning them (left pending for the next holder). */
+  drainTimeoutMs?: number;
+  /** How often a shard loop trims its stream below what is acknowledged (ms). Default 1000. */
+  trimIntervalMs?: number;
+  /** Entries read per XREADGROUP / XAUTOCLAIM. Default 256. */
+  batch?: number;
+  /** Delivered-but-unacknowledged entries per shard before the loop stops reading (back-pressure). Default 4096. */
+  maxInFlight?: number;
+  /** Approximate cap of a reply stream (MAXLEN ~). Default 10000. */
+  replyMaxLen?: number;
+  /** Where loop errors go (they are retried). Default: console.error. */
+  onError?: (err: unknown, where: string) => void;
+}
+
+/** The consumer group every worker joins on every shard stream. */
+export const GROUP = "workers";
+/** Field names inside stream entries: one JSON-encoded value each. */
+const ENTRY_FIELD = "e";
+const REPLY_FIELD = "r";
+const HELLO_FIELD = "hello";
+
+/** Every Redis key name Chorus' transport uses, built here and nowhere else. */
+export function redisKeys(prefix: string) {
+  if (!prefix) throw new Error("a Redis key prefix is required");
+  return {
+    shard: (n: number) => `${prefix}:shard:${n}`,
+    reply: (node: string) => `${prefix}:reply:${node}`,
+    /** SCAN pattern matching every key under the prefix (glob characters of the prefix escaped). */
+    all: `${prefix.replace(/[*?[\]\\]/g, "\\$&")}:*`,
+  };
+}
+
+/** A named Lua script run by EVALSHA, falling back to EVAL when the server does not know it yet. */
+class LuaScript {
+  readonly sha: string;
+  constructor(
+    readonly name: string,
+    readonly source: string,
+  ) {
+    this.sha = createHash("sha1").update(source).digest("hex");
+  }
+  async run(conn: Redis, keys: string[], args: (string | number)[]): Promise<unknown> {
+    try {
+      return await conn.call("EVALSHA", this.sha, keys.length, ...keys, ...args);
+    } catch (err) {
+      if (!String((err as Error)?.message ?? "").startsWith("NOSCRIPT")) throw err;
+      return conn.call("EVAL", this.source, keys.length, ...keys, ...args);
+    }
+  }
+}
+
+/** XACK the ids that are still pending for this consumer; ids claimed by another holder are left to it. */
+const ackOwned = new LuaScript(
+  "ackOwned",
+  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3..] entry ids
+local acked = 0
+for i = 3, #ARGV do
+  local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
+  if #mine > 0 then acked = acked + redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) end
+end
+return acked`,
+);
+
+/**
+ * Trim a shard stream below what every group has acknowledged, and forget other consumers of our group that
+ * hold nothing and have been idle for a while (one is left behind by every process start).
+ */
+const trimAcked = new LuaScript(
+  "trimAcked",
+  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] this consumer; ARGV[3] idle ms before an empty consumer is dropped
+local function before(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if #am ~= #bm then return #am < #bm end
+  if am ~= bm then return am < bm end
+  if #as ~= #bs then return #as < #bs end
+  return as < bs
+end
+local function field(list, name)
+  for i = 1, #list, 2 do
+    if list[i] == name then return list[i + 1] end
+  end
+  return nil
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local floor = nil
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local candidate = field(g, 'last-delivered-id')
+  local summary = redis.call('XPENDING', KEYS[1], field(g, 'name'))
+  if summary[1] > 0 then candidate = summary[2] end
+  if floor == nil or before(candidate, floor) then floor = candidate end
+end
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local name = field(c, 'name')
+  if name ~= ARGV[2] and field(c, 'pending') == 0 and field(c, 'idle') >= tonumber(ARGV[3]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+  end
+end
+if floor == nil then return 0 end
+return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)`,
+);
+
+/** Append a reply only while the target node's reply stream exists (it keeps it alive while it runs). */
+const replyIfAlive = new LuaScript(
+  "replyIfAlive",
+  `-- KEYS[1] reply stream; ARGV[1] approximate max length; ARGV[2] reply JSON
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', '${REPLY_FIELD}', ARGV[2])
+return 1`,
+);
+
+class WatchdogTimeout extends Error {
+  constructor(what: string, ms: number) {
+    super(`Redis did not answer ${what} within ${ms} ms; connection replaced`);
+    this.name = "WatchdogTimeout";
+  }
+}
+
+/**
+ * One connection dedicated to one loop. Every call races a watchdog; when it fires the connection is dropped and
+ * a fresh one opened, so a read left hanging by a half-dead socket cannot stall the loop.
+ */
+class LoopConnection {
+  private conn: Redis;
+  private stopped = false;
+
+  constructor(private readonly open: () => Redis) {
+    this.conn = open();
+  }
+
+  async call(timeoutMs: number, command: string, ...args: (string | number)[]): Promise<unknown> {
+    if (this.stopped) throw new Error("loop connection stopped");
+    const conn = this.conn;
+    let timer: NodeJS.Timeout | undefined;
+    const watchdog = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new WatchdogTimeout(command, timeoutMs)), timeoutMs);
+    });
+    try {
+      return await Promise.race([conn.call(command, ...args), watchdog]);
+    } catch (err) {
+      if (err instanceof WatchdogTimeout && !this.stopped && this.conn === conn) {
+        conn.disconnect();
+        this.conn = this.open();
+      }
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  script(script: LuaScript, timeoutMs: number, keys: string[], args: (string | number)[]): Promise<unknown> {
+    // EVALSHA first, EVAL on NOSCRIPT, both under the watchdog.
+    return this.call(timeoutMs, "EVALSHA", script.sha, keys.length, ...keys, ...args).catch((err) => {
+      if (!String((err as Error)?.message ?? "").startsWith("NOSCRIPT")) throw err;
+      return this.call(timeoutMs, "EVAL", script.source, keys.length, ...keys, ...args);
+    });
+  }
+
+  /** Interrupts a blocked call (it rejects) and closes the connection for good. */
+  stop(): void {
+    this.stopped = true;
+    this.conn.disconnect();
+  }
+}
+
+type RawEntry = [id: string, fields: string[]] | null;
+
+interface ShardLoop {
+  shard: number;
+  key: string;
+  conn: LoopConnection;
+  stopping: boolean;
+  /** Set when release gave up waiting: late settles of this loop's entries no longer acknowledge anything. */
+  abandoned: boolean;
+  /** Ids delivered here whose acknowledgement is not done yet (a claim must not deliver them a second time). */
+  unacked: Set<string>;
+  /** One promise per delivered entry: its turn settled and its XACK done. */
+  turns: Set<Promise<void>>;
+  acks: string[];
+  ackFlush?: Promise<void>;
+  /** Wakes the loop from a back-pressure wait (a turn finished, or release). */
+  wakeRoom?: () => void;
+  /** Cuts a back-off sleep short (release). */
+  wakePause?: () => void;
+  loop?: Promise<void>;
+  releasing?: Promise<void>;
+}
+
+const NOOP = () => {};
+
+export class RedisStreamsTransport implements Transport {
+  readonly nodeId: string;
+  private readonly url: string;
+  private readonly keys: ReturnType<typeof redisKeys>;
+  private readonly blockMs: number;
+  private readonly claimIdleMs: number;
+  private readonly drainTimeoutMs: number;
+  private readonly trimIntervalMs: number;
+  private readonly batch: number;
+  private readonly maxInFlight: number;
+  private readonly replyMaxLen: number;
+  private readonly onError: (err: unknown, where: string) => void;
+  /** Grace added to BLOCK before the watchdog replaces a connection; also the bound of a non-blocking call. */
+  private readonly callTimeoutMs: number;
+  private readonly replyTtlMs: number;
+
+  private readonly cmd: Redis;
+  private handlers?: TransportHandlers;
+  private readonly shards = new Map<number, ShardLoop>();
+  private replyConn?: LoopConnection;
+  private replyLoop?: Promise<void>;
+  private replyLast = "0-0";
+  private replyWake?: () => void;
+  private closing = false;
+  private closed?: Promise<void>;
+
+  constructor(options: RedisStreamsOptions) {
+    this.url = options.url;
+    this.keys = redisKeys(options.prefix);
+    this.nodeId = options.nodeId ?? `node-${randomUUID()}`;
+    this.blockMs = Math.max(10, options.blockMs ?? 2000);
+    this.claimIdleMs = Math.max(0, options.claimIdleMs ?? 30_000);
+    this.drainTimeoutMs = Math.max(0, options.drainTimeoutMs ?? 5000);
+    this.trimIntervalMs = Math.max(10, options.trimIntervalMs ?? 1000);
+    this.batch = Math.max(1, options.batch ?? 256);
+    this.maxInFlight = Math.max(1, options.maxInFlight ?? 4096);
+    this.replyMaxLen = Math.max(100, options.replyMaxLen ?? 10_000);
+    this.onError = options.onError ?? ((err, where) => console.error(`[redis-streams ${this.nodeId}] ${where}:`, err));
+    this.callTimeoutMs = Math.max(1000, this.blockMs);
+    this.replyTtlMs = Math.max(30_000, 10 * this.blockMs);
+    this.cmd = this.connect("cmd", false);
+  }
+
+  async start(handlers: TransportHandlers): Promise<void> {
+    if (this.closing) throw new Error("transport closed");
+    if (this.handlers) throw new Error("transport already started");
+    this.handlers = handlers;
+    // Create our reply stream now: replies are only appended to streams that exist, and reading from the id of
+    // this first entry (rather than `$`) loses nothing that arrives between two reads.
+    this.replyLast = await this.touchReplyStream(true);
+    this.replyConn = new LoopConnection(() => this.connect("reply", true));
+    this.replyLoop = this.runReplies(this.replyConn);
+  }
+
+  async send(shard: number, entry: Entry): Promise<void> {
+    if (this.closing) throw new Error("transport closed");
+    await this.cmd.call("XADD", this.keys.shard(shard), "*", ENTRY_FIELD, JSON.stringify(entry));
+  }
+
+  async reply(to: ReplyAddress, reply: Reply): Promise<void> {
+    if (this.closing) return;
+    if (to.node === this.nodeId) {
+      const handlers = this.handlers;
+      queueMicrotask(() => this.safeReply(handlers, reply));
+      return;
+    }
+    await replyIfAlive.run(this.cmd, [this.keys.reply(to.node)], [this.replyMaxLen, JSON.stringify(reply)]);
+  }
+
+  async acquire(shard: number): Promise<void> {
+    if (this.closing) throw new Error("transport closed");
+    if (!this.handlers) throw new Error("start() the transport before acquiring shards");
+    const current = this.shards.get(shard);
+    if (current && !current.stopping) return;
+    if (current) await current.releasing;
+    if (this.shards.has(shard)) return; // a concurrent acquire got there first
+
+    const key = this.keys.shard(shard);
+    const s: ShardLoop = {
+      shard,
+      key,
+      conn: new LoopConnection(() => this.connect(`shard:${shard}`, true)),
+      stopping: false,
+      abandoned: false,
+      unacked: new Set(),
+      turns: new Set(),
+      acks: [],
+    };
+    this.shards.set(shard, s);
+    try {
+      // Take over what the previous holder left before resolving: once acquire resolves, those entries are ours.
+      await this.ensureGroup(key);
+      await this.claim(s, 0);
+    } catch (err) {
+      if (this.shards.get(shard) === s) this.shards.delete(shard);
+      s.stopping = true;
+      s.conn.stop();
+      if (s.releasing) return; // released while acquiring
+      throw err;
+    }
+    s.loop = this.runShard(s);
+  }
+
+  release(shard: number): Promise<void> {
+    const s = this.shards.get(shard);
+    if (!s) return Promise.resolve();
+    s.releasing ??= (async () => {
+      s.stopping = true;
+      s.wakeRoom?.();
+      s.wakePause?.();
+      s.conn.stop(); // interrupts a blocked read; whatever it had taken stays pending for the next holder
+      await s.loop;
+      const drained = await settledWithin(s.turns, this.drainTimeoutMs);
+      if (!drained) s.abandoned = true; // left pending: the next holder's claim delivers them again
+      await s.ackFlush;
+      if (this.shards.get(shard) === s) this.shards.delete(shard);
+    })();
+    return s.releasing;
+  }
+
+  close(): Promise<void> {
+    this.closed ??= (async () => {
+      this.closing = true;
+      await Promise.all([...this.shards.keys()].map((shard) => this.release(shard)));
+      this.replyWake?.();
+      this.replyConn?.stop();
+      await this.replyLoop;
+      await Promise.race([this.cmd.quit().catch(NOOP), sleep(1000)]);
+      this.cmd.disconnect();
+    })();
+    return this.closed;
+  }
+
+  // ---- shard loops -------------------------------------------------------------------------------------------
+
+  private async runShard(s: ShardLoop): Promise<void> {
+    let recover = false; // acquire did the first claim
+    let failures = 0;
+    let lastClaim = Date.now();
+    let lastTrim = Date.now();
+    const claimEveryMs = Math.max(50, this.claimIdleMs / 2);
+    while (!this.closing && !s.stopping) {
+      try {
+        if (recover) {
+          await this.ensureGroup(s.key);
+          await this.claim(s, 0);
+          recover = false;
+          lastClaim = Date.now();
+        } else if (Date.now() - lastClaim >= claimEveryMs) {
+          await this.claim(s, this.claimIdleMs);
+          lastClaim = Date.now();
+        }
+        if (Date.now() - lastTrim >= this.trimIntervalMs) {
+          await s.conn.script(trimAcked, this.callTimeoutMs, [s.key], [GROUP, this.nodeId, Math.max(this.claimIdleMs, 1000)]);
+          lastTrim = Date.now();
+        }
+        const room = await this.roomFor(s);
+        if (room === 0) continue;
+        const res = (await s.conn.call(
+          this.blockMs + this.callTimeoutMs,
+          "XREADGROUP",
+          "GROUP",
+          GROUP,
+          this.nodeId,
+          "COUNT",
+          room,
+          "BLOCK",
+          this.blockMs,
+          "STREAMS",
+          s.key,
+          ">",
+        )) as [string, RawEntry[]][] | null;
+        for (const [, entries] of res ?? []) this.deliverAll(s, entries);
+        failures = 0;
+      } catch (err) {
+        if (this.closing || s.stopping) break;
+        recover = true;
+        if (isNoGroup(err)) continue; // Redis lost the group (restart): re-create it and claim again at once
+        if (!(err instanceof WatchdogTimeout)) this.onError(err, `shard ${s.shard} loop`);
+        await this.pause(s, backoff(failures++));
+      }
+    }
+  }
+
+  /** XAUTOCLAIM the group's pending entries idle at least `minIdleMs` (all of them with 0) and deliver them. */
+  private async claim(s: ShardLoop, minIdleMs: number): Promise<void> {
+    let cursor = "0-0";
+    do {
+      const room = await this.roomFor(s);
+      if (s.stopping) return;
+      const res = (await s.conn.call(
+        this.callTimeoutMs,
+        "XAUTOCLAIM",
+        s.key,
+        GROUP,
+        this.nodeId,
+        minIdleMs,
+        cursor,
+        "COUNT",
+        Math.min(room, this.batch),
+      )) as [string, RawEntry[], string[]?];
+      cursor = res[0];
+      this.deliverAll(s, res[1]);
+    } while (cursor !== "0-0" && !s.stopping);
+  }
+
+  /** How many entries the loop may take now; waits while the shard is at its in-flight cap. */
+  private async roomFor(s: ShardLoop): Promise<number> {
+    while (!s.stopping && s.turns.size >= this.maxInFlight) {
+      await new Promise<void>((resolve) => (s.wakeRoom = resolve));
+    }
+    return s.stopping ? 0 : Math.min(this.batch, this.maxInFlight - s.turns.size);
+  }
+
+  private deliverAll(s: ShardLoop, entries: RawEntry[]): void {
+    for (const raw of entries) {
+      if (s.stopping) return; // not ours to deliver any more: it stays pending for the next holder
+      if (raw) this.deliver(s, raw[0], raw[1]);
+    }
+  }
+
+  private deliver(s: ShardLoop, id: string, fields: string[]): void {
+    if (s.unacked.has(id)) return; // our own in-flight entry, seen again by a claim
+    s.unacked.add(id);
+    let turn: Promise<void>;
+    const entry = decodeField<Entry>(fields, ENTRY_FIELD);
+    if (!entry || !Array.isArray(entry.targets)) {
+      this.onError(new Error(`malformed entry ${id} on ${s.key}; acknowledged and dropped`), "deliver");
+      turn = Promise.resolve();
+    } else {
+      try {
+        turn = Promise.resolve(this.handlers!.onEntry(s.shard, entry));
+      } catch (err) {
+        turn = Promise.reject(err);
+      }
+    }
+    const done: Promise<void> = turn
+      .then(NOOP, NOOP)
+      .then(() => (s.abandoned ? undefined : this.queueAck(s, id)))
+      .finally(() => {
+        if (!s.abandoned) s.unacked.delete(id);
+        s.turns.delete(done);
+        s.wakeRoom?.();
+      });
+    s.turns.add(done);
+  }
+
+  /** Batches XACKs: one script call per shard per event-loop turn. */
+  private queueAck(s: ShardLoop, id: string): Promise<void> {
+    s.acks.push(id);
+    s.ackFlush ??= new Promise<void>((resolve) =>
+      setImmediate(() => {
+        const ids = s.acks;
+        s.acks = [];
+        s.ackFlush = undefined;
+        this.ack(s, ids).then(resolve, (err) => {
+          if (!this.closing) this.onError(err, `ack on shard ${s.shard}`);
+          resolve(); // unacknowledged entries are delivered again by a later claim: at least once
+        });
+      }),
+    );
+    return s.ackFlush;
+  }
+
+  private async ack(s: ShardLoop, ids: string[]): Promise<void> {
+    for (let i = 0; i < ids.length; i += 512) {
+      await ackOwned.run(this.cmd, [s.key], [GROUP, this.nodeId, ...ids.slice(i, i + 512)]);
+    }
+  }
+
+  private async ensureGroup(key: string): Promise<void> {
+    try {
+      // From id 0: entries sent before the group existed are delivered too.
+      await this.cmd.call("XGROUP", "CREATE", key, GROUP, "0", "MKSTREAM");
+    } catch (err) {
+      if (!String((err as Error)?.message ?? "").startsWith("BUSYGROUP")) throw err;
+    }
+  }
+
+  private pause(s: ShardLoop, ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      s.wakePause = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  // ---- replies -----------------------------------------------------------------------------------------------
+
+  private async runReplies(conn: LoopConnection): Promise<void> {
+    const key = this.keys.reply(this.nodeId);
+    let failures = 0;
+    let lastTouch = Date.now();
+    while (!this.closing) {
+      try {
+        if (Date.now() - lastTouch >= this.replyTtlMs / 4) {
+          await this.touchReplyStream(false);
+          lastTouch = Date.now();
+        }
+        const res = (await conn.call(
+          this.blockMs + this.callTimeoutMs,
+          "XREAD",
+          "COUNT",
+          512,
+          "BLOCK",
+          this.blockMs,
+          "STREAMS",
+          key,
+          this.replyLast,
+        )) as [string, RawEntry[]][] | null;
+        for (const [, entries] of res ?? []) {
+          for (const raw of entries) {
+            if (!raw) continue;
+            this.replyLast = raw[0];
+            const reply = decodeField<Reply>(raw[1], REPLY_FIELD);
+            if (reply && !this.closing) this.safeReply(this.handlers, reply);
+          }
+        }
+        failures = 0;
+      } catch (err) {
+        if (this.closing) break;
+        if (!(err instanceof WatchdogTimeout)) this.onError(err, "reply loop");
+        lastTouch = 0; // after a failure, make sure the stream still exists (Redis may have restarted)
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, backoff(failures++));
+          this.replyWake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+      }
+    }
+  }
+
+  /** Refresh the TTL of this node's reply stream, re-creating it when gone. Returns the id of an entry it added. */
+  private async touchReplyStream(create: boolean): Promise<string> {
+    const key = this.keys.reply(this.nodeId);
+    if (!create && (await this.cmd.call("PEXPIRE", key, this.replyTtlMs)) === 1) return this.replyLast;
+    const id = (await this.cmd.call("XADD", key, "MAXLEN", "~", this.replyMaxLen, "*", HELLO_FIELD, "1")) as string;
+    await this.cmd.call("PEXPIRE", key, this.replyTtlMs);
+    return id;
+  }
+
+  private safeReply(handlers: TransportHandlers | undefined, reply: Reply): void {
+    try {
+      handlers?.onReply(reply);
+    } catch (err) {
+      this.onError(err, "onReply");
+    }
+  }
+
+  // ---- connections -------------------------------------------------------------------------------------------
+
+  private connect(role: string, blocking: boolean): Redis {
+    const conn = new Redis(this.url, {
+      protocol: 2,
+      connectionName: `chorus:${this.nodeId}:${role}`,
+      // Loop connections fail fast and let their loop back off and re-claim; the command connection rides out
+      // short reconnects (a resent XADD is a duplicate, which at-least-once delivery allows).
+      maxRetriesPerRequest: blocking ? 0 : 3,
+      autoResendUnfulfilledCommands: !blocking,
+      enableAutoPipelining: !blocking,
+      commandTimeout: blocking ? undefined : Math.max(5000, this.callTimeoutMs),
+    });
+    conn.on("error", (err) => {
+      if (!this.closing) this.onError(err, `connection ${role}`);
+    });
+    return conn;
+  }
+}
+
+/** SCAN and delete every key under `prefix` (tests clean up their run with it). */
+export async function deleteRedisKeys(url: string, prefix: string): Promise<number> {
+  const pattern = redisKeys(prefix).all;
+  const conn = new Redis(url, { protocol: 2, maxRetriesPerRequest: 1 });
+  conn.on("error", NOOP);
+  let deleted = 0;
+  try {
+    let cursor = "0";
+    do {
+      const [next, keys] = (await conn.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)) as [string, string[]];
+      cursor = next;
+      if (keys.length) deleted += (await conn.call("UNLINK", ...keys)) as number;
+    } while (cursor !== "0");
+  } finally {
+    conn.disconnect();
+  }
+  return deleted;
+}
+
+function decodeField<T>(fields: string[], name: string): T | undefined {
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    if (fields[i] !== name) continue;
+    try {
+      return JSON.parse(fields[i + 1]!) as T;
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
+}
+
+function isNoGroup(err: unknown): boolean {
+  return String((err as Error)?.message ?? "").startsWith("NOGROUP");
+}
+
+function backoff(failures: number): number {
+  return Math.min(5000, 50 * 2 ** Math.min(failures, 7)) + Math.floor(Math.random() * 50);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref?.());
+}
+
+/** Whether every promise of `set` (as it evolves) settled within `ms`. */
+async function settledWithin(set: Set<Promise<void>>, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (set.size > 0) {
+    const left = deadline - Date.now();
+    if (left <= 0) return false;
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      Promise.allSettled([...set]).then(() => false),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), left))),
+    ]);
+    clearTimeout(timer);
+    if (timedOut) return false;
+  }
+  return true;
+}

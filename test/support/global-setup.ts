@@ -1,0 +1,21 @@
+/**
+ * Runs once before the suite: the real Redis and Postgres must answer, or the run stops here with a clear
+ * message instead of a hundred confusing failures.
+ */
+import net from "node:net";
+
+function reachable(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host, port, timeout: 2000 });
+    socket.once("connect", () => (socket.destroy(), resolve(true)));
+    socket.once("error", () => resolve(false));
+    socket.once("timeout", () => (socket.destroy(), resolve(false)));
+  });
+}
+
+export default async function setup(): Promise<void> {
+  const missing: string[] = [];
+  if (!(await reachable("127.0.0.1", 6379))) missing.push("Redis at 127.0.0.1:6379");
+  if (!(await reachable("127.0.0.1", 5432))) missing.push("PostgreSQL at 127.0.0.1:5432");
+  if (missing.length) throw new Error(`The test suite needs ${missing.join(" and ")}: start them first.`);
+}
