@@ -28,7 +28,13 @@ export function findUserById(db: DB, realmId: number, id: number): Promise<UserR
   return usersWithRealm(db).where("users.id", "=", id).where("users.realm_id", "=", realmId).executeTakeFirst();
 }
 
-/** Zulip's user object (GET /users/me, GET /users, realm_users in /register). */
+/** GET /users/me: the caller, without the bot fields Zulip leaves out there. */
+export function ownUserObject(u: Selectable<UserTable>) {
+  const { bot_type, bot_owner_id, ...rest } = userObject(u, { clientGravatar: false });
+  return rest;
+}
+
+/** Zulip's user object (GET /users, GET /users/{id}, realm_users in /register). */
 export function userObject(u: Selectable<UserTable>, opts: { clientGravatar: boolean }) {
   return {
     user_id: u.id,
@@ -84,9 +90,11 @@ export async function visibleStreams(db: DB, user: UserRow): Promise<StreamRow[]
     .execute();
 }
 
-/** Zulip's channel object (`streams` in /register, GET /streams). */
-export function streamObject(s: StreamRow, firstMessageId: number | null = null) {
+/** Zulip's channel object (`streams` in /register, GET /streams); settings hold topics_policy and the can_*_group values. */
+export function streamObject(s: StreamRow, subscriberCount: number, firstMessageId: number | null = null) {
+  const settings = (s.settings ?? {}) as Record<string, unknown>;
   return {
+    ...settings,
     stream_id: s.id,
     name: s.name,
     description: s.description,
@@ -100,11 +108,30 @@ export function streamObject(s: StreamRow, firstMessageId: number | null = null)
     stream_post_policy: 1,
     message_retention_days: s.message_retention_days,
     history_public_to_subscribers: s.history_public_to_subscribers,
-    topics_policy: "inherit",
     first_message_id: firstMessageId,
     folder_id: null,
     is_recently_active: true,
+    subscriber_count: subscriberCount,
+    stream_weekly_traffic: null,
   };
+}
+
+/** Channel objects for rows, with their subscriber counts. */
+export async function streamObjects(db: DB, rows: StreamRow[]) {
+  const counts = await subscriberCounts(db, rows.map((r) => r.id));
+  return rows.map((r) => streamObject(r, counts.get(r.id) ?? 0));
+}
+
+async function subscriberCounts(db: DB, streamIds: number[]): Promise<Map<number, number>> {
+  if (!streamIds.length) return new Map();
+  const rows = await db
+    .selectFrom("subscriptions")
+    .select(["stream_id", sql<number>`count(*)`.as("n")])
+    .where("stream_id", "in", streamIds)
+    .where("active", "=", true)
+    .groupBy("stream_id")
+    .execute();
+  return new Map(rows.map((r) => [r.stream_id, Number(r.n)]));
 }
 
 /** The user's subscriptions, as Zulip's subscription objects. */
@@ -119,8 +146,9 @@ export async function subscriptionsOf(db: DB, userId: number, includeSubscribers
     .orderBy("streams.id")
     .execute();
   const members = includeSubscribers ? await subscribersOf(db, rows.map((r) => r.id)) : undefined;
+  const counts = await subscriberCounts(db, rows.map((r) => r.id));
   return rows.map((r) => ({
-    ...streamObject(r),
+    ...streamObject(r, counts.get(r.id) ?? 0),
     color: r.color,
     is_muted: r.is_muted,
     in_home_view: !r.is_muted,
@@ -130,7 +158,6 @@ export async function subscriptionsOf(db: DB, userId: number, includeSubscribers
     push_notifications: null,
     audible_notifications: null,
     wildcard_mentions_notify: null,
-    stream_weekly_traffic: null,
     ...(members ? { subscribers: members.get(r.id) ?? [] } : {}),
   }));
 }

@@ -8,6 +8,7 @@ import { errors } from "../runtime/errors.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { ActorDeps } from "./deps.ts";
+import { addToRoleGroups, channelPermissionDefaults, createSystemGroups, systemGroups } from "./groups.ts";
 import { renderMarkdown } from "./message-format.ts";
 import type { CreatedUser, CreateUser, EnsureChannels, EnsuredChannel, RealmMessage } from "./protocol.ts";
 
@@ -42,19 +43,18 @@ export class RealmActor implements Actor {
       .executeTakeFirst();
     if (taken) throw errors.badRequest(`Email '${msg.email}' already in use`);
     const apiKey = Keyring.newApiKey();
-    const user = await store.write(this.ctx.fence(), (trx) =>
-      trx
-        .insertInto("users")
-        .values(newUserRow(this.realmId, msg, keyring, apiKey))
-        .returning("id")
-        .executeTakeFirstOrThrow(),
-    );
+    const user = await store.write(this.ctx.fence(), async (trx) => {
+      const row = await trx.insertInto("users").values(newUserRow(this.realmId, msg, keyring, apiKey)).returning("id").executeTakeFirstOrThrow();
+      await addToRoleGroups(trx, this.realmId, row.id, msg.role);
+      return row;
+    });
     return { user_id: user.id, api_key: apiKey };
   }
 
   private async ensureChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
     const now = Math.floor(Date.now() / 1000);
     return this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const groups = await systemGroups(trx, this.realmId);
       const out: EnsuredChannel[] = [];
       for (const spec of msg.channels) {
         const existing = await trx
@@ -80,7 +80,7 @@ export class RealmActor implements Actor {
             creator_id: msg.creatorId,
             date_created: now,
             message_retention_days: null,
-            settings: "{}",
+            settings: JSON.stringify({ topics_policy: "inherit", ...channelPermissionDefaults(groups, msg.creatorId) }),
           })
           .returning(["id", "name"])
           .executeTakeFirstOrThrow();
@@ -128,11 +128,14 @@ export async function bootstrapOrganization(
       .values({ string_id: "", name: "Chorus", date_created: Math.floor(Date.now() / 1000), settings: "{}" })
       .returning("id")
       .executeTakeFirstOrThrow();
+    await createSystemGroups(trx, realm.id);
     const apiKey = Keyring.newApiKey();
-    await trx
+    const user = await trx
       .insertInto("users")
       .values(newUserRow(realm.id, { op: "createUser", ...owner, role: ROLE.owner }, keyring, apiKey))
-      .execute();
+      .returning("id")
+      .executeTakeFirstOrThrow();
+    await addToRoleGroups(trx, realm.id, user.id, ROLE.owner);
     return { realmId: realm.id, email: owner.email, apiKey };
   });
 }

@@ -4,7 +4,7 @@ import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { CHANNEL, REALM, type EnsuredChannel, type SubscribeResult } from "../../actors/protocol.ts";
 import { ROLE } from "../../actors/realm.ts";
-import { findStream, streamObject, subscriptionsOf, visibleStreams, type UserRow } from "../../actors/reads.ts";
+import { findStream, streamObjects, subscriptionsOf, visibleStreams, type UserRow } from "../../actors/reads.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS } from "../zulip.ts";
@@ -136,7 +136,7 @@ export const channelRoutes: RouteSpec[] = [
     path: "/streams",
     params: { type: "object", properties: { include_public: Bool, include_subscribed: Bool, include_all: Bool } },
     async handle({ user, services }) {
-      return { streams: (await visibleStreams(services.store.db, user)).map((s) => streamObject(s)) };
+      return { streams: await streamObjects(services.store.db, await visibleStreams(services.store.db, user)) };
     },
   },
 ];

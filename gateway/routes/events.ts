@@ -4,7 +4,7 @@ import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { USER, type Polled, type Registered } from "../../actors/protocol.ts";
 import { parseNarrow } from "../../actors/narrow.ts";
-import { realmUsers, streamObject, subscriptionsOf, userObject, visibleStreams, type UserRow } from "../../actors/reads.ts";
+import { realmUsers, streamObjects, subscriptionsOf, userObject, visibleStreams, type UserRow } from "../../actors/reads.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
@@ -24,11 +24,11 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
   async subscription(s, u, o) {
     const subscriptions = await subscriptionsOf(s.store.db, u.id, o.includeSubscribers);
     const subscribed = new Set(subscriptions.map((x) => x.stream_id));
-    const never = (await visibleStreams(s.store.db, u)).filter((x) => !subscribed.has(x.id)).map((x) => streamObject(x));
+    const never = await streamObjects(s.store.db, (await visibleStreams(s.store.db, u)).filter((x) => !subscribed.has(x.id)));
     return { subscriptions, unsubscribed: [], never_subscribed: never };
   },
   async stream(s, u) {
-    return { streams: (await visibleStreams(s.store.db, u)).map((x) => streamObject(x)) };
+    return { streams: await streamObjects(s.store.db, await visibleStreams(s.store.db, u)) };
   },
   async realm_user(s, u, o) {
     const users = await realmUsers(s.store.db, u.realm_id);

@@ -2,7 +2,7 @@
 import { errors } from "../../runtime/errors.ts";
 import { actorId } from "../../runtime/actor.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
-import { realmUsers, userObject } from "../../actors/reads.ts";
+import { ownUserObject, realmUsers, userObject } from "../../actors/reads.ts";
 import { REALM, type CreatedUser } from "../../actors/protocol.ts";
 import { ROLE } from "../../actors/realm.ts";
 import type { RouteSpec } from "../app.ts";
@@ -41,7 +41,7 @@ export const userRoutes: RouteSpec[] = [
     path: "/users/me",
     params: { type: "object", properties: {} },
     handle({ user }) {
-      return { ...userObject(user, { clientGravatar: false }) };
+      return ownUserObject(user);
     },
   },
   {

@@ -5,7 +5,16 @@
  */
 import fs from "node:fs";
 import path from "node:path";
-import { Kysely, PostgresDialect, type DatabaseConnection, type Dialect, type Driver, type TransactionSettings } from "kysely";
+import {
+  Kysely,
+  PostgresDialect,
+  type CompiledQuery,
+  type DatabaseConnection,
+  type Dialect,
+  type Driver,
+  type QueryResult,
+  type TransactionSettings,
+} from "kysely";
 import { KyselyPGlite } from "kysely-pglite";
 import { PGlite, types as pgliteTypes } from "@electric-sql/pglite";
 import pg from "pg";
@@ -64,26 +73,52 @@ class SerialDriver implements Driver {
     const previous = this.tail;
     this.tail = new Promise<void>((r) => (release = r));
     await previous;
-    const connection = await this.inner.acquireConnection();
+    const connection = new CountingConnection(await this.inner.acquireConnection());
     this.releases.set(connection, release);
     return connection;
   }
   beginTransaction(c: DatabaseConnection, s: TransactionSettings) {
-    return this.inner.beginTransaction(c, s);
+    return this.inner.beginTransaction(unwrap(c), s);
   }
   commitTransaction(c: DatabaseConnection) {
-    return this.inner.commitTransaction(c);
+    return this.inner.commitTransaction(unwrap(c));
   }
   rollbackTransaction(c: DatabaseConnection) {
-    return this.inner.rollbackTransaction(c);
+    return this.inner.rollbackTransaction(unwrap(c));
   }
   async releaseConnection(c: DatabaseConnection): Promise<void> {
-    await this.inner.releaseConnection(c);
+    await this.inner.releaseConnection(unwrap(c));
     const release = this.releases.get(c);
     this.releases.delete(c);
     release?.();
   }
   destroy() {
     return this.inner.destroy();
+  }
+}
+
+function unwrap(c: DatabaseConnection): DatabaseConnection {
+  return c instanceof CountingConnection ? c.inner : c;
+}
+
+/**
+ * kysely-pglite passes PGlite's result through unchanged, and PGlite reports `rowCount`, not kysely's
+ * `numAffectedRows`: without this every UPDATE/INSERT reads as having changed 0 rows (an update's
+ * numUpdatedRows is 0n, an insert's numInsertedOrUpdatedRows undefined). Mapped as kysely's Postgres driver does.
+ */
+class CountingConnection implements DatabaseConnection {
+  constructor(readonly inner: DatabaseConnection) {}
+  async executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
+    const result = (await this.inner.executeQuery<R>(query)) as QueryResult<R> & {
+      command?: string;
+      rowCount?: number;
+      affectedRows?: number;
+    };
+    const counted = ["INSERT", "UPDATE", "DELETE", "MERGE"].includes(result.command ?? "");
+    if (result.numAffectedRows !== undefined || !counted) return result;
+    return { ...result, numAffectedRows: BigInt(result.rowCount ?? result.affectedRows ?? 0) };
+  }
+  streamQuery<R>(query: CompiledQuery, chunkSize?: number): AsyncIterableIterator<QueryResult<R>> {
+    return this.inner.streamQuery<R>(query, chunkSize);
   }
 }

@@ -64,6 +64,29 @@ export interface SubscriptionTable {
   pin_to_top: boolean;
 }
 
+export interface UserGroupTable {
+  id: Generated<number>;
+  realm_id: number;
+  name: string;
+  description: string;
+  is_system_group: boolean;
+  deactivated: boolean;
+  creator_id: number | null;
+  date_created: number | null;
+  /** The group's own can_*_group settings. */
+  settings: Json;
+}
+
+export interface UserGroupMemberTable {
+  group_id: number;
+  user_id: number;
+}
+
+export interface UserGroupSubgroupTable {
+  group_id: number;
+  subgroup_id: number;
+}
+
 export interface MessageTable {
   id: number;
   realm_id: number;
@@ -108,6 +131,9 @@ export interface Database {
   users: UserTable;
   streams: StreamTable;
   subscriptions: SubscriptionTable;
+  user_groups: UserGroupTable;
+  user_group_members: UserGroupMemberTable;
+  user_group_subgroups: UserGroupSubgroupTable;
   messages: MessageTable;
   actor_snapshots: ActorSnapshotTable;
   shard_leases: ShardLeaseTable;

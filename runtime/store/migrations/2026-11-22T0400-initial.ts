@@ -50,6 +50,32 @@ export async function up(db: Kysely<any>): Promise<void> {
   await sql`create unique index streams_realm_name on streams (realm_id, lower(name))`.execute(db);
 
   await db.schema
+    .createTable("user_groups")
+    .addColumn("id", "serial", (c) => c.primaryKey())
+    .addColumn("realm_id", "integer", (c) => c.notNull().references("realms.id"))
+    .addColumn("name", "text", (c) => c.notNull())
+    .addColumn("description", "text", (c) => c.notNull().defaultTo(""))
+    .addColumn("is_system_group", "boolean", (c) => c.notNull().defaultTo(false))
+    .addColumn("deactivated", "boolean", (c) => c.notNull().defaultTo(false))
+    .addColumn("creator_id", "integer")
+    .addColumn("date_created", "bigint")
+    .addColumn("settings", "jsonb", (c) => c.notNull().defaultTo(sql`'{}'::jsonb`))
+    .execute();
+  await sql`create unique index user_groups_realm_name on user_groups (realm_id, lower(name))`.execute(db);
+  await db.schema
+    .createTable("user_group_members")
+    .addColumn("group_id", "integer", (c) => c.notNull().references("user_groups.id"))
+    .addColumn("user_id", "integer", (c) => c.notNull().references("users.id"))
+    .addPrimaryKeyConstraint("user_group_members_pk", ["group_id", "user_id"])
+    .execute();
+  await db.schema
+    .createTable("user_group_subgroups")
+    .addColumn("group_id", "integer", (c) => c.notNull().references("user_groups.id"))
+    .addColumn("subgroup_id", "integer", (c) => c.notNull().references("user_groups.id"))
+    .addPrimaryKeyConstraint("user_group_subgroups_pk", ["group_id", "subgroup_id"])
+    .execute();
+
+  await db.schema
     .createTable("subscriptions")
     .addColumn("user_id", "integer", (c) => c.notNull().references("users.id"))
     .addColumn("stream_id", "integer", (c) => c.notNull().references("streams.id"))

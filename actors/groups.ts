@@ -1,0 +1,83 @@
+/**
+ * User groups: the system groups every realm has, and group-setting values (a group id, or
+ * `{direct_members, direct_subgroups}`) as Zulip's permission settings take them.
+ */
+import type { Kysely, Transaction } from "kysely";
+import type { Database } from "../runtime/store/schema.ts";
+
+export type GroupSettingValue = number | { direct_members: number[]; direct_subgroups: number[] };
+
+/** System groups, each containing the one before it (owners ⊂ administrators ⊂ … ⊂ internet); nobody is alone. */
+const NESTED = ["role:owners", "role:administrators", "role:moderators", "role:fullmembers", "role:members", "role:everyone", "role:internet"];
+const DESCRIPTIONS: Record<string, string> = {
+  "role:owners": "Owners of this organization",
+  "role:administrators": "Administrators of this organization, including owners",
+  "role:moderators": "Moderators of this organization, including administrators",
+  "role:fullmembers": "Members of this organization, not including new accounts and guests",
+  "role:members": "Members of this organization, not including guests",
+  "role:everyone": "Everyone in this organization, including guests",
+  "role:internet": "Everyone on the Internet",
+  "role:nobody": "Nobody",
+};
+
+export type SystemGroups = Map<string, number>;
+
+export async function createSystemGroups(trx: Transaction<Database>, realmId: number): Promise<SystemGroups> {
+  const groups: SystemGroups = new Map();
+  for (const name of [...NESTED, "role:nobody"]) {
+    const row = await trx
+      .insertInto("user_groups")
+      .values({ realm_id: realmId, name, description: DESCRIPTIONS[name]!, is_system_group: true, deactivated: false, creator_id: null, date_created: null, settings: "{}" })
+      .returning("id")
+      .executeTakeFirstOrThrow();
+    groups.set(name, row.id);
+  }
+  for (let i = 1; i < NESTED.length; i++) {
+    await trx.insertInto("user_group_subgroups").values({ group_id: groups.get(NESTED[i]!)!, subgroup_id: groups.get(NESTED[i - 1]!)! }).execute();
+  }
+  return groups;
+}
+
+export async function systemGroups(db: Kysely<Database> | Transaction<Database>, realmId: number): Promise<SystemGroups> {
+  const rows = await db.selectFrom("user_groups").select(["id", "name"]).where("realm_id", "=", realmId).where("is_system_group", "=", true).execute();
+  return new Map(rows.map((r) => [r.name, r.id]));
+}
+
+/** The system groups a user of this role is a direct member of. */
+export function roleGroups(role: number): string[] {
+  switch (role) {
+    case 100:
+      return ["role:owners"];
+    case 200:
+      return ["role:administrators"];
+    case 300:
+      return ["role:moderators"];
+    case 600:
+      return ["role:everyone"];
+    default:
+      return ["role:members", "role:fullmembers"];
+  }
+}
+
+export async function addToRoleGroups(trx: Transaction<Database>, realmId: number, userId: number, role: number): Promise<void> {
+  const groups = await systemGroups(trx, realmId);
+  const values = roleGroups(role).map((name) => ({ group_id: groups.get(name)!, user_id: userId }));
+  await trx.insertInto("user_group_members").values(values).execute();
+}
+
+/** Zulip's defaults for a new channel's permission settings. */
+export function channelPermissionDefaults(groups: SystemGroups, creatorId: number | null): Record<string, GroupSettingValue> {
+  const id = (name: string) => groups.get(name)!;
+  return {
+    can_add_subscribers_group: { direct_members: [], direct_subgroups: [] },
+    can_administer_channel_group: { direct_members: creatorId ? [creatorId] : [], direct_subgroups: [] },
+    can_delete_any_message_group: { direct_members: [], direct_subgroups: [] },
+    can_delete_own_message_group: id("role:everyone"),
+    can_move_messages_out_of_channel_group: { direct_members: [], direct_subgroups: [] },
+    can_move_messages_within_channel_group: { direct_members: [], direct_subgroups: [] },
+    can_remove_subscribers_group: id("role:administrators"),
+    can_resolve_topics_group: { direct_members: [], direct_subgroups: [] },
+    can_send_message_group: id("role:everyone"),
+    can_subscribe_group: { direct_members: [], direct_subgroups: [] },
+  };
+}

@@ -1,0 +1,67 @@
+/** The part of autocannon 9's programmatic API the bench uses (the package ships no typings). */
+declare module "autocannon" {
+  interface AutocannonOptions {
+    url: string;
+    connections?: number;
+    pipelining?: number;
+    /** Seconds. */
+    duration?: number;
+    /** Seconds before a request counts as a timeout. */
+    timeout?: number;
+    method?: string;
+    headers?: Record<string, string>;
+    body?: string;
+    title?: string;
+  }
+
+  /** Percentiles autocannon reports (hdr-histogram-percentiles-obj). */
+  interface AutocannonHistogram {
+    average: number;
+    mean: number;
+    stddev: number;
+    min: number;
+    max: number;
+    total: number;
+    p1: number;
+    p2_5: number;
+    p10: number;
+    p50: number;
+    p90: number;
+    p97_5: number;
+    p99: number;
+    p99_9: number;
+    sent?: number;
+  }
+
+  interface AutocannonResult {
+    title?: string;
+    url: string;
+    connections: number;
+    pipelining: number;
+    duration: number;
+    samples: number;
+    start: Date;
+    finish: Date;
+    errors: number;
+    timeouts: number;
+    mismatches: number;
+    non2xx: number;
+    resets: number;
+    "1xx": number;
+    "2xx": number;
+    "3xx": number;
+    "4xx": number;
+    "5xx": number;
+    statusCodeStats: Record<string, { count: number }>;
+    /** Milliseconds. */
+    latency: AutocannonHistogram;
+    /** Requests per one-second sample. */
+    requests: AutocannonHistogram;
+    /** Bytes per one-second sample. */
+    throughput: AutocannonHistogram;
+  }
+
+  function autocannon(opts: AutocannonOptions): Promise<AutocannonResult>;
+  export default autocannon;
+  export type { AutocannonOptions, AutocannonResult, AutocannonHistogram };
+}

@@ -1,0 +1,557 @@
+/**
+ * `npm run bench [-- options]`: throughput and latency of Chorus against the machine's ceiling, in one run.
+ *
+ * 1. The ceilings, on port 0 in this process: a raw uWebSockets.js hello-world (the ceiling every figure is a
+ *    ratio of) and the same hello-world through gateway/http.ts (what the adapter itself costs).
+ * 2. For each engine (embedded: memory + PGlite; redis+postgres: Redis Streams + a fresh Postgres database), a
+ *    node started with startNode() in this process, then each scenario (send, fetch).
+ *
+ * Every measurement is a warm-up autocannon run (discarded) followed by the measured run, with the same fixed
+ * flags everywhere. autocannon runs in a child process (bench/load.ts) so it neither shares the server's event
+ * loop nor counts in its CPU time: "server CPU/req" is this process's CPU time over the measured run divided by
+ * the responses. "machine CPU/req" adds everything else on the machine (Postgres, Redis, the load generator).
+ * Results go to the terminal and to bench/results/<timestamp>.json.
+ */
+import { execFileSync, fork, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import type { LoadFigures, LoadReply, LoadRequest } from "./load.ts";
+import {
+  ENGINES,
+  SCENARIOS,
+  startAdapterCeiling,
+  startEngine,
+  startRawUwsCeiling,
+  HOST,
+  type Ceiling,
+  type Engine,
+  type EngineName,
+  type Target,
+  type Verification,
+} from "./scenarios.ts";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(HERE, "..");
+
+// ---------------------------------------------------------------------------------------------------------------
+// Options
+
+interface Options {
+  engines: EngineName[];
+  scenarios: string[];
+  duration: number;
+  warmup: number;
+  connections: number;
+  pipelining: number;
+  timeout: number;
+  ceiling: boolean;
+}
+
+const USAGE = `usage: npm run bench -- [options]
+  --engine <embedded|redis+postgres|both>   engines to run (default both; env BENCH_ENGINE)
+  --scenario <send,fetch>                   scenarios to run (default all; env BENCH_SCENARIO)
+  --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
+  --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
+  --connections <n>                         autocannon connections (default 50; env BENCH_CONNECTIONS)
+  --pipelining <n>                          autocannon pipelining (default 1; env BENCH_PIPELINING)
+  --timeout <s>                             autocannon request timeout (default 10)
+  --no-ceiling                              skip the ceiling runs (ratios are then left out)`;
+
+function parseOptions(argv: string[]): Options {
+  const env = process.env;
+  const raw: Record<string, string | undefined> = {
+    engine: env.BENCH_ENGINE,
+    scenario: env.BENCH_SCENARIO,
+    duration: env.BENCH_DURATION,
+    warmup: env.BENCH_WARMUP,
+    connections: env.BENCH_CONNECTIONS,
+    pipelining: env.BENCH_PIPELINING,
+    timeout: env.BENCH_TIMEOUT,
+  };
+  let ceiling = true;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--help" || arg === "-h") {
+      console.log(USAGE);
+      process.exit(0);
+    }
+    if (arg === "--no-ceiling") {
+      ceiling = false;
+      continue;
+    }
+    const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
+    if (!m || !(m[1]! in raw)) throw new Error(`unknown argument ${arg}\n${USAGE}`);
+    const value = m[2] ?? argv[++i];
+    if (value === undefined) throw new Error(`${arg} needs a value`);
+    raw[m[1]!] = value;
+  }
+  const num = (name: string, fallback: number, min: number) => {
+    const v = raw[name];
+    if (v === undefined || v === "") return fallback;
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < min) throw new Error(`--${name} must be a number ≥ ${min}, got ${v}`);
+    return n;
+  };
+  const engineArg = (raw.engine ?? "both").toLowerCase();
+  const aliases: Record<string, EngineName[]> = {
+    both: [...ENGINES],
+    all: [...ENGINES],
+    embedded: ["embedded"],
+    memory: ["embedded"],
+    pglite: ["embedded"],
+    "redis+postgres": ["redis+postgres"],
+    redis: ["redis+postgres"],
+    postgres: ["redis+postgres"],
+    distributed: ["redis+postgres"],
+  };
+  const engines = [...new Set(engineArg.split(",").flatMap((e) => aliases[e.trim()] ?? []))];
+  if (!engines.length) throw new Error(`--engine: expected embedded, redis+postgres or both, got ${raw.engine}`);
+  const known = SCENARIOS.map((s) => s.name);
+  const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
+  for (const s of scenarios) if (!known.includes(s)) throw new Error(`--scenario: unknown ${s} (known: ${known.join(", ")})`);
+  return {
+    engines,
+    scenarios,
+    duration: num("duration", 10, 1),
+    warmup: num("warmup", 2, 0),
+    connections: Math.round(num("connections", 50, 1)),
+    pipelining: Math.round(num("pipelining", 1, 1)),
+    timeout: num("timeout", 10, 1),
+    ceiling,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The load generator child
+
+class LoadGenerator {
+  private child!: ChildProcess;
+  private nextId = 1;
+  private pending = new Map<number, { resolve(f: LoadFigures): void; reject(e: Error): void }>();
+
+  async start(): Promise<void> {
+    // tsx as a loader so the child runs bench/load.ts as it is; cwd = the project so `tsx` resolves.
+    this.child = fork(path.join(HERE, "load.ts"), [], {
+      cwd: ROOT,
+      execArgv: ["--import", "tsx"],
+      stdio: ["ignore", "inherit", "inherit", "ipc"],
+    });
+    await new Promise<void>((resolve, reject) => {
+      const onExit = (code: number | null) => reject(new Error(`load generator exited early (${code})`));
+      this.child.once("exit", onExit);
+      this.child.once("message", () => {
+        this.child.off("exit", onExit);
+        resolve();
+      });
+    });
+    this.child.on("message", (msg: LoadReply) => {
+      const waiter = this.pending.get(msg.id);
+      if (!waiter) return;
+      this.pending.delete(msg.id);
+      if (msg.ok) waiter.resolve(msg.figures);
+      else waiter.reject(new Error(`load generator: ${msg.error}`));
+    });
+    this.child.on("exit", (code) => {
+      for (const w of this.pending.values()) w.reject(new Error(`load generator exited (${code})`));
+      this.pending.clear();
+    });
+  }
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  run(req: Omit<LoadRequest, "id">): Promise<LoadFigures> {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.child.send({ ...req, id } satisfies LoadRequest);
+    });
+  }
+
+  async stop(): Promise<void> {
+    const child = this.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise<void>((r) => child.once("exit", () => r()));
+    if (child.connected) child.send({ exit: true });
+    const timer = setTimeout(() => child.kill("SIGKILL"), 3000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Server-side observation: errors logged by the server while loaded
+
+interface LoggedErrors {
+  count: number;
+  samples: string[];
+}
+
+const SHOWN_PER_RUN = 5;
+let logged: LoggedErrors = { count: 0, samples: [] };
+const originalError = console.error.bind(console);
+const originalWarn = console.warn.bind(console);
+function captureLog(kind: string, original: (...a: unknown[]) => void) {
+  return (...args: unknown[]) => {
+    logged.count++;
+    const text = args.map((a) => (a instanceof Error ? (a.stack ?? a.message) : typeof a === "string" ? a : safeJson(a))).join(" ");
+    if (logged.samples.length < SHOWN_PER_RUN) {
+      logged.samples.push(`${kind}: ${text.slice(0, 600)}`);
+      original(...args);
+    } else if (logged.samples.length === SHOWN_PER_RUN && logged.count === SHOWN_PER_RUN + 1) {
+      original(`bench: further server ${kind} lines are counted, not shown`);
+    }
+  };
+}
+function safeJson(v: unknown): string {
+  try {
+    return JSON.stringify(v);
+  } catch {
+    return String(v);
+  }
+}
+console.error = captureLog("error", originalError);
+console.warn = captureLog("warn", originalWarn);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Measuring
+
+interface Measurement {
+  name: string;
+  engine?: EngineName;
+  describe: string;
+  target: { method: string; path: string; body?: string };
+  warmup?: LoadFigures;
+  load: LoadFigures;
+  /** CPU time of this (the server's) process over the measured run. */
+  serverCpuMicros: number;
+  serverCpuPerRequestMicros: number;
+  /** Share of one core the server used over the measured run. */
+  serverCpuCores: number;
+  loadCpuCores: number;
+  /** Busy time of all the machine's cores (server + load generator + Postgres + Redis + anything else). */
+  machineCpuPerRequestMicros: number;
+  machineBusyCores: number;
+  /** CPU time of this engine's Postgres backends and of the Redis server over the measured run (redis+postgres). */
+  services?: { postgresMicros: number; redisMicros: number; perRequestMicros: number; cores: number };
+  /**
+   * Busy cores not accounted for by the server, the load generator, Postgres backends and Redis: other processes
+   * on the machine (and Postgres' shared background writers). Well above 0 means the figures are disturbed.
+   */
+  otherBusyCores: number;
+  eventLoopDelayMs: { p50: number; p99: number; max: number };
+  rssMb: number;
+  serverLog: LoggedErrors;
+  verification?: Verification;
+  /** What the scenario's prepare step recorded (data size and the like). */
+  context?: Record<string, unknown>;
+  ratioToUws?: number;
+  ratioToAdapter?: number;
+}
+
+function machineBusyMs(): { busy: number; total: number } {
+  let busy = 0;
+  let total = 0;
+  for (const c of os.cpus()) {
+    const t = c.times;
+    busy += t.user + t.nice + t.sys + t.irq;
+    total += t.user + t.nice + t.sys + t.irq + t.idle;
+  }
+  return { busy, total };
+}
+
+async function measure(
+  load: LoadGenerator,
+  opts: Options,
+  port: number,
+  target: Target,
+  serviceCpu?: () => Promise<Map<string, number>>,
+): Promise<Omit<Measurement, "name" | "describe" | "engine">> {
+  const req = {
+    url: `http://${HOST}:${port}${target.path}`,
+    method: target.method,
+    headers: target.headers,
+    body: target.body,
+    connections: opts.connections,
+    pipelining: opts.pipelining,
+    timeout: opts.timeout,
+  };
+  const warmup = opts.warmup > 0 ? await load.run({ ...req, duration: opts.warmup }) : undefined;
+
+  logged = { count: 0, samples: [] };
+  const eld = monitorEventLoopDelay({ resolution: 10 });
+  const services0 = await serviceCpu?.();
+  const machine0 = machineBusyMs();
+  const cpu0 = process.cpuUsage();
+  eld.enable();
+  const figures = await load.run({ ...req, duration: opts.duration });
+  eld.disable();
+  const cpu = process.cpuUsage(cpu0);
+  const machine1 = machineBusyMs();
+  const services1 = await serviceCpu?.();
+  const serverLog = logged;
+
+  const serverCpuMicros = cpu.user + cpu.system;
+  const responses = Math.max(1, figures.totalRequests);
+  const wallMicros = figures.wallMs * 1000;
+  const busyMicros = (machine1.busy - machine0.busy) * 1000;
+  const ns = (v: number) => (Number.isFinite(v) ? v / 1e6 : 0);
+  let services: Measurement["services"];
+  if (services0 && services1 && services1.size) {
+    let postgresMicros = 0;
+    let redisMicros = 0;
+    for (const [key, end] of services1) {
+      const used = Math.max(0, end - (services0.get(key) ?? 0));
+      if (key === "redis") redisMicros += used;
+      else postgresMicros += used;
+    }
+    const total = postgresMicros + redisMicros;
+    services = { postgresMicros, redisMicros, perRequestMicros: total / responses, cores: total / wallMicros };
+  }
+  const accounted = serverCpuMicros + figures.loadCpuMicros + (services ? services.postgresMicros + services.redisMicros : 0);
+  return {
+    target: { method: target.method, path: target.path, body: target.body },
+    warmup,
+    load: figures,
+    serverCpuMicros,
+    serverCpuPerRequestMicros: serverCpuMicros / responses,
+    serverCpuCores: serverCpuMicros / wallMicros,
+    loadCpuCores: figures.loadCpuMicros / wallMicros,
+    machineCpuPerRequestMicros: busyMicros / responses,
+    machineBusyCores: busyMicros / wallMicros,
+    services,
+    otherBusyCores: Math.max(0, busyMicros - accounted) / wallMicros,
+    eventLoopDelayMs: { p50: ns(eld.percentile(50)), p99: ns(eld.percentile(99)), max: ns(eld.max) },
+    rssMb: process.memoryUsage().rss / 2 ** 20,
+    serverLog,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Output
+
+function fmt(n: number | undefined, digits = 0): string {
+  if (n === undefined || !Number.isFinite(n)) return "–";
+  return n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+}
+
+function table(rows: Measurement[]): string {
+  const head = [
+    "run",
+    "req/s",
+    "p50 ms",
+    "p99 ms",
+    "2xx",
+    "non-2xx",
+    "errors",
+    "× uWS",
+    "× adapter",
+    "srv CPU µs/req",
+    "srv cores",
+    "pg+redis µs/req",
+    "loadgen cores",
+    "other cores",
+    "loop p99 ms",
+  ];
+  const body = rows.map((m) => [
+    m.engine ? `${m.engine} / ${m.name}` : m.name,
+    fmt(m.load.reqPerSec),
+    fmt(m.load.latencyMs.p50, 1),
+    fmt(m.load.latencyMs.p99, 1),
+    fmt(m.load.status["2xx"]),
+    fmt(m.load.status.non2xx),
+    fmt(m.load.errors + m.load.timeouts),
+    m.ratioToUws === undefined ? "–" : `${m.ratioToUws.toFixed(3)}×`,
+    m.ratioToAdapter === undefined ? "–" : `${m.ratioToAdapter.toFixed(3)}×`,
+    fmt(m.serverCpuPerRequestMicros, 1),
+    fmt(m.serverCpuCores, 2),
+    m.services ? fmt(m.services.perRequestMicros, 1) : "–",
+    fmt(m.loadCpuCores, 2),
+    fmt(m.otherBusyCores, 2),
+    fmt(m.eventLoopDelayMs.p99, 1),
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+  return [line(head), widths.map((w) => "─".repeat(w)).join("  "), ...body.map(line)].join("\n");
+}
+
+function gitInfo(): { commit?: string; dirtyFiles?: number } {
+  try {
+    const commit = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: ROOT, encoding: "utf8" }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain"], { cwd: ROOT, encoding: "utf8" }).split("\n").filter(Boolean).length;
+    return { commit, dirtyFiles: dirty };
+  } catch {
+    return {};
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Main
+
+async function main(): Promise<number> {
+  const opts = parseOptions(process.argv.slice(2));
+  const started = new Date();
+  const stops = new Set<() => Promise<void>>();
+  const load = new LoadGenerator();
+  let interrupted = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    originalError(`bench: ${signal}: cleaning up`);
+    void (async () => {
+      await load.stop().catch(() => {});
+      for (const stop of stops) await stop();
+      process.exit(130);
+    })();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  const flags = { connections: opts.connections, pipelining: opts.pipelining, duration: opts.duration, warmup: opts.warmup, timeout: opts.timeout };
+  const cpus = os.cpus();
+  const machine = {
+    cpus: cpus.length,
+    cpuModel: cpus[0]?.model,
+    totalMemMb: Math.round(os.totalmem() / 2 ** 20),
+    platform: `${os.platform()} ${os.release()} ${os.arch()}`,
+    node: process.version,
+    loadAverageAtStart: os.loadavg(),
+    ...gitInfo(),
+  };
+  console.log(`chorus bench: ${machine.cpus} × ${machine.cpuModel}, node ${machine.node}, ${machine.platform}`);
+  console.log(
+    `autocannon flags: -c ${opts.connections} -p ${opts.pipelining} -d ${opts.duration} (timeout ${opts.timeout}s), ` +
+      `after a discarded ${opts.warmup}s warm-up with the same flags; autocannon in a child process`,
+  );
+  console.log(`engines: ${opts.engines.join(", ")}; scenarios: ${opts.scenarios.join(", ")}\n`);
+
+  const results: Measurement[] = [];
+  const engineInfo: Array<{ name: EngineName; describe: string; store: string; startupMs: number }> = [];
+  const failures: string[] = [];
+  let uws: Measurement | undefined;
+  let adapter: Measurement | undefined;
+
+  try {
+    await load.start();
+
+    if (opts.ceiling) {
+      for (const start of [startRawUwsCeiling, startAdapterCeiling]) {
+        const ceiling: Ceiling = await start();
+        try {
+          process.stdout.write(`measuring ${ceiling.name} (${ceiling.describe}) … `);
+          const m: Measurement = { name: ceiling.name, describe: ceiling.describe, ...(await measure(load, opts, ceiling.port, ceiling.target)) };
+          console.log(`${fmt(m.load.reqPerSec)} req/s`);
+          results.push(m);
+          if (ceiling.name === "ceiling:uws") uws = m;
+          else adapter = m;
+        } finally {
+          ceiling.close();
+        }
+      }
+    }
+
+    for (const name of opts.engines) {
+      if (interrupted) break;
+      let engine: Engine | undefined;
+      try {
+        process.stdout.write(`starting ${name} … `);
+        engine = await startEngine(name, (stop) => stops.add(stop));
+        console.log(`${engine.node.store.engine} store, port ${engine.node.port}, ${fmt(engine.startupMs)} ms`);
+        engineInfo.push({ name, describe: engine.describe, store: engine.node.store.engine, startupMs: engine.startupMs });
+        for (const scenario of SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
+          if (interrupted) break;
+          process.stdout.write(`measuring ${name} / ${scenario.name} … `);
+          const context = (await scenario.prepare(engine)) ?? undefined;
+          const m: Measurement = {
+            name: scenario.name,
+            engine: name,
+            describe: scenario.describe,
+            context,
+            ...(await measure(load, opts, engine.node.port, scenario.target(engine), engine.serviceCpu)),
+          };
+          if (scenario.verify) {
+            const runs = [m.warmup, m.load]
+              .filter((r): r is LoadFigures => r !== undefined)
+              .map((r) => ({ "2xx": r.status["2xx"], connections: opts.connections, pipelining: opts.pipelining }));
+            m.verification = await scenario.verify(engine, runs);
+            if (!m.verification.ok) failures.push(`${name} / ${scenario.name}: ${m.verification.note}`);
+          }
+          if (m.load.status.non2xx || m.load.errors || m.load.timeouts) {
+            failures.push(
+              `${name} / ${scenario.name}: ${m.load.status.non2xx} non-2xx ${JSON.stringify(m.load.status.codes)}, ` +
+                `${m.load.errors} errors, ${m.load.timeouts} timeouts`,
+            );
+          }
+          const ctx = context ? ` [${Object.entries(context).map(([k, v]) => `${k}=${v}`).join(", ")}]` : "";
+          console.log(`${fmt(m.load.reqPerSec)} req/s${ctx}${m.verification ? ` (${m.verification.note})` : ""}`);
+          results.push(m);
+        }
+      } catch (err) {
+        failures.push(`${name}: ${(err as Error).stack ?? err}`);
+        originalError(`bench: ${name} failed:`, err);
+      } finally {
+        if (engine) await engine.stop();
+        for (const stop of stops) {
+          await stop();
+          stops.delete(stop);
+        }
+      }
+    }
+  } finally {
+    await load.stop().catch(() => {});
+    for (const stop of stops) await stop();
+  }
+
+  for (const m of results) {
+    if (uws && uws.load.reqPerSec > 0) m.ratioToUws = m.load.reqPerSec / uws.load.reqPerSec;
+    if (adapter && adapter.load.reqPerSec > 0) m.ratioToAdapter = m.load.reqPerSec / adapter.load.reqPerSec;
+  }
+
+  console.log(`\n${table(results)}\n`);
+  console.log(
+    "req/s: mean of autocannon's one-second samples of the measured run. × uWS: ratio to the raw uWS hello-world\n" +
+      "measured just before with the same flags (the ceiling); × adapter: to the hello-world through gateway/http.ts.\n" +
+      "srv CPU: this process (gateway + actors, and PGlite when embedded) per response; pg+redis: this engine's\n" +
+      "Postgres backends and the Redis server per response; cores: CPU time / wall time of the measured run.\n" +
+      "other cores: busy time of the machine nobody above accounts for (other processes): well above 0 = disturbed.\n" +
+      "Latencies are autocannon's, in whole milliseconds. loop p99: the server's event-loop delay.",
+  );
+  for (const m of results) {
+    if (m.verification) {
+      const v = m.verification;
+      console.log(`${m.engine} / ${m.name}: stored ${fmt(v.stored)}, 2xx ${fmt(v.acknowledged)} (warm-up + measured): ${v.ok ? "ok" : "MISMATCH"}: ${v.note}`);
+    }
+    if (m.load.status.non2xx) console.log(`${m.engine ?? ""} / ${m.name}: status codes ${JSON.stringify(m.load.status.codes)}`);
+    if (m.serverLog.count) console.log(`${m.engine ?? ""} / ${m.name}: the server logged ${m.serverLog.count} error/warn lines during the measured run`);
+  }
+  if (failures.length) console.log(`\nproblems:\n  ${failures.join("\n  ")}`);
+
+  const out = {
+    startedAt: started.toISOString(),
+    finishedAt: new Date().toISOString(),
+    machine,
+    flags,
+    engines: engineInfo,
+    ceiling: { uws: uws?.load.reqPerSec, adapter: adapter?.load.reqPerSec },
+    results,
+    failures,
+  };
+  const dir = path.join(HERE, "results");
+  fs.mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, `${started.toISOString().replace(/[:.]/g, "-")}.json`);
+  fs.writeFileSync(file, JSON.stringify(out, null, 2) + "\n");
+  console.log(`\nresults: ${path.relative(process.cwd(), file)}`);
+  return failures.length ? 1 : 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    originalError("bench failed:", err);
+    process.exit(1);
+  },
+);

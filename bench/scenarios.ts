@@ -1,0 +1,375 @@
+/**
+ * What the bench measures: the ceilings (a raw uWebSockets.js hello-world, and the same hello-world through the
+ * project's uWS adapter, gateway/http.ts), the engines a Chorus node can run on, and the scenarios run against
+ * each engine. bench/run.ts drives them and does the measuring.
+ */
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { execFileSync } from "node:child_process";
+import { Redis } from "ioredis";
+import { sql } from "kysely";
+import uws from "uWebSockets.js";
+import { loadConfig } from "../runtime/config.ts";
+import { startNode, type RunningNode } from "../gateway/main.ts";
+import { startHttpServer } from "../gateway/http.ts";
+import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../test/support/services.ts";
+
+export const HOST = "127.0.0.1";
+
+/** One HTTP request shape autocannon repeats. */
+export interface Target {
+  method: "GET" | "POST";
+  path: string;
+  headers?: Record<string, string>;
+  body?: string;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Ceilings
+
+export interface Ceiling {
+  name: string;
+  describe: string;
+  port: number;
+  target: Target;
+  close(): void;
+}
+
+/** `GET /` → "ok" straight on uWS: the machine's ceiling for one Node process (what the guide calls the ceiling). */
+export function startRawUwsCeiling(): Promise<Ceiling> {
+  const app = uws.App();
+  app.get("/", (res) => {
+    res.end("ok");
+  });
+  app.any("/*", (res) => {
+    res.writeStatus("404 Not Found").end();
+  });
+  return new Promise((resolve, reject) => {
+    app.listen(HOST, 0, (socket) => {
+      if (!socket) return reject(new Error("raw uWS ceiling: cannot listen"));
+      resolve({
+        name: "ceiling:uws",
+        describe: "raw uWebSockets.js hello-world (GET / → ok)",
+        port: uws.us_socket_local_port(socket as unknown as uws.us_socket),
+        target: { method: "GET", path: "/" },
+        close() {
+          uws.us_listen_socket_close(socket);
+          (app as unknown as { close(): void }).close();
+        },
+      });
+    });
+  });
+}
+
+/** The same hello-world through gateway/http.ts (onAborted, header copy, cork, status line): the adapter's cost. */
+export async function startAdapterCeiling(): Promise<Ceiling> {
+  const server = await startHttpServer({
+    host: HOST,
+    port: 0,
+    maxBodyBytes: 1024,
+    handler: () => ({ status: 200, body: "ok" }),
+  });
+  return {
+    name: "ceiling:adapter",
+    describe: "hello-world through gateway/http.ts (startHttpServer, synchronous handler)",
+    port: server.port,
+    target: { method: "GET", path: "/" },
+    close: () => server.close(),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Engines
+
+export const ENGINES = ["embedded", "redis+postgres"] as const;
+export type EngineName = (typeof ENGINES)[number];
+
+export interface Engine {
+  name: EngineName;
+  describe: string;
+  node: RunningNode;
+  baseUrl: string;
+  owner: { email: string; apiKey: string };
+  /** HTTP Basic header of the owner. */
+  authorization: string;
+  startupMs: number;
+  /**
+   * Cumulative CPU time (µs) of the services this engine leans on outside this process, by key: `postgres:<pid>`
+   * for each backend connected to this engine's database, `redis` for the whole Redis server (shared with anyone
+   * else using it). Empty for the embedded engine, whose store runs inside this process.
+   */
+  serviceCpu(): Promise<Map<string, number>>;
+  /** Close the node, then drop the database / Redis keys / temp directory. Idempotent; never throws. */
+  stop(): Promise<void>;
+}
+
+function readZuliprc(file: string): { email: string; apiKey: string } {
+  const text = fs.readFileSync(file, "utf8");
+  const email = /^email=(.*)$/m.exec(text)?.[1]?.trim();
+  const apiKey = /^key=(.*)$/m.exec(text)?.[1]?.trim();
+  if (!email || !apiKey) throw new Error(`no email/key in ${file}`);
+  return { email, apiKey };
+}
+
+/**
+ * Start one Chorus node on `name`'s engines in a fresh temp DATA_DIR (and a fresh Postgres database and Redis
+ * prefix for redis+postgres). Everything created is registered with `track` as soon as it exists, so an
+ * interrupted run still cleans up.
+ */
+export async function startEngine(name: EngineName, track: (stop: () => Promise<void>) => void): Promise<Engine> {
+  const cleanups: Array<{ what: string; run: () => Promise<void> | void }> = [];
+  let stopped: Promise<void> | undefined;
+  const stop = () =>
+    (stopped ??= (async () => {
+      for (const step of cleanups.reverse()) {
+        try {
+          await step.run();
+        } catch (err) {
+          console.error(`bench: cleanup of ${step.what} failed:`, err);
+        }
+      }
+    })());
+  track(stop);
+
+  const t0 = performance.now();
+  try {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `chorus-bench-${name.replace(/\W/g, "-")}-`));
+    cleanups.push({ what: `temp dir ${dataDir}`, run: () => fs.rmSync(dataDir, { recursive: true, force: true }) });
+
+    let config;
+    let describe: string;
+    let serviceCpu = async () => new Map<string, number>();
+    let node: RunningNode | undefined;
+    if (name === "embedded") {
+      // Explicit undefineds: DATABASE_URL / REDIS_URL in the environment must not leak into the embedded engine.
+      config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1 });
+      describe = "memory transport + PGlite (temp DATA_DIR), one process";
+    } else {
+      const database = await freshDatabase();
+      cleanups.push({ what: "Postgres database", run: () => database.drop() });
+      const redis = freshRedisPrefix();
+      cleanups.push({ what: `Redis prefix ${redis.prefix}`, run: () => redis.clean() });
+      config = loadConfig({
+        port: 0,
+        host: HOST,
+        dataDir,
+        databaseUrl: database.url,
+        redisUrl: REDIS_URL,
+        redisPrefix: redis.prefix,
+        workers: 1,
+      });
+      describe = `Redis Streams transport (${REDIS_URL}) + Postgres (fresh database), one process`;
+      const info = new Redis(REDIS_URL, { protocol: 2, maxRetriesPerRequest: 1, lazyConnect: true });
+      cleanups.push({ what: "Redis INFO connection", run: () => void info.disconnect() });
+      serviceCpu = async () => {
+        const cpu = new Map<string, number>();
+        if (node) {
+          const { rows } = await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database()`.execute(node.store.db);
+          for (const { pid } of rows) {
+            const micros = procCpuMicros(pid);
+            if (micros !== undefined) cpu.set(`postgres:${pid}`, micros);
+          }
+        }
+        try {
+          const text = await info.info("cpu");
+          const sec = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, "m").exec(text)?.[1] ?? 0);
+          cpu.set("redis", (sec("used_cpu_sys") + sec("used_cpu_user")) * 1e6);
+        } catch {
+          // no figure for Redis then
+        }
+        return cpu;
+      };
+    }
+
+    const running = await startNode(config);
+    node = running;
+    // Closed first (cleanups run in reverse): the database and Redis keys go after the node let go of them.
+    cleanups.push({ what: "node", run: () => running.close() });
+    const owner = readZuliprc(path.join(dataDir, "zuliprc"));
+    return {
+      name,
+      describe,
+      node: running,
+      baseUrl: `http://${HOST}:${running.port}`,
+      owner,
+      authorization: "Basic " + Buffer.from(`${owner.email}:${owner.apiKey}`).toString("base64"),
+      startupMs: performance.now() - t0,
+      serviceCpu,
+      stop,
+    };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+let clockTicks: number | undefined;
+/** user + system CPU time of a local process from /proc, in µs; undefined when it cannot be read. */
+function procCpuMicros(pid: number): number | undefined {
+  try {
+    clockTicks ??= Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) / clockTicks) * 1e6;
+  } catch {
+    return undefined;
+  }
+}
+
+/** One API call for setup, retried while the node is still taking its shards (503/504 or a refused connection). */
+export async function api(
+  engine: Engine,
+  method: "GET" | "POST",
+  apiPath: string,
+  form?: Record<string, string>,
+): Promise<Record<string, unknown>> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    let status = 0;
+    let text = "";
+    try {
+      const res = await fetch(engine.baseUrl + apiPath, {
+        method,
+        headers: {
+          authorization: engine.authorization,
+          ...(form ? { "content-type": "application/x-www-form-urlencoded" } : {}),
+        },
+        body: form ? new URLSearchParams(form).toString() : undefined,
+      });
+      status = res.status;
+      text = await res.text();
+      if (res.ok) return JSON.parse(text) as Record<string, unknown>;
+    } catch (err) {
+      text = String(err);
+    }
+    if ((status !== 0 && status < 500) || Date.now() > deadline) {
+      throw new Error(`${method} ${apiPath} → ${status}: ${text.slice(0, 300)}`);
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Scenarios
+
+export const CHANNEL = "bench";
+export const SEND_BODY = "type=stream&to=bench&topic=t&content=hello";
+
+export interface RunCounts {
+  "2xx": number;
+  connections: number;
+  pipelining: number;
+}
+
+export interface Verification {
+  ok: boolean;
+  /** Messages in the channel that this scenario's runs (warm-up + measured) created. */
+  stored: number;
+  /** 2xx responses the load generator counted over the same runs. */
+  acknowledged: number;
+  /** stored - acknowledged. */
+  difference: number;
+  note: string;
+}
+
+export interface Scenario {
+  name: string;
+  describe: string;
+  /** Once per engine, before the warm-up; what it returns is recorded beside the figures (e.g. data size). */
+  prepare(engine: Engine): Promise<Record<string, unknown> | void>;
+  target(engine: Engine): Target;
+  /** After the measured run: check the server's state against what the load generator saw. */
+  verify?(engine: Engine, runs: RunCounts[]): Promise<Verification>;
+}
+
+async function channelId(engine: Engine): Promise<number> {
+  const row = await engine.node.store.db
+    .selectFrom("streams")
+    .select("id")
+    .where("name", "=", CHANNEL)
+    .executeTakeFirst();
+  if (!row) throw new Error(`channel "${CHANNEL}" does not exist`);
+  return Number(row.id);
+}
+
+async function countMessages(engine: Engine): Promise<number> {
+  const id = await channelId(engine);
+  const row = await engine.node.store.db
+    .selectFrom("messages")
+    .select((eb) => eb.fn.countAll<string | number>().as("n"))
+    .where("stream_id", "=", id)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+/** Subscribe the owner to the bench channel (creating it); idempotent. */
+async function ensureChannel(engine: Engine): Promise<void> {
+  await api(engine, "POST", "/api/v1/users/me/subscriptions", { subscriptions: JSON.stringify([{ name: CHANNEL }]) });
+}
+
+/** Messages in flight when autocannon stopped may still commit: wait until the count stops moving. */
+async function settledCount(engine: Engine): Promise<number> {
+  let last = await countMessages(engine);
+  for (let i = 0; i < 50; i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    const now = await countMessages(engine);
+    if (now === last) return now;
+    last = now;
+  }
+  return last;
+}
+
+let sendBaseline = 0;
+
+export const send: Scenario = {
+  name: "send",
+  describe: `POST /api/v1/messages (${SEND_BODY}) as the owner, subscribed to "${CHANNEL}"`,
+  async prepare(engine) {
+    await ensureChannel(engine);
+    sendBaseline = await countMessages(engine);
+    return { channelMessagesBefore: sendBaseline };
+  },
+  target: (engine) => ({
+    method: "POST",
+    path: "/api/v1/messages",
+    headers: { authorization: engine.authorization, "content-type": "application/x-www-form-urlencoded" },
+    body: SEND_BODY,
+  }),
+  async verify(engine, runs) {
+    const stored = (await settledCount(engine)) - sendBaseline;
+    const acknowledged = runs.reduce((n, r) => n + r["2xx"], 0);
+    const difference = stored - acknowledged;
+    // autocannon stops at the deadline without waiting for answers in flight: those sends may still commit.
+    const inFlight = runs.reduce((n, r) => n + r.connections * r.pipelining, 0);
+    let ok = difference === 0;
+    let note: string;
+    if (ok) note = "every 2xx is a stored message and nothing else was stored";
+    else if (difference > 0 && difference <= inFlight) {
+      ok = true;
+      note = `${difference} more stored than acknowledged: requests in flight when autocannon stopped (bound ${inFlight})`;
+    } else if (difference < 0) note = `LOST: ${-difference} acknowledged sends are not stored`;
+    else note = `${difference} more stored than acknowledged, above the in-flight bound ${inFlight}: duplicates or sends answered with an error yet stored`;
+    return { ok, stored, acknowledged, difference, note };
+  },
+};
+
+export const fetchNewest: Scenario = {
+  name: "fetch",
+  describe: "GET /api/v1/messages?anchor=newest&num_before=20&num_after=0 as the owner",
+  async prepare(engine) {
+    await ensureChannel(engine);
+    // Something to read when the send scenario did not run first.
+    let n = await countMessages(engine);
+    for (; n < 20; n++) await api(engine, "POST", "/api/v1/messages", Object.fromEntries(new URLSearchParams(SEND_BODY)));
+    // The cost of this read may grow with the channel's size: record it, figures are comparable only at equal size.
+    return { channelMessages: n };
+  },
+  target: (engine) => ({
+    method: "GET",
+    path: "/api/v1/messages?anchor=newest&num_before=20&num_after=0",
+    headers: { authorization: engine.authorization },
+  }),
+};
+
+export const SCENARIOS: Scenario[] = [send, fetchNewest];

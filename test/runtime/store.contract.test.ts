@@ -1,0 +1,563 @@
+/**
+ * The store contract (runtime/store/store.ts), one behaviour suite run against every engine: PGlite in memory and
+ * a real Postgres at 127.0.0.1:5432 (TEST_PG_URL overrides) in a database created for this run and dropped after.
+ * Every test takes its own shards and ids, so nothing one test leaves behind changes what another observes.
+ */
+import { sql } from "kysely";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Fence } from "../../runtime/actor.ts";
+import { ChorusError } from "../../runtime/errors.ts";
+import { openDatabase, type Engine } from "../../runtime/store/db.ts";
+import { SqlStore } from "../../runtime/store/sql-store.ts";
+import type { NewMessage } from "../../runtime/store/store.ts";
+import { freshDatabase } from "../support/services.ts";
+
+const SHARDS = 64;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let pgDatabase: Awaited<ReturnType<typeof freshDatabase>> | undefined;
+async function pgUrl(): Promise<string> {
+  pgDatabase ??= await freshDatabase();
+  return pgDatabase.url;
+}
+
+interface EngineCase {
+  name: Engine;
+  open(): Promise<SqlStore>;
+  /** A second, independent store over the same data (a restarted process), where the engine allows one. */
+  reopen?: () => Promise<SqlStore>;
+}
+
+const engines: EngineCase[] = [
+  {
+    name: "pglite",
+    open: async () => {
+      const { db, engine } = await openDatabase({ dataDir: "memory://" });
+      return new SqlStore(db, engine);
+    },
+  },
+  {
+    name: "postgres",
+    open: async () => {
+      const { db, engine } = await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused" });
+      return new SqlStore(db, engine);
+    },
+    reopen: async () => {
+      const { db, engine } = await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused", poolSize: 2 });
+      return new SqlStore(db, engine);
+    },
+  },
+];
+
+afterAll(async () => {
+  await pgDatabase?.drop();
+});
+
+async function rejection(p: Promise<unknown>): Promise<unknown> {
+  return p.then(
+    () => {
+      throw new Error("expected a rejection, got a result");
+    },
+    (err: unknown) => err,
+  );
+}
+
+async function expectCode(p: Promise<unknown>, code: string): Promise<void> {
+  const err = await rejection(p);
+  expect(err).toBeInstanceOf(ChorusError);
+  expect((err as ChorusError).code).toBe(code);
+}
+
+describe.each(engines)("Store on $name", (engineCase) => {
+  let store: SqlStore;
+  let nextShard = 0;
+  let nextId = 1_000_000;
+  let nextName = 0;
+
+  /** A shard no other test uses. */
+  function shard(): number {
+    if (nextShard >= SHARDS) throw new Error("raise SHARDS");
+    return nextShard++;
+  }
+
+  /** A fresh shard leased to `node`, and its fence. */
+  async function fenceOn(node = "node-a"): Promise<Fence> {
+    const s = shard();
+    const lease = await store.acquireLease(s, node, 60);
+    if (!lease) throw new Error(`shard ${s} not free`);
+    return { shard: s, epoch: lease.epoch, node };
+  }
+
+  function message(sendKey: string | null = null, id = nextId++): NewMessage {
+    return {
+      id,
+      realm_id: 1,
+      sender_id: 2,
+      recipient_type: "stream",
+      recipient_id: 3,
+      stream_id: 4,
+      topic: "contract",
+      content: `message ${id}`,
+      rendered_content: `<p>message ${id}</p>`,
+      date_sent: 1_700_000_000,
+      sending_client: "test",
+      send_key: sendKey,
+    };
+  }
+
+  function uniqueKey(label: string): string {
+    return `${engineCase.name}-${label}-${nextName++}`;
+  }
+
+  async function storedIds(ids: number[]): Promise<number[]> {
+    if (!ids.length) return [];
+    const rows = await store.db.selectFrom("messages").select("id").where("id", "in", ids).orderBy("id").execute();
+    return rows.map((r) => r.id);
+  }
+
+  /** The inserting transaction of each row: rows written by one transaction share it. */
+  async function transactionsOf(ids: number[]): Promise<Map<number, string>> {
+    const { rows } = await sql<{ id: number; x: string }>`
+      select id, xmin::text as x from messages where id in (${sql.join(ids)})`.execute(store.db);
+    return new Map(rows.map((r) => [Number(r.id), r.x]));
+  }
+
+  async function realmNamed(stringId: string) {
+    return store.db.selectFrom("realms").selectAll().where("string_id", "=", stringId).executeTakeFirst();
+  }
+
+  function realmRow(stringId: string) {
+    return { string_id: stringId, name: stringId, date_created: 1_700_000_000, settings: "{}" };
+  }
+
+  beforeAll(async () => {
+    store = await engineCase.open();
+    await store.migrate();
+    await store.ensureShards(SHARDS);
+  });
+
+  afterAll(async () => {
+    await store?.close();
+  });
+
+  describe("migrate", () => {
+    it("reports its engine and runs again without error, keeping the data", async () => {
+      expect(store.engine).toBe(engineCase.name);
+      const fence = await fenceOn();
+      const key = uniqueKey("migrate");
+      await store.write(fence, (trx) => trx.insertInto("realms").values(realmRow(key)).execute());
+      await store.migrate();
+      await store.migrate();
+      expect(await realmNamed(key)).toBeDefined();
+      const { rows } = await sql<{ n: number }>`select count(*)::int as n from kysely_migration`.execute(store.db);
+      expect(rows[0]!.n).toBe(1);
+    });
+  });
+
+  describe("write", () => {
+    it("commits before it resolves and returns what fn returned", async () => {
+      const fence = await fenceOn();
+      const key = uniqueKey("commit");
+      const id = await store.write(fence, async (trx) => {
+        const row = await trx.insertInto("realms").values(realmRow(key)).returning("id").executeTakeFirstOrThrow();
+        return row.id;
+      });
+      expect(typeof id).toBe("number");
+      expect((await realmNamed(key))?.id).toBe(id);
+      if (engineCase.reopen) {
+        // Seen from another process's connections too: it is committed, not merely visible to its own session.
+        const other = await engineCase.reopen();
+        try {
+          const row = await other.db.selectFrom("realms").select("id").where("string_id", "=", key).executeTakeFirst();
+          expect(row?.id).toBe(id);
+        } finally {
+          await other.close();
+        }
+      }
+    });
+
+    it("rolls back everything fn wrote when fn throws, and rejects with fn's error", async () => {
+      const fence = await fenceOn();
+      const key = uniqueKey("rollback");
+      const boom = new Error("boom");
+      const err = await rejection(
+        store.write(fence, async (trx) => {
+          await trx.insertInto("realms").values(realmRow(key)).execute();
+          await trx.insertInto("realms").values(realmRow(`${key}-second`)).execute();
+          throw boom;
+        }),
+      );
+      expect(err).toBe(boom);
+      expect(await realmNamed(key)).toBeUndefined();
+      expect(await realmNamed(`${key}-second`)).toBeUndefined();
+    });
+
+    it("refuses a fence with a stale epoch, a wrong owner or an unknown shard with FENCED, without running fn", async () => {
+      const fence = await fenceOn("node-a");
+      const stale: Fence[] = [
+        { ...fence, epoch: fence.epoch - 1 },
+        { ...fence, epoch: fence.epoch + 1 },
+        { ...fence, node: "node-b" },
+        { shard: SHARDS + 1000, epoch: 1, node: "node-a" },
+      ];
+      for (const bad of stale) {
+        const key = uniqueKey("fenced");
+        let ran = false;
+        await expectCode(
+          store.write(bad, async (trx) => {
+            ran = true;
+            await trx.insertInto("realms").values(realmRow(key)).execute();
+          }),
+          "FENCED",
+        );
+        expect(ran).toBe(false);
+        expect(await realmNamed(key)).toBeUndefined();
+      }
+      // The right fence still writes.
+      const key = uniqueKey("fence-ok");
+      await store.write(fence, (trx) => trx.insertInto("realms").values(realmRow(key)).execute());
+      expect(await realmNamed(key)).toBeDefined();
+    });
+
+    it("makes a takeover wait for a write in flight, so that write never lands behind its successor", async () => {
+      const fence = await fenceOn("node-a");
+      const key = uniqueKey("inflight");
+      let openGate!: () => void;
+      const gate = new Promise<void>((r) => (openGate = r));
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => (entered = r));
+      const writing = store.write(fence, async (trx) => {
+        await trx.insertInto("realms").values(realmRow(key)).execute();
+        entered();
+        await gate;
+        return "written";
+      });
+      await inside;
+      let takenOver = false;
+      const takeover = store.acquireLease(fence.shard, "node-b", 60, true).then((lease) => {
+        takenOver = true;
+        return lease;
+      });
+      await sleep(100);
+      expect(takenOver).toBe(false);
+      openGate();
+      expect(await writing).toBe("written");
+      expect(await takeover).toEqual({ shard: fence.shard, epoch: fence.epoch + 1 });
+      expect(await realmNamed(key)).toBeDefined();
+      // And from now on the old owner is refused.
+      await expectCode(store.write(fence, async () => undefined), "FENCED");
+    });
+  });
+
+  describe("appendMessage", () => {
+    it("stores a message and resolves with its id after commit", async () => {
+      const fence = await fenceOn();
+      const m = message();
+      expect(await store.appendMessage(m, fence)).toBe(m.id);
+      const row = await store.db.selectFrom("messages").selectAll().where("id", "=", m.id).executeTakeFirst();
+      expect(row).toEqual(m);
+    });
+
+    it("stores 200 concurrent appends, resolves each with its own id, and group-commits them", async () => {
+      const fence = await fenceOn();
+      const messages = Array.from({ length: 200 }, (_, i) => message(i % 2 ? uniqueKey("bulk") : null));
+      const ids = await Promise.all(messages.map((m) => store.appendMessage(m, fence)));
+      expect(ids).toEqual(messages.map((m) => m.id));
+      expect(await storedIds(ids)).toEqual([...ids].sort((a, b) => a - b));
+      // The first append commits alone (no added delay when idle); the other 199 arrived during that commit and
+      // share the next transaction.
+      const transactions = new Set((await transactionsOf(ids)).values());
+      expect(transactions.size).toBeLessThanOrEqual(2);
+    });
+
+    it("stores a repeated send_key once and resolves every append with the first id (sequentially)", async () => {
+      const fence = await fenceOn();
+      const key = uniqueKey("send");
+      const first = message(key);
+      const again = message(key);
+      expect(await store.appendMessage(first, fence)).toBe(first.id);
+      expect(await store.appendMessage(again, fence)).toBe(first.id);
+      // A redelivery carrying the very same message (same id too) is also absorbed.
+      expect(await store.appendMessage({ ...first }, fence)).toBe(first.id);
+      const rows = await store.db.selectFrom("messages").selectAll().where("send_key", "=", key).execute();
+      expect(rows).toEqual([first]);
+      expect(await storedIds([again.id])).toEqual([]);
+    });
+
+    it("stores a repeated send_key once when the appends are concurrent, in one batch or across two", async () => {
+      const fence = await fenceOn();
+      // Across batches: the first append flushes alone, the second waits for the next transaction.
+      const acrossKey = uniqueKey("across");
+      const a1 = message(acrossKey);
+      const a2 = message(acrossKey);
+      expect(await Promise.all([store.appendMessage(a1, fence), store.appendMessage(a2, fence)])).toEqual([a1.id, a1.id]);
+      // In one batch: a filler takes the first transaction, both repeats land in the next one together.
+      const withinKey = uniqueKey("within");
+      const filler = message();
+      const w1 = message(withinKey);
+      const w2 = message(withinKey);
+      const w3 = message(withinKey);
+      const other = message(uniqueKey("other"));
+      const results = await Promise.all([filler, w1, w2, other, w3].map((m) => store.appendMessage(m, fence)));
+      expect(results).toEqual([filler.id, w1.id, w1.id, other.id, w1.id]);
+      for (const key of [acrossKey, withinKey]) {
+        const rows = await store.db.selectFrom("messages").select("id").where("send_key", "=", key).execute();
+        expect(rows).toHaveLength(1);
+      }
+      expect(await storedIds([a1.id, a2.id, filler.id, w1.id, w2.id, w3.id, other.id])).toEqual(
+        [a1.id, filler.id, w1.id, other.id].sort((a, b) => a - b),
+      );
+    });
+
+    it("rejects a stale fence's appends with FENCED and commits the others of the same batch", async () => {
+      const fence = await fenceOn("node-a");
+      const staleEpoch: Fence = { ...fence, epoch: fence.epoch - 1 };
+      const wrongOwner: Fence = { ...fence, node: "node-b" };
+      // Alone.
+      const lone = message();
+      await expectCode(store.appendMessage(lone, staleEpoch), "FENCED");
+      expect(await storedIds([lone.id])).toEqual([]);
+      // Mixed into one batch (the filler flushes first, the rest accumulate behind it).
+      const filler = message();
+      const good1 = message(uniqueKey("good"));
+      const bad1 = message(uniqueKey("bad"));
+      const good2 = message();
+      const bad2 = message();
+      const settled = await Promise.allSettled([
+        store.appendMessage(filler, fence),
+        store.appendMessage(good1, fence),
+        store.appendMessage(bad1, staleEpoch),
+        store.appendMessage(good2, fence),
+        store.appendMessage(bad2, wrongOwner),
+      ]);
+      expect(settled.map((s) => s.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled", "rejected"]);
+      expect((settled[1] as PromiseFulfilledResult<number>).value).toBe(good1.id);
+      expect((settled[3] as PromiseFulfilledResult<number>).value).toBe(good2.id);
+      for (const s of [settled[2], settled[4]]) {
+        const reason = (s as PromiseRejectedResult).reason;
+        expect(reason).toBeInstanceOf(ChorusError);
+        expect((reason as ChorusError).code).toBe("FENCED");
+      }
+      expect(await storedIds([filler.id, good1.id, bad1.id, good2.id, bad2.id])).toEqual([filler.id, good1.id, good2.id]);
+      const tx = await transactionsOf([good1.id, good2.id]);
+      expect(tx.get(good1.id)).toBe(tx.get(good2.id));
+      // Fences of other shards in the same batch are judged on their own shard.
+      const otherShard = await fenceOn("node-c");
+      const mixed = [message(), message(), message()];
+      const results = await Promise.allSettled([
+        store.appendMessage(mixed[0]!, fence),
+        store.appendMessage(mixed[1]!, otherShard),
+        store.appendMessage(mixed[2]!, { ...otherShard, shard: fence.shard }),
+      ]);
+      expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected"]);
+      expect(await storedIds(mixed.map((m) => m.id))).toEqual([mixed[0]!.id, mixed[1]!.id]);
+    });
+  });
+
+  describe("allocateMessageIds", () => {
+    it("hands out disjoint blocks of 256, each above every block before it", async () => {
+      const sequential: { first: number; size: number }[] = [];
+      for (let i = 0; i < 5; i++) sequential.push(await store.allocateMessageIds());
+      for (const block of sequential) {
+        expect(block.size).toBe(256);
+        expect(Number.isSafeInteger(block.first)).toBe(true);
+        expect(block.first).toBeGreaterThan(0);
+      }
+      for (let i = 1; i < sequential.length; i++) {
+        expect(sequential[i]!.first).toBeGreaterThanOrEqual(sequential[i - 1]!.first + sequential[i - 1]!.size);
+      }
+      const concurrent = await Promise.all(Array.from({ length: 30 }, () => store.allocateMessageIds()));
+      const sorted = [...concurrent].sort((a, b) => a.first - b.first);
+      expect(sorted[0]!.first).toBeGreaterThanOrEqual(sequential.at(-1)!.first + sequential.at(-1)!.size);
+      for (let i = 1; i < sorted.length; i++) {
+        expect(sorted[i]!.first).toBeGreaterThanOrEqual(sorted[i - 1]!.first + sorted[i - 1]!.size);
+      }
+      const highest = sorted.at(-1)!;
+      if (engineCase.reopen) {
+        // A restarted process continues above everything handed out before.
+        const other = await engineCase.reopen();
+        try {
+          const next = await other.allocateMessageIds();
+          expect(next.first).toBeGreaterThanOrEqual(highest.first + highest.size);
+        } finally {
+          await other.close();
+        }
+      }
+    });
+  });
+
+  describe("snapshots", () => {
+    it("loads an absent snapshot as undefined", async () => {
+      expect(await store.loadSnapshot("channel", uniqueKey("absent"))).toBeUndefined();
+    });
+
+    it("creates version 1 from expected 0, then increments only from the stored version", async () => {
+      const fence = await fenceOn();
+      const key = uniqueKey("snap");
+      const v1 = { name: "general", members: [1, 2, 3], nested: { topic: "ünïcode ✓" } };
+      expect(await store.saveSnapshot("channel", key, 0, v1, fence)).toBe(1);
+      expect(await store.loadSnapshot("channel", key)).toEqual({ version: 1, state: v1 });
+      // The same key under another kind is another snapshot.
+      expect(await store.loadSnapshot("user", key)).toBeUndefined();
+
+      expect(await store.saveSnapshot("channel", key, 1, { name: "v2" }, fence)).toBe(2);
+      expect(await store.saveSnapshot("channel", key, 2, { name: "v3" }, fence)).toBe(3);
+      expect(await store.loadSnapshot("channel", key)).toEqual({ version: 3, state: { name: "v3" } });
+
+      for (const wrong of [0, 1, 2, 4]) {
+        await expectCode(store.saveSnapshot("channel", key, wrong, { name: `wrong ${wrong}` }, fence), "CONFLICT");
+      }
+      expect(await store.loadSnapshot("channel", key)).toEqual({ version: 3, state: { name: "v3" } });
+    });
+
+    it("refuses an expected version on an absent snapshot with CONFLICT and creates nothing", async () => {
+      const fence = await fenceOn();
+      const key = uniqueKey("absent-expected");
+      await expectCode(store.saveSnapshot("channel", key, 3, { x: 1 }, fence), "CONFLICT");
+      expect(await store.loadSnapshot("channel", key)).toBeUndefined();
+    });
+
+    it("lets exactly one of several concurrent saves from the same version win", async () => {
+      const fence = await fenceOn();
+      const key = uniqueKey("race");
+      for (const expected of [0, 1]) {
+        const settled = await Promise.allSettled(
+          Array.from({ length: 5 }, (_, i) => store.saveSnapshot("channel", key, expected, { writer: i }, fence)),
+        );
+        const won = settled.filter((s) => s.status === "fulfilled");
+        expect(won).toHaveLength(1);
+        expect((won[0] as PromiseFulfilledResult<number>).value).toBe(expected + 1);
+        for (const s of settled) {
+          if (s.status === "rejected") expect((s.reason as ChorusError).code).toBe("CONFLICT");
+        }
+        const winner = settled.findIndex((s) => s.status === "fulfilled");
+        expect(await store.loadSnapshot("channel", key)).toEqual({ version: expected + 1, state: { writer: winner } });
+      }
+    });
+
+    it("refuses a stale fence with FENCED and leaves the snapshot as it was", async () => {
+      const fence = await fenceOn("node-a");
+      const key = uniqueKey("snap-fenced");
+      const newKey = uniqueKey("snap-fenced-new");
+      await store.saveSnapshot("user", key, 0, { n: 1 }, fence);
+      for (const bad of [{ ...fence, epoch: fence.epoch + 1 }, { ...fence, node: "node-b" }]) {
+        await expectCode(store.saveSnapshot("user", key, 1, { n: 2 }, bad), "FENCED");
+        await expectCode(store.saveSnapshot("user", newKey, 0, { n: 2 }, bad), "FENCED");
+      }
+      expect(await store.loadSnapshot("user", key)).toEqual({ version: 1, state: { n: 1 } });
+      expect(await store.loadSnapshot("user", newKey)).toBeUndefined();
+    });
+  });
+
+  describe("leases", () => {
+    it("ensureShards creates free lease rows idempotently", async () => {
+      const s = shard();
+      await store.ensureShards(SHARDS);
+      await store.ensureShards(SHARDS + 4);
+      await store.ensureShards(SHARDS + 4);
+      const rows = await store.db.selectFrom("shard_leases").select(["shard", "owner", "epoch"]).orderBy("shard").execute();
+      expect(rows.map((r) => r.shard)).toEqual(Array.from({ length: SHARDS + 4 }, (_, i) => i));
+      // A held lease survives ensureShards.
+      const lease = await store.acquireLease(s, "node-a", 60);
+      await store.ensureShards(SHARDS + 4);
+      const row = await store.db.selectFrom("shard_leases").selectAll().where("shard", "=", s).executeTakeFirstOrThrow();
+      expect(row.owner).toBe("node-a");
+      expect(row.epoch).toBe(lease!.epoch);
+      // The new rows are free.
+      expect(await store.acquireLease(SHARDS + 2, "node-a", 60)).toEqual({ shard: SHARDS + 2, epoch: 1 });
+    });
+
+    it("gives a free shard epoch 1 and refuses a second node while the lease is live", async () => {
+      const s = shard();
+      expect(await store.acquireLease(s, "node-a", 60)).toEqual({ shard: s, epoch: 1 });
+      expect(await store.acquireLease(s, "node-b", 60)).toBeUndefined();
+      // Concurrent attempts on a free shard: exactly one owner.
+      const t = shard();
+      const attempts = await Promise.all(["n1", "n2", "n3", "n4"].map((n) => store.acquireLease(t, n, 60)));
+      expect(attempts.filter((a) => a !== undefined)).toEqual([{ shard: t, epoch: 1 }]);
+      expect(await store.leasesHeldBy("node-a")).toContainEqual({ shard: s, epoch: 1 });
+    });
+
+    it("renews a held lease, and releasing lets another node take it at once with the next epoch", async () => {
+      const s = shard();
+      const lease = (await store.acquireLease(s, "node-a", 60))!;
+      expect(await store.renewLease(lease, "node-a", 60)).toBe(true);
+      expect(await store.renewLease(lease, "node-b", 60)).toBe(false);
+      expect(await store.renewLease({ ...lease, epoch: lease.epoch + 1 }, "node-a", 60)).toBe(false);
+      // Releasing as someone else, or with a wrong epoch, does nothing.
+      await store.releaseLease(lease, "node-b");
+      await store.releaseLease({ ...lease, epoch: lease.epoch + 1 }, "node-a");
+      expect(await store.acquireLease(s, "node-b", 60)).toBeUndefined();
+      await store.releaseLease(lease, "node-a");
+      expect(await store.leasesHeldBy("node-a")).not.toContainEqual(lease);
+      const next = await store.acquireLease(s, "node-b", 60);
+      expect(next).toEqual({ shard: s, epoch: lease.epoch + 1 });
+      expect(await store.renewLease(lease, "node-a", 60)).toBe(false);
+      await expectCode(store.write({ shard: s, epoch: lease.epoch, node: "node-a" }, async () => undefined), "FENCED");
+      await store.write({ shard: s, epoch: next!.epoch, node: "node-b" }, async () => undefined);
+    });
+
+    it("with force, takes even a live lease and bumps the epoch, fencing the previous holder", async () => {
+      const s = shard();
+      const old = (await store.acquireLease(s, "node-a", 60))!;
+      const forced = await store.acquireLease(s, "node-b", 60, true);
+      expect(forced).toEqual({ shard: s, epoch: old.epoch + 1 });
+      expect(await store.renewLease(old, "node-a", 60)).toBe(false);
+      await expectCode(store.write({ shard: s, epoch: old.epoch, node: "node-a" }, async () => undefined), "FENCED");
+      await expectCode(store.appendMessage(message(), { shard: s, epoch: old.epoch, node: "node-a" }), "FENCED");
+      // A restarted single process forcing its own shard back also gets a new epoch.
+      expect(await store.acquireLease(s, "node-b", 60, true)).toEqual({ shard: s, epoch: old.epoch + 2 });
+    });
+
+    it("after expiry: another node takes over with epoch + 1, the old holder can neither renew nor write; heartbeats expire too", async () => {
+      const s = shard();
+      const old = (await store.acquireLease(s, "node-a", 1))!;
+      const oldFence: Fence = { shard: s, epoch: old.epoch, node: "node-a" };
+      expect(await store.acquireLease(s, "node-b", 1)).toBeUndefined();
+      const hbKey = uniqueKey("hb");
+      expect(await store.heartbeat(`${hbKey}-old`, 90, 1)).toContain(90);
+      await sleep(1100); // the one wait of the suite: the lease and the heartbeat above are now older than 1 s
+
+      const taken = await store.acquireLease(s, "node-b", 60);
+      expect(taken).toEqual({ shard: s, epoch: old.epoch + 1 });
+      expect(await store.renewLease(old, "node-a", 60)).toBe(false);
+      const key = uniqueKey("after-takeover");
+      await expectCode(
+        store.write(oldFence, (trx) => trx.insertInto("realms").values(realmRow(key)).execute()),
+        "FENCED",
+      );
+      expect(await realmNamed(key)).toBeUndefined();
+      const m = message();
+      await expectCode(store.appendMessage(m, oldFence), "FENCED");
+      expect(await storedIds([m.id])).toEqual([]);
+      await expectCode(store.saveSnapshot("channel", key, 0, {}, oldFence), "FENCED");
+      // The new holder writes.
+      const n = message();
+      expect(await store.appendMessage(n, { shard: s, epoch: taken!.epoch, node: "node-b" })).toBe(n.id);
+      expect(await store.leasesHeldBy("node-b")).toContainEqual(taken);
+      expect(await store.leasesHeldBy("node-a")).not.toContainEqual(old);
+
+      const alive = await store.heartbeat(`${hbKey}-new`, 91, 1);
+      expect(alive.has(91)).toBe(true);
+      expect(alive.has(90)).toBe(false);
+    });
+  });
+
+  describe("heartbeat", () => {
+    it("returns the set of worker indexes seen alive, including the caller's", async () => {
+      const key = uniqueKey("hb-live");
+      const first = await store.heartbeat(`${key}-0`, 0, 60);
+      expect(first).toBeInstanceOf(Set);
+      expect(first.has(0)).toBe(true);
+      await store.heartbeat(`${key}-1`, 1, 60);
+      const seen = await store.heartbeat(`${key}-2`, 2, 60);
+      for (const i of [0, 1, 2]) expect(seen.has(i)).toBe(true);
+      expect(seen.has(5)).toBe(false);
+      // A repeated heartbeat keeps one entry for the node.
+      const again = await store.heartbeat(`${key}-0`, 0, 60);
+      for (const i of [0, 1, 2]) expect(again.has(i)).toBe(true);
+      const rows = await store.db.selectFrom("cluster_nodes").select("node_id").where("node_id", "=", `${key}-0`).execute();
+      expect(rows).toHaveLength(1);
+    });
+  });
+});
