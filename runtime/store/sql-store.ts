@@ -198,7 +198,7 @@ export class SqlStore implements Store {
     await this.db
       .insertInto("cluster_nodes")
       .values({ node_id: node, worker_index: workerIndex, seen_at: sql`now()` as any })
-      .onConflict((c) => c.column("node_id").doUpdateSet({ seen_at: sql`now()` as any }))
+      .onConflict((c) => c.column("node_id").doUpdateSet({ seen_at: sql`now()` as any, worker_index: workerIndex }))
       .execute();
     await this.db
       .deleteFrom("cluster_nodes")
@@ -210,11 +210,6 @@ export class SqlStore implements Store {
       .where("seen_at", ">", sql<Date>`now() - make_interval(secs => ${ttlSeconds})`)
       .execute();
     return new Set(alive.map((r) => r.worker_index));
-  }
-
-  async leasesHeldBy(node: string): Promise<Lease[]> {
-    const rows = await this.db.selectFrom("shard_leases").select(["shard", "epoch"]).where("owner", "=", node).execute();
-    return rows.map((r) => ({ shard: r.shard, epoch: Number(r.epoch) }));
   }
 
   async close(): Promise<void> {

@@ -51,7 +51,5 @@ export interface Store {
   releaseLease(lease: Lease, node: string): Promise<void>;
   /** Record that this worker is alive; returns the worker indexes seen alive within `ttlSeconds`. */
   heartbeat(node: string, workerIndex: number, ttlSeconds: number): Promise<Set<number>>;
-  /** Leases currently held by others whose home worker is alive (for hand-back). */
-  leasesHeldBy(node: string): Promise<Lease[]>;
   close(): Promise<void>;
 }

@@ -1,0 +1,73 @@
+/** Chorus as an operator runs it: `npm start`'s command in a child process, with its own data directory and port. */
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export interface ChorusProcess {
+  port: number;
+  dataDir: string;
+  proc: ChildProcess;
+  output(): string;
+  /** SIGTERM, and wait for the exit; resolves with the exit code. */
+  stop(): Promise<number | null>;
+}
+
+/** Start `tsx gateway/main.ts` (what `npm start` runs) and wait until it answers. */
+export async function startChorus(env: Record<string, string> = {}, dataDir?: string): Promise<ChorusProcess> {
+  const port = Number(env.PORT ?? (await freePort()));
+  const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
+  const proc = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["gateway/main.ts"], {
+    cwd: ROOT,
+    env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: "127.0.0.1", CHORUS_SECRET: "e2e-secret", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let log = "";
+  proc.stdout!.on("data", (d) => (log += d));
+  proc.stderr!.on("data", (d) => (log += d));
+  const exited = new Promise<number | null>((resolve) => proc.once("exit", (code) => resolve(code)));
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`chorus exited early:\n${log}`);
+    try {
+      const res = await fetch(`http://127.0.0.1:${port}/api/v1/server_settings`);
+      if (res.ok && fs.existsSync(path.join(dir, "zuliprc"))) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      proc.kill("SIGKILL");
+      throw new Error(`chorus did not start in time:\n${log}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return {
+    port,
+    dataDir: dir,
+    proc,
+    output: () => log,
+    async stop() {
+      if (proc.exitCode !== null) return proc.exitCode;
+      proc.kill("SIGTERM");
+      const timer = setTimeout(() => proc.kill("SIGKILL"), 20_000);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+}
