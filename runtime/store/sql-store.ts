@@ -212,6 +212,11 @@ export class SqlStore implements Store {
     return new Set(alive.map((r) => r.worker_index));
   }
 
+  async leasesHeldBy(node: string): Promise<Lease[]> {
+    const rows = await this.db.selectFrom("shard_leases").select(["shard", "epoch"]).where("owner", "=", node).execute();
+    return rows.map((r) => ({ shard: r.shard, epoch: Number(r.epoch) }));
+  }
+
   async close(): Promise<void> {
     while (this.flushing || this.pending.length) await new Promise((r) => setTimeout(r, 5));
     await this.db.destroy();
