@@ -2,11 +2,12 @@
  * realm:<id>: the organization. It serialises what must be unique across the realm (e-mail addresses, channel
  * names) and owns account and channel creation.
  */
-import { sql } from "kysely";
+import { sql, type Transaction } from "kysely";
 import type { Actor, ActorContext } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
+import type { Database } from "../runtime/store/schema.ts";
 import type { ActorDeps } from "./deps.ts";
 import { addToRoleGroups, channelPermissionDefaults, createSystemGroups, systemGroups } from "./groups.ts";
 import { renderMarkdown } from "./message-format.ts";
@@ -33,22 +34,8 @@ export class RealmActor implements Actor {
     }
   }
 
-  private async createUser(msg: CreateUser): Promise<CreatedUser> {
-    const { store, keyring } = this.deps;
-    const taken = await store.db
-      .selectFrom("users")
-      .select("id")
-      .where("realm_id", "=", this.realmId)
-      .where(sql`lower(delivery_email)`, "=", msg.email.toLowerCase())
-      .executeTakeFirst();
-    if (taken) throw errors.badRequest(`Email '${msg.email}' already in use`);
-    const apiKey = Keyring.newApiKey();
-    const user = await store.write(this.ctx.fence(), async (trx) => {
-      const row = await trx.insertInto("users").values(newUserRow(this.realmId, msg, keyring, apiKey)).returning("id").executeTakeFirstOrThrow();
-      await addToRoleGroups(trx, this.realmId, row.id, msg.role);
-      return row;
-    });
-    return { user_id: user.id, api_key: apiKey };
+  private createUser(msg: CreateUser): Promise<CreatedUser> {
+    return this.deps.store.write(this.ctx.fence(), (trx) => insertAccount(trx, this.realmId, msg, this.deps.keyring));
   }
 
   private async ensureChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
@@ -91,24 +78,49 @@ export class RealmActor implements Actor {
   }
 }
 
-function newUserRow(realmId: number, msg: CreateUser, keyring: Keyring, apiKey: string) {
-  return {
-    realm_id: realmId,
-    email: msg.email,
-    delivery_email: msg.email,
-    full_name: msg.fullName,
-    role: msg.role,
-    is_active: true,
-    is_bot: false,
-    bot_type: null,
-    bot_owner_id: null,
-    api_key_hash: keyring.hashApiKey(apiKey),
-    api_key_enc: keyring.encrypt(apiKey),
-    password_hash: msg.passwordHash,
-    date_joined: Math.floor(Date.now() / 1000),
-    timezone: "",
-    avatar_version: 1,
-  };
+export interface NewAccount {
+  email: string;
+  fullName: string;
+  passwordHash: string | null;
+  role: number;
+}
+
+/**
+ * Create an account with a fresh API key, inside the caller's transaction: the realm actor's, the first-start
+ * bootstrap's, or the management CLI's. E-mail addresses are unique per realm, compared case-insensitively.
+ */
+export async function insertAccount(trx: Transaction<Database>, realmId: number, account: NewAccount, keyring: Keyring): Promise<CreatedUser> {
+  const taken = await trx
+    .selectFrom("users")
+    .select("id")
+    .where("realm_id", "=", realmId)
+    .where(sql`lower(delivery_email)`, "=", account.email.toLowerCase())
+    .executeTakeFirst();
+  if (taken) throw errors.badRequest(`Email '${account.email}' already in use`);
+  const apiKey = Keyring.newApiKey();
+  const row = await trx
+    .insertInto("users")
+    .values({
+      realm_id: realmId,
+      email: account.email,
+      delivery_email: account.email,
+      full_name: account.fullName,
+      role: account.role,
+      is_active: true,
+      is_bot: false,
+      bot_type: null,
+      bot_owner_id: null,
+      api_key_hash: keyring.hashApiKey(apiKey),
+      api_key_enc: keyring.encrypt(apiKey),
+      password_hash: account.passwordHash,
+      date_joined: Math.floor(Date.now() / 1000),
+      timezone: "",
+      avatar_version: 1,
+    })
+    .returning("id")
+    .executeTakeFirstOrThrow();
+  await addToRoleGroups(trx, realmId, row.id, account.role);
+  return { user_id: row.id, api_key: apiKey };
 }
 
 /**
@@ -129,13 +141,7 @@ export async function bootstrapOrganization(
       .returning("id")
       .executeTakeFirstOrThrow();
     await createSystemGroups(trx, realm.id);
-    const apiKey = Keyring.newApiKey();
-    const user = await trx
-      .insertInto("users")
-      .values(newUserRow(realm.id, { op: "createUser", ...owner, role: ROLE.owner }, keyring, apiKey))
-      .returning("id")
-      .executeTakeFirstOrThrow();
-    await addToRoleGroups(trx, realm.id, user.id, ROLE.owner);
-    return { realmId: realm.id, email: owner.email, apiKey };
+    const created = await insertAccount(trx, realm.id, { ...owner, role: ROLE.owner }, keyring);
+    return { realmId: realm.id, email: owner.email, apiKey: created.api_key };
   });
 }

@@ -24,6 +24,7 @@ import { App, type Services } from "./app.ts";
 import { Authenticator } from "./auth.ts";
 import { startHttpServer } from "./http.ts";
 import { startTelemetry } from "./telemetry.ts";
+import { ensurePortFree, lockDataDir } from "./lock.ts";
 import { channelRoutes } from "./routes/channels.ts";
 import { eventRoutes } from "./routes/events.ts";
 import { messageRoutes } from "./routes/messages.ts";
@@ -68,6 +69,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
     throw new Error("WORKERS > 1 needs REDIS_URL and DATABASE_URL: the embedded engines serve one process");
   }
+  const unlock = config.databaseUrl ? () => {} : lockDataDir(config.dataDir);
   const keyring = Keyring.load(config.dataDir, config.secret);
   let store: Store;
   let owner: { email: string; apiKey: string } | undefined;
@@ -127,6 +129,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         await transport.close();
         http.close();
         await store.close();
+        unlock();
       })();
       return closing;
     },
@@ -135,6 +138,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
 
 async function main(): Promise<void> {
   const config = loadConfig();
+  if (cluster.isPrimary) await ensurePortFree(config.host, config.port);
   const telemetry = await startTelemetry();
   if (config.workers > 1 && cluster.isPrimary) {
     const keyring = Keyring.load(config.dataDir, config.secret);
