@@ -171,7 +171,7 @@ async function main(): Promise<void> {
   const workerIndex = Number(process.env.WORKER_INDEX ?? 0);
   const node = await startNode(config, { workerIndex, prepared: cluster.isWorker });
   console.log(
-    `chorus: worker ${workerIndex} listening on port ${node.port} (${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
+    `chorus: worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
   );
   const shutdown = async (signal: string) => {
     console.log(`chorus: ${signal}: shutting down worker ${workerIndex}`);

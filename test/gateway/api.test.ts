@@ -2,6 +2,7 @@
  * The first slice of the Zulip API through a real listening server, on both engines: accounts, channels, send,
  * fetch, and the long-poll event queue. Every response is checked against Zulip's OpenAPI description.
  */
+import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 
@@ -217,6 +218,22 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       const body = (await res.json()) as { allowed_methods: string[] };
       expect(body.allowed_methods.sort()).toEqual(["GET", "POST"]);
       expect((await fetch(`${server.url}/api/v1/nothing-here`)).status).toBe(404);
+    });
+
+    it("survives a client that disconnects in the middle of its request body", async () => {
+      const { port } = new URL(server.url);
+      await new Promise<void>((resolve, reject) => {
+        const socket = net.connect(Number(port), "127.0.0.1", () => {
+          socket.write(
+            "POST /api/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n" +
+              `Authorization: Basic ${Buffer.from(`${owner.email}:${owner.key}`).toString("base64")}\r\nContent-Length: 1000\r\n\r\ntype=stream&to=gen`,
+          );
+          setTimeout(() => (socket.destroy(), resolve()), 50);
+        });
+        socket.on("error", reject);
+      });
+      const res = await api(server, "GET", "/messages", { as: owner, params: { anchor: "newest", num_before: 1, num_after: 0 } });
+      expect(res.status).toBe(200);
     });
 
     it("refuses a body over the cap with 413 and keeps serving", async () => {
