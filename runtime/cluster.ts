@@ -104,5 +104,8 @@ export class ShardManager {
       await this.system.dropShard(shard);
       await this.store.releaseLease(lease, this.opts.node).catch(() => {});
     }
+    // Stop counting as alive, or the other workers leave our released home shards alone until our last heartbeat
+    // ages past leaseSeconds (tick skips the shards of a live home worker), which is as slow as a crash.
+    await this.store.leave(this.opts.node).catch(() => {});
   }
 }

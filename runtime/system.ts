@@ -6,7 +6,7 @@
  * Messages are plain JSON values. On the memory transport they are passed by reference: neither side may mutate a
  * message after sending or receiving it.
  */
-import { context, propagation, trace, SpanStatusCode } from "@opentelemetry/api";
+import { context, propagation, trace, ROOT_CONTEXT, SpanStatusCode, type Context } from "@opentelemetry/api";
 import { PARKED, parseActorId, shardOf, type Actor, type ActorContext, type ActorFactory, type ActorId, type Deferred, type Fence } from "./actor.ts";
 import { ChorusError, errors } from "./errors.ts";
 import type { Entry, Reply, ReplyAddress, Transport } from "./transport/transport.ts";
@@ -25,6 +25,8 @@ export interface SystemOptions {
 interface Turn {
   body: unknown;
   replyTo?: ReplyAddress;
+  /** The sender's trace context: the turn's span is its child. */
+  parent?: Context;
   done(error?: ChorusError): void;
 }
 
@@ -84,11 +86,13 @@ export class ActorSystem {
   }
 
   async tell(id: ActorId, body: unknown): Promise<void> {
+    if (this.closing) throw errors.shuttingDown();
     await this.opts.transport.send(shardOf(id, this.opts.shards), { targets: [id], body, trace: carrier() });
   }
 
   /** Deliver `body` to every actor in `ids`, one entry per shard, and wait until every turn has ended. */
   async broadcast(ids: Iterable<ActorId>, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<void> {
+    if (this.closing) throw errors.shuttingDown();
     const byShard = new Map<number, ActorId[]>();
     for (const id of ids) {
       const shard = shardOf(id, this.opts.shards);
@@ -96,7 +100,9 @@ export class ActorSystem {
       if (list) list.push(id);
       else byShard.set(shard, [id]);
     }
-    await Promise.all([...byShard].map(([shard, targets]) => this.request(shard, targets, body, timeoutMs, "broadcast")));
+    const results = await Promise.allSettled([...byShard].map(([shard, targets]) => this.request(shard, targets, body, timeoutMs, "broadcast")));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed) throw failed.reason;
   }
 
   private request<T>(shard: number, targets: ActorId[], body: unknown, timeoutMs: number, spanName: string): Promise<T> {
@@ -158,8 +164,8 @@ export class ActorSystem {
       (id) =>
         new Promise<ChorusError | undefined>((done) => {
           const activation = this.activation(id, shard);
-          activation.queue.push({ body: entry.body, replyTo: single ? entry.replyTo : undefined, done: (e) => done(e) });
-          if (!activation.running) void context.with(parent, () => this.drain(activation));
+          activation.queue.push({ body: entry.body, replyTo: single ? entry.replyTo : undefined, parent, done: (e) => done(e) });
+          if (!activation.running) void this.drain(activation);
         }),
     );
     return Promise.all(turns).then((results) => {
@@ -265,8 +271,9 @@ export class ActorSystem {
         a.current = turn.replyTo;
         a.parked = false;
         a.lastUsed = Date.now();
+        const span = tracer.startSpan(`turn ${a.ctx.kind}`, undefined, turn.parent ?? ROOT_CONTEXT);
         try {
-          const value = await a.actor.receive(turn.body, a.ctx);
+          const value = await context.with(trace.setSpan(turn.parent ?? ROOT_CONTEXT, span), () => a.actor.receive(turn.body, a.ctx));
           if (value === PARKED || a.parked) turn.done();
           else this.finishTurn(turn, value);
         } catch (err) {
@@ -275,6 +282,7 @@ export class ActorSystem {
           this.finishTurn(turn, undefined, error);
         } finally {
           a.current = undefined;
+          span.end();
         }
       }
     } finally {

@@ -212,6 +212,10 @@ export class SqlStore implements Store {
     return new Set(alive.map((r) => r.worker_index));
   }
 
+  async leave(node: string): Promise<void> {
+    await this.db.deleteFrom("cluster_nodes").where("node_id", "=", node).execute();
+  }
+
   async leasesHeldBy(node: string): Promise<Lease[]> {
     const rows = await this.db.selectFrom("shard_leases").select(["shard", "epoch"]).where("owner", "=", node).execute();
     return rows.map((r) => ({ shard: r.shard, epoch: Number(r.epoch) }));

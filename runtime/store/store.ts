@@ -51,6 +51,8 @@ export interface Store {
   releaseLease(lease: Lease, node: string): Promise<void>;
   /** Record that this worker is alive; returns the worker indexes seen alive within `ttlSeconds`. */
   heartbeat(node: string, workerIndex: number, ttlSeconds: number): Promise<Set<number>>;
+  /** Forget this worker's heartbeat (graceful stop), so others take its released shards without waiting. */
+  leave(node: string): Promise<void>;
   /** The leases `node` holds according to the store (for operators and tests; workers track their own). */
   leasesHeldBy(node: string): Promise<Lease[]>;
   close(): Promise<void>;

@@ -1,0 +1,241 @@
+/**
+ * Shard ownership across workers (runtime/cluster.ts) with the real services: a fresh Postgres database per test
+ * (each worker with its own connection pool, as separate processes would have) and Redis Streams under a key
+ * prefix unique to this run. Two workers (WORKERS = 2) split the shards by `shard % 2`; leases are short
+ * (LEASE seconds) so take-overs happen within seconds.
+ *
+ * A crash is simulated by cutting a worker off from the database and from Redis without releasing anything: its
+ * renewals stop, its leases stay in the store until they expire, and its system still believes it holds its
+ * shards (like a paused process), so its fence is the stale one the store must refuse.
+ */
+import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { shardOf, type ActorFactory, type Fence } from "../../runtime/actor.ts";
+import { ChorusError } from "../../runtime/errors.ts";
+import { ShardManager } from "../../runtime/cluster.ts";
+import { openDatabase } from "../../runtime/store/db.ts";
+import { SqlStore } from "../../runtime/store/sql-store.ts";
+import { ActorSystem } from "../../runtime/system.ts";
+import { RedisStreamsTransport } from "../../runtime/transport/redis-streams.ts";
+import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../support/services.ts";
+
+const SHARDS = 8;
+const WORKERS = 2;
+const LEASE = 2;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const evens = Array.from({ length: SHARDS / 2 }, (_, i) => 2 * i);
+const odds = evens.map((s) => s + 1);
+const all = Array.from({ length: SHARDS }, (_, i) => i);
+const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
+
+async function until(check: () => boolean | Promise<boolean>, ms: number): Promise<number> {
+  const started = Date.now();
+  while (!(await check())) {
+    if (Date.now() - started > ms) throw new Error(`condition not met within ${ms} ms: ${check.toString()}`);
+    await sleep(20);
+  }
+  return Date.now() - started;
+}
+
+/** The first `fence` actor id hosted on `shard`. */
+function fenceActor(shard: number): string {
+  for (let i = 0; ; i++) if (shardOf(`fence:${i}`, SHARDS) === shard) return `fence:${i}`;
+}
+
+const kinds: Record<string, ActorFactory> = {
+  fence: (ctx) => ({ receive: (): Fence => ctx.fence() }),
+};
+
+const redisRun = freshRedisPrefix();
+afterAll(async () => {
+  await redisRun.clean();
+});
+
+interface Worker {
+  index: number;
+  node: string;
+  store: SqlStore;
+  system: ActorSystem;
+  transport: RedisStreamsTransport;
+  manager: ShardManager;
+  /** Graceful: release the leases, finish turns, close connections. */
+  stop(): Promise<void>;
+  /** Abrupt: no release, no more renewals; the process's view of its shards is left as it was. */
+  crash(): Promise<void>;
+}
+
+describe("ShardManager over Postgres and Redis Streams", () => {
+  let database: Awaited<ReturnType<typeof freshDatabase>>;
+  let scope = "";
+  let scopes = 0;
+  let workers: Worker[] = [];
+  /** The test's own view of the store (an operator's connection). */
+  let admin: SqlStore;
+
+  async function openStore(): Promise<SqlStore> {
+    const { db, engine } = await openDatabase({ databaseUrl: database.url, dataDir: "unused", poolSize: 3 });
+    return new SqlStore(db, engine);
+  }
+
+  /** A worker process: its own store connection, transport and system; its manager is not started yet. */
+  async function worker(index: number): Promise<Worker> {
+    const store = await openStore();
+    const transport = new RedisStreamsTransport({ url: REDIS_URL, prefix: scope, blockMs: 200, claimIdleMs: 60_000, drainTimeoutMs: 500 });
+    const system = new ActorSystem({ transport, shards: SHARDS, kinds, askTimeoutMs: 10_000 });
+    await system.start();
+    const manager = new ShardManager(store, system, {
+      node: transport.nodeId,
+      workerIndex: index,
+      workers: WORKERS,
+      shards: SHARDS,
+      leaseSeconds: LEASE,
+    });
+    let down = false;
+    const w: Worker = {
+      index,
+      node: transport.nodeId,
+      store,
+      system,
+      transport,
+      manager,
+      async stop() {
+        if (down) return;
+        down = true;
+        await manager.stop();
+        await system.close();
+        await transport.close();
+        await store.close();
+      },
+      async crash() {
+        if (down) return;
+        down = true;
+        // Database gone: every later tick fails, so nothing is renewed and nothing released.
+        await store.close();
+        // Redis gone: what it read and did not acknowledge stays pending for the next holder.
+        await transport.close();
+      },
+    };
+    workers.push(w);
+    return w;
+  }
+
+  async function leaseShards(node: string): Promise<number[]> {
+    return sorted((await admin.leasesHeldBy(node)).map((l) => l.shard));
+  }
+
+  async function epochs(): Promise<Map<number, number>> {
+    const rows = await admin.db.selectFrom("shard_leases").select(["shard", "epoch"]).execute();
+    return new Map(rows.map((r) => [r.shard, Number(r.epoch)]));
+  }
+
+  beforeEach(async () => {
+    database = await freshDatabase();
+    admin = await openStore();
+    await admin.migrate();
+    scope = `${redisRun.prefix}:cluster-${++scopes}`;
+  });
+
+  afterEach(async () => {
+    for (const w of workers.reverse()) {
+      // A crashed worker's manager still has its timer; stop it quietly (its store is closed, so it releases nothing).
+      await w.manager.stop().catch(() => {});
+      await w.stop().catch(() => {});
+      await w.system.close().catch(() => {});
+    }
+    workers = [];
+    await admin.close();
+    await database.drop();
+    vi.restoreAllMocks();
+  });
+
+  /** Both workers started, each holding its home shards. */
+  async function pair(): Promise<[Worker, Worker]> {
+    const w0 = await worker(0);
+    const w1 = await worker(1);
+    await Promise.all([w0.manager.start(), w1.manager.start()]);
+    await until(async () => sorted(w0.manager.heldShards()).join() === evens.join(), 3000);
+    return [w0, w1];
+  }
+
+  it("two workers split the shards by shard % workers, and asks reach the owner with its lease's epoch", async () => {
+    const [w0, w1] = await pair();
+    expect(sorted(w0.manager.heldShards())).toEqual(evens);
+    expect(sorted(w1.manager.heldShards())).toEqual(odds);
+    expect(sorted(w0.system.heldShards())).toEqual(evens);
+    expect(sorted(w1.system.heldShards())).toEqual(odds);
+    expect(await leaseShards(w0.node)).toEqual(evens);
+    expect(await leaseShards(w1.node)).toEqual(odds);
+
+    const epoch = await epochs();
+    for (const shard of all) {
+      const owner = shard % 2 === 0 ? w0 : w1;
+      const asker = shard % 2 === 0 ? w1 : w0;
+      expect(await asker.system.ask<Fence>(fenceActor(shard), {})).toEqual({ shard, epoch: epoch.get(shard), node: owner.node });
+    }
+  });
+
+  it("when a worker stops gracefully, the other takes its shards promptly", async () => {
+    const [w0, w1] = await pair();
+    const before = await epochs();
+    const stopped = Date.now();
+    await w1.stop();
+    expect(await leaseShards(w1.node)).toEqual([]); // released, not left to expire
+    await until(() => sorted(w0.manager.heldShards()).join() === all.join(), (LEASE + 2) * 1000);
+    const tookMs = Date.now() - stopped;
+    // Promptly: at the survivor's next tick (a renewal period), not a whole lease after the last heartbeat.
+    const period = Math.max(200, (LEASE * 1000) / 3);
+    expect(tookMs).toBeLessThan(period + 600);
+
+    const after = await epochs();
+    for (const shard of odds) {
+      expect(after.get(shard)).toBe(before.get(shard)! + 1);
+      expect(await w0.system.ask<Fence>(fenceActor(shard), {})).toEqual({ shard, epoch: after.get(shard), node: w0.node });
+    }
+    for (const shard of evens) expect(after.get(shard)).toBe(before.get(shard));
+  });
+
+  it("a crashed worker's shards are taken over after its lease expires with a higher epoch, its old fence is refused, and the shards go home when it is back", async () => {
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+    const [w0, w1] = await pair();
+    const before = await epochs();
+    const shard = odds[1]!;
+    const oldFence: Fence = { shard, epoch: before.get(shard)!, node: w1.node };
+    // The live owner's fence is accepted.
+    await expect(admin.write(oldFence, async () => "written")).resolves.toBe("written");
+
+    await w1.crash();
+    const crashed = Date.now();
+    // An ask sent while nobody serves the shard waits in its stream for the next holder.
+    const waiting = w0.system.ask<Fence>(fenceActor(shard), {});
+    // Nothing is released: the leases stay w1's until they expire.
+    expect(await leaseShards(w1.node)).toEqual(odds);
+    expect(w1.system.heldShards().sort()).toEqual(odds); // the dead process still believes it owns them
+
+    await until(() => sorted(w0.manager.heldShards()).join() === all.join(), (LEASE + 3) * 1000);
+    const tookMs = Date.now() - crashed;
+    expect(tookMs).toBeGreaterThan(LEASE * 1000 - 1000); // not before the lease could have expired
+    const after = await epochs();
+    for (const s of odds) expect(after.get(s)).toBe(before.get(s)! + 1);
+    expect(await waiting).toEqual({ shard, epoch: after.get(shard), node: w0.node });
+
+    // The stale owner's writes are refused, and change nothing.
+    const err = await admin.write(oldFence, async () => "written").catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ChorusError);
+    expect((err as ChorusError).code).toBe("FENCED");
+    expect((err as ChorusError).status).toBe(503);
+    await expect(admin.write({ shard, epoch: after.get(shard)!, node: w0.node }, async () => "ok")).resolves.toBe("ok");
+    expect(logged.mock.calls.some(([first]) => String(first).includes("shard manager tick failed"))).toBe(true);
+
+    // The home worker comes back (a new process: a new node id) and gets its shards back, with a higher epoch again.
+    const back = await worker(1);
+    await back.manager.start();
+    expect(sorted(back.manager.heldShards())).toEqual(odds);
+    await until(() => sorted(w0.manager.heldShards()).join() === evens.join(), 3000);
+    expect(sorted(w0.system.heldShards())).toEqual(evens);
+    expect(await leaseShards(back.node)).toEqual(odds);
+    const home = await epochs();
+    for (const s of odds) expect(home.get(s)).toBe(after.get(s)! + 1);
+    expect(await w0.system.ask<Fence>(fenceActor(shard), {})).toEqual({ shard, epoch: home.get(shard), node: back.node });
+    const stale = await admin.write({ shard, epoch: after.get(shard)!, node: w0.node }, async () => "ok").catch((e: unknown) => e);
+    expect((stale as ChorusError).code).toBe("FENCED");
+  });
+});

@@ -1,0 +1,507 @@
+/**
+ * The actor system (runtime/system.ts), one behaviour suite run over every transport: the memory transport, and
+ * Redis Streams for real at 127.0.0.1:6379 (TEST_REDIS_URL overrides) under a key prefix unique to this run,
+ * deleted afterwards. Each test gets its own key scope and its own systems; the shards are held directly with
+ * `holdShard` (the shard manager and its store are covered by cluster.test.ts).
+ *
+ * The test actors record what happens to them in a per-test probe, so turns, activations and deactivations are
+ * observed rather than inferred from timing alone.
+ */
+import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { PARKED, shardOf, type ActorContext, type ActorFactory, type Deferred, type Fence } from "../../runtime/actor.ts";
+import { ChorusError } from "../../runtime/errors.ts";
+import { ActorSystem } from "../../runtime/system.ts";
+import { MemoryTransport } from "../../runtime/transport/memory.ts";
+import { RedisStreamsTransport } from "../../runtime/transport/redis-streams.ts";
+import type { Transport } from "../../runtime/transport/transport.ts";
+import { freshRedisPrefix, REDIS_URL } from "../support/services.ts";
+
+const SHARDS = 8;
+const ASK_TIMEOUT_MS = 3000;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Polls `check` until it holds (or fails the test after `ms`): waiting on an observable fact, not on a guess. */
+async function until(check: () => boolean, ms = 3000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`condition not met within ${ms} ms: ${check.toString()}`);
+    await sleep(5);
+  }
+}
+
+async function rejection(p: Promise<unknown>): Promise<ChorusError> {
+  const err = await p.then(
+    () => {
+      throw new Error("expected a rejection, got a result");
+    },
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(ChorusError);
+  return err as ChorusError;
+}
+
+/** The `n`-th key (0-based) of `kind` whose actor lives on `shard`. */
+function idOn(kind: string, shard: number, n = 0, tag = "k"): string {
+  for (let i = 0, found = 0; ; i++) {
+    const id = `${kind}:${tag}${i}`;
+    if (shardOf(id, SHARDS) === shard && found++ === n) return id;
+  }
+}
+
+// ---- test actors ---------------------------------------------------------------------------------------------
+
+interface Probe {
+  /** `enter <id> <tag>` / `leave <id> <tag>` of the `slow` actors. */
+  log: string[];
+  activations: Map<string, number>;
+  deactivations: Map<string, number>;
+  turns: Map<string, number>;
+  ticks: string[];
+  /** `flaky` activations wait for this before failing (first attempt) or succeeding. */
+  gate: Promise<void>;
+  openGate(): void;
+}
+
+function newProbe(): Probe {
+  let openGate!: () => void;
+  const gate = new Promise<void>((r) => (openGate = r));
+  return { log: [], activations: new Map(), deactivations: new Map(), turns: new Map(), ticks: [], gate, openGate };
+}
+
+function bump(map: Map<string, number>, id: string): number {
+  const n = (map.get(id) ?? 0) + 1;
+  map.set(id, n);
+  return n;
+}
+
+type Msg = Record<string, any>;
+
+function testKinds(p: Probe): Record<string, ActorFactory> {
+  const lifecycle = (ctx: ActorContext) => ({
+    activate: async () => void bump(p.activations, ctx.id),
+    deactivate: async () => void bump(p.deactivations, ctx.id),
+  });
+  return {
+    /** Adds; answers its total. `ms` makes the turn take that long before it counts. */
+    counter: (ctx) => {
+      let total = 0;
+      return {
+        ...lifecycle(ctx),
+        async receive(m: Msg) {
+          if (m.ms) await sleep(m.ms);
+          bump(p.turns, ctx.id);
+          if (m.op === "add") total += m.by;
+          return total;
+        },
+      };
+    },
+    /** Records entering and leaving an asynchronous turn. */
+    slow: (ctx) => ({
+      ...lifecycle(ctx),
+      async receive(m: Msg) {
+        p.log.push(`enter ${ctx.id} ${m.tag}`);
+        await sleep(m.ms ?? 0);
+        p.log.push(`leave ${ctx.id} ${m.tag}`);
+        return m.tag;
+      },
+    }),
+    /** Parks `wait` asks; a later `release` turn answers them. */
+    parker: (ctx) => {
+      const waiting: Deferred<string>[] = [];
+      return {
+        ...lifecycle(ctx),
+        receive(m: Msg) {
+          if (m.op === "wait") {
+            waiting.push(ctx.defer<string>());
+            return PARKED;
+          }
+          const parked = waiting.splice(0);
+          for (const d of parked) d.resolve(m.value);
+          return parked.length;
+        },
+      };
+    },
+    /** Its first activation fails (once the gate opens); later ones succeed. */
+    flaky: (ctx) => ({
+      async activate() {
+        const attempt = bump(p.activations, ctx.id);
+        await p.gate;
+        if (attempt === 1) throw new ChorusError("NOT_READY", "state could not be loaded", 503, { attempt });
+      },
+      receive: (m: Msg) => `ok ${m.n}`,
+    }),
+    /** Throws what it is told to. */
+    failing: (ctx) => ({
+      receive(m: Msg) {
+        bump(p.turns, ctx.id);
+        if (m.op === "coded") throw new ChorusError("STREAM_DOES_NOT_EXIST", "Channel with ID '7' does not exist", 400, { stream_id: 7 });
+        if (m.op === "plain") throw new Error("secret detail");
+        return "fine";
+      },
+    }),
+    /** Schedules `tick` turns to itself; `cancel` calls the cancel function of one. */
+    timer: (ctx) => {
+      const cancels = new Map<string, () => void>();
+      return {
+        receive(m: Msg) {
+          if (m.op === "arm") cancels.set(m.tag, ctx.schedule(m.ms, { op: "tick", tag: m.tag }));
+          else if (m.op === "cancel") cancels.get(m.tag)!();
+          else if (m.op === "tick") p.ticks.push(`${ctx.id} ${m.tag}`);
+          return "ok";
+        },
+      };
+    },
+    /** Answers its fence. */
+    fence: (ctx) => ({ receive: (): Fence => ctx.fence() }),
+    /** Idle actors: keys starting with `keep` refuse passivation. `ms` makes a turn last. */
+    idle: (ctx) => ({
+      ...lifecycle(ctx),
+      canPassivate: () => !ctx.key.startsWith("keep"),
+      async receive(m: Msg) {
+        if (m?.ms) await sleep(m.ms);
+        return p.deactivations.get(ctx.id) ?? 0;
+      },
+    }),
+  };
+}
+
+// ---- engines -------------------------------------------------------------------------------------------------
+
+interface Engine {
+  name: string;
+  /** Transports made with one scope are nodes of one cluster (a memory transport is a cluster of one). */
+  distributed: boolean;
+  make(scope: string): Transport;
+}
+
+const redisRun = freshRedisPrefix();
+const transportErrors: string[] = [];
+
+const engines: Engine[] = [
+  { name: "memory", distributed: false, make: () => new MemoryTransport() },
+  {
+    name: "redis-streams",
+    distributed: true,
+    make: (scope) =>
+      new RedisStreamsTransport({
+        url: REDIS_URL,
+        prefix: scope,
+        blockMs: 200,
+        claimIdleMs: 60_000,
+        drainTimeoutMs: 1000,
+        onError: (err, where) => void transportErrors.push(`${where}: ${String(err)}`),
+      }),
+  },
+];
+
+afterAll(async () => {
+  await redisRun.clean();
+});
+
+describe.each(engines)("ActorSystem over $name", (engine) => {
+  let scope = "";
+  let scopes = 0;
+  let probe: Probe;
+  let opened: { system: ActorSystem; transport: Transport }[] = [];
+
+  /** A started system (a node) on this test's scope, holding the shards `hold` selects with epoch 100 + shard. */
+  async function node(
+    opts: { idleMs?: number; askTimeoutMs?: number; hold?: (shard: number) => boolean } = {},
+  ): Promise<ActorSystem> {
+    const transport = engine.make(scope);
+    const system = new ActorSystem({
+      transport,
+      shards: SHARDS,
+      kinds: testKinds(probe),
+      askTimeoutMs: opts.askTimeoutMs ?? ASK_TIMEOUT_MS,
+      idleMs: opts.idleMs,
+    });
+    opened.push({ system, transport });
+    await system.start();
+    for (let shard = 0; shard < SHARDS; shard++) {
+      if (!opts.hold || opts.hold(shard)) await system.holdShard(shard, 100 + shard);
+    }
+    return system;
+  }
+
+  beforeEach(() => {
+    scope = `${redisRun.prefix}:${engine.name}-${++scopes}`;
+    probe = newProbe();
+    transportErrors.length = 0;
+  });
+
+  afterEach(async () => {
+    for (const { system, transport } of opened.reverse()) {
+      await system.close();
+      await transport.close();
+    }
+    opened = [];
+    vi.restoreAllMocks();
+    expect(transportErrors).toEqual([]);
+  });
+
+  it("ask returns the actor's reply, and the actor keeps its state between turns", async () => {
+    const system = await node();
+    expect(await system.ask<number>("counter:a", { op: "add", by: 2 })).toBe(2);
+    expect(await system.ask<number>("counter:a", { op: "add", by: 3 })).toBe(5);
+    expect(await system.ask<number>("counter:b", { op: "add", by: 1 })).toBe(1);
+    expect(probe.activations.get("counter:a")).toBe(1);
+  });
+
+  it("tell delivers without waiting for a reply, in order with later asks to the same actor", async () => {
+    const system = await node();
+    await expect(system.tell("counter:t", { op: "add", by: 5, ms: 30 })).resolves.toBeUndefined();
+    // tell resolved once the entry was accepted, before the (30 ms) turn ran
+    expect(probe.turns.get("counter:t")).toBeUndefined();
+    await system.tell("counter:t", { op: "add", by: 1 });
+    expect(await system.ask<number>("counter:t", { op: "get" })).toBe(6);
+    expect(probe.turns.get("counter:t")).toBe(3);
+  });
+
+  it("runs one turn at a time per actor, in the order the asks were sent", async () => {
+    const system = await node();
+    const tags = ["a", "b", "c", "d", "e"];
+    const replies = await Promise.all(tags.map((tag) => system.ask<string>("slow:one", { tag, ms: 15 })));
+    expect(replies).toEqual(tags);
+    expect(probe.log).toEqual(tags.flatMap((tag) => [`enter slow:one ${tag}`, `leave slow:one ${tag}`]));
+  });
+
+  it("runs different actors concurrently, on the same shard and on different shards", async () => {
+    const system = await node();
+    const a = idOn("slow", 3, 0);
+    const b = idOn("slow", 3, 1);
+    const c = idOn("slow", 5, 0);
+    await Promise.all([a, b, c].map((id) => system.ask(id, { tag: "x", ms: 150 })));
+    const firstLeave = probe.log.findIndex((l) => l.startsWith("leave"));
+    expect(probe.log.slice(0, firstLeave).sort()).toEqual([`enter ${a} x`, `enter ${b} x`, `enter ${c} x`].sort());
+  });
+
+  it("an ask that gets no reply in time fails with REQUEST_TIMEOUT, and its late reply is ignored", async () => {
+    const system = await node();
+    const started = Date.now();
+    const err = await rejection(system.ask("slow:late", { tag: "late", ms: 200 }, 40));
+    expect(Date.now() - started).toBeLessThan(190);
+    expect(err.code).toBe("REQUEST_TIMEOUT");
+    expect(err.status).toBe(503);
+    expect(err.message).toContain("slow:late");
+    // The turn still ends and replies; that reply finds no one waiting and must not answer anything else.
+    await until(() => probe.log.includes("leave slow:late late"));
+    const next = system.ask<string>("slow:late", { tag: "next", ms: 0 });
+    await sleep(50);
+    expect(await next).toBe("next");
+  });
+
+  it("errors thrown by receive reach the asker with code, status, message and extra intact", async () => {
+    const system = await node();
+    const err = await rejection(system.ask("failing:1", { op: "coded" }));
+    expect(err.toJSON()).toEqual({
+      code: "STREAM_DOES_NOT_EXIST",
+      msg: "Channel with ID '7' does not exist",
+      status: 400,
+      extra: { stream_id: 7 },
+    });
+
+    // Unknown failures become 500s that do not leak their detail (and are logged where they happened).
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+    const internal = await rejection(system.ask("failing:1", { op: "plain" }));
+    expect(internal.code).toBe("INTERNAL_SERVER_ERROR");
+    expect(internal.status).toBe(500);
+    expect(internal.message).toBe("Internal server error");
+    expect(JSON.stringify(internal.toJSON())).not.toContain("secret detail");
+    expect(logged).toHaveBeenCalled();
+
+    // A failed turn does not break the actor; a failing told turn reaches nobody.
+    await system.tell("failing:1", { op: "coded" });
+    expect(await system.ask("failing:1", { op: "ok" })).toBe("fine");
+    expect(probe.turns.get("failing:1")).toBe(4);
+
+    // Unknown kinds fail the ask instead of hanging it.
+    logged.mockClear();
+    const unknown = await rejection(system.ask("nosuchkind:1", {}));
+    expect(unknown.code).toBe("INTERNAL_SERVER_ERROR");
+    expect(unknown.status).toBe(500);
+  });
+
+  it("a failing activate fails the queued asks, and the next message activates again", async () => {
+    const system = await node();
+    const first = system.ask("flaky:1", { n: 1 });
+    const second = system.ask("flaky:1", { n: 2 });
+    const firstErr = rejection(first);
+    const secondErr = rejection(second);
+    await until(() => probe.activations.get("flaky:1") === 1);
+    await sleep(100); // both asks are queued behind the pending activation by now
+    probe.openGate();
+    for (const err of [await firstErr, await secondErr]) {
+      expect(err.toJSON()).toEqual({ code: "NOT_READY", msg: "state could not be loaded", status: 503, extra: { attempt: 1 } });
+    }
+    expect(probe.activations.get("flaky:1")).toBe(1);
+    expect(await system.ask("flaky:1", { n: 3 })).toBe("ok 3");
+    expect(probe.activations.get("flaky:1")).toBe(2);
+    expect(await system.ask("flaky:1", { n: 4 })).toBe("ok 4");
+    expect(probe.activations.get("flaky:1")).toBe(2);
+  });
+
+  it("a parked ask (ctx.defer + PARKED) is answered when a later turn resolves it, without blocking the actor", async () => {
+    const system = await node();
+    let answered: string | undefined;
+    const waits = [system.ask<string>("parker:p", { op: "wait" }), system.ask<string>("parker:p", { op: "wait" })];
+    for (const w of waits) void w.then((v) => (answered = v));
+    await sleep(50);
+    expect(answered).toBeUndefined();
+    // The actor takes further turns while the asks are parked; this one answers both.
+    expect(await system.ask<number>("parker:p", { op: "release", value: "hello" })).toBe(2);
+    expect(await Promise.all(waits)).toEqual(["hello", "hello"]);
+    expect(await system.ask<number>("parker:p", { op: "release", value: "again" })).toBe(0);
+  });
+
+  it("a parked ask resolved after the asker timed out is ignored", async () => {
+    const system = await node();
+    const err = await rejection(system.ask("parker:gone", { op: "wait" }, 30));
+    expect(err.code).toBe("REQUEST_TIMEOUT");
+    expect(await system.ask<number>("parker:gone", { op: "release", value: "late" })).toBe(1);
+    // A fresh ask is not answered by the stale reply.
+    const fresh = system.ask<string>("parker:gone", { op: "wait" });
+    await sleep(30);
+    expect(await system.ask<number>("parker:gone", { op: "release", value: "fresh" })).toBe(1);
+    expect(await fresh).toBe("fresh");
+  });
+
+  it("ctx.schedule delivers a later turn, and its cancel function stops it", async () => {
+    const system = await node();
+    await system.ask("timer:1", { op: "arm", tag: "kept", ms: 40 });
+    await system.ask("timer:1", { op: "arm", tag: "cancelled", ms: 40 });
+    await system.ask("timer:1", { op: "cancel", tag: "cancelled" });
+    expect(probe.ticks).toEqual([]);
+    await until(() => probe.ticks.length > 0);
+    expect(probe.ticks).toEqual(["timer:1 kept"]);
+    await sleep(80);
+    expect(probe.ticks).toEqual(["timer:1 kept"]);
+  });
+
+  it("broadcast reaches every id once, across shards, and resolves after all their turns", async () => {
+    const system = await node();
+    const ids = Array.from({ length: 40 }, (_, i) => `counter:b${i}`);
+    expect(new Set(ids.map((id) => shardOf(id, SHARDS))).size).toBeGreaterThan(3);
+    await system.broadcast(ids, { op: "add", by: 1, ms: 20 });
+    for (const id of ids) expect(probe.turns.get(id), id).toBe(1);
+    const totals = await Promise.all(ids.map((id) => system.ask<number>(id, { op: "get" })));
+    expect(totals).toEqual(ids.map(() => 1));
+
+    // A failing target fails its shard's entry with its error, once every turn of that entry has ended.
+    const failing = idOn("failing", shardOf("counter:b0", SHARDS));
+    const err = await rejection(system.broadcast(["counter:b0", failing], { op: "coded", by: 0, ms: 30 }));
+    expect(err.code).toBe("STREAM_DOES_NOT_EXIST");
+    expect(probe.turns.get("counter:b0")).toBe(3);
+    expect(probe.turns.get(failing)).toBe(1);
+
+    await expect(system.broadcast([], { op: "add", by: 1 })).resolves.toBeUndefined();
+  });
+
+  it("ctx.fence() carries the epoch the shard was held with", async () => {
+    const system = await node();
+    for (const shard of [0, 3, SHARDS - 1]) {
+      const fence = await system.ask<Fence>(idOn("fence", shard), {});
+      expect(fence).toEqual({ shard, epoch: 100 + shard, node: system.nodeId });
+    }
+  });
+
+  it("passivates idle actors that agree, keeps those that refuse, and never one in the middle of a turn", async () => {
+    const system = await node({ idleMs: 60 });
+    expect(await system.ask("idle:p", {})).toBe(0);
+    expect(await system.ask("idle:keep", {})).toBe(0);
+    await until(() => probe.deactivations.get("idle:p") === 1);
+    await sleep(200); // several sweeps
+    expect(probe.deactivations.get("idle:keep")).toBeUndefined();
+    expect(probe.activations.get("idle:keep")).toBe(1);
+
+    // The passivated actor is activated again by its next message; the refusing one was never dropped.
+    expect(await system.ask("idle:p", {})).toBe(1);
+    expect(probe.activations.get("idle:p")).toBe(2);
+    expect(await system.ask("idle:keep", {})).toBe(0);
+    expect(probe.activations.get("idle:keep")).toBe(1);
+
+    // A turn longer than idleMs is not cut short by passivation.
+    expect(await system.ask("idle:busy", { ms: 250 })).toBe(0);
+  });
+
+  it("dropShard waits for the turn in progress, deactivates that shard's actors only, and a later holder gets its entries", async () => {
+    const system = await node();
+    const [a1, a2, b1] = [idOn("counter", 1, 0), idOn("counter", 1, 1), idOn("counter", 2, 0)];
+    for (const id of [a1, a2, b1]) expect(await system.ask(id, { op: "add", by: 1 })).toBe(1);
+    const slow = idOn("slow", 1, 0);
+    const slowAsk = system.ask<string>(slow, { tag: "s", ms: 150 });
+    await until(() => probe.log.includes(`enter ${slow} s`));
+
+    await system.dropShard(1);
+    expect(probe.log).toContain(`leave ${slow} s`);
+    expect(await slowAsk).toBe("s");
+    expect(probe.deactivations.get(a1)).toBe(1);
+    expect(probe.deactivations.get(a2)).toBe(1);
+    expect(probe.deactivations.get(slow)).toBe(1);
+    expect(probe.deactivations.get(b1)).toBeUndefined();
+    expect(system.heldShards()).not.toContain(1);
+    expect(system.heldShards()).toHaveLength(SHARDS - 1);
+
+    // Nobody holds shard 1 now: an ask waits for the next holder instead of failing.
+    let settled = false;
+    const waiting = system.ask<number>(a1, { op: "add", by: 10 }).finally(() => (settled = true));
+    const fence = system.ask<Fence>(idOn("fence", 1), {});
+    await sleep(100);
+    expect(settled).toBe(false);
+    await system.holdShard(1, 7);
+    expect(await waiting).toBe(10); // a new activation: the dropped one's memory is gone
+    expect(probe.activations.get(a1)).toBe(2);
+    expect((await fence).epoch).toBe(7);
+    expect(await system.ask(b1, { op: "get" })).toBe(1);
+  });
+
+  it("close() rejects pending asks with SHUTTING_DOWN, deactivates every actor and refuses new asks", async () => {
+    const system = await node();
+    expect(await system.ask("counter:c", { op: "add", by: 1 })).toBe(1);
+    const parked = rejection(system.ask("parker:c", { op: "wait" }));
+    await until(() => probe.activations.get("parker:c") === 1);
+    await sleep(20);
+    await system.close();
+    const err = await parked;
+    expect(err.code).toBe("SHUTTING_DOWN");
+    expect(err.status).toBe(503);
+    expect(probe.deactivations.get("counter:c")).toBe(1);
+    expect(probe.deactivations.get("parker:c")).toBe(1);
+    expect(system.heldShards()).toEqual([]);
+    expect((await rejection(system.ask("counter:c", { op: "get" }))).code).toBe("SHUTTING_DOWN");
+  });
+
+  it.runIf(engine.distributed)("two nodes: each ask reaches the node hosting the actor and the reply comes back", async () => {
+    const a = await node({ hold: (shard) => shard % 2 === 0 });
+    const b = await node({ hold: (shard) => shard % 2 === 1 });
+    expect(a.nodeId).not.toBe(b.nodeId);
+    const onA = idOn("fence", 2);
+    const onB = idOn("fence", 3);
+
+    // A asks an actor hosted by B, and B one hosted by A.
+    expect(await a.ask<Fence>(onB, {})).toEqual({ shard: 3, epoch: 103, node: b.nodeId });
+    expect(await b.ask<Fence>(onA, {})).toEqual({ shard: 2, epoch: 102, node: a.nodeId });
+
+    // State lives on the hosting node: both askers see the same counter.
+    const counter = idOn("counter", 5);
+    expect(await a.ask(counter, { op: "add", by: 1 })).toBe(1);
+    expect(await b.ask(counter, { op: "add", by: 1 })).toBe(2);
+    await a.tell(counter, { op: "add", by: 1 });
+    expect(await a.ask(counter, { op: "get" })).toBe(3);
+    expect(probe.activations.get(counter)).toBe(1);
+
+    // Errors and parked asks cross nodes too.
+    const err = await rejection(a.ask(idOn("failing", 7), { op: "coded" }));
+    expect(err.toJSON()).toMatchObject({ code: "STREAM_DOES_NOT_EXIST", status: 400, extra: { stream_id: 7 } });
+    const parker = idOn("parker", 1);
+    const parked = a.ask<string>(parker, { op: "wait" });
+    await sleep(30);
+    expect(await b.ask(parker, { op: "release", value: "from B" })).toBe(1);
+    expect(await parked).toBe("from B");
+
+    // A broadcast from A covering both nodes' shards.
+    const ids = Array.from({ length: 16 }, (_, i) => `counter:n${i}`);
+    await a.broadcast(ids, { op: "add", by: 1 });
+    for (const id of ids) expect(probe.turns.get(id), id).toBe(1);
+  });
+});
