@@ -61,7 +61,8 @@ declare module "autocannon" {
     throughput: AutocannonHistogram;
   }
 
-  function autocannon(opts: AutocannonOptions): Promise<AutocannonResult>;
+  /** The run: a promise of its result, and `stop()` to end it early (the result then covers what ran). */
+  function autocannon(opts: AutocannonOptions): PromiseLike<AutocannonResult> & { stop(): void };
   export default autocannon;
   export type { AutocannonOptions, AutocannonResult, AutocannonHistogram };
 }

@@ -2,8 +2,13 @@
  * The load generator, run in a child process (forked by bench/run.ts) so that autocannon neither shares the
  * server's event loop nor counts in the server's CPU time. It takes one LoadRequest at a time over IPC and answers
  * with the trimmed autocannon result and its own CPU time for that run.
+ *
+ * It is also the bench's janitor: the bench process tells it what it created (watch) and removed (release); when
+ * the IPC channel closes, whatever is still watched is removed before this process exits. It ignores SIGINT and
+ * SIGTERM so that a Ctrl-C reaching the whole process group leaves it alive to do so.
  */
 import autocannon from "autocannon";
+import { describeResource, removeResource, resourceKey, type Resource } from "./janitor.ts";
 
 export interface LoadRequest {
   id: number;
@@ -22,8 +27,9 @@ export interface LoadRequest {
 export interface LoadFigures {
   /** Mean of the per-second request counts (autocannon's "Req/Sec" average). */
   reqPerSec: number;
-  /** Completed requests / wall seconds of the run (includes the ramp-down after the last full sample). */
+  /** Responses received over the run. */
   totalRequests: number;
+  /** Requests sent (responses + those in flight when the run stopped). */
   sent: number;
   latencyMs: { p50: number; p90: number; p99: number; max: number; mean: number };
   status: { "2xx": number; non2xx: number; "4xx": number; "5xx": number; codes: Record<string, number> };
@@ -36,12 +42,22 @@ export interface LoadFigures {
   wallMs: number;
 }
 
+export type ToLoad =
+  | LoadRequest
+  | { exit: true }
+  | { abort: true }
+  | { watch: Resource }
+  | { release: Resource };
+
 export type LoadReply = { id: number; ok: true; figures: LoadFigures } | { id: number; ok: false; error: string };
+
+let current: { stop(): void } | undefined;
+const watched = new Map<string, Resource>();
 
 async function run(req: LoadRequest): Promise<LoadFigures> {
   const cpu = process.cpuUsage();
   const t0 = performance.now();
-  const r = await autocannon({
+  const instance = autocannon({
     url: req.url,
     method: req.method,
     headers: req.headers,
@@ -51,6 +67,13 @@ async function run(req: LoadRequest): Promise<LoadFigures> {
     duration: req.duration,
     timeout: req.timeout,
   });
+  current = instance;
+  let r;
+  try {
+    r = await instance; // a thenable, not a Promise: no .finally
+  } finally {
+    current = undefined;
+  }
   const wallMs = performance.now() - t0;
   const used = process.cpuUsage(cpu);
   const codes: Record<string, number> = {};
@@ -70,14 +93,31 @@ async function run(req: LoadRequest): Promise<LoadFigures> {
   };
 }
 
-process.on("message", (msg: LoadRequest | { exit: true }) => {
-  if ("exit" in msg) {
-    process.disconnect();
-    return;
-  }
+process.on("message", (msg: ToLoad) => {
+  if ("exit" in msg) return process.disconnect();
+  if ("abort" in msg) return current?.stop();
+  if ("watch" in msg) return void watched.set(resourceKey(msg.watch), msg.watch);
+  if ("release" in msg) return void watched.delete(resourceKey(msg.release));
   run(msg).then(
     (figures) => process.send!({ id: msg.id, ok: true, figures } satisfies LoadReply),
     (err: unknown) => process.send!({ id: msg.id, ok: false, error: String((err as Error)?.stack ?? err) } satisfies LoadReply),
   );
 });
+process.on("disconnect", () => {
+  current?.stop();
+  void (async () => {
+    if (watched.size) console.error(`bench: the bench process left ${watched.size} resource(s) behind; removing them`);
+    for (const r of [...watched.values()].reverse()) {
+      try {
+        await removeResource(r);
+      } catch (err) {
+        console.error(`bench: could not remove ${describeResource(r)}:`, err);
+      }
+    }
+    process.exit(0);
+  })();
+});
+// The bench process decides when to stop; it tells us, or its going away does.
+process.on("SIGINT", () => {});
+process.on("SIGTERM", () => {});
 process.send!({ ready: true });

@@ -4,13 +4,14 @@
  * 1. The ceilings, on port 0 in this process: a raw uWebSockets.js hello-world (the ceiling every figure is a
  *    ratio of) and the same hello-world through gateway/http.ts (what the adapter itself costs).
  * 2. For each engine (embedded: memory + PGlite; redis+postgres: Redis Streams + a fresh Postgres database), a
- *    node started with startNode() in this process, then each scenario (send, fetch).
+ *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, send).
  *
  * Every measurement is a warm-up autocannon run (discarded) followed by the measured run, with the same fixed
  * flags everywhere. autocannon runs in a child process (bench/load.ts) so it neither shares the server's event
  * loop nor counts in its CPU time: "server CPU/req" is this process's CPU time over the measured run divided by
- * the responses. "machine CPU/req" adds everything else on the machine (Postgres, Redis, the load generator).
- * Results go to the terminal and to bench/results/<timestamp>.json.
+ * the responses; the CPU time of the engine's Postgres backends and of Redis is read from /proc and INFO; what
+ * the machine spent beyond all of those is shown as "other cores" (a disturbed measurement when well above 0).
+ * Results go to the terminal and to bench/results/<timestamp>.json (gitignored).
  */
 import { execFileSync, fork, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
@@ -18,7 +19,9 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import type { LoadFigures, LoadReply, LoadRequest } from "./load.ts";
+import { Session } from "node:inspector/promises";
+import type { Janitor, Resource } from "./janitor.ts";
+import type { LoadFigures, LoadReply, LoadRequest, ToLoad } from "./load.ts";
 import {
   ENGINES,
   SCENARIOS,
@@ -29,6 +32,7 @@ import {
   type Ceiling,
   type Engine,
   type EngineName,
+  type ServiceStats,
   type Target,
   type Verification,
 } from "./scenarios.ts";
@@ -47,18 +51,26 @@ interface Options {
   connections: number;
   pipelining: number;
   timeout: number;
+  /** Messages in the bench channel while fetch is measured. */
+  history: number;
   ceiling: boolean;
+  /** Profile the server process over each measured run (V8 CPU profile into bench/results/). */
+  cpuProf: boolean;
 }
 
 const USAGE = `usage: npm run bench -- [options]
   --engine <embedded|redis+postgres|both>   engines to run (default both; env BENCH_ENGINE)
-  --scenario <send,fetch>                   scenarios to run (default all; env BENCH_SCENARIO)
+  --scenario <fetch,send>                   scenarios to run, in this order (default both; env BENCH_SCENARIO)
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
   --connections <n>                         autocannon connections (default 50; env BENCH_CONNECTIONS)
   --pipelining <n>                          autocannon pipelining (default 1; env BENCH_PIPELINING)
   --timeout <s>                             autocannon request timeout (default 10)
-  --no-ceiling                              skip the ceiling runs (ratios are then left out)`;
+  --history <n>                             messages in the channel while fetch is measured (default 1000)
+  --no-ceiling                              skip the ceiling runs (ratios are then left out)
+  --cpu-prof                                V8 CPU profile of the server over each measured run, saved beside the
+                                            results (open in Chrome DevTools); the top functions are printed.
+                                            Profiling slows the server: do not compare those figures`;
 
 function parseOptions(argv: string[]): Options {
   const env = process.env;
@@ -70,8 +82,10 @@ function parseOptions(argv: string[]): Options {
     connections: env.BENCH_CONNECTIONS,
     pipelining: env.BENCH_PIPELINING,
     timeout: env.BENCH_TIMEOUT,
+    history: env.BENCH_HISTORY,
   };
   let ceiling = true;
+  let cpuProf = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === "--help" || arg === "-h") {
@@ -80,6 +94,10 @@ function parseOptions(argv: string[]): Options {
     }
     if (arg === "--no-ceiling") {
       ceiling = false;
+      continue;
+    }
+    if (arg === "--cpu-prof") {
+      cpuProf = true;
       continue;
     }
     const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
@@ -107,8 +125,15 @@ function parseOptions(argv: string[]): Options {
     postgres: ["redis+postgres"],
     distributed: ["redis+postgres"],
   };
-  const engines = [...new Set(engineArg.split(",").flatMap((e) => aliases[e.trim()] ?? []))];
-  if (!engines.length) throw new Error(`--engine: expected embedded, redis+postgres or both, got ${raw.engine}`);
+  const engines = [
+    ...new Set(
+      engineArg.split(",").flatMap((e) => {
+        const found = aliases[e.trim()];
+        if (!found) throw new Error(`--engine: expected embedded, redis+postgres or both, got ${e}`);
+        return found;
+      }),
+    ),
+  ];
   const known = SCENARIOS.map((s) => s.name);
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
   for (const s of scenarios) if (!known.includes(s)) throw new Error(`--scenario: unknown ${s} (known: ${known.join(", ")})`);
@@ -120,14 +145,16 @@ function parseOptions(argv: string[]): Options {
     connections: Math.round(num("connections", 50, 1)),
     pipelining: Math.round(num("pipelining", 1, 1)),
     timeout: num("timeout", 10, 1),
+    history: Math.round(num("history", 1000, 20)),
     ceiling,
+    cpuProf,
   };
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // The load generator child
 
-class LoadGenerator {
+class LoadGenerator implements Janitor {
   private child!: ChildProcess;
   private nextId = 1;
   private pending = new Map<number, { resolve(f: LoadFigures): void; reject(e: Error): void }>();
@@ -160,24 +187,38 @@ class LoadGenerator {
     });
   }
 
-  get pid(): number | undefined {
-    return this.child?.pid;
-  }
-
   run(req: Omit<LoadRequest, "id">): Promise<LoadFigures> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.child.send({ ...req, id } satisfies LoadRequest);
+      this.send({ ...req, id });
     });
+  }
+
+  private send(msg: ToLoad): void {
+    if (this.child?.connected) this.child.send(msg);
+  }
+
+  /** End the run in progress early (its figures then cover what ran). */
+  abort(): void {
+    this.send({ abort: true });
+  }
+
+  watch(resource: Resource): void {
+    this.send({ watch: resource });
+  }
+
+  release(resource: Resource): void {
+    this.send({ release: resource });
   }
 
   async stop(): Promise<void> {
     const child = this.child;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((r) => child.once("exit", () => r()));
-    if (child.connected) child.send({ exit: true });
-    const timer = setTimeout(() => child.kill("SIGKILL"), 3000);
+    this.send({ exit: true });
+    // It removes whatever is still watched before exiting: give that time.
+    const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
     await exited;
     clearTimeout(timer);
   }
@@ -237,7 +278,14 @@ interface Measurement {
   machineCpuPerRequestMicros: number;
   machineBusyCores: number;
   /** CPU time of this engine's Postgres backends and of the Redis server over the measured run (redis+postgres). */
-  services?: { postgresMicros: number; redisMicros: number; perRequestMicros: number; cores: number };
+  services?: {
+    postgresMicros: number;
+    redisMicros: number;
+    perRequestMicros: number;
+    cores: number;
+    /** Postgres transactions and Redis commands per response (Redis' count is server-wide: others add to it). */
+    countersPerRequest: Record<string, number>;
+  };
   /**
    * Busy cores not accounted for by the server, the load generator, Postgres backends and Redis: other processes
    * on the machine (and Postgres' shared background writers). Well above 0 means the figures are disturbed.
@@ -246,6 +294,8 @@ interface Measurement {
   eventLoopDelayMs: { p50: number; p99: number; max: number };
   rssMb: number;
   serverLog: LoggedErrors;
+  /** With --cpu-prof: the functions with the most self time over the measured run. */
+  profile?: { file: string; top: Array<{ fn: string; selfMs: number; percent: number }> };
   verification?: Verification;
   /** What the scenario's prepare step recorded (data size and the like). */
   context?: Record<string, unknown>;
@@ -269,7 +319,8 @@ async function measure(
   opts: Options,
   port: number,
   target: Target,
-  serviceCpu?: () => Promise<Map<string, number>>,
+  serviceStats?: () => Promise<ServiceStats>,
+  profileAs?: string,
 ): Promise<Omit<Measurement, "name" | "describe" | "engine">> {
   const req = {
     url: `http://${HOST}:${port}${target.path}`,
@@ -284,7 +335,13 @@ async function measure(
 
   logged = { count: 0, samples: [] };
   const eld = monitorEventLoopDelay({ resolution: 10 });
-  const services0 = await serviceCpu?.();
+  const services0 = await serviceStats?.();
+  const session = profileAs ? new Session() : undefined;
+  if (session) {
+    session.connect();
+    await session.post("Profiler.enable");
+    await session.post("Profiler.start");
+  }
   const machine0 = machineBusyMs();
   const cpu0 = process.cpuUsage();
   eld.enable();
@@ -292,7 +349,15 @@ async function measure(
   eld.disable();
   const cpu = process.cpuUsage(cpu0);
   const machine1 = machineBusyMs();
-  const services1 = await serviceCpu?.();
+  let profile: Measurement["profile"];
+  if (session && profileAs) {
+    const { profile: p } = await session.post("Profiler.stop");
+    session.disconnect();
+    profile = saveProfile(p as CpuProfile, profileAs);
+  }
+  // Postgres publishes its transaction counters with up to a second's delay.
+  if (serviceStats) await new Promise((r) => setTimeout(r, 1100));
+  const services1 = await serviceStats?.();
   const serverLog = logged;
 
   const serverCpuMicros = cpu.user + cpu.system;
@@ -301,16 +366,18 @@ async function measure(
   const busyMicros = (machine1.busy - machine0.busy) * 1000;
   const ns = (v: number) => (Number.isFinite(v) ? v / 1e6 : 0);
   let services: Measurement["services"];
-  if (services0 && services1 && services1.size) {
+  if (services0 && services1 && services1.cpu.size) {
     let postgresMicros = 0;
     let redisMicros = 0;
-    for (const [key, end] of services1) {
-      const used = Math.max(0, end - (services0.get(key) ?? 0));
+    for (const [key, end] of services1.cpu) {
+      const used = Math.max(0, end - (services0.cpu.get(key) ?? 0));
       if (key === "redis") redisMicros += used;
       else postgresMicros += used;
     }
     const total = postgresMicros + redisMicros;
-    services = { postgresMicros, redisMicros, perRequestMicros: total / responses, cores: total / wallMicros };
+    const perRequest: Record<string, number> = {};
+    for (const [k, end] of Object.entries(services1.counters)) perRequest[k] = (end - (services0.counters[k] ?? 0)) / responses;
+    services = { postgresMicros, redisMicros, perRequestMicros: total / responses, cores: total / wallMicros, countersPerRequest: perRequest };
   }
   const accounted = serverCpuMicros + figures.loadCpuMicros + (services ? services.postgresMicros + services.redisMicros : 0);
   return {
@@ -328,7 +395,39 @@ async function measure(
     eventLoopDelayMs: { p50: ns(eld.percentile(50)), p99: ns(eld.percentile(99)), max: ns(eld.max) },
     rssMb: process.memoryUsage().rss / 2 ** 20,
     serverLog,
+    profile,
   };
+}
+
+interface CpuProfile {
+  nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number } }>;
+  samples: number[];
+  timeDeltas: number[];
+}
+
+let resultStamp = "";
+function saveProfile(p: CpuProfile, name: string): NonNullable<Measurement["profile"]> {
+  const dir = path.join(HERE, "results");
+  fs.mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, `${resultStamp}-${name.replace(/[^\w.-]+/g, "_")}.cpuprofile`);
+  fs.writeFileSync(file, JSON.stringify(p));
+  const frames = new Map(p.nodes.map((n) => [n.id, n.callFrame]));
+  const self = new Map<string, number>();
+  let total = 0;
+  for (let i = 0; i < p.samples.length; i++) {
+    const f = frames.get(p.samples[i]!);
+    const dt = p.timeDeltas[i] ?? 0;
+    total += dt;
+    if (!f) continue;
+    const where = f.url ? `${f.url.replace(/^.*\/node_modules\//, "").replace(/^file:\/\/\/?.*?\/(?=(gateway|actors|runtime|bench)\/)/, "")}:${f.lineNumber + 1}` : "";
+    const key = `${f.functionName || "(anonymous)"}${where ? ` ${where}` : ""}`;
+    self.set(key, (self.get(key) ?? 0) + dt);
+  }
+  const top = [...self]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 15)
+    .map(([fn, us]) => ({ fn, selfMs: us / 1000, percent: total ? (100 * us) / total : 0 }));
+  return { file: path.relative(process.cwd(), file), top };
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -395,23 +494,26 @@ function gitInfo(): { commit?: string; dirtyFiles?: number } {
 async function main(): Promise<number> {
   const opts = parseOptions(process.argv.slice(2));
   const started = new Date();
+  resultStamp = started.toISOString().replace(/[:.]/g, "-");
   const stops = new Set<() => Promise<void>>();
   const load = new LoadGenerator();
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
-    if (interrupted) process.exit(130);
+    // tsx relays a second signal within ~30 ms when we are slow to acknowledge the first: ignore repeats.
+    if (interrupted) return void originalError(`bench: ${signal} again: still cleaning up`);
     interrupted = true;
-    originalError(`bench: ${signal}: cleaning up`);
+    originalError(`bench: ${signal}: stopping the load and cleaning up`);
+    load.abort();
     void (async () => {
-      await load.stop().catch(() => {});
       for (const stop of stops) await stop();
+      await load.stop().catch(() => {});
       process.exit(130);
     })();
   };
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
 
-  const flags = { connections: opts.connections, pipelining: opts.pipelining, duration: opts.duration, warmup: opts.warmup, timeout: opts.timeout };
+  const flags = { connections: opts.connections, pipelining: opts.pipelining, duration: opts.duration, warmup: opts.warmup, timeout: opts.timeout, history: opts.history, cpuProf: opts.cpuProf };
   const cpus = os.cpus();
   const machine = {
     cpus: cpus.length,
@@ -427,7 +529,7 @@ async function main(): Promise<number> {
     `autocannon flags: -c ${opts.connections} -p ${opts.pipelining} -d ${opts.duration} (timeout ${opts.timeout}s), ` +
       `after a discarded ${opts.warmup}s warm-up with the same flags; autocannon in a child process`,
   );
-  console.log(`engines: ${opts.engines.join(", ")}; scenarios: ${opts.scenarios.join(", ")}\n`);
+  console.log(`engines: ${opts.engines.join(", ")}; scenarios: ${opts.scenarios.join(", ")}; fetch reads a channel of ${opts.history} messages\n`);
 
   const results: Measurement[] = [];
   const engineInfo: Array<{ name: EngineName; describe: string; store: string; startupMs: number }> = [];
@@ -443,7 +545,11 @@ async function main(): Promise<number> {
         const ceiling: Ceiling = await start();
         try {
           process.stdout.write(`measuring ${ceiling.name} (${ceiling.describe}) … `);
-          const m: Measurement = { name: ceiling.name, describe: ceiling.describe, ...(await measure(load, opts, ceiling.port, ceiling.target)) };
+          const m: Measurement = {
+            name: ceiling.name,
+            describe: ceiling.describe,
+            ...(await measure(load, opts, ceiling.port, ceiling.target, undefined, opts.cpuProf ? ceiling.name : undefined)),
+          };
           console.log(`${fmt(m.load.reqPerSec)} req/s`);
           results.push(m);
           if (ceiling.name === "ceiling:uws") uws = m;
@@ -459,19 +565,19 @@ async function main(): Promise<number> {
       let engine: Engine | undefined;
       try {
         process.stdout.write(`starting ${name} … `);
-        engine = await startEngine(name, (stop) => stops.add(stop));
+        engine = await startEngine(name, (stop) => stops.add(stop), load);
         console.log(`${engine.node.store.engine} store, port ${engine.node.port}, ${fmt(engine.startupMs)} ms`);
         engineInfo.push({ name, describe: engine.describe, store: engine.node.store.engine, startupMs: engine.startupMs });
         for (const scenario of SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
           if (interrupted) break;
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
-          const context = (await scenario.prepare(engine)) ?? undefined;
+          const context = (await scenario.prepare(engine, { history: opts.history })) ?? undefined;
           const m: Measurement = {
             name: scenario.name,
             engine: name,
             describe: scenario.describe,
             context,
-            ...(await measure(load, opts, engine.node.port, scenario.target(engine), engine.serviceCpu)),
+            ...(await measure(load, opts, engine.node.port, scenario.target(engine), engine.serviceStats, opts.cpuProf ? `${name}-${scenario.name}` : undefined)),
           };
           if (scenario.verify) {
             const runs = [m.warmup, m.load]
@@ -491,6 +597,7 @@ async function main(): Promise<number> {
           results.push(m);
         }
       } catch (err) {
+        if (interrupted) break; // the signal handler is tearing things down: errors from that are expected
         failures.push(`${name}: ${(err as Error).stack ?? err}`);
         originalError(`bench: ${name} failed:`, err);
       } finally {
@@ -502,8 +609,8 @@ async function main(): Promise<number> {
       }
     }
   } finally {
-    await load.stop().catch(() => {});
     for (const stop of stops) await stop();
+    await load.stop().catch(() => {});
   }
 
   for (const m of results) {
@@ -526,7 +633,26 @@ async function main(): Promise<number> {
       console.log(`${m.engine} / ${m.name}: stored ${fmt(v.stored)}, 2xx ${fmt(v.acknowledged)} (warm-up + measured): ${v.ok ? "ok" : "MISMATCH"}: ${v.note}`);
     }
     if (m.load.status.non2xx) console.log(`${m.engine ?? ""} / ${m.name}: status codes ${JSON.stringify(m.load.status.codes)}`);
+    if (m.services) {
+      const per = Object.entries(m.services.countersPerRequest).map(([k, v]) => `${v.toFixed(2)} ${k}`);
+      console.log(
+        `${m.engine} / ${m.name}: per response ${per.join(", ")}; Postgres ${fmt(m.services.postgresMicros / Math.max(1, m.load.totalRequests), 1)} µs, ` +
+          `Redis ${fmt(m.services.redisMicros / Math.max(1, m.load.totalRequests), 1)} µs CPU`,
+      );
+    }
     if (m.serverLog.count) console.log(`${m.engine ?? ""} / ${m.name}: the server logged ${m.serverLog.count} error/warn lines during the measured run`);
+  }
+  for (const m of results) {
+    if (!m.profile) continue;
+    console.log(`\n${m.engine ? `${m.engine} / ` : ""}${m.name}: top self time in the server (${m.profile.file})`);
+    for (const t of m.profile.top.slice(0, 10)) console.log(`  ${t.percent.toFixed(1).padStart(5)}%  ${fmt(t.selfMs).padStart(6)} ms  ${t.fn}`);
+  }
+  const disturbed = results.filter((m) => m.otherBusyCores > 0.25);
+  if (disturbed.length) {
+    console.log(
+      `\nwarning: other processes kept ${disturbed.map((m) => `${fmt(m.otherBusyCores, 2)} cores busy during ${m.engine ? `${m.engine} / ` : ""}${m.name}`).join(", ")}: ` +
+        "those figures are disturbed; rerun on a quiet machine to compare.",
+    );
   }
   if (failures.length) console.log(`\nproblems:\n  ${failures.join("\n  ")}`);
 
@@ -542,7 +668,7 @@ async function main(): Promise<number> {
   };
   const dir = path.join(HERE, "results");
   fs.mkdirSync(dir, { recursive: true });
-  const file = path.join(dir, `${started.toISOString().replace(/[:.]/g, "-")}.json`);
+  const file = path.join(dir, `${resultStamp}.json`);
   fs.writeFileSync(file, JSON.stringify(out, null, 2) + "\n");
   console.log(`\nresults: ${path.relative(process.cwd(), file)}`);
   return failures.length ? 1 : 0;

@@ -14,6 +14,7 @@ import { loadConfig } from "../runtime/config.ts";
 import { startNode, type RunningNode } from "../gateway/main.ts";
 import { startHttpServer } from "../gateway/http.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../test/support/services.ts";
+import { describeResource, removeResource, type Janitor, type Resource } from "./janitor.ts";
 
 export const HOST = "127.0.0.1";
 
@@ -85,6 +86,20 @@ export async function startAdapterCeiling(): Promise<Ceiling> {
 export const ENGINES = ["embedded", "redis+postgres"] as const;
 export type EngineName = (typeof ENGINES)[number];
 
+export interface ServiceStats {
+  /**
+   * CPU time (µs) by key: `postgres:<pid>` for each backend connected to this engine's database, `redis` for the
+   * whole Redis server (shared with anyone else using it). Empty for the embedded engine, whose store runs inside
+   * this process.
+   */
+  cpu: Map<string, number>;
+  /**
+   * Counters: `postgres transactions` (xact_commit + xact_rollback of this database; Postgres publishes these
+   * with up to a second's delay), `redis commands` (the whole server's total_commands_processed).
+   */
+  counters: Record<string, number>;
+}
+
 export interface Engine {
   name: EngineName;
   describe: string;
@@ -94,12 +109,8 @@ export interface Engine {
   /** HTTP Basic header of the owner. */
   authorization: string;
   startupMs: number;
-  /**
-   * Cumulative CPU time (µs) of the services this engine leans on outside this process, by key: `postgres:<pid>`
-   * for each backend connected to this engine's database, `redis` for the whole Redis server (shared with anyone
-   * else using it). Empty for the embedded engine, whose store runs inside this process.
-   */
-  serviceCpu(): Promise<Map<string, number>>;
+  /** What the services outside this process have done so far (cumulative; the bench takes differences). */
+  serviceStats(): Promise<ServiceStats>;
   /** Close the node, then drop the database / Redis keys / temp directory. Idempotent; never throws. */
   stop(): Promise<void>;
 }
@@ -114,11 +125,21 @@ function readZuliprc(file: string): { email: string; apiKey: string } {
 
 /**
  * Start one Chorus node on `name`'s engines in a fresh temp DATA_DIR (and a fresh Postgres database and Redis
- * prefix for redis+postgres). Everything created is registered with `track` as soon as it exists, so an
- * interrupted run still cleans up.
+ * prefix for redis+postgres). Everything created is registered as soon as it exists (its stop function with
+ * `track`, each resource with the janitor), so an interrupted or killed run still cleans up.
  */
-export async function startEngine(name: EngineName, track: (stop: () => Promise<void>) => void): Promise<Engine> {
+export async function startEngine(name: EngineName, track: (stop: () => Promise<void>) => void, janitor: Janitor): Promise<Engine> {
   const cleanups: Array<{ what: string; run: () => Promise<void> | void }> = [];
+  const owned = (resource: Resource, remove: () => Promise<void> | void = () => removeResource(resource)) => {
+    janitor.watch(resource);
+    cleanups.push({
+      what: describeResource(resource),
+      run: async () => {
+        await remove();
+        janitor.release(resource);
+      },
+    });
+  };
   let stopped: Promise<void> | undefined;
   const stop = () =>
     (stopped ??= (async () => {
@@ -135,11 +156,11 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
   const t0 = performance.now();
   try {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `chorus-bench-${name.replace(/\W/g, "-")}-`));
-    cleanups.push({ what: `temp dir ${dataDir}`, run: () => fs.rmSync(dataDir, { recursive: true, force: true }) });
+    owned({ kind: "dir", path: dataDir });
 
     let config;
     let describe: string;
-    let serviceCpu = async () => new Map<string, number>();
+    let serviceStats = async (): Promise<ServiceStats> => ({ cpu: new Map(), counters: {} });
     let node: RunningNode | undefined;
     if (name === "embedded") {
       // Explicit undefineds: DATABASE_URL / REDIS_URL in the environment must not leak into the embedded engine.
@@ -147,9 +168,9 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
       describe = "memory transport + PGlite (temp DATA_DIR), one process";
     } else {
       const database = await freshDatabase();
-      cleanups.push({ what: "Postgres database", run: () => database.drop() });
+      owned({ kind: "database", url: database.url }, () => database.drop());
       const redis = freshRedisPrefix();
-      cleanups.push({ what: `Redis prefix ${redis.prefix}`, run: () => redis.clean() });
+      owned({ kind: "redis", url: REDIS_URL, prefix: redis.prefix }, () => redis.clean());
       config = loadConfig({
         port: 0,
         host: HOST,
@@ -162,23 +183,28 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
       describe = `Redis Streams transport (${REDIS_URL}) + Postgres (fresh database), one process`;
       const info = new Redis(REDIS_URL, { protocol: 2, maxRetriesPerRequest: 1, lazyConnect: true });
       cleanups.push({ what: "Redis INFO connection", run: () => void info.disconnect() });
-      serviceCpu = async () => {
+      serviceStats = async () => {
         const cpu = new Map<string, number>();
+        const counters: Record<string, number> = {};
         if (node) {
-          const { rows } = await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database()`.execute(node.store.db);
+          const db = node.store.db;
+          const { rows } = await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database()`.execute(db);
           for (const { pid } of rows) {
             const micros = procCpuMicros(pid);
             if (micros !== undefined) cpu.set(`postgres:${pid}`, micros);
           }
+          const stat = await sql<{ n: string }>`select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()`.execute(db);
+          counters["postgres transactions"] = Number(stat.rows[0]?.n ?? 0);
         }
         try {
-          const text = await info.info("cpu");
-          const sec = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, "m").exec(text)?.[1] ?? 0);
-          cpu.set("redis", (sec("used_cpu_sys") + sec("used_cpu_user")) * 1e6);
+          const text = (await info.info("cpu")) + (await info.info("stats"));
+          const field = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, "m").exec(text)?.[1] ?? 0);
+          cpu.set("redis", (field("used_cpu_sys") + field("used_cpu_user")) * 1e6);
+          counters["redis commands"] = field("total_commands_processed");
         } catch {
-          // no figure for Redis then
+          // no figures for Redis then
         }
-        return cpu;
+        return { cpu, counters };
       };
     }
 
@@ -195,7 +221,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
       owner,
       authorization: "Basic " + Buffer.from(`${owner.email}:${owner.apiKey}`).toString("base64"),
       startupMs: performance.now() - t0,
-      serviceCpu,
+      serviceStats,
       stop,
     };
   } catch (err) {
@@ -273,11 +299,16 @@ export interface Verification {
   note: string;
 }
 
+export interface ScenarioOptions {
+  /** Messages in the bench channel while reads are measured. */
+  history: number;
+}
+
 export interface Scenario {
   name: string;
   describe: string;
   /** Once per engine, before the warm-up; what it returns is recorded beside the figures (e.g. data size). */
-  prepare(engine: Engine): Promise<Record<string, unknown> | void>;
+  prepare(engine: Engine, options: ScenarioOptions): Promise<Record<string, unknown> | void>;
   target(engine: Engine): Target;
   /** After the measured run: check the server's state against what the load generator saw. */
   verify?(engine: Engine, runs: RunCounts[]): Promise<Verification>;
@@ -354,16 +385,28 @@ export const send: Scenario = {
   },
 };
 
+/** Send until the bench channel holds `count` messages, a few requests at a time. */
+async function fillChannel(engine: Engine, count: number): Promise<number> {
+  let n = await countMessages(engine);
+  const form = Object.fromEntries(new URLSearchParams(SEND_BODY));
+  while (n < count) {
+    const batch = Math.min(16, count - n);
+    await Promise.all(Array.from({ length: batch }, () => api(engine, "POST", "/api/v1/messages", form)));
+    n += batch;
+  }
+  return countMessages(engine);
+}
+
+/**
+ * Runs before send, on a channel filled to a fixed size (--history), so that its figures compare across engines
+ * and runs: the cost of this read grows with the number of messages the user can see (see the report).
+ */
 export const fetchNewest: Scenario = {
   name: "fetch",
   describe: "GET /api/v1/messages?anchor=newest&num_before=20&num_after=0 as the owner",
-  async prepare(engine) {
+  async prepare(engine, options) {
     await ensureChannel(engine);
-    // Something to read when the send scenario did not run first.
-    let n = await countMessages(engine);
-    for (; n < 20; n++) await api(engine, "POST", "/api/v1/messages", Object.fromEntries(new URLSearchParams(SEND_BODY)));
-    // The cost of this read may grow with the channel's size: record it, figures are comparable only at equal size.
-    return { channelMessages: n };
+    return { channelMessages: await fillChannel(engine, options.history) };
   },
   target: (engine) => ({
     method: "GET",
@@ -372,4 +415,5 @@ export const fetchNewest: Scenario = {
   }),
 };
 
-export const SCENARIOS: Scenario[] = [send, fetchNewest];
+/** In the order they run against each engine. */
+export const SCENARIOS: Scenario[] = [fetchNewest, send];
