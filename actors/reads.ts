@@ -187,8 +187,8 @@ export interface MessageQuery {
   numBefore: number;
   numAfter: number;
   includeAnchor: boolean;
-  /** Channel and topic terms only, for now; resolved by the caller. */
-  streamId?: number;
+  /** Channel and topic terms only, for now; the channel is resolved by the caller. */
+  stream?: StreamRow;
   topic?: string;
   format: FormatOptions;
 }
@@ -196,88 +196,67 @@ export interface MessageQuery {
 /** Zulip's anchor for "newest": above any message id (and returned as such). */
 export const LARGER_THAN_MAX_MESSAGE_ID = 10_000_000_000_000_000;
 
-/** Messages the user can read around an anchor, with Zulip's found_* flags. */
-export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
-  const base = () => {
-    let query = db
-      .selectFrom("messages")
-      .innerJoin("users", "users.id", "messages.sender_id")
-      .innerJoin("streams", "streams.id", "messages.stream_id")
-      .select([
-        "messages.id",
-        "messages.sender_id",
-        "messages.recipient_id",
-        "messages.stream_id",
-        "messages.topic",
-        "messages.content",
-        "messages.rendered_content",
-        "messages.date_sent",
-        "messages.sending_client",
-        "users.email as sender_email",
-        "users.full_name as sender_full_name",
-        "streams.name as stream_name",
-      ])
-      .where("messages.realm_id", "=", user.realm_id)
-      .where((eb) =>
-        eb.or([
-          // Public channels with shared history are readable by every member; otherwise a subscription is needed.
-          user.role === ROLE.guest ? eb.lit(false) : eb("streams.invite_only", "=", false),
-          eb.exists(
-            eb
-              .selectFrom("subscriptions")
-              .select("user_id")
-              .whereRef("subscriptions.stream_id", "=", "messages.stream_id")
-              .where("subscriptions.user_id", "=", user.id)
-              .where("subscriptions.active", "=", true),
-          ),
-        ]),
-      );
-    if (q.streamId !== undefined) query = query.where("messages.stream_id", "=", q.streamId);
-    else if (user.role !== ROLE.guest) {
-      // Without a channel operator the search covers the user's own history: channels they are subscribed to.
-      query = query.where((eb) =>
-        eb.exists(
-          eb
-            .selectFrom("subscriptions")
-            .select("user_id")
-            .whereRef("subscriptions.stream_id", "=", "messages.stream_id")
-            .where("subscriptions.user_id", "=", user.id)
-            .where("subscriptions.active", "=", true),
-        ),
-      );
-    }
-    if (q.topic !== undefined) query = query.where(sql`lower(messages.topic)`, "=", q.topic.toLowerCase());
-    return query;
-  };
+/**
+ * The channels whose messages a search covers. With a channel operator: that channel, if the user may read it
+ * (public to non-guests, else subscribed). Without: the user's own history, the channels they are subscribed to.
+ */
+async function searchableStreams(db: DB, user: UserRow, stream: StreamRow | undefined): Promise<Map<number, string>> {
+  const subscribed = await db
+    .selectFrom("subscriptions")
+    .innerJoin("streams", "streams.id", "subscriptions.stream_id")
+    .select(["streams.id", "streams.name"])
+    .where("subscriptions.user_id", "=", user.id)
+    .where("subscriptions.active", "=", true)
+    .execute();
+  if (!stream) return new Map(subscribed.map((r) => [r.id, r.name]));
+  const readable = subscribed.some((r) => r.id === stream.id) || (!stream.invite_only && user.role !== ROLE.guest);
+  return readable ? new Map([[stream.id, stream.name]]) : new Map();
+}
 
+/**
+ * Messages the user can read around an anchor, with Zulip's found_* flags. Each side is one index range scan
+ * over (stream_id, id) limited to what was asked for; senders are looked up for the page only.
+ */
+export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
   // Unread tracking comes with message flags; until then nothing is unread and first_unread means newest.
   const anchor = q.anchor === "newest" || q.anchor === "first_unread" ? LARGER_THAN_MAX_MESSAGE_ID : q.anchor === "oldest" ? 0 : q.anchor;
-  const [before, atAndAfter] = await Promise.all([
-    q.numBefore > 0
-      ? base().where("messages.id", "<", anchor).orderBy("messages.id", "desc").limit(q.numBefore + 1).execute()
-      : Promise.resolve([]),
-    base().where("messages.id", ">=", anchor).orderBy("messages.id", "asc").limit(q.numAfter + 1 + 1).execute(),
-  ]);
+  const streams = await searchableStreams(db, user, q.stream);
+  const streamIds = [...streams.keys()];
+  const side = (op: "<" | ">=", order: "asc" | "desc", limit: number) => {
+    if (!streamIds.length || limit <= 0) return Promise.resolve([]);
+    let query = db
+      .selectFrom("messages")
+      .select(["id", "sender_id", "recipient_id", "stream_id", "topic", "content", "rendered_content", "date_sent", "sending_client"])
+      .where("stream_id", "in", streamIds)
+      .where("id", op, anchor);
+    if (q.topic !== undefined) query = query.where(sql`lower(topic)`, "=", q.topic.toLowerCase());
+    return query.orderBy("id", order).limit(limit).execute();
+  };
+  // One extra row on each side tells whether the oldest / newest match was reached.
+  const [before, atAndAfter] = await Promise.all([side("<", "desc", q.numBefore + 1), side(">=", "asc", q.numAfter + 2)]);
   const anchorRow = atAndAfter[0]?.id === anchor ? atAndAfter[0] : undefined;
   const after = atAndAfter.filter((r) => r.id > anchor);
-  const foundOldest = before.length <= q.numBefore;
-  const foundNewest = after.length <= q.numAfter;
   const rows = [
     ...before.slice(0, q.numBefore).reverse(),
     ...(anchorRow && q.includeAnchor ? [anchorRow] : []),
     ...after.slice(0, q.numAfter),
   ];
+  const senderIds = [...new Set(rows.map((r) => r.sender_id))];
+  const senders = senderIds.length
+    ? new Map((await db.selectFrom("users").select(["id", "email", "full_name"]).where("id", "in", senderIds).execute()).map((u) => [u.id, u]))
+    : new Map<number, { email: string; full_name: string }>();
   const messages = rows.map((r) => {
+    const sender = senders.get(r.sender_id);
     const record: MessageRecord = {
       id: r.id,
       type: "stream",
       sender_id: r.sender_id,
-      sender_email: r.sender_email,
-      sender_full_name: r.sender_full_name,
+      sender_email: sender?.email ?? "",
+      sender_full_name: sender?.full_name ?? "",
       sender_realm_str: user.realm_str,
       recipient_id: r.recipient_id,
       stream_id: r.stream_id,
-      display_recipient: r.stream_name,
+      display_recipient: streams.get(r.stream_id!) ?? "",
       subject: r.topic,
       content: r.content,
       rendered_content: r.rendered_content,
@@ -289,15 +268,29 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
   return {
     anchor,
     found_anchor: !!anchorRow,
-    found_oldest: foundOldest,
-    found_newest: foundNewest,
+    found_oldest: before.length <= q.numBefore,
+    found_newest: after.length <= q.numAfter,
     history_limited: false,
     messages,
   };
 }
 
+/**
+ * Channel lookups on the send path, cached for a moment per process: a send names its channel on every request,
+ * and names change rarely. Only hits are cached, so a channel created a moment ago is found at once.
+ */
+const STREAM_CACHE_MS = 2000;
+const streamCache = new Map<string, { row: StreamRow; until: number }>();
+
 export async function requireStream(db: DB, realmId: number, ref: { id?: number; name?: string }): Promise<StreamRow> {
+  const key = ref.id !== undefined ? `${realmId}#${ref.id}` : `${realmId}:${(ref.name ?? "").toLowerCase()}`;
+  const hit = streamCache.get(key);
+  if (hit && hit.until > Date.now()) return hit.row;
   const stream = await findStream(db, realmId, ref);
+  if (stream) {
+    if (streamCache.size > 10_000) streamCache.clear();
+    streamCache.set(key, { row: stream, until: Date.now() + STREAM_CACHE_MS });
+  }
   if (!stream) throw errors.streamNotFound(ref.id !== undefined ? { stream_id: ref.id } : { stream: ref.name });
   return stream;
 }

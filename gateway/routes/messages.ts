@@ -4,7 +4,7 @@ import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { CHANNEL, type SendToChannel, type Sent } from "../../actors/protocol.ts";
 import { parseNarrow, badNarrow } from "../../actors/narrow.ts";
-import { fetchMessages, findStream, requireStream } from "../../actors/reads.ts";
+import { fetchMessages, findStream, requireStream, type StreamRow } from "../../actors/reads.ts";
 import type { RouteSpec } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS, truncate } from "../zulip.ts";
@@ -93,15 +93,14 @@ export const messageRoutes: RouteSpec[] = [
       }
       const anchor = parseAnchor(params.anchor, params.use_first_unread_anchor);
       const narrow = parseNarrow(params.narrow);
-      let streamId: number | undefined;
+      let stream: StreamRow | undefined;
       let topic: string | undefined;
       for (const term of narrow) {
         if (term.negated) throw badNarrow(`Invalid narrow: negated ${term.operator} is not supported yet`);
         if (term.operator === "channel") {
           const ref = typeof term.operand === "number" ? { id: term.operand } : { name: String(term.operand) };
-          const stream = await findStream(services.store.db, user.realm_id, ref);
+          stream = await findStream(services.store.db, user.realm_id, ref);
           if (!stream) throw badNarrow("Invalid narrow operator: unknown channel");
-          streamId = stream.id;
         } else if (term.operator === "topic") topic = String(term.operand);
       }
       return fetchMessages(services.store.db, user, {
@@ -109,7 +108,7 @@ export const messageRoutes: RouteSpec[] = [
         numBefore: params.num_before,
         numAfter: params.num_after,
         includeAnchor: params.include_anchor,
-        streamId,
+        stream,
         topic,
         format: { applyMarkdown: params.apply_markdown, clientGravatar: params.client_gravatar },
       });

@@ -106,6 +106,7 @@ export async function up(db: Kysely<any>): Promise<void> {
     .execute();
   await sql`create index messages_stream_topic on messages (stream_id, lower(topic), id)`.execute(db);
   await sql`create index messages_recipient on messages (recipient_id, id)`.execute(db);
+  await sql`create index messages_stream_id on messages (stream_id, id)`.execute(db);
 
   await db.schema
     .createTable("actor_snapshots")
