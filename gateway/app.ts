@@ -9,7 +9,7 @@ import type { Config } from "../runtime/config.ts";
 import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { Authenticator, AuthUser } from "./auth.ts";
-import { bodyFields, type HttpRequest, type HttpResult } from "./http.ts";
+import { bodyFields, isStream, type HttpRequest, type HttpResult, type HttpStream } from "./http.ts";
 import { compileParams, decodeParams, type CompiledParams, type ParamsSchema } from "./params.ts";
 
 const tracer = trace.getTracer("chorus.gateway");
@@ -39,7 +39,8 @@ export interface RouteSpec {
   /** false: no authentication (server_settings, fetch_api_key). */
   auth?: boolean;
   params: ParamsSchema;
-  handle(call: Call): Promise<Record<string, unknown>> | Record<string, unknown>;
+  /** The success body (the envelope is added), or a stream (server-sent events) that answers on its own. */
+  handle(call: Call): Promise<Record<string, unknown> | HttpStream> | Record<string, unknown> | HttpStream;
 }
 
 interface CompiledRoute {
@@ -75,7 +76,7 @@ export class App {
     }
   }
 
-  handle = async (req: HttpRequest): Promise<HttpResult> => {
+  handle = async (req: HttpRequest): Promise<HttpResult | HttpStream> => {
     const span = tracer.startSpan(`${req.method} ${req.path}`);
     try {
       return await context.with(trace.setSpan(context.active(), span), () => this.dispatch(req));
@@ -91,7 +92,7 @@ export class App {
     }
   };
 
-  private async dispatch(req: HttpRequest): Promise<HttpResult> {
+  private async dispatch(req: HttpRequest): Promise<HttpResult | HttpStream> {
     const prefix = "/api/v1";
     if (!req.path.startsWith(prefix + "/")) return envelope(new ChorusError("BAD_REQUEST", "Not Found", 404));
     const path = req.path.slice(prefix.length).replace(/\/+$/, "") || "/";
@@ -112,6 +113,7 @@ export class App {
     if (!fields) throw errors.badRequest("Unsupported Content-Type: send application/x-www-form-urlencoded or multipart/form-data");
     const { params, ignored } = decodeParams(route.params, req.query, fields, pathParams);
     const result = await spec.handle({ params, user, req, services: this.services });
+    if (isStream(result)) return result;
     const body: Record<string, unknown> = { result: "success", msg: "", ...result };
     if (ignored.length) body.ignored_parameters_unsupported = ignored;
     return { status: 200, headers: JSON_HEADERS, body: JSON.stringify(body) };

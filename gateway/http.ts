@@ -31,7 +31,33 @@ export interface HttpResult {
   body: string | Buffer;
 }
 
-export type HttpHandler = (req: HttpRequest) => Promise<HttpResult> | HttpResult;
+/**
+ * A streamed response (server-sent events): the status and headers go out first, then `start` gets a sink to
+ * write chunks to until it ends the stream or the client goes away.
+ */
+export interface HttpStream {
+  status: number;
+  headers?: Record<string, string>;
+  start(sink: StreamSink): void;
+}
+
+export interface StreamSink {
+  /** Queue a chunk. False once the socket's buffer is full: wait for onDrain before writing more. */
+  write(chunk: string): boolean;
+  /** Called once the buffered data has been sent after write returned false. */
+  onDrain(cb: () => void): void;
+  end(): void;
+  /** True once ended or once the client went away. */
+  readonly closed: boolean;
+  /** Called when the client goes away (not after end()). */
+  onClose(cb: () => void): void;
+}
+
+export function isStream(result: HttpResult | HttpStream): result is HttpStream {
+  return typeof (result as HttpStream).start === "function";
+}
+
+export type HttpHandler = (req: HttpRequest) => Promise<HttpResult | HttpStream> | HttpResult | HttpStream;
 
 export interface HttpServer {
   readonly port: number;
@@ -56,6 +82,9 @@ function statusLine(status: number): string {
   if (!line) statusLines.set(status, (line = `${status} ${STATUS_CODES[status] ?? "Unknown"}`));
   return line;
 }
+
+/** A stream reports backpressure once this much is queued but not yet handed to the socket. */
+const STREAM_HIGH_WATER = 64 * 1024;
 
 /** Writes queued by asynchronous completions, flushed together from one setImmediate. */
 let deferredWrites: Array<() => void> = [];
@@ -88,9 +117,10 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       for (const cb of abortListeners) cb();
     });
 
-    const respond = (result: HttpResult, sync: boolean) => {
+    const respond = (result: HttpResult | HttpStream, sync: boolean) => {
       const write = () => {
         if (aborted) return;
+        if (isStream(result)) return openStream(result);
         res.cork(() => {
           res.writeStatus(statusLine(result.status));
           if (result.headers) for (const k in result.headers) res.writeHeader(k, result.headers[k]!);
@@ -100,6 +130,84 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       };
       if (sync) write();
       else writeLater(write);
+    };
+
+    const openStream = (stream: HttpStream) => {
+      // Chunks are queued and written from writeLater, never from the caller's stack (which may be another
+      // request's handler); uWS buffers what the socket cannot take and says so, and onWritable ends that.
+      let ended = false;
+      let flushScheduled = false;
+      let blocked = false;
+      let queued: string[] = [];
+      let queuedBytes = 0;
+      let drain: (() => void) | undefined;
+      const closers: Array<() => void> = [];
+      abortListeners.push(() => {
+        if (!ended) for (const cb of closers) cb();
+      });
+      const flush = () => {
+        flushScheduled = false;
+        if (aborted) return;
+        const chunks = queued;
+        queued = [];
+        queuedBytes = 0;
+        res.cork(() => {
+          for (const chunk of chunks) blocked = !res.write(chunk);
+          if (ended) {
+            res.end();
+            aborted = true;
+          }
+        });
+        if (!blocked && drain) {
+          const cb = drain;
+          drain = undefined;
+          cb();
+        }
+      };
+      const schedule = () => {
+        if (!flushScheduled) {
+          flushScheduled = true;
+          writeLater(flush);
+        }
+      };
+      res.cork(() => {
+        res.writeStatus(statusLine(stream.status));
+        if (stream.headers) for (const k in stream.headers) res.writeHeader(k, stream.headers[k]!);
+        res.write(""); // sends the head now: the client sees the stream open before the first event
+      });
+      res.onWritable(() => {
+        blocked = false;
+        if (drain && !queued.length) {
+          const cb = drain;
+          drain = undefined;
+          cb();
+        }
+        return true;
+      });
+      const sink: StreamSink = {
+        write(chunk) {
+          if (aborted || ended) return false;
+          queued.push(chunk);
+          queuedBytes += chunk.length;
+          schedule();
+          return !blocked && queuedBytes < STREAM_HIGH_WATER;
+        },
+        onDrain(cb) {
+          drain = cb;
+        },
+        end() {
+          if (aborted || ended) return;
+          ended = true;
+          schedule();
+        },
+        get closed() {
+          return aborted || ended;
+        },
+        onClose(cb) {
+          closers.push(cb);
+        },
+      };
+      stream.start(sink);
     };
 
     const run = (body: Buffer, sync: boolean) => {
@@ -115,7 +223,7 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
         },
         onAbort: (cb) => abortListeners.push(cb),
       };
-      let result: Promise<HttpResult> | HttpResult;
+      let result: Promise<HttpResult | HttpStream> | HttpResult | HttpStream;
       try {
         result = opts.handler(request);
       } catch (err) {

@@ -1,0 +1,104 @@
+/** The uWS adapter's own rules: streamed responses with backpressure, and closing when the client goes away. */
+import http from "node:http";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startHttpServer, type HttpServer, type StreamSink } from "../../gateway/http.ts";
+
+describe("gateway/http streams", () => {
+  let server: HttpServer;
+  const closed: string[] = [];
+
+  beforeAll(async () => {
+    server = await startHttpServer({
+      host: "127.0.0.1",
+      port: 0,
+      maxBodyBytes: 1024,
+      handler: (req) => {
+        if (req.path === "/ticks") {
+          return {
+            status: 200,
+            headers: { "content-type": "text/event-stream" },
+            start(sink: StreamSink) {
+              let n = 0;
+              const timer = setInterval(() => {
+                sink.write(`data: ${n++}\n\n`);
+                if (n === 3) {
+                  clearInterval(timer);
+                  sink.end();
+                }
+              }, 10);
+            },
+          };
+        }
+        if (req.path === "/big") {
+          // 8 MiB in 16 KiB chunks, honouring backpressure.
+          const chunk = "x".repeat(16 * 1024);
+          return {
+            status: 200,
+            headers: { "content-type": "text/plain" },
+            start(sink: StreamSink) {
+              let left = 512;
+              const pump = () => {
+                while (left > 0) {
+                  left--;
+                  if (!sink.write(chunk)) return sink.onDrain(pump);
+                }
+                sink.end();
+              };
+              pump();
+            },
+          };
+        }
+        if (req.path === "/forever") {
+          return {
+            status: 200,
+            headers: { "content-type": "text/event-stream" },
+            start(sink: StreamSink) {
+              const timer = setInterval(() => sink.write(": ping\n\n"), 5);
+              sink.onClose(() => {
+                clearInterval(timer);
+                closed.push("forever");
+              });
+            },
+          };
+        }
+        return { status: 404, body: "no" };
+      },
+    });
+  });
+  afterAll(() => server.close());
+
+  const url = (p: string) => `http://127.0.0.1:${server.port}${p}`;
+
+  it("streams chunks as they are written, then ends", async () => {
+    const res = await fetch(url("/ticks"));
+    expect(res.headers.get("content-type")).toBe("text/event-stream");
+    expect(await res.text()).toBe("data: 0\n\ndata: 1\n\ndata: 2\n\n");
+  });
+
+  it("delivers every byte of a large stream to a slow reader", async () => {
+    const received = await new Promise<number>((resolve, reject) => {
+      http.get(url("/big"), (res) => {
+        let bytes = 0;
+        res.on("data", (d: Buffer) => {
+          bytes += d.length;
+          res.pause();
+          setTimeout(() => res.resume(), 0); // a slow consumer
+        });
+        res.on("end", () => resolve(bytes));
+        res.on("error", reject);
+      });
+    });
+    expect(received).toBe(512 * 16 * 1024);
+  });
+
+  it("tells the stream when the client goes away", async () => {
+    const abort = new AbortController();
+    const res = await fetch(url("/forever"), { signal: abort.signal });
+    const reader = res.body!.getReader();
+    await reader.read();
+    abort.abort();
+    for (let i = 0; i < 50 && !closed.includes("forever"); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(closed).toContain("forever");
+    expect((await fetch(url("/ticks"))).status).toBe(200); // and keeps serving
+  });
+});
