@@ -53,7 +53,7 @@ export interface StreamSink {
   onClose(cb: () => void): void;
 }
 
-export function isStream(result: HttpResult | HttpStream): result is HttpStream {
+export function isStream(result: object): result is HttpStream {
   return typeof (result as HttpStream).start === "function";
 }
 
