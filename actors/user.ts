@@ -1,41 +1,67 @@
 /**
- * user:<id>: the user's event queues (Zulip's client queues). A queue keeps its events until the client
- * acknowledges them with `last_event_id`; one poll at a time waits on it (a newer poll finishes the older one);
- * a poll that waited the heartbeat interval gets a heartbeat event; a queue nobody polled for the idle timeout
- * is dropped.
+ * user:<id>: the user's event queues (Zulip's client queues).
+ *
+ * Every event for a user with queues goes into one durable, per-user event stream first (sequence numbers are
+ * the event ids) and only then into the matching queues: the delivering operation is answered after that commit,
+ * so an event is in its queues before the operation succeeds. The queues' definitions are a versioned snapshot.
+ * When the actor is activated elsewhere (its worker died, or its shard moved), the queues are rebuilt from the
+ * snapshot and the stream: no event is skipped. A queue that is not in the snapshot answers BAD_EVENT_QUEUE_ID.
+ *
+ * A queue keeps its events until the client acknowledges them with `last_event_id`; one poll at a time waits on
+ * it (a newer poll finishes the older one); a poll that waited the heartbeat interval gets a heartbeat event; a
+ * queue nobody polled for the idle timeout is dropped.
  */
 import { randomUUID } from "node:crypto";
 import { PARKED, type Actor, type ActorContext, type Deferred } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
 import { formatMessage, type MessageRecord } from "./message-format.ts";
 import { matchesNarrow } from "./narrow.ts";
-import type { DeliverMessage, Narrow, Polled, Register, Registered, UserMessage } from "./protocol.ts";
+import { USER, type Narrow, type Polled, type Register, type Registered, type UserMessage } from "./protocol.ts";
 import type { ActorDeps } from "./deps.ts";
 
-type QueuedItem =
-  | { id: number; kind: "message"; message: MessageRecord; flags: string[]; localId?: string }
-  | { id: number; kind: "event"; event: Record<string, unknown> };
+/** An event as the stream keeps it: queue-independent (each queue renders it with its own options). */
+type StoredEvent =
+  | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string }
+  /** `queueId`: for that queue only (a heartbeat). */
+  | { kind: "event"; event: Record<string, unknown>; queueId?: string };
 
-interface EventQueue {
+interface QueueSpec {
   id: string;
-  eventTypes: Set<string> | null;
+  eventTypes: string[] | null;
   narrow: Narrow;
   applyMarkdown: boolean;
   clientGravatar: boolean;
-  items: QueuedItem[];
-  nextEventId: number;
+  allPublicStreams: boolean;
+  clientCapabilities: Record<string, unknown>;
+}
+
+interface Snapshot {
+  queues: QueueSpec[];
+  /** Above every sequence number ever handed out, including pruned ones: ids never go backwards. */
+  seqFloor: number;
+}
+
+interface EventQueue {
+  spec: QueueSpec;
+  eventTypes: Set<string> | null;
+  items: Array<{ seq: number; event: StoredEvent }>;
   /** The waiting poll, if any. */
-  poll?: { deferred: Deferred<Polled>; cancelHeartbeat: () => void; seq: number };
-  pollSeq: number;
+  poll?: { deferred: Deferred<Polled>; cancelHeartbeat: () => void; n: number };
+  polls: number;
+  /** Highest event id the client acknowledged. */
+  acked: number;
   /** When the last poll ended (or the queue was made): expiry counts from here while no poll waits. */
   idleSince: number;
 }
 
-type Internal = { op: "heartbeat"; queueId: string; seq: number } | { op: "expire" };
+type Internal = { op: "heartbeat"; queueId: string; n: number } | { op: "expire" };
 
 export class UserActor implements Actor {
   private readonly queues = new Map<string, EventQueue>();
   private readonly userId: number;
+  private nextSeq = 1;
+  private seqFloor = 1;
+  private snapshotVersion = 0;
   private expiryScheduled = false;
 
   constructor(
@@ -45,12 +71,32 @@ export class UserActor implements Actor {
     this.userId = Number(ctx.key);
   }
 
+  async activate(): Promise<void> {
+    const saved = await this.deps.store.loadSnapshot<Snapshot>(USER, this.ctx.key);
+    if (!saved || !saved.state.queues.length) {
+      this.snapshotVersion = saved?.version ?? 0;
+      this.nextSeq = this.seqFloor = saved?.state.seqFloor ?? 1;
+      return;
+    }
+    this.snapshotVersion = saved.version;
+    this.seqFloor = saved.state.seqFloor;
+    const stored = await this.deps.store.userEventsAfter(this.userId, 0);
+    this.nextSeq = Math.max(this.seqFloor, (stored.at(-1)?.seq ?? 0) + 1);
+    for (const spec of saved.state.queues) {
+      const q = this.makeQueue(spec);
+      for (const row of stored) if (this.accepts(q, row.payload as StoredEvent)) q.items.push({ seq: row.seq, event: row.payload as StoredEvent });
+      this.queues.set(spec.id, q);
+    }
+    this.scheduleExpiry();
+  }
+
   canPassivate(): boolean {
     return this.queues.size === 0;
   }
 
   async deactivate(): Promise<void> {
-    for (const q of this.queues.values()) q.poll?.deferred.reject(errors.badQueue(q.id));
+    // The queues live on in the store; an empty answer sends the client straight back to poll the new owner.
+    for (const q of this.queues.values()) if (q.poll) this.finishPoll(q, { events: [] });
   }
 
   receive(msg: UserMessage | Internal): unknown {
@@ -59,43 +105,55 @@ export class UserActor implements Actor {
         return this.register(msg);
       case "poll":
         return this.poll(msg.queueId, msg.lastEventId, msg.dontBlock);
-      case "deleteQueue": {
-        const q = this.queue(msg.queueId);
-        q.poll?.deferred.resolve({ events: [] });
-        q.poll?.cancelHeartbeat();
-        this.queues.delete(q.id);
-        return {};
-      }
+      case "deleteQueue":
+        return this.deleteQueue(msg.queueId);
       case "deliverMessage":
-        return this.deliverMessage(msg);
+        return this.deliver({ kind: "message", message: msg.message, flags: msg.flagsFor?.[this.userId] ?? msg.flags, queueId: msg.queueId, localId: msg.localId });
       case "deliverEvent":
-        for (const q of this.queues.values()) {
-          if (q.eventTypes && !q.eventTypes.has(String(msg.event.type))) continue;
-          this.push(q, { id: q.nextEventId++, kind: "event", event: msg.event });
-        }
-        return {};
+        return this.deliver({ kind: "event", event: msg.event });
       case "heartbeat":
-        return this.heartbeat(msg.queueId, msg.seq);
+        return this.heartbeat(msg.queueId, msg.n);
       case "expire":
         return this.expire();
     }
   }
 
-  private register(msg: Register): Registered {
-    const q: EventQueue = {
+  private makeQueue(spec: QueueSpec): EventQueue {
+    return { spec, eventTypes: spec.eventTypes ? new Set(spec.eventTypes) : null, items: [], polls: 0, acked: -1, idleSince: Date.now() };
+  }
+
+  private async saveSnapshot(): Promise<void> {
+    const state: Snapshot = { queues: [...this.queues.values()].map((q) => q.spec), seqFloor: this.seqFloor };
+    this.snapshotVersion = await this.deps.store.saveSnapshot(USER, this.ctx.key, this.snapshotVersion, state, this.ctx.fence());
+  }
+
+  private async register(msg: Register): Promise<Registered> {
+    const spec: QueueSpec = {
       id: randomUUID(),
-      eventTypes: msg.eventTypes ? new Set(msg.eventTypes) : null,
+      eventTypes: msg.eventTypes,
       narrow: msg.narrow,
       applyMarkdown: msg.applyMarkdown,
       clientGravatar: msg.clientGravatar,
-      items: [],
-      nextEventId: 0,
-      pollSeq: 0,
-      idleSince: Date.now(),
+      allPublicStreams: msg.allPublicStreams,
+      clientCapabilities: msg.clientCapabilities,
     };
-    this.queues.set(q.id, q);
+    this.queues.set(spec.id, this.makeQueue(spec));
+    try {
+      await this.saveSnapshot();
+    } catch (err) {
+      this.queues.delete(spec.id);
+      throw err;
+    }
     this.scheduleExpiry();
-    return { queue_id: q.id, last_event_id: -1 };
+    return { queue_id: spec.id, last_event_id: -1 };
+  }
+
+  private async deleteQueue(queueId: string): Promise<Record<string, never>> {
+    const q = this.queue(queueId);
+    if (q.poll) this.finishPoll(q, { events: [] });
+    this.queues.delete(queueId);
+    await this.saveSnapshot();
+    return {};
   }
 
   private queue(queueId: string): EventQueue {
@@ -107,40 +165,45 @@ export class UserActor implements Actor {
   private poll(queueId: string, lastEventId: number, dontBlock: boolean): Polled | typeof PARKED {
     const q = this.queue(queueId);
     // Acknowledge: everything up to last_event_id is gone for good.
+    if (lastEventId > q.acked) q.acked = lastEventId;
     let drop = 0;
-    while (drop < q.items.length && q.items[drop]!.id <= lastEventId) drop++;
+    while (drop < q.items.length && q.items[drop]!.seq <= lastEventId) drop++;
     if (drop) q.items.splice(0, drop);
     if (q.poll) this.finishPoll(q, { events: [] });
     if (q.items.length || dontBlock) {
       q.idleSince = Date.now();
-      return { events: q.items.map((item) => this.render(q, item)) };
+      return { events: this.render(q) };
     }
-    const seq = ++q.pollSeq;
+    const n = ++q.polls;
     const deferred = this.ctx.defer<Polled>();
-    const cancelHeartbeat = this.ctx.schedule(this.deps.config.heartbeatSeconds * 1000, { op: "heartbeat", queueId, seq });
-    q.poll = { deferred, cancelHeartbeat, seq };
+    const cancelHeartbeat = this.ctx.schedule(this.deps.config.heartbeatSeconds * 1000, { op: "heartbeat", queueId, n });
+    q.poll = { deferred, cancelHeartbeat, n };
     return PARKED;
   }
 
-  private heartbeat(queueId: string, seq: number): void {
+  private async heartbeat(queueId: string, n: number): Promise<void> {
     const q = this.queues.get(queueId);
-    if (!q?.poll || q.poll.seq !== seq) return;
-    this.push(q, { id: q.nextEventId++, kind: "event", event: { type: "heartbeat" } });
+    if (!q?.poll || q.poll.n !== n) return;
+    await this.deliver({ kind: "event", event: { type: "heartbeat" }, queueId });
   }
 
-  private deliverMessage(msg: DeliverMessage): void {
-    const flags = msg.flagsFor?.[this.userId] ?? msg.flags;
-    for (const q of this.queues.values()) {
-      if (q.eventTypes && !q.eventTypes.has("message")) continue;
-      if (!matchesNarrow(q.narrow, msg.message)) continue;
-      const localId = msg.queueId === q.id ? msg.localId : undefined;
-      this.push(q, { id: q.nextEventId++, kind: "message", message: msg.message, flags, localId });
+  /** Into the durable stream, then into every queue that wants it; nothing is stored for a user with no queue. */
+  private async deliver(event: StoredEvent): Promise<void> {
+    const targets = [...this.queues.values()].filter((q) => this.accepts(q, event));
+    if (!targets.length) return;
+    const seq = this.nextSeq++;
+    await this.deps.store.appendUserEvent({ user_id: this.userId, seq, payload: event }, this.ctx.fence());
+    for (const q of targets) {
+      if (!this.queues.has(q.spec.id)) continue; // deleted while the event was committing
+      q.items.push({ seq, event });
+      if (q.poll) this.finishPoll(q, { events: this.render(q) });
     }
   }
 
-  private push(q: EventQueue, item: QueuedItem): void {
-    q.items.push(item);
-    if (q.poll) this.finishPoll(q, { events: q.items.map((i) => this.render(q, i)) });
+  private accepts(q: EventQueue, event: StoredEvent): boolean {
+    if (event.kind === "message") return (!q.eventTypes || q.eventTypes.has("message")) && matchesNarrow(q.spec.narrow, event.message);
+    if (event.queueId) return event.queueId === q.spec.id;
+    return !q.eventTypes || q.eventTypes.has(String(event.event.type));
   }
 
   private finishPoll(q: EventQueue, reply: Polled): void {
@@ -151,16 +214,18 @@ export class UserActor implements Actor {
     poll.deferred.resolve(reply);
   }
 
-  private render(q: EventQueue, item: QueuedItem): Record<string, unknown> {
-    if (item.kind === "event") return { ...item.event, id: item.id };
-    const event: Record<string, unknown> = {
-      type: "message",
-      id: item.id,
-      message: formatMessage(item.message, q),
-      flags: item.flags,
-    };
-    if (item.localId !== undefined) event.local_message_id = item.localId;
-    return event;
+  private render(q: EventQueue): Array<Record<string, unknown>> {
+    return q.items.map(({ seq, event }) => {
+      if (event.kind === "event") return { ...event.event, id: seq };
+      const rendered: Record<string, unknown> = {
+        type: "message",
+        id: seq,
+        message: formatMessage(event.message, q.spec),
+        flags: event.flags,
+      };
+      if (event.localId !== undefined && event.queueId === q.spec.id) rendered.local_message_id = event.localId;
+      return rendered;
+    });
   }
 
   private scheduleExpiry(): void {
@@ -170,11 +235,26 @@ export class UserActor implements Actor {
     this.ctx.schedule(every, { op: "expire" });
   }
 
-  private expire(): void {
+  /** Drop idle queues, then the stream's events every remaining queue has acknowledged. */
+  private async expire(): Promise<void> {
     this.expiryScheduled = false;
     const cutoff = Date.now() - this.deps.config.queueTimeoutSeconds * 1000;
+    let changed = false;
     for (const q of [...this.queues.values()]) {
-      if (!q.poll && q.idleSince < cutoff) this.queues.delete(q.id);
+      if (!q.poll && q.idleSince < cutoff) {
+        this.queues.delete(q.spec.id);
+        changed = true;
+      }
+    }
+    const settled = this.queues.size ? Math.min(...[...this.queues.values()].map((q) => q.items[0] ? q.items[0].seq - 1 : this.nextSeq - 1)) : this.nextSeq - 1;
+    if (settled >= this.seqFloor) {
+      // The floor goes into the snapshot before the rows go: ids never repeat, even after a crash in between.
+      this.seqFloor = settled + 1;
+      changed = true;
+    }
+    if (changed) {
+      await this.saveSnapshot();
+      await this.deps.store.pruneUserEvents(this.userId, this.seqFloor - 1, this.ctx.fence());
     }
     if (this.queues.size) this.scheduleExpiry();
   }

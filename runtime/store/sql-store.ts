@@ -6,18 +6,17 @@ import { errors } from "../errors.ts";
 import type { Database } from "./schema.ts";
 import type { Engine } from "./db.ts";
 import { migrations } from "./migrations/index.ts";
-import type { Lease, NewMessage, Store } from "./store.ts";
+import type { Lease, NewMessage, Store, UserEvent } from "./store.ts";
 
 const tracer = trace.getTracer("chorus.store");
 const ID_BLOCK = 256; // must match the sequence's increment in the initial migration
 const MAX_BATCH = 1000;
 
-interface PendingAppend {
-  message: NewMessage;
-  fence: Fence;
-  resolve(id: number): void;
-  reject(err: unknown): void;
-}
+/** One row waiting for the next group commit: a message, or an event of a user's durable event stream. */
+type PendingAppend = { fence: Fence; resolve(id: number): void; reject(err: unknown): void } & (
+  | { message: NewMessage; event?: undefined }
+  | { event: UserEvent; message?: undefined }
+);
 
 export class SqlStore implements Store {
   private pending: PendingAppend[] = [];
@@ -58,6 +57,28 @@ export class SqlStore implements Store {
     });
   }
 
+  async appendUserEvent(event: UserEvent, fence: Fence): Promise<void> {
+    await new Promise<number>((resolve, reject) => {
+      this.pending.push({ event, fence, resolve, reject });
+      if (!this.flushing) void this.flush();
+    });
+  }
+
+  async userEventsAfter(userId: number, afterSeq: number): Promise<UserEvent[]> {
+    const rows = await this.db
+      .selectFrom("user_events")
+      .select(["user_id", "seq", "payload"])
+      .where("user_id", "=", userId)
+      .where("seq", ">", afterSeq)
+      .orderBy("seq")
+      .execute();
+    return rows.map((r) => ({ user_id: r.user_id, seq: Number(r.seq), payload: r.payload }));
+  }
+
+  async pruneUserEvents(userId: number, throughSeq: number, fence: Fence): Promise<void> {
+    await this.write(fence, (trx) => trx.deleteFrom("user_events").where("user_id", "=", userId).where("seq", "<=", throughSeq).execute());
+  }
+
   /**
    * Group commit: whatever accumulated while the previous transaction ran goes into the next one. Under load a
    * batch grows to what arrives during one commit; idle, a message commits alone with no added delay.
@@ -67,12 +88,20 @@ export class SqlStore implements Store {
     try {
       while (this.pending.length) {
         const batch = this.pending.splice(0, MAX_BATCH);
-        await tracer.startActiveSpan("store.commit messages", async (span) => {
+        await tracer.startActiveSpan("store.commit appends", async (span) => {
           span.setAttribute("chorus.batch_size", batch.length);
           try {
             const outcome = await this.db.transaction().execute(async (trx) => {
               const isStale = await fenceChecker(trx, batch.map((p) => p.fence));
-              const ok = batch.filter((p) => !isStale(p.fence));
+              const ok = batch.filter((p): p is PendingAppend & { message: NewMessage } => !isStale(p.fence) && !!p.message);
+              const events = batch.filter((p) => !isStale(p.fence) && p.event).map((p) => p.event!);
+              if (events.length) {
+                await trx
+                  .insertInto("user_events")
+                  .values(events.map((e) => ({ user_id: e.user_id, seq: e.seq, payload: JSON.stringify(e.payload) })))
+                  .onConflict((c) => c.columns(["user_id", "seq"]).doNothing())
+                  .execute();
+              }
               const ids = new Map<string, number>();
               if (ok.length) {
                 const rows = await trx
@@ -96,7 +125,8 @@ export class SqlStore implements Store {
             });
             for (const p of batch) {
               if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
-              else p.resolve((p.message.send_key && outcome.ids.get(p.message.send_key)) || p.message.id);
+              else if (p.message) p.resolve((p.message.send_key && outcome.ids.get(p.message.send_key)) || p.message.id);
+              else p.resolve(p.event.seq);
             }
           } catch (err) {
             for (const p of batch) p.reject(err);

@@ -6,7 +6,7 @@
  *   on this. PGlite never fsyncs, so the embedded engine survives a killed process, not a power cut.
  * - Every actor write carries a Fence; a write whose fence's epoch is not the shard's current epoch is refused
  *   with FENCED and changes nothing, so a worker that lost its lease cannot write behind its successor's back.
- * - `appendMessage` group-commits: concurrent appends share one transaction; each resolves with its message id
+ * - `appendMessage` and `appendUserEvent` group-commit: concurrent appends share one transaction; each resolves
  *   once committed. Appending the same `send_key` twice commits once and resolves both with the first id.
  * - Message id blocks are disjoint and each block is above every block handed out before it.
  * - Snapshots are versioned: `saveSnapshot(…, expected)` succeeds only if the stored version is `expected`
@@ -20,6 +20,13 @@ import type { Database, MessageTable } from "./schema.ts";
 import type { Engine } from "./db.ts";
 
 export type NewMessage = Omit<MessageTable, "id"> & { id: number };
+
+/** One event of a user's durable event stream (what a restored event queue is rebuilt from). */
+export interface UserEvent {
+  user_id: number;
+  seq: number;
+  payload: unknown;
+}
 
 export interface Lease {
   shard: number;
@@ -35,6 +42,12 @@ export interface Store {
   write<T>(fence: Fence, fn: (trx: Transaction<Database>) => Promise<T>): Promise<T>;
   /** Group-committed message insert; resolves with the stored id (the first one for a repeated send_key). */
   appendMessage(message: NewMessage, fence: Fence): Promise<number>;
+  /** Group-committed with the message appends; a repeated (user_id, seq) is stored once. */
+  appendUserEvent(event: UserEvent, fence: Fence): Promise<void>;
+  /** The user's stored events after `afterSeq`, oldest first. */
+  userEventsAfter(userId: number, afterSeq: number): Promise<UserEvent[]>;
+  /** Drop the user's events up to and including `throughSeq` (every queue has acknowledged them). */
+  pruneUserEvents(userId: number, throughSeq: number, fence: Fence): Promise<void>;
   /** A block of message ids [first, first + size), above every block handed out before. */
   allocateMessageIds(): Promise<{ first: number; size: number }>;
   loadSnapshot<S>(kind: string, key: string): Promise<{ version: number; state: S } | undefined>;

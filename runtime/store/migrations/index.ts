@@ -1,7 +1,9 @@
 /** Every migration, in order. Append-only: a shipped migration is never edited; a change is a new file. */
 import type { Migration } from "kysely";
 import * as initial from "./2026-11-22T0400-initial.ts";
+import * as eventQueues from "./2026-11-22T0430-event-queues.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
+  "2026-11-22T0430-event-queues": eventQueues,
 };
