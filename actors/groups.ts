@@ -81,3 +81,40 @@ export function channelPermissionDefaults(groups: SystemGroups, creatorId: numbe
     can_subscribe_group: { direct_members: [], direct_subgroups: [] },
   };
 }
+
+const GROUP_PERMISSIONS = [
+  "can_add_members_group",
+  "can_join_group",
+  "can_leave_group",
+  "can_manage_group",
+  "can_mention_group",
+  "can_remove_members_group",
+] as const;
+
+/** Zulip's user group objects (`realm_user_groups` in /register, GET /user_groups). */
+export async function userGroupObjects(db: Kysely<Database>, realmId: number) {
+  const groups = await db.selectFrom("user_groups").selectAll().where("realm_id", "=", realmId).orderBy("id").execute();
+  const ids = groups.map((g) => g.id);
+  const [members, subgroups] = ids.length
+    ? await Promise.all([
+        db.selectFrom("user_group_members").select(["group_id", "user_id"]).where("group_id", "in", ids).orderBy("user_id").execute(),
+        db.selectFrom("user_group_subgroups").select(["group_id", "subgroup_id"]).where("group_id", "in", ids).orderBy("subgroup_id").execute(),
+      ])
+    : [[], []];
+  const nobody = groups.find((g) => g.is_system_group && g.name === "role:nobody")?.id;
+  return groups.map((g) => {
+    const settings = (g.settings ?? {}) as Record<string, GroupSettingValue>;
+    return {
+      id: g.id,
+      name: g.name,
+      description: g.description,
+      date_created: g.date_created,
+      creator_id: g.creator_id,
+      members: members.filter((m) => m.group_id === g.id).map((m) => m.user_id),
+      direct_subgroup_ids: subgroups.filter((s) => s.group_id === g.id).map((s) => s.subgroup_id),
+      is_system_group: g.is_system_group,
+      deactivated: g.deactivated,
+      ...Object.fromEntries(GROUP_PERMISSIONS.map((p) => [p, settings[p] ?? nobody])),
+    };
+  });
+}

@@ -8,6 +8,8 @@ import { realmUsers, streamObjects, subscriptionsOf, userObject, visibleStreams,
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
+import { systemGroups, userGroupObjects } from "../../actors/groups.ts";
+import { realmSettingsDefaults, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 
 const StrList = { type: "array", items: Str } as const;
 
@@ -29,6 +31,52 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
   },
   async stream(s, u) {
     return { streams: await streamObjects(s.store.db, await visibleStreams(s.store.db, u)) };
+  },
+  async realm(s, u) {
+    const realm = await s.store.db.selectFrom("realms").select(["name", "date_created", "settings"]).where("id", "=", u.realm_id).executeTakeFirstOrThrow();
+    const url = s.siteUrl();
+    return {
+      realm_name: realm.name,
+      realm_date_created: realm.date_created,
+      realm_url: url,
+      realm_uri: url,
+      realm_icon_url: "",
+      realm_icon_source: "G",
+      ...realmSettingsDefaults(await systemGroups(s.store.db, u.realm_id)),
+      ...(realm.settings as Record<string, unknown>),
+    };
+  },
+  async user_settings(s, u) {
+    const stored = await s.store.loadSnapshot<Record<string, unknown>>("user-settings", String(u.id));
+    return { user_settings: { ...USER_SETTINGS_DEFAULTS, timezone: u.timezone, ...stored?.state } };
+  },
+  async realm_user_groups(s, u) {
+    return { realm_user_groups: await userGroupObjects(s.store.db, u.realm_id) };
+  },
+  async update_message_flags() {
+    return { unread_msgs: { count: 0, pms: [], streams: [], huddles: [], mentions: [], old_unreads_missing: false } };
+  },
+  async presence() {
+    return { presences: {}, presence_last_update_id: -1, server_timestamp: Date.now() / 1000 };
+  },
+  // Features whose state is empty until their issue lands: the honest initial state is "none yet".
+  async drafts() {
+    return { drafts: [] };
+  },
+  async user_topic() {
+    return { user_topics: [] };
+  },
+  async navigation_views() {
+    return { navigation_views: [] };
+  },
+  async scheduled_messages() {
+    return { scheduled_messages: [] };
+  },
+  async realm_emoji() {
+    return { realm_emoji: {} };
+  },
+  async recent_private_conversations() {
+    return { recent_private_conversations: [] };
   },
   async realm_user(s, u, o) {
     const users = await realmUsers(s.store.db, u.realm_id);

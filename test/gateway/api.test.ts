@@ -269,6 +269,19 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       expect(res.body.max_message_id).toBeGreaterThanOrEqual(-1);
     });
 
+    it("gives the whole initial state when no event types are named", async () => {
+      const res = await api(server, "POST", "/register", { as: alice });
+      expect(res.status).toBe(200);
+      for (const key of ["realm_users", "subscriptions", "never_subscribed", "streams", "realm_user_groups", "user_settings", "unread_msgs", "drafts", "presences"]) {
+        expect(res.body).toHaveProperty(key);
+      }
+      expect(res.body.realm_users.map((u: any) => u.user_id)).toContain(alice.id);
+      const groups = new Map(res.body.realm_user_groups.map((g: any) => [g.name, g]));
+      expect((groups.get("role:members") as any).members).toContain(alice.id);
+      expect(res.body.user_settings.receives_typing_notifications).toBe(true);
+      expect(res.body.realm_empty_topic_display_name).toBe("general chat");
+    });
+
     it("wakes a parked poll with the message, local id only on the sender's queue", async () => {
       const mine = (await register(owner)).body.queue_id;
       const hers = (await register(alice, { narrow: narrow("general") })).body.queue_id;
