@@ -95,8 +95,11 @@ export interface Registered {
 export interface Poll {
   op: "poll";
   queueId: string;
+  /** Acknowledges (drops) every event up to this id. */
   lastEventId: number;
   dontBlock: boolean;
+  /** Answer only events above this id (default lastEventId): a stream reads ahead of what it acknowledges. */
+  after?: number;
 }
 export interface Polled {
   events: Array<Record<string, unknown>>;

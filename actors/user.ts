@@ -46,7 +46,7 @@ interface EventQueue {
   eventTypes: Set<string> | null;
   items: Array<{ seq: number; event: StoredEvent }>;
   /** The waiting poll, if any. */
-  poll?: { deferred: Deferred<Polled>; cancelHeartbeat: () => void; n: number };
+  poll?: { deferred: Deferred<Polled>; cancelHeartbeat: () => void; n: number; after: number };
   polls: number;
   /** Highest event id the client acknowledged. */
   acked: number;
@@ -104,7 +104,7 @@ export class UserActor implements Actor {
       case "register":
         return this.register(msg);
       case "poll":
-        return this.poll(msg.queueId, msg.lastEventId, msg.dontBlock);
+        return this.poll(msg.queueId, msg.lastEventId, msg.dontBlock, msg.after ?? msg.lastEventId);
       case "deleteQueue":
         return this.deleteQueue(msg.queueId);
       case "deliverMessage":
@@ -162,7 +162,7 @@ export class UserActor implements Actor {
     return q;
   }
 
-  private poll(queueId: string, lastEventId: number, dontBlock: boolean): Polled | typeof PARKED {
+  private poll(queueId: string, lastEventId: number, dontBlock: boolean, after: number): Polled | typeof PARKED {
     const q = this.queue(queueId);
     // Acknowledge: everything up to last_event_id is gone for good.
     if (lastEventId > q.acked) q.acked = lastEventId;
@@ -170,14 +170,14 @@ export class UserActor implements Actor {
     while (drop < q.items.length && q.items[drop]!.seq <= lastEventId) drop++;
     if (drop) q.items.splice(0, drop);
     if (q.poll) this.finishPoll(q, { events: [] });
-    if (q.items.length || dontBlock) {
+    if (q.items.some((i) => i.seq > after) || dontBlock) {
       q.idleSince = Date.now();
-      return { events: this.render(q) };
+      return { events: this.render(q, after) };
     }
     const n = ++q.polls;
     const deferred = this.ctx.defer<Polled>();
     const cancelHeartbeat = this.ctx.schedule(this.deps.config.heartbeatSeconds * 1000, { op: "heartbeat", queueId, n });
-    q.poll = { deferred, cancelHeartbeat, n };
+    q.poll = { deferred, cancelHeartbeat, n, after };
     return PARKED;
   }
 
@@ -196,7 +196,7 @@ export class UserActor implements Actor {
     for (const q of targets) {
       if (!this.queues.has(q.spec.id)) continue; // deleted while the event was committing
       q.items.push({ seq, event });
-      if (q.poll) this.finishPoll(q, { events: this.render(q) });
+      if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
     }
   }
 
@@ -214,8 +214,8 @@ export class UserActor implements Actor {
     poll.deferred.resolve(reply);
   }
 
-  private render(q: EventQueue): Array<Record<string, unknown>> {
-    return q.items.map(({ seq, event }) => {
+  private render(q: EventQueue, after: number): Array<Record<string, unknown>> {
+    return q.items.filter((i) => i.seq > after).map(({ seq, event }) => {
       if (event.kind === "event") return { ...event.event, id: seq };
       const rendered: Record<string, unknown> = {
         type: "message",

@@ -173,7 +173,7 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       res.cork(() => {
         res.writeStatus(statusLine(stream.status));
         if (stream.headers) for (const k in stream.headers) res.writeHeader(k, stream.headers[k]!);
-        res.write(""); // sends the head now: the client sees the stream open before the first event
+        // The head leaves with the first chunk: a stream that must look open at once writes one (an SSE comment).
       });
       res.onWritable(() => {
         blocked = false;

@@ -1,7 +1,8 @@
 /** Zulip's event system: POST /register, long-poll GET /events, DELETE /events. */
 import { sql } from "kysely";
 import { actorId } from "../../runtime/actor.ts";
-import { errors } from "../../runtime/errors.ts";
+import { ChorusError, errors } from "../../runtime/errors.ts";
+import type { StreamSink } from "../http.ts";
 import { USER, type Polled, type Registered } from "../../actors/protocol.ts";
 import { parseNarrow } from "../../actors/narrow.ts";
 import { realmUsers, streamObjects, subscriptionsOf, userObject, visibleStreams, type UserRow } from "../../actors/reads.ts";
@@ -162,6 +163,32 @@ export const eventRoutes: RouteSpec[] = [
     },
   },
   {
+    // Beyond Zulip: the same queue as server-sent events, one `id:` per event; a client that reconnects with
+    // Last-Event-ID resumes after that event.
+    method: "GET",
+    path: "/events/stream",
+    params: { type: "object", properties: { queue_id: Str, last_event_id: { type: "integer", minimum: -1 } }, required: ["queue_id"] },
+    async handle({ params, user, services, req }) {
+      const header = req.headers["last-event-id"];
+      const resumeFrom = header !== undefined && /^-?\d{1,16}$/.test(header.trim()) ? Number(header.trim()) : (params.last_event_id ?? -1);
+      const poll = (lastEventId: number, after: number, dontBlock: boolean) =>
+        services.system.ask<Polled>(
+          actorId(USER, user.id),
+          { op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock },
+          services.config.heartbeatSeconds * 1000 + 15_000,
+        );
+      // An unknown queue is answered as a JSON error, before the stream opens.
+      const first = await poll(resumeFrom, resumeFrom, true);
+      return {
+        status: 200,
+        headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache, no-transform", "x-accel-buffering": "no" },
+        start(sink) {
+          void streamQueue(sink, first.events, resumeFrom, poll);
+        },
+      };
+    },
+  },
+  {
     method: "DELETE",
     path: "/events",
     params: { type: "object", properties: { queue_id: Str }, required: ["queue_id"] },
@@ -171,3 +198,37 @@ export const eventRoutes: RouteSpec[] = [
     },
   },
 ];
+
+/**
+ * Write a queue's events to an open stream until the client goes away. The stream acknowledges one batch behind
+ * what it has written: a client whose connection dropped can resume from any event of the last batch it saw.
+ */
+async function streamQueue(
+  sink: StreamSink,
+  firstEvents: Polled["events"],
+  resumeFrom: number,
+  poll: (lastEventId: number, after: number, dontBlock: boolean) => Promise<Polled>,
+): Promise<void> {
+  let acknowledged = resumeFrom;
+  let written = resumeFrom;
+  let events = firstEvents;
+  sink.write(": connected\n\n"); // opens the stream for the client before the first event
+  try {
+    while (!sink.closed) {
+      if (events.length) {
+        let open = true;
+        for (const event of events) open = sink.write(`id: ${event.id}\ndata: ${JSON.stringify(event)}\n\n`);
+        const previous = written;
+        written = Number(events.at(-1)!.id);
+        acknowledged = previous;
+        if (!open) await new Promise<void>((resolve) => sink.onDrain(resolve));
+      }
+      if (sink.closed) return;
+      events = (await poll(acknowledged, written, false)).events;
+    }
+  } catch (err) {
+    const error = ChorusError.wrap(err);
+    sink.write(`event: error\ndata: ${JSON.stringify({ result: "error", msg: error.message, code: error.code, ...error.extra })}\n\n`);
+    sink.end();
+  }
+}
