@@ -78,6 +78,9 @@ export const USER_SETTINGS_DEFAULTS = {
 
 export type UserSettings = typeof USER_SETTINGS_DEFAULTS;
 
+/** Snapshot kind under which a user's changed settings are stored (key: the user id). */
+export const USER_SETTINGS = "user-settings";
+
 /** Realm settings as `realm_*` keys of POST /register, for the settings Chorus implements. */
 export function realmSettingsDefaults(groups: SystemGroups) {
   const id = (name: string) => groups.get(name)!;

@@ -18,6 +18,7 @@ import { formatMessage, type MessageRecord } from "./message-format.ts";
 import { matchesNarrow } from "./narrow.ts";
 import { USER, type Narrow, type Polled, type Register, type Registered, type UserMessage } from "./protocol.ts";
 import type { ActorDeps } from "./deps.ts";
+import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 
 /** An event as the stream keeps it: queue-independent (each queue renders it with its own options). */
 type StoredEvent =
@@ -63,6 +64,7 @@ export class UserActor implements Actor {
   private seqFloor = 1;
   private snapshotVersion = 0;
   private expiryScheduled = false;
+  private typingWanted?: boolean;
 
   constructor(
     private readonly ctx: ActorContext,
@@ -110,7 +112,7 @@ export class UserActor implements Actor {
       case "deliverMessage":
         return this.deliver({ kind: "message", message: msg.message, flags: msg.flagsFor?.[this.userId] ?? msg.flags, queueId: msg.queueId, localId: msg.localId });
       case "deliverEvent":
-        return this.deliver({ kind: "event", event: msg.event });
+        return this.deliverEvent(msg.event);
       case "heartbeat":
         return this.heartbeat(msg.queueId, msg.n);
       case "expire":
@@ -185,6 +187,23 @@ export class UserActor implements Actor {
     const q = this.queues.get(queueId);
     if (!q?.poll || q.poll.n !== n) return;
     await this.deliver({ kind: "event", event: { type: "heartbeat" }, queueId });
+  }
+
+  private async deliverEvent(event: Record<string, unknown>): Promise<void> {
+    if (event.type === "typing" && !(await this.receivesTyping())) return;
+    await this.deliver({ kind: "event", event });
+  }
+
+  /**
+   * The user's receives_typing_notifications setting, read once per activation. Settings are written through this
+   * actor (PATCH /settings), which keeps this copy current.
+   */
+  private async receivesTyping(): Promise<boolean> {
+    if (this.typingWanted === undefined) {
+      const saved = await this.deps.store.loadSnapshot<Partial<UserSettings>>(USER_SETTINGS, this.ctx.key);
+      this.typingWanted = saved?.state.receives_typing_notifications ?? USER_SETTINGS_DEFAULTS.receives_typing_notifications;
+    }
+    return this.typingWanted;
   }
 
   /** Into the durable stream, then into every queue that wants it; nothing is stored for a user with no queue. */

@@ -10,7 +10,7 @@ import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
 import { systemGroups, userGroupObjects } from "../../actors/groups.ts";
-import { realmSettingsDefaults, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
+import { realmSettingsDefaults, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 
 const StrList = { type: "array", items: Str } as const;
 
@@ -48,7 +48,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
     };
   },
   async user_settings(s, u) {
-    const stored = await s.store.loadSnapshot<Record<string, unknown>>("user-settings", String(u.id));
+    const stored = await s.store.loadSnapshot<Record<string, unknown>>(USER_SETTINGS, String(u.id));
     return { user_settings: { ...USER_SETTINGS_DEFAULTS, timezone: u.timezone, ...stored?.state } };
   },
   async realm_user_groups(s, u) {
