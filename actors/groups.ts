@@ -5,6 +5,9 @@
 import type { Kysely, Transaction } from "kysely";
 import type { Database } from "../runtime/store/schema.ts";
 
+/** Organization roles, as Zulip numbers them. */
+export const ROLE = { owner: 100, administrator: 200, moderator: 300, member: 400, guest: 600 } as const;
+
 export type GroupSettingValue = number | { direct_members: number[]; direct_subgroups: number[] };
 
 /** System groups, each containing the one before it (owners ⊂ administrators ⊂ … ⊂ internet); nobody is alone. */

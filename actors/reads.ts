@@ -5,7 +5,7 @@ import { sql, type Kysely, type Selectable } from "kysely";
 import { errors } from "../runtime/errors.ts";
 import type { Database, StreamTable, UserTable } from "../runtime/store/schema.ts";
 import { formatMessage, gravatarUrl, type FormatOptions, type MessageRecord } from "./message-format.ts";
-import { ROLE } from "./realm.ts";
+import { ROLE } from "./groups.ts";
 
 type DB = Kysely<Database>;
 

@@ -3,17 +3,19 @@
  * names) and owns account and channel creation.
  */
 import { sql, type Transaction } from "kysely";
-import type { Actor, ActorContext } from "../runtime/actor.ts";
+import { actorId, type Actor, type ActorContext } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { Database } from "../runtime/store/schema.ts";
 import type { ActorDeps } from "./deps.ts";
-import { addToRoleGroups, channelPermissionDefaults, createSystemGroups, systemGroups } from "./groups.ts";
+import { streamObject, userObject } from "./reads.ts";
+import { addToRoleGroups, channelPermissionDefaults, createSystemGroups, ROLE, systemGroups } from "./groups.ts";
 import { renderMarkdown } from "./message-format.ts";
-import type { CreatedUser, CreateUser, EnsureChannels, EnsuredChannel, RealmMessage } from "./protocol.ts";
+import { USER, type CreatedUser, type CreateUser, type EnsureChannels, type EnsuredChannel, type RealmMessage } from "./protocol.ts";
 
-export const ROLE = { owner: 100, administrator: 200, moderator: 300, member: 400, guest: 600 } as const;
+export { ROLE };
+
 
 export class RealmActor implements Actor {
   private readonly realmId: number;
@@ -34,11 +36,35 @@ export class RealmActor implements Actor {
     }
   }
 
-  private createUser(msg: CreateUser): Promise<CreatedUser> {
-    return this.deps.store.write(this.ctx.fence(), (trx) => insertAccount(trx, this.realmId, msg, this.deps.keyring));
+  private async createUser(msg: CreateUser): Promise<CreatedUser> {
+    const created = await this.deps.store.write(this.ctx.fence(), (trx) => insertAccount(trx, this.realmId, msg, this.deps.keyring));
+    const db = this.deps.store.db;
+    const person = await db.selectFrom("users").selectAll().where("id", "=", created.user_id).executeTakeFirstOrThrow();
+    await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false }) });
+    return created;
+  }
+
+  /** An event for every active user of the realm (their user actors drop it if they have no queue). */
+  private async tellRealm(event: Record<string, unknown>, exceptGuests = false): Promise<void> {
+    let query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
+    if (exceptGuests) query = query.where("role", "!=", ROLE.guest);
+    const users = await query.execute();
+    await this.deps.system().broadcast(users.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
   }
 
   private async ensureChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
+    const channels = await this.createChannels(msg);
+    // New public channels are announced to everyone who may see them; private ones reach their subscribers
+    // through the subscription events.
+    const created = channels.filter((c) => c.created).map((c) => c.id);
+    if (created.length && !msg.inviteOnly) {
+      const rows = await this.deps.store.db.selectFrom("streams").selectAll().where("id", "in", created).execute();
+      await this.tellRealm({ type: "stream", op: "create", streams: rows.map((r) => streamObject(r, 0)) }, true);
+    }
+    return channels;
+  }
+
+  private createChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
     const now = Math.floor(Date.now() / 1000);
     return this.deps.store.write(this.ctx.fence(), async (trx) => {
       const groups = await systemGroups(trx, this.realmId);

@@ -338,6 +338,20 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       expect((await poll(alice, idle, -1, { dont_block: true })).body.code).toBe("BAD_EVENT_QUEUE_ID");
     });
 
+    it("announces new users and new public channels", async () => {
+      const q = (await register(alice, { event_types: ["realm_user", "stream"] })).body.queue_id;
+      const dave = await createUser(server, `dave-${engine.length}@example.com`, "Dave");
+      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "announced" }] } });
+      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "hidden" }], invite_only: true } });
+      const events = (await poll(alice, q, -1, { dont_block: true })).body.events;
+      expect(events.map((e: any) => [e.type, e.op])).toEqual([
+        ["realm_user", "add"],
+        ["stream", "create"],
+      ]);
+      expect(events[0].person).toMatchObject({ user_id: dave.id, email: dave.email, full_name: "Dave", role: 400 });
+      expect(events[1].streams.map((s: any) => s.name)).toEqual(["announced"]);
+    });
+
     it("requires last_event_id with queue_id", async () => {
       const q = (await register(alice)).body.queue_id;
       const res = await api(server, "GET", "/events", { as: alice, params: { queue_id: q } });
