@@ -72,7 +72,7 @@ describe("zulip-js against npm start", () => {
     const client = await zulip({ zuliprc });
     const fetched = await client.messages.retrieve({ anchor: "newest", num_before: 10, num_after: 0, narrow: [{ operator: "channel", operand: "embedded" }] });
     expect(fetched.messages.map((m: any) => m.id)).toEqual(sent);
-  });
+  }, 90_000);
 
   it("works on Redis Streams and Postgres with WORKERS=2", async () => {
     const db = await freshDatabase();
@@ -87,5 +87,5 @@ describe("zulip-js against npm start", () => {
     expect(server.output()).toMatch(/worker 0 listening/);
     expect(server.output()).toMatch(/worker 1 listening/);
     expect(await server.stop()).toBe(0);
-  });
+  }, 90_000);
 });

@@ -54,5 +54,5 @@ describe("npm run manage", () => {
     } finally {
       await node.close();
     }
-  });
+  }, 90_000);
 });
