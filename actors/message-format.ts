@@ -1,15 +1,17 @@
 /**
  * Zulip's message object, built from what the store keeps: one function for GET /messages and for message
- * events, so both always agree. Markdown is rendered once, at send time, with markdown-it (a well-kept
- * CommonMark implementation); Zulip's own extensions (mentions, emoji, spoilers) come with the messages issue.
+ * events, so both always agree. Markdown is rendered once, at send time, by markdown.ts (Zulip's dialect on
+ * markdown-it).
  */
 import crypto from "node:crypto";
-import MarkdownIt from "markdown-it";
+import { renderMarkdown as renderZulipMarkdown, type MarkdownContext } from "./markdown.ts";
 
-const markdown = new MarkdownIt({ html: false, linkify: true, breaks: true });
-
-export function renderMarkdown(content: string): string {
-  return markdown.render(content).trim();
+/**
+ * The HTML alone. Without a context, mentions and channel links stay as written; senders that need the mention
+ * lists (for flags) call markdown.ts directly.
+ */
+export function renderMarkdown(content: string, context: MarkdownContext = {}): string {
+  return renderZulipMarkdown(content, context).html;
 }
 
 /** Everything about a message that does not depend on who reads it or how. */
