@@ -127,4 +127,62 @@ export interface DeliverEvent {
   event: Record<string, unknown>;
 }
 
-export type UserMessage = Register | Poll | DeleteQueue | DeliverMessage | DeliverEvent;
+/** PATCH /settings, already validated: the settings, and the changes that live on the account row. */
+export interface UpdateSettings {
+  op: "updateSettings";
+  settings: Record<string, unknown>;
+  fullName?: string;
+  passwordHash?: string;
+}
+
+export interface DraftFields {
+  type: "" | "stream" | "private";
+  to: number[];
+  topic: string;
+  content: string;
+  timestamp?: number;
+}
+export interface CreateDrafts {
+  op: "createDrafts";
+  drafts: DraftFields[];
+}
+export interface EditDraft {
+  op: "editDraft";
+  id: number;
+  draft: DraftFields;
+}
+export interface DeleteDraft {
+  op: "deleteDraft";
+  id: number;
+}
+
+export interface AddView {
+  op: "addView";
+  fragment: string;
+  isPinned: boolean;
+  name: string | null;
+}
+export interface UpdateView {
+  op: "updateView";
+  fragment: string;
+  isPinned?: boolean;
+  name?: string;
+}
+export interface RemoveView {
+  op: "removeView";
+  fragment: string;
+}
+
+export type UserMessage =
+  | Register
+  | Poll
+  | DeleteQueue
+  | DeliverMessage
+  | DeliverEvent
+  | UpdateSettings
+  | CreateDrafts
+  | EditDraft
+  | DeleteDraft
+  | AddView
+  | UpdateView
+  | RemoveView;

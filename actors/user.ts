@@ -12,11 +12,23 @@
  * queue nobody polled for the idle timeout is dropped.
  */
 import { randomUUID } from "node:crypto";
-import { PARKED, type Actor, type ActorContext, type Deferred } from "../runtime/actor.ts";
+import { actorId, PARKED, type Actor, type ActorContext, type Deferred } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
 import { formatMessage, type MessageRecord } from "./message-format.ts";
 import { matchesNarrow } from "./narrow.ts";
-import { USER, type Narrow, type Polled, type Register, type Registered, type UserMessage } from "./protocol.ts";
+import {
+  USER,
+  type AddView,
+  type DraftFields,
+  type Narrow,
+  type Polled,
+  type Register,
+  type Registered,
+  type UpdateSettings,
+  type UpdateView,
+  type UserMessage,
+} from "./protocol.ts";
+import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft } from "./user-data.ts";
 import type { ActorDeps } from "./deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 
@@ -113,6 +125,20 @@ export class UserActor implements Actor {
         return this.deliver({ kind: "message", message: msg.message, flags: msg.flagsFor?.[this.userId] ?? msg.flags, queueId: msg.queueId, localId: msg.localId });
       case "deliverEvent":
         return this.deliverEvent(msg.event);
+      case "updateSettings":
+        return this.updateSettings(msg);
+      case "createDrafts":
+        return this.createDrafts(msg.drafts);
+      case "editDraft":
+        return this.editDraft(msg.id, msg.draft);
+      case "deleteDraft":
+        return this.deleteDraft(msg.id);
+      case "addView":
+        return this.addView(msg);
+      case "updateView":
+        return this.updateView(msg);
+      case "removeView":
+        return this.removeView(msg.fragment);
       case "heartbeat":
         return this.heartbeat(msg.queueId, msg.n);
       case "expire":
@@ -206,6 +232,123 @@ export class UserActor implements Actor {
     return this.typingWanted;
   }
 
+  // ---- settings, drafts and navigation views: the user's own data, with events to the user's own queues ----------
+
+  private async account(): Promise<{ realm_id: number; email: string }> {
+    return this.deps.store.db.selectFrom("users").select(["realm_id", "email"]).where("id", "=", this.userId).executeTakeFirstOrThrow();
+  }
+
+  private async updateSettings(msg: UpdateSettings): Promise<Record<string, never>> {
+    const { store } = this.deps;
+    const saved = await store.loadSnapshot<Record<string, unknown>>(USER_SETTINGS, this.ctx.key);
+    const current: Record<string, unknown> = { ...USER_SETTINGS_DEFAULTS, ...saved?.state };
+    const changed = Object.entries(msg.settings).filter(([k, v]) => current[k] !== v);
+    if (changed.length) {
+      await store.saveSnapshot(USER_SETTINGS, this.ctx.key, saved?.version ?? 0, { ...saved?.state, ...Object.fromEntries(changed) }, this.ctx.fence());
+    }
+    const timezone = msg.settings.timezone as string | undefined;
+    if (msg.fullName !== undefined || msg.passwordHash !== undefined || (timezone !== undefined && changed.some(([k]) => k === "timezone"))) {
+      await store.write(this.ctx.fence(), (trx) =>
+        trx
+          .updateTable("users")
+          .set({
+            ...(msg.fullName !== undefined ? { full_name: msg.fullName } : {}),
+            ...(msg.passwordHash !== undefined ? { password_hash: msg.passwordHash } : {}),
+            ...(timezone !== undefined ? { timezone } : {}),
+          })
+          .where("id", "=", this.userId)
+          .execute(),
+      );
+    }
+    if ("receives_typing_notifications" in msg.settings) this.typingWanted = msg.settings.receives_typing_notifications as boolean;
+    for (const [property, value] of changed) {
+      const event: Record<string, unknown> = { type: "user_settings", op: "update", property, value };
+      if (property === "default_language") event.language_name = languageName(String(value));
+      await this.deliver({ kind: "event", event });
+    }
+    // Zulip sends one realm_user update per changed field of the person.
+    if (msg.fullName !== undefined) await this.tellRealmUsers({ type: "realm_user", op: "update", person: { user_id: this.userId, full_name: msg.fullName } });
+    if (changed.some(([k]) => k === "timezone")) await this.tellRealmUsers({ type: "realm_user", op: "update", person: { user_id: this.userId, timezone } });
+    if (changed.some(([k, v]) => k === "enable_drafts_synchronization" && v === false)) await this.deleteAllDrafts();
+    return {};
+  }
+
+  /** An event for every active user of the realm, this one included (delivered here directly: no self-ask). */
+  private async tellRealmUsers(event: Record<string, unknown>): Promise<void> {
+    const { realm_id } = await this.account();
+    const others = await this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", realm_id).where("is_active", "=", true).where("id", "!=", this.userId).execute();
+    await this.deliver({ kind: "event", event });
+    await this.deps.system().broadcast(others.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
+  }
+
+  private async draftsEnabled(): Promise<boolean> {
+    const saved = await this.deps.store.loadSnapshot<Record<string, unknown>>(USER_SETTINGS, this.ctx.key);
+    return (saved?.state.enable_drafts_synchronization ?? USER_SETTINGS_DEFAULTS.enable_drafts_synchronization) !== false;
+  }
+
+  private async createDrafts(drafts: DraftFields[]): Promise<{ ids: number[] }> {
+    if (!(await this.draftsEnabled())) throw errors.badRequest("User has disabled synchronizing drafts.");
+    const { realm_id } = await this.account();
+    const db = this.deps.store.db;
+    const rows: Array<Awaited<ReturnType<typeof checkDraft>>> = [];
+    for (const draft of drafts) rows.push(await checkDraft(db, this.userId, realm_id, draft));
+    const stored = rows.length
+      ? await this.deps.store.write(this.ctx.fence(), (trx) => trx.insertInto("drafts").values(rows).returningAll().execute())
+      : [];
+    if (stored.length) await this.deliver({ kind: "event", event: { type: "drafts", op: "add", drafts: stored.map(draftObject) } });
+    return { ids: stored.map((r) => r.id) };
+  }
+
+  private async editDraft(id: number, draft: DraftFields): Promise<Record<string, never>> {
+    const db = this.deps.store.db;
+    await ownDraft(db, this.userId, id);
+    const { realm_id } = await this.account();
+    const row = await checkDraft(db, this.userId, realm_id, draft);
+    const stored = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.updateTable("drafts").set(row).where("id", "=", id).where("user_id", "=", this.userId).returningAll().executeTakeFirstOrThrow(),
+    );
+    await this.deliver({ kind: "event", event: { type: "drafts", op: "update", draft: draftObject(stored) } });
+    return {};
+  }
+
+  private async deleteDraft(id: number): Promise<Record<string, never>> {
+    await ownDraft(this.deps.store.db, this.userId, id);
+    await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("drafts").where("id", "=", id).where("user_id", "=", this.userId).execute());
+    await this.deliver({ kind: "event", event: { type: "drafts", op: "remove", draft_id: id } });
+    return {};
+  }
+
+  private async deleteAllDrafts(): Promise<void> {
+    const removed = await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("drafts").where("user_id", "=", this.userId).returning("id").execute());
+    for (const { id } of removed) await this.deliver({ kind: "event", event: { type: "drafts", op: "remove", draft_id: id } });
+  }
+
+  private async addView(msg: AddView): Promise<Record<string, never>> {
+    await checkNewView(this.deps.store.db, this.userId, msg.fragment, msg.name);
+    const view = { fragment: msg.fragment, is_pinned: msg.isPinned, name: msg.name };
+    await this.deps.store.write(this.ctx.fence(), (trx) => trx.insertInto("navigation_views").values({ user_id: this.userId, ...view }).execute());
+    await this.deliver({ kind: "event", event: { type: "navigation_view", op: "add", navigation_view: view } });
+    return {};
+  }
+
+  private async updateView(msg: UpdateView): Promise<Record<string, never>> {
+    await checkViewUpdate(this.deps.store.db, this.userId, msg.fragment, msg.name);
+    const data = { ...(msg.isPinned !== undefined ? { is_pinned: msg.isPinned } : {}), ...(msg.name !== undefined ? { name: msg.name } : {}) };
+    if (!Object.keys(data).length) return {};
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.updateTable("navigation_views").set(data).where("user_id", "=", this.userId).where("fragment", "=", msg.fragment).execute(),
+    );
+    await this.deliver({ kind: "event", event: { type: "navigation_view", op: "update", fragment: msg.fragment, data } });
+    return {};
+  }
+
+  private async removeView(fragment: string): Promise<Record<string, never>> {
+    await checkViewUpdate(this.deps.store.db, this.userId, fragment, undefined);
+    await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("navigation_views").where("user_id", "=", this.userId).where("fragment", "=", fragment).execute());
+    await this.deliver({ kind: "event", event: { type: "navigation_view", op: "remove", fragment } });
+    return {};
+  }
+
   /** Into the durable stream, then into every queue that wants it; nothing is stored for a user with no queue. */
   private async deliver(event: StoredEvent): Promise<void> {
     const targets = [...this.queues.values()].filter((q) => this.accepts(q, event));
@@ -276,5 +419,14 @@ export class UserActor implements Actor {
       await this.deps.store.pruneUserEvents(this.userId, this.seqFloor - 1, this.ctx.fence());
     }
     if (this.queues.size) this.scheduleExpiry();
+  }
+}
+
+/** The language's own name, for user_settings events about default_language. */
+function languageName(code: string): string {
+  try {
+    return new Intl.DisplayNames([code], { type: "language" }).of(code) ?? code;
+  } catch {
+    return code;
   }
 }

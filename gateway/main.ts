@@ -31,6 +31,7 @@ import { messageRoutes } from "./routes/messages.ts";
 import { serverRoutes } from "./routes/server.ts";
 import { userRoutes } from "./routes/users.ts";
 import { typingRoutes } from "./routes/typing.ts";
+import { meRoutes } from "./routes/me.ts";
 
 export interface RunningNode {
   port: number;
@@ -106,7 +107,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...eventRoutes, ...typingRoutes);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes);
   const http = await startHttpServer({ host: config.host, port: config.port, maxBodyBytes: config.maxBodyBytes, handler: app.handle });
   port = http.port;
 

@@ -10,6 +10,7 @@ import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
 import { systemGroups, userGroupObjects } from "../../actors/groups.ts";
+import { draftsOf, viewsOf } from "../../actors/user-data.ts";
 import { realmSettingsDefaults, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 
 const StrList = { type: "array", items: Str } as const;
@@ -61,14 +62,14 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
     return { presences: {}, presence_last_update_id: -1, server_timestamp: Date.now() / 1000 };
   },
   // Features whose state is empty until their issue lands: the honest initial state is "none yet".
-  async drafts() {
-    return { drafts: [] };
+  async drafts(s, u) {
+    return { drafts: await draftsOf(s.store.db, u.id) };
   },
   async user_topic() {
     return { user_topics: [] };
   },
-  async navigation_views() {
-    return { navigation_views: [] };
+  async navigation_views(s, u) {
+    return { navigation_views: await viewsOf(s.store.db, u.id) };
   },
   async scheduled_messages() {
     return { scheduled_messages: [] };

@@ -153,6 +153,25 @@ export interface UserEventTable {
   payload: Json;
 }
 
+export interface DraftTable {
+  id: Generated<number>;
+  user_id: number;
+  /** "", "stream" or "private", as Zulip's draft objects say. */
+  type: string;
+  to: Json;
+  topic: string;
+  content: string;
+  timestamp: number;
+}
+
+export interface NavigationViewTable {
+  user_id: number;
+  fragment: string;
+  is_pinned: boolean;
+  /** Custom views only; built-in views have none. */
+  name: string | null;
+}
+
 export interface ActorSnapshotTable {
   kind: string;
   key: string;
@@ -297,6 +316,8 @@ export interface Database {
   reactions: ReactionTable;
   actor_snapshots: ActorSnapshotTable;
   user_events: UserEventTable;
+  drafts: DraftTable;
+  navigation_views: NavigationViewTable;
   shard_leases: ShardLeaseTable;
   cluster_nodes: ClusterNodeTable;
   assistant_agents: AssistantAgentTable;

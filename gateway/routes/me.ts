@@ -1,0 +1,154 @@
+/** The caller's own data: PATCH /settings, drafts and navigation views. Every change goes through the user actor. */
+import { actorId } from "../../runtime/actor.ts";
+import { errors } from "../../runtime/errors.ts";
+import { hashPassword, verifyPassword } from "../../runtime/secrets.ts";
+import { USER, type DraftFields } from "../../actors/protocol.ts";
+import { checkSetting, draftsOf, SETTING_RULES, viewsOf } from "../../actors/user-data.ts";
+import { USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
+import type { Call, RouteSpec } from "../app.ts";
+import { Bool, Id, Str, type JsonSchema } from "../params.ts";
+
+/** Each setting's wire type, from its default value. */
+const settingParams: Record<string, JsonSchema> = Object.fromEntries(
+  Object.keys(SETTING_RULES).map((name) => {
+    const example = (USER_SETTINGS_DEFAULTS as Record<string, unknown>)[name];
+    return [name, { type: typeof example === "boolean" ? "boolean" : typeof example === "number" ? "integer" : "string" }];
+  }),
+);
+
+const Draft = {
+  type: "object",
+  properties: {
+    type: { type: "string", enum: ["", "stream", "private"] },
+    to: { type: "array", items: Id },
+    topic: Str,
+    content: Str,
+    timestamp: { type: "integer" },
+    id: {},
+  },
+  required: ["type", "to", "topic", "content"],
+};
+
+function askUser<T>(call: Call, message: Record<string, unknown>): Promise<T> {
+  return call.services.system.ask<T>(actorId(USER, call.user.id), message);
+}
+
+function draftFields(raw: Record<string, unknown>): DraftFields {
+  if ("id" in raw) throw errors.badRequest("Draft ID must not be specified when creating or editing a draft");
+  return raw as unknown as DraftFields;
+}
+
+export const meRoutes: RouteSpec[] = [
+  {
+    method: "PATCH",
+    path: "/settings",
+    params: {
+      type: "object",
+      properties: { ...settingParams, full_name: Str, email: Str, old_password: Str, new_password: Str },
+    },
+    async handle(call) {
+      const { params, user } = call;
+      const settings: Record<string, unknown> = {};
+      for (const name of Object.keys(SETTING_RULES)) {
+        if (params[name] === undefined) continue;
+        checkSetting(name, params[name]);
+        settings[name] = params[name];
+      }
+      let fullName: string | undefined;
+      if (params.full_name !== undefined) {
+        fullName = String(params.full_name).trim();
+        if (!fullName) throw errors.badRequest("Name too short!");
+        if (fullName.length > 100) throw errors.badRequest("Name too long!");
+        if (/[\u0000-\u001f\u007f*`\\>"@]/.test(fullName)) throw errors.badRequest("Invalid characters in name!");
+      }
+      let passwordHash: string | undefined;
+      if (params.new_password !== undefined) {
+        if (params.old_password === undefined) throw errors.missing("old_password");
+        if (!(await verifyPassword(params.old_password, user.password_hash))) throw errors.badRequest("Wrong password!");
+        if (!params.new_password) throw errors.badRequest("New password cannot be empty.");
+        passwordHash = await hashPassword(params.new_password);
+      }
+      if (params.email !== undefined && params.email.toLowerCase() !== user.delivery_email.toLowerCase()) {
+        throw errors.badRequest("Changing the e-mail address needs a confirmation e-mail, which this server does not send yet.");
+      }
+      await askUser(call, { op: "updateSettings", settings, fullName, passwordHash });
+      if (fullName !== undefined || passwordHash !== undefined) call.services.auth.forget();
+      return {};
+    },
+  },
+  {
+    method: "GET",
+    path: "/drafts",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      const drafts = await draftsOf(services.store.db, user.id);
+      return { count: drafts.length, drafts };
+    },
+  },
+  {
+    method: "POST",
+    path: "/drafts",
+    params: { type: "object", properties: { drafts: { type: "array", items: Draft } } },
+    async handle(call) {
+      const drafts = ((call.params.drafts ?? []) as Array<Record<string, unknown>>).map(draftFields);
+      return askUser(call, { op: "createDrafts", drafts });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/drafts/{draft_id}",
+    params: { type: "object", properties: { draft_id: Id, draft: Draft }, required: ["draft_id", "draft"] },
+    async handle(call) {
+      return askUser(call, { op: "editDraft", id: call.params.draft_id, draft: draftFields(call.params.draft) });
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/drafts/{draft_id}",
+    params: { type: "object", properties: { draft_id: Id }, required: ["draft_id"] },
+    async handle(call) {
+      return askUser(call, { op: "deleteDraft", id: call.params.draft_id });
+    },
+  },
+  {
+    method: "GET",
+    path: "/navigation_views",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      return { navigation_views: await viewsOf(services.store.db, user.id) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/navigation_views",
+    params: {
+      type: "object",
+      properties: { fragment: Str, is_pinned: Bool, name: { oneOf: [Str, { type: "null" }] } },
+      required: ["fragment", "is_pinned"],
+    },
+    async handle(call) {
+      const fragment = String(call.params.fragment).trim();
+      if (!fragment) throw errors.badRequest("fragment cannot be blank");
+      const name = typeof call.params.name === "string" ? call.params.name.trim() || null : null;
+      return askUser(call, { op: "addView", fragment, isPinned: call.params.is_pinned, name });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/navigation_views/{fragment}",
+    params: { type: "object", properties: { fragment: Str, is_pinned: Bool, name: Str } },
+    async handle(call) {
+      const name = call.params.name === undefined ? undefined : String(call.params.name).trim();
+      if (name === "") throw errors.badRequest("name cannot be blank");
+      return askUser(call, { op: "updateView", fragment: call.params.fragment, isPinned: call.params.is_pinned, name });
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/navigation_views/{fragment}",
+    params: { type: "object", properties: { fragment: Str } },
+    async handle(call) {
+      return askUser(call, { op: "removeView", fragment: call.params.fragment });
+    },
+  },
+];
