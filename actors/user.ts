@@ -378,6 +378,7 @@ export class UserActor implements Actor {
 
   private render(q: EventQueue, after: number): Array<Record<string, unknown>> {
     return q.items.filter((i) => i.seq > after).map(({ seq, event }) => {
+      if (event.kind === "event" && event.event.type === "presence") return { ...presenceEvent(q.spec, event.event), id: seq };
       if (event.kind === "event") return { ...event.event, id: seq };
       const rendered: Record<string, unknown> = {
         type: "message",
@@ -429,4 +430,11 @@ function languageName(code: string): string {
   } catch {
     return code;
   }
+}
+
+/** A presence event in the queue's format: modern for clients with simplified_presence_events, else legacy. */
+function presenceEvent(spec: QueueSpec, e: Record<string, any>): Record<string, unknown> {
+  if (spec.clientCapabilities.simplified_presence_events) return { type: "presence", presences: { [e.user_id]: e.modern } };
+  const { aggregated, ...perClient } = e.legacy;
+  return { type: "presence", user_id: e.user_id, email: e.email, server_timestamp: e.server_timestamp, presence: perClient };
 }

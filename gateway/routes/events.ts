@@ -11,12 +11,13 @@ import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
 import { systemGroups, userGroupObjects } from "../../actors/groups.ts";
 import { draftsOf, viewsOf } from "../../actors/user-data.ts";
+import { PRESENCE, type PresenceReply } from "../../actors/presence.ts";
 import { realmSettingsDefaults, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 
 const StrList = { type: "array", items: Str } as const;
 
 /** The initial state of each event type we serve; types not listed contribute nothing. */
-const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar: boolean; includeSubscribers: boolean }) => Promise<Record<string, unknown>>> = {
+const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar: boolean; includeSubscribers: boolean; slimPresence: boolean }) => Promise<Record<string, unknown>>> = {
   async message(s, u) {
     const row = await s.store.db
       .selectFrom("messages")
@@ -58,8 +59,9 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
   async update_message_flags() {
     return { unread_msgs: { count: 0, pms: [], streams: [], huddles: [], mentions: [], old_unreads_missing: false } };
   },
-  async presence() {
-    return { presences: {}, presence_last_update_id: -1, server_timestamp: Date.now() / 1000 };
+  async presence(s, u, o) {
+    const state = await s.system.ask<PresenceReply>(actorId(PRESENCE, u.realm_id), { op: "state", modern: o.slimPresence, historyLimitDays: 14 });
+    return { presences: state.presences ?? {}, presence_last_update_id: state.presence_last_update_id, server_timestamp: state.server_timestamp };
   },
   // Features whose state is empty until their issue lands: the honest initial state is "none yet".
   async drafts(s, u) {
@@ -123,7 +125,7 @@ export const eventRoutes: RouteSpec[] = [
       const parts = await Promise.all(
         stateTypes
           .filter((t) => t in initialState)
-          .map((t) => initialState[t]!(services, user, { clientGravatar: params.client_gravatar, includeSubscribers })),
+          .map((t) => initialState[t]!(services, user, { clientGravatar: params.client_gravatar, includeSubscribers, slimPresence: params.slim_presence })),
       );
       return {
         queue_id: queue.queue_id,

@@ -6,6 +6,7 @@ import { USER, type DraftFields } from "../../actors/protocol.ts";
 import { checkSetting, draftsOf, SETTING_RULES, viewsOf } from "../../actors/user-data.ts";
 import { USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 import type { Call, RouteSpec } from "../app.ts";
+import { PRESENCE, type PresenceReply } from "../../actors/presence.ts";
 import { Bool, Id, Str, type JsonSchema } from "../params.ts";
 
 /** Each setting's wire type, from its default value. */
@@ -38,7 +39,45 @@ function draftFields(raw: Record<string, unknown>): DraftFields {
   return raw as unknown as DraftFields;
 }
 
+/** The client's name, for the legacy per-client presence format (Zulip reads it from the User-Agent). */
+function clientName(userAgent: string | undefined): string {
+  return userAgent?.match(/^([A-Za-z][\w.-]{0,40})/)?.[1] ?? "website";
+}
+
 export const meRoutes: RouteSpec[] = [
+  {
+    method: "POST",
+    path: "/users/me/presence",
+    params: {
+      type: "object",
+      properties: {
+        status: { type: "string", enum: ["active", "idle"] },
+        last_update_id: { type: "integer", minimum: -1 },
+        history_limit_days: { type: "integer", minimum: 0, maximum: 3650, default: 14 },
+        ping_only: { ...Bool, default: false },
+        new_user_input: { ...Bool, default: false },
+        slim_presence: { ...Bool, default: false },
+      },
+      required: ["status"],
+    },
+    async handle({ params, user, services, req }) {
+      if (user.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
+      const reply = await services.system.ask<PresenceReply>(actorId(PRESENCE, user.realm_id), {
+        op: "ping",
+        userId: user.id,
+        email: user.email,
+        status: params.status,
+        client: clientName(req.headers["user-agent"]),
+        fetch: !params.ping_only,
+        lastUpdateId: params.last_update_id ?? null,
+        historyLimitDays: params.history_limit_days,
+        modern: params.last_update_id !== undefined || params.slim_presence,
+      });
+      const empty = !reply.presences || !Object.keys(reply.presences).length;
+      if (params.last_update_id === undefined && empty) reply.presence_last_update_id = -1;
+      return { ...reply, zephyr_mirror_active: false };
+    },
+  },
   {
     method: "PATCH",
     path: "/settings",

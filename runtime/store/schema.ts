@@ -172,6 +172,16 @@ export interface NavigationViewTable {
   name: string | null;
 }
 
+export interface PresenceTable {
+  user_id: number;
+  realm_id: number;
+  last_active_time: number | null;
+  last_connected_time: number;
+  /** The client of the latest ping (for the legacy per-client format). */
+  client: string;
+  last_update_id: number;
+}
+
 export interface ActorSnapshotTable {
   kind: string;
   key: string;
@@ -318,6 +328,7 @@ export interface Database {
   user_events: UserEventTable;
   drafts: DraftTable;
   navigation_views: NavigationViewTable;
+  presence: PresenceTable;
   shard_leases: ShardLeaseTable;
   cluster_nodes: ClusterNodeTable;
   assistant_agents: AssistantAgentTable;
