@@ -173,7 +173,21 @@ export interface RemoveView {
   fragment: string;
 }
 
+export interface AddPushToken {
+  op: "addPushToken";
+  kind: "apns" | "fcm";
+  token: string;
+  appid: string | null;
+}
+export interface RemovePushToken {
+  op: "removePushToken";
+  kind: "apns" | "fcm";
+  token: string;
+}
+
 export type UserMessage =
+  | AddPushToken
+  | RemovePushToken
   | Register
   | Poll
   | DeleteQueue

@@ -59,6 +59,7 @@ export const SETTING_RULES: Record<string, (v: unknown) => boolean> = {
   notification_sound: (v) => v === "none" || USER_SETTINGS_DEFAULTS.available_notification_sounds.includes(v as string),
   email_notifications_batching_period_seconds: intIn(120, 7 * 24 * 3600),
   enter_sends: isBool,
+  email_address_visibility: oneOf(1, 2, 3, 4, 5),
   ...Object.fromEntries(
     [
       "enable_stream_desktop_notifications",

@@ -18,7 +18,9 @@ import { formatMessage, type MessageRecord } from "./message-format.ts";
 import { matchesNarrow } from "./narrow.ts";
 import {
   USER,
+  type AddPushToken,
   type AddView,
+  type RemovePushToken,
   type DraftFields,
   type Narrow,
   type Polled,
@@ -139,6 +141,10 @@ export class UserActor implements Actor {
         return this.updateView(msg);
       case "removeView":
         return this.removeView(msg.fragment);
+      case "addPushToken":
+        return this.addPushToken(msg);
+      case "removePushToken":
+        return this.removePushToken(msg);
       case "heartbeat":
         return this.heartbeat(msg.queueId, msg.n);
       case "expire":
@@ -346,6 +352,23 @@ export class UserActor implements Actor {
     await checkViewUpdate(this.deps.store.db, this.userId, fragment, undefined);
     await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("navigation_views").where("user_id", "=", this.userId).where("fragment", "=", fragment).execute());
     await this.deliver({ kind: "event", event: { type: "navigation_view", op: "remove", fragment } });
+    return {};
+  }
+
+  /** Registering the same token again refreshes its app id (Zulip treats it as an update). */
+  private async addPushToken(msg: AddPushToken): Promise<Record<string, never>> {
+    const row = { user_id: this.userId, kind: msg.kind, token: msg.token, appid: msg.appid, date_created: Math.floor(Date.now() / 1000) };
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.insertInto("push_devices").values(row).onConflict((c) => c.columns(["user_id", "kind", "token"]).doUpdateSet({ appid: msg.appid })).execute(),
+    );
+    return {};
+  }
+
+  private async removePushToken(msg: RemovePushToken): Promise<Record<string, never>> {
+    const removed = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.deleteFrom("push_devices").where("user_id", "=", this.userId).where("kind", "=", msg.kind).where("token", "=", msg.token).executeTakeFirst(),
+    );
+    if (!removed.numDeletedRows) throw errors.badRequest("Token does not exist");
     return {};
   }
 

@@ -44,7 +44,43 @@ function clientName(userAgent: string | undefined): string {
   return userAgent?.match(/^([A-Za-z][\w.-]{0,40})/)?.[1] ?? "website";
 }
 
+/** Zulip's token rules: APNs tokens are hex; every token is non-empty and at most 4096 characters. */
+function checkPushToken(kind: "apns" | "fcm", token: string): void {
+  if (!token || token.length > 4096) throw errors.badRequest("Empty or invalid length token");
+  if (kind === "apns" && !/^[0-9a-fA-F]+$/.test(token)) throw errors.badRequest("Invalid APNS token");
+}
+
+function pushTokenRoutes(path: string, kind: "apns" | "fcm"): RouteSpec[] {
+  const refuseBots = (call: Call) => {
+    if (call.user.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
+  };
+  return [
+    {
+      method: "POST",
+      path,
+      params: { type: "object", properties: { token: Str, appid: Str }, required: kind === "apns" ? ["token", "appid"] : ["token"] },
+      async handle(call) {
+        refuseBots(call);
+        checkPushToken(kind, call.params.token);
+        return askUser(call, { op: "addPushToken", kind, token: call.params.token, appid: call.params.appid ?? null });
+      },
+    },
+    {
+      method: "DELETE",
+      path,
+      params: { type: "object", properties: { token: Str }, required: ["token"] },
+      async handle(call) {
+        refuseBots(call);
+        checkPushToken(kind, call.params.token);
+        return askUser(call, { op: "removePushToken", kind, token: call.params.token });
+      },
+    },
+  ];
+}
+
 export const meRoutes: RouteSpec[] = [
+  ...pushTokenRoutes("/users/me/apns_device_token", "apns"),
+  ...pushTokenRoutes("/users/me/android_gcm_reg_id", "fcm"),
   {
     method: "POST",
     path: "/users/me/presence",

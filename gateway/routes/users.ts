@@ -6,7 +6,28 @@ import { ownUserObject, realmUsers, userObject } from "../../actors/reads.ts";
 import { REALM, type CreatedUser } from "../../actors/protocol.ts";
 import { ROLE } from "../../actors/realm.ts";
 import type { RouteSpec } from "../app.ts";
-import { Bool, Str } from "../params.ts";
+import { Bool, Id, Str } from "../params.ts";
+import { userGroupObjects } from "../../actors/groups.ts";
+import { USER_SETTINGS } from "../../actors/settings.ts";
+
+/**
+ * Whether a viewer of this role may see the real e-mail of a user with this email_address_visibility setting
+ * (1 everyone, 2 members, 3 administrators, 4 nobody, 5 moderators), as Zulip decides it.
+ */
+function canSeeDeliveryEmail(viewerRole: number, visibility: number): boolean {
+  switch (visibility) {
+    case 1:
+      return true;
+    case 2:
+      return viewerRole <= ROLE.member;
+    case 3:
+      return viewerRole <= ROLE.administrator;
+    case 5:
+      return viewerRole <= ROLE.moderator;
+    default:
+      return false;
+  }
+}
 
 /** Deliberately simple: one @, something on each side, a dot in the domain, no spaces. */
 export const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
@@ -42,6 +63,32 @@ export const userRoutes: RouteSpec[] = [
     params: { type: "object", properties: {} },
     handle({ user }) {
       return ownUserObject(user);
+    },
+  },
+  {
+    method: "GET",
+    path: "/users/{user_id}",
+    params: {
+      type: "object",
+      properties: { user_id: Id, client_gravatar: { ...Bool, default: true }, include_custom_profile_fields: { ...Bool, default: false } },
+      required: ["user_id"],
+    },
+    async handle({ params, user, services }) {
+      const target = await services.store.db.selectFrom("users").selectAll().where("id", "=", params.user_id).where("realm_id", "=", user.realm_id).executeTakeFirst();
+      if (!target) throw errors.badRequest("No such user");
+      const settings = await services.store.loadSnapshot<{ email_address_visibility?: number }>(USER_SETTINGS, String(target.id));
+      const person = userObject(target, { clientGravatar: params.client_gravatar });
+      const visible = target.is_bot || target.id === user.id || canSeeDeliveryEmail(user.role, settings?.state.email_address_visibility ?? 1);
+      return { user: { ...person, delivery_email: visible ? target.delivery_email : null } };
+    },
+  },
+  {
+    method: "GET",
+    path: "/user_groups",
+    params: { type: "object", properties: { include_deactivated_groups: { ...Bool, default: false } } },
+    async handle({ params, user, services }) {
+      const groups = await userGroupObjects(services.store.db, user.realm_id);
+      return { user_groups: groups.filter((g) => params.include_deactivated_groups || !g.deactivated) };
     },
   },
   {

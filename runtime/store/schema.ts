@@ -182,6 +182,15 @@ export interface PresenceTable {
   last_update_id: number;
 }
 
+export interface PushDeviceTable {
+  user_id: number;
+  /** "apns" or "fcm". */
+  kind: string;
+  token: string;
+  appid: string | null;
+  date_created: number;
+}
+
 export interface ActorSnapshotTable {
   kind: string;
   key: string;
@@ -329,6 +338,7 @@ export interface Database {
   drafts: DraftTable;
   navigation_views: NavigationViewTable;
   presence: PresenceTable;
+  push_devices: PushDeviceTable;
   shard_leases: ShardLeaseTable;
   cluster_nodes: ClusterNodeTable;
   assistant_agents: AssistantAgentTable;
