@@ -1,35 +1,38 @@
 /**
- * channel:<id>: one channel's subscribers and its message stream. A send takes an id, is group-committed by the
- * store, and is then fanned out to the subscribers' user actors (one entry per shard); the sender's success
- * reply waits for both, so the message is durable and in every queue before the client hears "success".
+ * channel:<id>: one channel's subscribers and its messages (see conversation.ts for what every conversation
+ * does). A send is fanned out to the subscribers' user actors (one entry per shard); the sender's success reply
+ * waits for the commit and the fan-out, so the message is durable and in every queue before "success".
+ * Channels add subscriptions and topic/channel moves.
  */
+import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
-import { PARKED, type Actor, type ActorContext } from "../runtime/actor.ts";
+import { actorId } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
-import type { ActorDeps } from "./deps.ts";
-import { renderMarkdown, type MessageRecord } from "./message-format.ts";
-import { USER, type ChannelMessage, type DeliverMessage, type SendToChannel, type Sent, type SubscribeResult } from "./protocol.ts";
+import { Conversation, type MovePlan, type StoredMessage } from "./conversation.ts";
+import { isModerator, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
+import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
+import type { MessageRecord } from "./message-format.ts";
+import { CHANNEL, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult } from "./protocol.ts";
+import { ensureSystemBot } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
 const COLORS = ["#76ce90", "#fae589", "#a6c7e5", "#e79ab5", "#bfd56f", "#f4ae55", "#b0a5fd", "#addfe5", "#f5ce6e", "#c2726a", "#94c849", "#bd86e5"];
 
+
+/** Zulip's recipient type for a channel. */
+export const RECIPIENT_STREAM = 2;
+
 interface ChannelState {
   id: number;
-  realmId: number;
-  realmStr: string;
   name: string;
   inviteOnly: boolean;
+  historyPublic: boolean;
+  settings: Record<string, unknown>;
   subscribers: Set<number>;
-  lastMessageId: number;
 }
 
-export class ChannelActor implements Actor {
+export class ChannelActor extends Conversation {
   private state!: ChannelState;
-
-  constructor(
-    private readonly ctx: ActorContext,
-    private readonly deps: ActorDeps,
-  ) {}
 
   async activate(): Promise<void> {
     const db = this.deps.store.db;
@@ -37,21 +40,40 @@ export class ChannelActor implements Actor {
     const stream = await db
       .selectFrom("streams")
       .innerJoin("realms", "realms.id", "streams.realm_id")
-      .select(["streams.id", "streams.realm_id", "streams.name", "streams.invite_only", "realms.string_id"])
+      .select(["streams.id", "streams.realm_id", "streams.name", "streams.invite_only", "streams.history_public_to_subscribers", "streams.settings", "realms.string_id"])
       .where("streams.id", "=", id)
       .executeTakeFirst();
     if (!stream) throw errors.streamNotFound({ stream_id: id });
     const subs = await db.selectFrom("subscriptions").select("user_id").where("stream_id", "=", id).where("active", "=", true).execute();
-    const last = await db.selectFrom("messages").select(sql<number>`coalesce(max(id), 0)`.as("max")).where("stream_id", "=", id).executeTakeFirst();
+    this.realmId = stream.realm_id;
+    this.realmStr = stream.string_id;
+    this.recipientId = await this.ensureRecipient(id, stream.realm_id);
+    const last = await db.selectFrom("messages").select(sql<number>`coalesce(max(id), 0)`.as("max")).where("recipient_id", "=", this.recipientId).executeTakeFirst();
+    this.lastMessageId = Number(last?.max ?? 0);
     this.state = {
       id,
-      realmId: stream.realm_id,
-      realmStr: stream.string_id,
       name: stream.name,
       inviteOnly: stream.invite_only,
+      historyPublic: stream.history_public_to_subscribers,
+      settings: (stream.settings ?? {}) as Record<string, unknown>,
       subscribers: new Set(subs.map((s) => s.user_id)),
-      lastMessageId: Number(last?.max ?? 0),
     };
+  }
+
+  /** The channel's recipient id; channels created before they had one get it on first activation. */
+  private async ensureRecipient(streamId: number, realmId: number): Promise<number> {
+    const find = () =>
+      this.deps.store.db.selectFrom("recipients").select("id").where("type", "=", RECIPIENT_STREAM).where("type_id", "=", streamId).executeTakeFirst();
+    const found = await find();
+    if (found) return found.id;
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .insertInto("recipients")
+        .values({ realm_id: realmId, type: RECIPIENT_STREAM, type_id: streamId, dm_key: null })
+        .onConflict((c) => c.column("type_id").where("type", "=", RECIPIENT_STREAM).doNothing())
+        .execute(),
+    );
+    return (await find())!.id;
   }
 
   receive(msg: ChannelMessage): unknown {
@@ -59,8 +81,115 @@ export class ChannelActor implements Actor {
       case "subscribe":
         return this.subscribe(msg.userIds);
       case "send":
-        return this.send(msg);
+        if (this.state.inviteOnly && !this.state.subscribers.has(msg.senderId)) {
+          throw errors.badRequest(`Not authorized to send to channel '${this.state.name}'`);
+        }
+        return this.checkTopic(msg.topic).then(() => this.send(msg, msg.topic));
+      case "movedIn":
+        return this.movedIn(msg);
+      case "notify":
+        return this.notify(msg);
+      default:
+        return this.receiveConversation(msg);
     }
+  }
+
+  protected recipients(): number[] {
+    return [...this.state.subscribers];
+  }
+
+  protected recordBase(): Pick<MessageRecord, "type" | "stream_id" | "display_recipient"> {
+    return { type: "stream", stream_id: this.state.id, display_recipient: this.state.name };
+  }
+
+  protected override eventBase(): Record<string, unknown> {
+    return { stream_id: this.state.id, stream_name: this.state.name };
+  }
+
+  protected override channelSetting(name: string): unknown {
+    return this.state.settings[name];
+  }
+
+  /**
+   * Notification Bot's notices after a move, worded as Zulip words them (zerver/actions/message_edit.py): a
+   * resolved or unresolved topic says so in the topic; other moves leave a breadcrumb in the new topic (unless
+   * `send_notification_to_new_thread` is false) and in the old one (if `send_notification_to_old_thread`).
+   * They are told, not asked: a notice to this very channel is a later turn of this actor.
+   */
+  private async moveNotices(msg: EditMessage, oldTopic: string, to: { streamId: number; topic: string; messageIds: number[]; resolveOnly: boolean }): Promise<void> {
+    const db = this.deps.store.db;
+    const user = `@_**${msg.acting.full_name}|${msg.acting.id}**`;
+    const notify = (streamId: number, topic: string, content: string) =>
+      this.deps.system().tell(actorId(CHANNEL, streamId), { op: "notify", topic, content } satisfies Notify);
+    if (to.resolveOnly) {
+      const resolved = to.topic.startsWith(RESOLVED_TOPIC_PREFIX);
+      await notify(this.state.id, to.topic, `${user} has marked this topic as ${resolved ? "resolved" : "unresolved"}.`);
+      return;
+    }
+    const destName = to.streamId === this.state.id ? this.state.name : (await db.selectFrom("streams").select("name").where("id", "=", to.streamId).executeTakeFirstOrThrow()).name;
+    const oldLocation = `#**${this.state.name}>${oldTopic}**`;
+    const newLocation = `#**${destName}>${to.topic}**`;
+    const count = to.messageIds.length;
+    const left = await db.selectFrom("messages").select("id").where("recipient_id", "=", this.recipientId).where(sql`lower(topic)`, "=", oldTopic.toLowerCase()).limit(1).execute();
+    const already = await db
+      .selectFrom("messages")
+      .select("id")
+      .where("stream_id", "=", to.streamId)
+      .where(sql`lower(topic)`, "=", to.topic.toLowerCase())
+      .where("id", "not in", to.messageIds)
+      .limit(1)
+      .execute();
+    const wholeTopic = left.length === 0;
+    if (msg.notifyNewThread) {
+      const text =
+        wholeTopic && !already.length
+          ? `This topic was moved here from ${oldLocation} by ${user}.`
+          : count === 1
+            ? `A message was moved here from ${oldLocation} by ${user}.`
+            : `${count} messages were moved here from ${oldLocation} by ${user}.`;
+      await notify(to.streamId, to.topic, text);
+    }
+    if (msg.notifyOldThread) {
+      const text = wholeTopic
+        ? `This topic was moved to ${newLocation} by ${user}.`
+        : count === 1
+          ? `A message was moved from this topic to ${newLocation} by ${user}.`
+          : `${count} messages were moved from this topic to ${newLocation} by ${user}.`;
+      await notify(this.state.id, oldTopic, text);
+    }
+  }
+
+  /**
+   * The channel's topics_policy (or, when it inherits, the realm's topics_policy / mandatory_topics): whether the
+   * empty topic ("general chat") may, must or must not be used.
+   */
+  private async checkTopic(topic: string): Promise<void> {
+    const own = String(this.state.settings.topics_policy ?? "inherit");
+    if (own === "empty_topic_only") {
+      if (topic !== "") throw errors.badRequest("Only the general chat topic is allowed in this channel.");
+      return;
+    }
+    if (topic !== "") return;
+    let policy = own;
+    if (policy === "inherit") {
+      const rules = await messageRules(this.deps.store.db, this.realmId);
+      if (rules.mandatory_topics) throw errors.badRequest("Topics are required in this organization.");
+      policy = rules.topics_policy;
+    }
+    if (policy === "disable_empty_topic") throw errors.badRequest("Sending messages to the general chat is not allowed in this channel.");
+  }
+
+  private async notify(msg: Notify): Promise<unknown> {
+    const bot = await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId);
+    return this.send(
+      { op: "send", senderId: bot.id, sender: { email: bot.email, full_name: bot.full_name }, content: msg.content, client: "Internal", sendKey: randomUUID(), readBySender: true },
+      msg.topic,
+    );
+  }
+
+  private movedIn(msg: MovedIn): Record<string, never> {
+    this.lastMessageId = Math.max(this.lastMessageId, msg.maxId);
+    return {};
   }
 
   private async subscribe(userIds: number[]): Promise<SubscribeResult> {
@@ -95,63 +224,93 @@ export class ChannelActor implements Actor {
     return { added, already };
   }
 
-  private async send(msg: SendToChannel): Promise<typeof PARKED> {
-    const s = this.state;
-    if (s.inviteOnly && !s.subscribers.has(msg.senderId)) {
-      throw errors.badRequest(`Not authorized to send to channel '${s.name}'`);
+  /**
+   * A topic and/or channel move, checked as Zulip checks it (zerver/actions/message_edit.py): the permission
+   * group of the kind of move, then its time limit for everyone below moderator. `change_all` past the limit is
+   * MOVE_MESSAGES_TIME_LIMIT_EXCEEDED with what the caller may move instead.
+   */
+  protected async planMove(msg: EditMessage, row: StoredMessage, rules: MessageRules, now: number): Promise<MovePlan> {
+    const db = this.deps.store.db;
+    const topic = msg.topic ?? row.topic;
+    const streamId = msg.streamId ?? this.state.id;
+    const changesStream = streamId !== this.state.id;
+    const changesTopic = topic !== row.topic;
+    const resolveOnly =
+      !changesStream && (topic === RESOLVED_TOPIC_PREFIX + row.topic || row.topic === RESOLVED_TOPIC_PREFIX + topic);
+    // The prefix alone (trimmed to "✔" by the gateway, as Zulip strips topics) would resolve the empty topic.
+    if (row.topic === "" && RESOLVED_TOPIC_PREFIX.startsWith(topic) && topic) throw errors.badRequest("General chat cannot be marked as resolved");
+
+    let destination = { id: this.state.id, recipientId: this.recipientId, subscribers: [] as number[] };
+    if (changesStream) {
+      const stream = await db.selectFrom("streams").select(["id", "invite_only", "realm_id"]).where("id", "=", streamId).executeTakeFirst();
+      if (!stream || stream.realm_id !== this.realmId) throw errors.badRequest("Invalid channel ID");
+      const subs = await db.selectFrom("subscriptions").select("user_id").where("stream_id", "=", streamId).where("active", "=", true).execute();
+      const subscribers = subs.map((s) => s.user_id);
+      if (stream.invite_only && !subscribers.includes(msg.acting.id)) throw errors.badRequest("Invalid channel ID");
+      // The destination's recipient row exists once its actor has activated: wake it first (a no-op move-in).
+      await this.deps.system().ask(actorId(CHANNEL, streamId), { op: "movedIn", maxId: 0 });
+      const recipient = await db.selectFrom("recipients").select("id").where("type", "=", RECIPIENT_STREAM).where("type_id", "=", streamId).executeTakeFirstOrThrow();
+      destination = { id: streamId, recipientId: recipient.id, subscribers };
+      if (!(await this.allowed(rules, "can_move_messages_between_channels_group", "can_move_messages_out_of_channel_group", msg.acting))) {
+        throw errors.badRequest("You don't have permission to move this message");
+      }
     }
-    const id = await this.deps.ids.take(s.lastMessageId);
-    s.lastMessageId = id;
-    const reply = this.ctx.defer<Sent>();
-    const record: MessageRecord = {
-      id,
-      type: "stream",
-      sender_id: msg.senderId,
-      sender_email: msg.sender.email,
-      sender_full_name: msg.sender.full_name,
-      sender_realm_str: s.realmStr,
-      recipient_id: s.id,
-      stream_id: s.id,
-      display_recipient: s.name,
-      subject: msg.topic,
-      content: msg.content,
-      rendered_content: renderMarkdown(msg.content),
-      timestamp: Math.floor(Date.now() / 1000),
-      client: msg.client,
+    if (changesTopic) {
+      const setting = resolveOnly ? "can_resolve_topics_group" : "can_move_messages_between_topics_group";
+      if (!(await this.allowed(rules, setting, resolveOnly ? undefined : "can_move_messages_within_channel_group", msg.acting))) {
+        throw errors.badRequest(resolveOnly ? "You don't have permission to resolve topics in this channel." : "You don't have permission to edit this message");
+      }
+    }
+
+    let query = db
+      .selectFrom("messages")
+      .select(["id", "date_sent"])
+      .where("recipient_id", "=", this.recipientId)
+      .where(sql`lower(topic)`, "=", row.topic.toLowerCase());
+    if (msg.propagateMode === "change_one") query = query.where("id", "=", row.id);
+    else if (msg.propagateMode === "change_later") query = query.where("id", ">=", row.id);
+    if (!this.state.historyPublic) {
+      // Protected history: only what the caller received moves (or counts).
+      query = query.where(({ exists, selectFrom }) =>
+        exists(selectFrom("user_messages").select("user_messages.user_id").whereRef("user_messages.message_id", "=", "messages.id").where("user_messages.user_id", "=", msg.acting.id)),
+      );
+    }
+    const rows = await query.orderBy("id").execute();
+    if (!rows.some((r) => r.id === row.id)) rows.unshift({ id: row.id, date_sent: row.date_sent });
+
+    if (!isModerator(msg.acting.role) && !resolveOnly) {
+      const limit = changesStream ? rules.move_messages_between_streams_limit_seconds : rules.move_messages_within_stream_limit_seconds;
+      const late = rows.filter((r) => pastLimit(limit, r.date_sent, now));
+      if (late.length) {
+        // Ids grow with time: for change_one / change_later a late message means the target itself is late.
+        if (msg.propagateMode !== "change_all") {
+          throw errors.badRequest(changesStream ? "The time limit for editing this message's channel has passed" : "The time limit for editing this message's topic has passed");
+        }
+        const allowedRows = rows.filter((r) => !pastLimit(limit, r.date_sent, now));
+        throw new ChorusError(
+          "MOVE_MESSAGES_TIME_LIMIT_EXCEEDED",
+          `You only have permission to move the ${allowedRows.length}/${rows.length} most recent messages in this topic.`,
+          400,
+          {
+            first_message_id_allowed_to_move: allowedRows[0]?.id ?? null,
+            total_messages_in_topic: rows.length,
+            total_messages_allowed_to_move: allowedRows.length,
+          },
+        );
+      }
+    }
+    const messageIds = rows.map((r) => r.id);
+    return {
+      messageIds,
+      topic,
+      streamId: destination.id,
+      recipientId: destination.recipientId,
+      resolveOnly,
+      alsoNotify: destination.subscribers,
+      afterCommit: async () => {
+        if (changesStream) await this.deps.system().ask(actorId(CHANNEL, destination.id), { op: "movedIn", maxId: Math.max(...messageIds) });
+      },
+      notices: () => this.moveNotices(msg, row.topic, { streamId: destination.id, topic, messageIds, resolveOnly }),
     };
-    const recipients = [...s.subscribers].map((u) => `${USER}:${u}`);
-    // The turn ends here: the next send may take its id while this one commits (the store batches them).
-    void this.deps.store
-      .appendMessage(
-        {
-          id,
-          realm_id: s.realmId,
-          sender_id: msg.senderId,
-          recipient_type: "stream",
-          recipient_id: s.id,
-          stream_id: s.id,
-          topic: msg.topic,
-          content: record.content,
-          rendered_content: record.rendered_content,
-          date_sent: record.timestamp,
-          sending_client: msg.client,
-          send_key: msg.sendKey,
-        },
-        this.ctx.fence(),
-      )
-      .then(async (storedId) => {
-        const delivery: DeliverMessage = {
-          op: "deliverMessage",
-          message: storedId === id ? record : { ...record, id: storedId },
-          flags: [],
-          flagsFor: msg.readBySender ? { [msg.senderId]: ["read"] } : undefined,
-          queueId: msg.queueId,
-          localId: msg.localId,
-        };
-        await this.deps.system().broadcast(recipients, delivery);
-        reply.resolve({ id: storedId });
-      })
-      .catch((err) => reply.reject(ChorusError.wrap(err)));
-    return PARKED;
   }
 }

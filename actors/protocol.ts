@@ -72,7 +72,127 @@ export interface Sent {
   id: number;
 }
 
-export type ChannelMessage = Subscribe | SendToChannel;
+/** Who acts, as the gateway authenticated them: permission checks happen in the owning actor. */
+export interface Acting {
+  id: number;
+  role: number;
+  email: string;
+  full_name: string;
+}
+
+export type PropagateMode = "change_one" | "change_later" | "change_all";
+
+/** PATCH /messages/{id}, to the actor owning the message's conversation. */
+export interface EditMessage {
+  op: "edit";
+  messageId: number;
+  acting: Acting;
+  content?: string;
+  prevContentSha256?: string;
+  topic?: string;
+  streamId?: number;
+  propagateMode: PropagateMode;
+  /** Notification Bot notices in the old and the new topic after a move (Zulip's defaults: false, true). */
+  notifyOldThread: boolean;
+  notifyNewThread: boolean;
+}
+export interface Edited {
+  detached_uploads: unknown[];
+}
+
+export interface DeleteMessage {
+  op: "delete";
+  messageId: number;
+  acting: Acting;
+}
+
+export interface Reaction {
+  emoji_name: string;
+  emoji_code: string;
+  reaction_type: string;
+}
+export interface React {
+  op: "react";
+  add: boolean;
+  messageId: number;
+  acting: Acting;
+  reaction: Reaction;
+}
+
+/** Told to a channel when messages were moved into it: later sends must take ids above them. */
+export interface MovedIn {
+  op: "movedIn";
+  maxId: number;
+}
+
+/** A message from Notification Bot into this channel (message reports); the bot needs no subscription. */
+export interface Notify {
+  op: "notify";
+  topic: string;
+  content: string;
+}
+
+export type ConversationMessage = EditMessage | DeleteMessage | React;
+export type ChannelMessage = Subscribe | SendToChannel | ConversationMessage | MovedIn | Notify;
+
+// ---- dm:<sorted user ids> -----------------------------------------------------------------------------------
+
+export const DM = "dm";
+
+/** A direct message; the conversation (and its participants) is the actor's key. */
+export type SendToDm = Omit<SendToChannel, "topic">;
+export type DmMessage = SendToDm | ConversationMessage;
+
+// ---- scheduler:<realm id> -----------------------------------------------------------------------------------
+
+export const SCHEDULER = "scheduler";
+
+/** A scheduled message as the gateway validated it; the scheduler renders and stores it. */
+export interface ScheduledSpec {
+  type: "stream" | "private";
+  streamId: number | null;
+  /** Direct messages: the recipients named (the sender is added at delivery). */
+  toUserIds: number[];
+  topic: string;
+  content: string;
+  scheduledTimestamp: number;
+  readBySender: boolean | null;
+}
+export type SchedulerMessage =
+  | { op: "create"; acting: Acting; spec: ScheduledSpec }
+  | { op: "edit"; acting: Acting; id: number; spec: ScheduledSpec }
+  | { op: "delete"; acting: Acting; id: number }
+  /** Activate (after a restart or a shard move) and deliver whatever is due. */
+  | { op: "wake" };
+
+// ---- user-topics:<user id> ----------------------------------------------------------------------------------
+
+export const USER_TOPICS = "user-topics";
+
+/** Set one topic's visibility policy; `require` makes the change conditional (the legacy "remove" of a mute). */
+export interface SetTopicVisibility {
+  op: "setVisibility";
+  streamId: number;
+  topic: string;
+  policy: number;
+  require?: { policy: number; error: string };
+}
+
+// ---- flags:<user id> ----------------------------------------------------------------------------------------
+
+export const FLAGS = "flags";
+
+/** POST /messages/flags for messages the gateway found readable; `details` feeds Zulip's message_details. */
+export interface UpdateFlags {
+  op: "updateFlags";
+  add: boolean;
+  flag: string;
+  messageIds: number[];
+  details?: Record<string, Record<string, unknown>>;
+}
+export interface UpdatedFlags {
+  messages: number[];
+}
 
 // ---- user:<id> ----------------------------------------------------------------------------------------------
 
@@ -200,3 +320,159 @@ export type UserMessage =
   | AddView
   | UpdateView
   | RemoveView;
+
+// ---- the assistant: agent:<uuid>, agent-session:<uuid>, operator:<user id> ---------------------------------
+
+export const AGENT = "agent";
+export const AGENT_SESSION = "agent-session";
+export const OPERATOR = "operator";
+
+export interface CreateAgent {
+  op: "create";
+  realmId: number;
+  name: string;
+  allowedOrigins: string[];
+  rateLimitPerMinute: number;
+  mobileWebhookUrl: string | null;
+}
+/** The secrets are returned once, to the creating operator; a redelivered create returns the same ones. */
+export interface CreatedAgent {
+  agent_id: string;
+  agent_key: string;
+  secret: string;
+  mobile_webhook_secret?: string;
+}
+
+export interface KnowledgeDocument {
+  title: string;
+  text: string;
+}
+export interface AddVersion {
+  op: "addVersion";
+  versionId: string;
+  instructions: string;
+  settings: Record<string, unknown>;
+  documents: KnowledgeDocument[];
+}
+export interface AddWebhook {
+  op: "addWebhook";
+  webhookId: string;
+  url: string;
+  events: string[];
+}
+export interface Publish {
+  op: "publish";
+  versionId: string;
+}
+export interface Rollback {
+  op: "rollback";
+}
+export interface Published {
+  agent_id: string;
+  version_id: string;
+  published_at: number;
+}
+export interface GetManifest {
+  op: "manifest";
+}
+/** The runtime manifest as canonical JSON text (sorted keys), and its ETag. */
+export interface Manifest {
+  json: string;
+  etag: string;
+}
+export interface SyncMobile {
+  op: "syncMobile";
+}
+/** What a session needs to answer: the published version (from the agent's memory, no query). */
+export interface GetRuntime {
+  op: "runtime";
+}
+export interface AgentRuntime {
+  version_id: string;
+  instructions: string;
+  settings: Record<string, unknown>;
+}
+export interface SyncQueued {
+  delivery_id: string;
+  url: string;
+}
+
+export type AgentMessage = CreateAgent | AddVersion | AddWebhook | Publish | Rollback | GetManifest | SyncMobile | GetRuntime;
+
+export interface Source {
+  document_id: number;
+  chunk_id: number;
+  title: string;
+  score: number;
+}
+
+export interface StartSession {
+  op: "start";
+  agentId: string;
+  userId: string | null;
+}
+export interface SessionStarted {
+  session_id: string;
+  created: boolean;
+}
+
+/**
+ * One question: answered from the agent's published version, the question and the answer committed together
+ * (with their webhook events) before the reply. `create` starts the session when it does not exist yet; ids are
+ * chosen by the gateway so a redelivered ask finds its first answer instead of answering twice.
+ */
+export interface AskQuestion {
+  op: "ask";
+  agentId?: string;
+  create?: { userId: string | null };
+  question: string;
+  questionId: string;
+  answerId: string;
+}
+export interface Answered {
+  session_id: string;
+  created: boolean;
+  message: { id: string; role: "user"; content: string };
+  reply: { id: string; role: "assistant"; content: string; sources: Source[] };
+}
+
+/**
+ * The two halves of an ask, for answers generated outside the actor (the LLM generator streams from the gateway
+ * so that it can stop when the client goes away): `prepare` starts the session if needed and says what to answer
+ * from; `record` commits the exchange (idempotent by its ids, like `ask`).
+ */
+export interface PrepareAnswer {
+  op: "prepare";
+  agentId?: string;
+  create?: { userId: string | null };
+}
+export interface Prepared {
+  session_id: string;
+  created: boolean;
+  runtime: AgentRuntime;
+  /** The latest exchanges, oldest first (for the generator's context). */
+  history: Array<{ role: "user" | "assistant"; content: string }>;
+}
+export interface RecordAnswer {
+  op: "record";
+  question: string;
+  questionId: string;
+  answerId: string;
+  answer: string;
+  sources: Source[];
+}
+
+export type AgentSessionMessage = StartSession | AskQuestion | PrepareAnswer | RecordAnswer;
+
+export interface OpenConsoleSession {
+  op: "openSession";
+  tokenHash: string;
+  csrfToken: string;
+  expiresAt: number;
+}
+export interface CreateApiKey {
+  op: "createApiKey";
+  keyId: string;
+  keyHash: string;
+}
+export type OperatorMessage = OpenConsoleSession | CreateApiKey;

@@ -74,6 +74,8 @@ export interface HttpOptions {
   port: number;
   maxBodyBytes: number;
   handler: HttpHandler;
+  /** The 413 answer for a body over maxBodyBytes (each face has its own envelope); plain text by default. */
+  tooLarge?(path: string, limit: number): HttpResult;
 }
 
 const statusLines = new Map<number, string>();
@@ -243,10 +245,10 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
 
     const tooLarge = () =>
       respond(
-        {
+        opts.tooLarge?.(path, opts.maxBodyBytes) ?? {
           status: 413,
-          headers: { "content-type": "application/json", connection: "close" },
-          body: JSON.stringify({ result: "error", msg: `Request body too large (limit: ${opts.maxBodyBytes} bytes)`, code: "BAD_REQUEST" }),
+          headers: { "content-type": "text/plain", connection: "close" },
+          body: `Request body too large (limit: ${opts.maxBodyBytes} bytes)`,
         },
         false,
       );

@@ -18,9 +18,14 @@ import { MemoryTransport } from "../runtime/transport/memory.ts";
 import { RedisStreamsTransport } from "../runtime/transport/redis-streams.ts";
 import type { Transport } from "../runtime/transport/transport.ts";
 import { actorKinds } from "../actors/index.ts";
+import { WebhookDelivery } from "../actors/webhooks.ts";
+import { loadAssistantConfig } from "../runtime/assistant-config.ts";
+import { assistantFace } from "./assistant/index.ts";
 import { MessageIds, type ActorDeps } from "../actors/deps.ts";
 import { bootstrapOrganization } from "../actors/realm.ts";
-import { App, type Services } from "./app.ts";
+import { App, envelope, type Services } from "./app.ts";
+import { errorResult } from "./assistant/app.ts";
+import { ChorusError } from "../runtime/errors.ts";
 import { Authenticator } from "./auth.ts";
 import { startHttpServer } from "./http.ts";
 import { startTelemetry } from "./telemetry.ts";
@@ -28,6 +33,10 @@ import { ensurePortFree, lockDataDir } from "./lock.ts";
 import { channelRoutes } from "./routes/channels.ts";
 import { eventRoutes } from "./routes/events.ts";
 import { messageRoutes } from "./routes/messages.ts";
+import { reactionRoutes } from "./routes/reactions.ts";
+import { scheduledRoutes } from "./routes/scheduled.ts";
+import { topicRoutes } from "./routes/topics.ts";
+import { wakeSchedulers } from "../actors/scheduler.ts";
 import { serverRoutes } from "./routes/server.ts";
 import { userRoutes } from "./routes/users.ts";
 import { typingRoutes } from "./routes/typing.ts";
@@ -43,6 +52,9 @@ export interface RunningNode {
 }
 
 export const OWNER_EMAIL = "owner@chorus.example";
+
+/** /api/v1/… is the Zulip face; every other path (embed, internal, mobile) is the assistant's. */
+const isZulipPath = (path: string) => path.startsWith("/api/v1/");
 
 /** Open the store, migrate it, and create the organization on first start. Returns the owner's credentials then. */
 export async function prepareStore(config: Config, keyring: Keyring): Promise<{ store: Store; owner?: { email: string; apiKey: string } }> {
@@ -85,7 +97,9 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     : new MemoryTransport();
   let system: ActorSystem;
   const deps: ActorDeps = { store, keyring, config, ids: new MessageIds(store), system: () => system };
-  system = new ActorSystem({ transport, shards: config.shards, kinds: actorKinds(deps), askTimeoutMs: config.askTimeoutMs });
+  const assistantConfig = loadAssistantConfig();
+  const webhooks = new WebhookDelivery(store, keyring, assistantConfig);
+  system = new ActorSystem({ transport, shards: config.shards, kinds: actorKinds(deps, { config: assistantConfig, wakeWebhooks: () => webhooks.wake() }), askTimeoutMs: config.askTimeoutMs });
   await system.start();
   const shards = new ShardManager(store, system, {
     node: transport.nodeId,
@@ -96,6 +110,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     takeOverAtStart: !config.redisUrl,
   });
   await shards.start();
+  // Scheduled messages wait in the store; their actors must be woken after a restart or a shard move.
+  const stopWakingSchedulers = wakeSchedulers(system, store);
 
   let port = config.port;
   const services: Services = {
@@ -107,8 +123,21 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes);
-  const http = await startHttpServer({ host: config.host, port: config.port, maxBodyBytes: config.maxBodyBytes, handler: app.handle });
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes);
+  const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig });
+  const http = await startHttpServer({
+    host: config.host,
+    port: config.port,
+    maxBodyBytes: config.maxBodyBytes,
+    handler: (req) => (isZulipPath(req.path) ? app.handle(req) : assistant.app.handle(req)),
+    tooLarge: (path, limit) => {
+      const error = new ChorusError("BAD_REQUEST", `Request body too large (limit: ${limit} bytes)`, 413);
+      const result = isZulipPath(path) ? envelope(error) : errorResult(error);
+      return { ...result, headers: { ...result.headers, connection: "close" } };
+    },
+  });
+  assistant.attach(http);
+  webhooks.start();
   port = http.port;
 
   if (owner) {
@@ -126,6 +155,9 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     close() {
       closing ??= (async () => {
         http.stopListening();
+        stopWakingSchedulers();
+        await webhooks.close();
+        await assistant.close();
         await shards.stop();
         await system.close();
         await transport.close();

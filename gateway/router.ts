@@ -41,8 +41,9 @@ export class Router<R extends Routable> {
       const pathParams: Record<string, string> = {};
       const ok = segments.every((seg, i) => {
         if (!seg.startsWith("{")) return seg === parts[i];
-        if (!parts[i]) return false;
-        pathParams[seg.slice(1, -1)] = decodeURIComponent(parts[i]!);
+        const value = decodeSegment(parts[i]!);
+        if (!value) return false; // empty, or malformed percent-encoding: no route matches
+        pathParams[seg.slice(1, -1)] = value;
         return true;
       });
       if (!ok) continue;
@@ -50,6 +51,14 @@ export class Router<R extends Routable> {
       allowed.push(route.method);
     }
     return { pathParams: {}, allowed };
+  }
+}
+
+function decodeSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return "";
   }
 }
 

@@ -1,15 +1,23 @@
-/** Messages: POST /messages (to a channel) and GET /messages. */
+/**
+ * Messages: send (channel and direct), fetch, edit / move, delete, flags, and the topics of a channel. Handlers
+ * decode and check the request, find the actor owning the conversation, and ask it; reads go to actors/reads.ts.
+ */
 import { randomUUID } from "node:crypto";
+import { sql } from "kysely";
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
-import { CHANNEL, type SendToChannel, type Sent } from "../../actors/protocol.ts";
-import { parseNarrow, badNarrow } from "../../actors/narrow.ts";
-import { fetchMessages, findStream, requireStream, type StreamRow } from "../../actors/reads.ts";
-import type { RouteSpec } from "../app.ts";
+import { CHANNEL, DM, FLAGS, type Acting, type Edited, type PropagateMode, type Sent, type SendToDm, type UpdatedFlags } from "../../actors/protocol.ts";
+import { dmKey } from "../../actors/dm.ts";
+import { checkEditableFlag } from "../../actors/flags.ts";
+import { parseNarrow } from "../../actors/narrow.ts";
+import { MAX_REPORT_DESCRIPTION, moderationChannel, REPORT_TYPES, reportNotice } from "../../actors/reports.ts";
+import { EMPTY_TOPIC_DISPLAY_NAME, fetchMessages, readableMessage, readableMessages, requireStream, type UserRow } from "../../actors/reads.ts";
+import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS, truncate } from "../zulip.ts";
 
 const COUNT = { type: "integer", minimum: 0, maximum: LIMITS.max_messages_per_fetch } as const;
+const PROPAGATE = { type: "string", enum: ["change_one", "change_later", "change_all"] } as const;
 
 /** `to` for a channel: JSON first (an int is an id; a string or one-element list is a name), else the raw name. */
 function channelRef(to: unknown): { id?: number; name?: string } {
@@ -19,11 +27,53 @@ function channelRef(to: unknown): { id?: number; name?: string } {
   throw errors.badRequest("Invalid channel: 'to' must be one channel name or id");
 }
 
-/** Zulip reads "(no topic)" as the empty topic. */
-function normaliseTopic(raw: string | undefined): string {
+/** `to` for a direct message: a JSON list of ids or e-mails, one id, or comma-separated e-mails. */
+function directRefs(to: unknown): Array<number | string> {
+  const list = Array.isArray(to) ? to : typeof to === "number" ? [to] : String(to).split(",");
+  const refs = list.map((r) => (typeof r === "string" ? r.trim() : r)).filter((r) => r !== "");
+  if (!refs.length) throw errors.badRequest("Message must have recipients");
+  return refs as Array<number | string>;
+}
+
+/** The active users named, in the caller's realm; Zulip's errors for unknown ids and e-mails. */
+export async function directRecipients(services: Services, caller: UserRow, refs: Array<number | string>): Promise<number[]> {
+  const ids = refs.filter((r): r is number => typeof r === "number");
+  const emails = refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase());
+  const rows = await services.store.db
+    .selectFrom("users")
+    .select(["id", "delivery_email", "is_active"])
+    .where("realm_id", "=", caller.realm_id)
+    .where((eb) => eb.or([...(ids.length ? [eb("id", "in", ids)] : []), ...(emails.length ? [eb(sql`lower(delivery_email)`, "in", emails)] : []), eb.lit(false)]))
+    .execute();
+  return refs.map((r) => {
+    const row = rows.find((u) => (typeof r === "number" ? u.id === r : u.delivery_email.toLowerCase() === r.toLowerCase()));
+    if (!row || !row.is_active) throw errors.badRequest(typeof r === "number" ? `Invalid user ID ${r}` : `Invalid email '${r}'`);
+    return row.id;
+  });
+}
+
+/** Zulip reads "(no topic)" and the empty-topic display name as the empty topic. */
+export function normaliseTopic(raw: string | undefined): string {
   const topic = (raw ?? "").trim();
   if (topic.includes("\u0000")) throw errors.badRequest("Topic must not contain null bytes");
-  return topic === "(no topic)" ? "" : truncate(topic, LIMITS.max_topic_length, "...");
+  return topic === "(no topic)" || topic === EMPTY_TOPIC_DISPLAY_NAME ? "" : truncate(topic, LIMITS.max_topic_length, "...");
+}
+
+/** Content as Zulip stores it: trailing whitespace and leading blank lines dropped, truncated past the limit. */
+export function normaliseContent(raw: string): string {
+  const content = raw.replace(/\s+$/, "").replace(/^\n+/, "");
+  if (content.includes("\u0000")) throw errors.badRequest("Message must not contain null bytes");
+  return truncate(content, LIMITS.max_message_length, "\n[message truncated]");
+}
+
+/** Who acts, for the owning actor's permission checks. */
+export function acting(user: UserRow): Acting {
+  return { id: user.id, role: user.role, email: user.email, full_name: user.full_name };
+}
+
+/** The actor that owns a readable message's conversation. */
+export function ownerOf(row: { stream_id: number | null; dm_key: string | null }): string {
+  return row.stream_id !== null ? actorId(CHANNEL, row.stream_id) : actorId(DM, row.dm_key!);
 }
 
 export const messageRoutes: RouteSpec[] = [
@@ -45,27 +95,27 @@ export const messageRoutes: RouteSpec[] = [
       required: ["type", "to", "content"],
     },
     async handle({ params, user, services }) {
-      if (params.type === "direct" || params.type === "private") {
-        throw errors.badRequest("Direct messages are not available on this server yet");
-      }
-      const content = String(params.content).replace(/\s+$/, "").replace(/^\n+/, "");
+      const content = normaliseContent(String(params.content));
       if (!content) throw errors.badRequest("Message must not be empty");
-      if (content.includes("\u0000")) throw errors.badRequest("Message must not contain null bytes");
       if (params.queue_id !== undefined && params.local_id === undefined) throw errors.missing("local_id");
-      const stream = await requireStream(services.store.db, user.realm_id, channelRef(params.to));
-      const send: SendToChannel = {
+      const common: SendToDm = {
         op: "send",
         senderId: user.id,
         sender: { email: user.email, full_name: user.full_name },
-        topic: normaliseTopic(params.topic ?? params.subject),
-        content: truncate(content, LIMITS.max_message_length, "\n[message truncated]"),
+        content,
         client: "API",
         sendKey: randomUUID(),
         queueId: params.queue_id,
         localId: params.local_id,
         readBySender: params.read_by_sender ?? true,
       };
-      const sent = await services.system.ask<Sent>(actorId(CHANNEL, stream.id), send);
+      if (params.type === "direct" || params.type === "private") {
+        const ids = await directRecipients(services, user, directRefs(params.to));
+        const sent = await services.system.ask<Sent>(actorId(DM, dmKey([user.id, ...ids])), common);
+        return { id: sent.id };
+      }
+      const stream = await requireStream(services.store.db, user.realm_id, channelRef(params.to));
+      const sent = await services.system.ask<Sent>(actorId(CHANNEL, stream.id), { ...common, topic: normaliseTopic(params.topic ?? params.subject) });
       return { id: sent.id };
     },
   },
@@ -76,42 +126,137 @@ export const messageRoutes: RouteSpec[] = [
       type: "object",
       properties: {
         anchor: Str,
-        include_anchor: { ...Bool, default: true },
+        include_anchor: Bool,
         num_before: COUNT,
         num_after: COUNT,
         narrow: { type: "array" },
+        message_ids: { type: "array", items: Id, maxItems: LIMITS.max_messages_per_fetch },
         client_gravatar: { ...Bool, default: true },
         apply_markdown: { ...Bool, default: true },
-        use_first_unread_anchor: { ...Bool, default: false },
+        use_first_unread_anchor: Bool,
         allow_empty_topic_name: { ...Bool, default: false },
       },
-      required: ["num_before", "num_after"],
     },
     async handle({ params, user, services }) {
+      const narrow = parseNarrow(params.narrow);
+      const format = { applyMarkdown: params.apply_markdown, clientGravatar: params.client_gravatar };
+      const base = { narrow, format, allowEmptyTopicName: params.allow_empty_topic_name };
+      if (params.message_ids !== undefined) {
+        for (const name of ["anchor", "include_anchor", "use_first_unread_anchor", "num_before", "num_after"]) {
+          if (params[name] !== undefined) throw errors.badRequest(`Unsupported parameter combination: ${name}, message_ids`);
+        }
+        return fetchMessages(services.store.db, user, { ...base, anchor: 0, numBefore: 0, numAfter: 0, includeAnchor: true, messageIds: params.message_ids });
+      }
+      if (params.num_before === undefined) throw errors.missing("num_before");
+      if (params.num_after === undefined) throw errors.missing("num_after");
       if (params.num_before + params.num_after > LIMITS.max_messages_per_fetch) {
         throw errors.badRequest(`Too many messages requested (maximum ${LIMITS.max_messages_per_fetch}).`);
       }
-      const anchor = parseAnchor(params.anchor, params.use_first_unread_anchor);
-      const narrow = parseNarrow(params.narrow);
-      let stream: StreamRow | undefined;
-      let topic: string | undefined;
-      for (const term of narrow) {
-        if (term.negated) throw badNarrow(`Invalid narrow: negated ${term.operator} is not supported yet`);
-        if (term.operator === "channel") {
-          const ref = typeof term.operand === "number" ? { id: term.operand } : { name: String(term.operand) };
-          stream = await findStream(services.store.db, user.realm_id, ref);
-          if (!stream) throw badNarrow("Invalid narrow operator: unknown channel");
-        } else if (term.operator === "topic") topic = String(term.operand);
-      }
+      const near = narrow.find((t) => t.operator === "near" && !t.negated);
+      const anchor = near ? (near.operand as number) : parseAnchor(params.anchor, params.use_first_unread_anchor ?? false);
       return fetchMessages(services.store.db, user, {
+        ...base,
         anchor,
         numBefore: params.num_before,
         numAfter: params.num_after,
-        includeAnchor: params.include_anchor,
-        stream,
-        topic,
-        format: { applyMarkdown: params.apply_markdown, clientGravatar: params.client_gravatar },
+        includeAnchor: params.include_anchor ?? true,
       });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/messages/{message_id}",
+    params: {
+      type: "object",
+      properties: {
+        message_id: Id,
+        topic: Str,
+        subject: Str,
+        propagate_mode: PROPAGATE,
+        send_notification_to_old_thread: Bool,
+        send_notification_to_new_thread: Bool,
+        content: Str,
+        prev_content_sha256: Str,
+        stream_id: Id,
+      },
+      required: ["message_id"],
+    },
+    async handle({ params, user, services }) {
+      const rawTopic: string | undefined = params.topic ?? params.subject;
+      const propagateMode: PropagateMode = params.propagate_mode ?? "change_one";
+      if (params.content !== undefined && params.stream_id !== undefined) throw errors.badRequest("Cannot change message content while changing channel");
+      if (params.content === undefined && rawTopic === undefined && params.stream_id === undefined) throw errors.badRequest("Nothing to change");
+      if (propagateMode !== "change_one" && rawTopic === undefined && params.stream_id === undefined) throw errors.badRequest("Invalid propagate_mode without topic edit");
+      const row = await readableMessage(services.store.db, user, params.message_id);
+      // Zulip keeps an emptied message as "(deleted)" rather than refusing the edit.
+      const content = params.content === undefined ? undefined : normaliseContent(String(params.content)) || "(deleted)";
+      const edited = await services.system.ask<Edited>(ownerOf(row), {
+        op: "edit",
+        messageId: row.id,
+        acting: acting(user),
+        content,
+        prevContentSha256: params.prev_content_sha256,
+        topic: rawTopic === undefined ? undefined : normaliseTopic(rawTopic),
+        streamId: params.stream_id,
+        propagateMode,
+        notifyOldThread: params.send_notification_to_old_thread ?? false,
+        notifyNewThread: params.send_notification_to_new_thread ?? true,
+      });
+      return { detached_uploads: edited.detached_uploads };
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/messages/{message_id}",
+    params: { type: "object", properties: { message_id: Id }, required: ["message_id"] },
+    async handle({ params, user, services }) {
+      const row = await readableMessage(services.store.db, user, params.message_id);
+      await services.system.ask(ownerOf(row), { op: "delete", messageId: row.id, acting: acting(user) });
+      return {};
+    },
+  },
+  {
+    method: "POST",
+    path: "/messages/{message_id}/report",
+    params: {
+      type: "object",
+      properties: { message_id: Id, report_type: { type: "string", enum: [...REPORT_TYPES] }, description: { type: "string", maxLength: MAX_REPORT_DESCRIPTION } },
+      required: ["message_id", "report_type"],
+    },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const channel = await moderationChannel(db, user.realm_id);
+      const description = String(params.description ?? "").trim();
+      if (params.report_type === "other" && !description) throw errors.badRequest("For reason=other, an explanation must be provided.");
+      const row = await readableMessage(db, user, params.message_id);
+      const notice = await reportNotice(db, user.id, row, params.report_type, description);
+      await services.system.ask(actorId(CHANNEL, channel), { op: "notify", ...notice });
+      return {};
+    },
+  },
+  {
+    method: "POST",
+    path: "/messages/flags",
+    params: {
+      type: "object",
+      properties: { messages: { type: "array", items: Id, maxItems: 10_000 }, op: { type: "string", enum: ["add", "remove"] }, flag: Str },
+      required: ["messages", "op", "flag"],
+    },
+    async handle({ params, user, services }) {
+      const flag = checkEditableFlag(params.flag);
+      const ids: number[] = [...new Set<number>(params.messages)];
+      const rows = await readableMessages(services.store.db, user, ids);
+      if (rows.length !== ids.length) throw errors.badRequest("Invalid message(s)");
+      const details = Object.fromEntries(
+        rows.map((r) => [
+          r.id,
+          r.stream_id !== null
+            ? { type: "stream", stream_id: r.stream_id, topic: r.topic, unmuted_stream_msg: true }
+            : { type: "private", user_ids: r.dm_key!.split(",").map(Number).filter((u) => u !== user.id) },
+        ]),
+      );
+      await services.system.ask<UpdatedFlags>(actorId(FLAGS, user.id), { op: "updateFlags", add: params.op === "add", flag, messageIds: ids, details });
+      return { messages: ids };
     },
   },
 ];

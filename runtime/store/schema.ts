@@ -137,6 +137,35 @@ export interface UserMessageTable {
   flags: number;
 }
 
+export interface ScheduledMessageTable {
+  id: Generated<number>;
+  realm_id: number;
+  sender_id: number;
+  /** "stream" or "private", as Zulip's scheduled message object says it. */
+  type: string;
+  stream_id: number | null;
+  to_user_ids: ColumnType<number[], string, string>;
+  topic: string;
+  content: string;
+  rendered_content: string;
+  scheduled_timestamp: number;
+  read_by_sender: boolean | null;
+  /** pending → delivered | failed (kept, shown with failed: true); deleted rows are removed. */
+  status: Generated<string>;
+  delivered_message_id: number | null;
+  failure_message: string | null;
+}
+
+/** Zulip's UserTopic; `topic_key` is the lower-cased name (topics match case-insensitively). */
+export interface UserTopicTable {
+  user_id: number;
+  stream_id: number;
+  topic_name: string;
+  topic_key: string;
+  visibility_policy: number;
+  last_updated: number;
+}
+
 export interface ReactionTable {
   message_id: number;
   user_id: number;
@@ -333,6 +362,8 @@ export interface Database {
   recipient_members: RecipientMemberTable;
   user_messages: UserMessageTable;
   reactions: ReactionTable;
+  scheduled_messages: ScheduledMessageTable;
+  user_topics: UserTopicTable;
   actor_snapshots: ActorSnapshotTable;
   user_events: UserEventTable;
   drafts: DraftTable;

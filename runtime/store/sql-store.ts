@@ -6,15 +6,16 @@ import { errors } from "../errors.ts";
 import type { Database } from "./schema.ts";
 import type { Engine } from "./db.ts";
 import { migrations } from "./migrations/index.ts";
-import type { Lease, NewMessage, Store, UserEvent } from "./store.ts";
+import type { Lease, MessageRecipient, NewMessage, Store, UserEvent } from "./store.ts";
 
 const tracer = trace.getTracer("chorus.store");
 const ID_BLOCK = 256; // must match the sequence's increment in the initial migration
 const MAX_BATCH = 1000;
+const MAX_RECIPIENT_ROWS = 10_000;
 
 /** One row waiting for the next group commit: a message, or an event of a user's durable event stream. */
 type PendingAppend = { fence: Fence; resolve(id: number): void; reject(err: unknown): void } & (
-  | { message: NewMessage; event?: undefined }
+  | { message: NewMessage; recipients?: MessageRecipient[]; event?: undefined }
   | { event: UserEvent; message?: undefined }
 );
 
@@ -50,9 +51,9 @@ export class SqlStore implements Store {
     });
   }
 
-  appendMessage(message: NewMessage, fence: Fence): Promise<number> {
+  appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number> {
     return new Promise((resolve, reject) => {
-      this.pending.push({ message, fence, resolve, reject });
+      this.pending.push({ message, recipients, fence, resolve, reject });
       if (!this.flushing) void this.flush();
     });
   }
@@ -111,6 +112,13 @@ export class SqlStore implements Store {
                   .returning(["id", "send_key"])
                   .execute();
                 const inserted = new Set(rows.map((r) => r.id));
+                const recipientRows = ok
+                  .filter((p) => p.recipients?.length && inserted.has(p.message.id))
+                  .flatMap((p) => p.recipients!.map((r) => ({ user_id: r.user_id, message_id: p.message.id, flags: r.flags })));
+                // Chunked: three parameters a row, well below Postgres's 65535 per statement.
+                for (let i = 0; i < recipientRows.length; i += MAX_RECIPIENT_ROWS) {
+                  await trx.insertInto("user_messages").values(recipientRows.slice(i, i + MAX_RECIPIENT_ROWS)).onConflict((c) => c.doNothing()).execute();
+                }
                 const repeated = ok.filter((p) => p.message.send_key && !inserted.has(p.message.id));
                 if (repeated.length) {
                   const earlier = await trx

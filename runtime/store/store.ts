@@ -21,6 +21,12 @@ import type { Engine } from "./db.ts";
 
 export type NewMessage = Omit<MessageTable, "id"> & { id: number };
 
+/** A recipient of a new message and their initial flags (a `user_messages` row, Zulip's UserMessage). */
+export interface MessageRecipient {
+  user_id: number;
+  flags: number;
+}
+
 /** One event of a user's durable event stream (what a restored event queue is rebuilt from). */
 export interface UserEvent {
   user_id: number;
@@ -40,8 +46,11 @@ export interface Store {
   migrate(): Promise<void>;
   /** Run `fn` in one transaction after checking the fence; commits before resolving. */
   write<T>(fence: Fence, fn: (trx: Transaction<Database>) => Promise<T>): Promise<T>;
-  /** Group-committed message insert; resolves with the stored id (the first one for a repeated send_key). */
-  appendMessage(message: NewMessage, fence: Fence): Promise<number>;
+  /**
+   * Group-committed message insert; resolves with the stored id (the first one for a repeated send_key). The
+   * recipients' rows commit in the same transaction, and only with a message actually inserted.
+   */
+  appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number>;
   /** Group-committed with the message appends; a repeated (user_id, seq) is stored once. */
   appendUserEvent(event: UserEvent, fence: Fence): Promise<void>;
   /** The user's stored events after `afterSeq`, oldest first. */

@@ -251,12 +251,15 @@ describe.each(engines)("Store on $name", (engineCase) => {
   });
 
   describe("appendMessage", () => {
+    /** A new message has none of the bookkeeping an edit or a move adds (migration 2026-11-22T0500-messages). */
+    const NEVER_EDITED = { edit_history: null, last_edit_time: null, last_moved_time: null };
+
     it("stores a message and resolves with its id after commit", async () => {
       const fence = await fenceOn();
       const m = message();
       expect(await store.appendMessage(m, fence)).toBe(m.id);
       const row = await store.db.selectFrom("messages").selectAll().where("id", "=", m.id).executeTakeFirst();
-      expect(row).toEqual(m);
+      expect(row).toEqual({ ...m, ...NEVER_EDITED });
     });
 
     it("stores 200 concurrent appends, resolves each with its own id, and group-commits them", async () => {
@@ -281,8 +284,27 @@ describe.each(engines)("Store on $name", (engineCase) => {
       // A redelivery carrying the very same message (same id too) is also absorbed.
       expect(await store.appendMessage({ ...first }, fence)).toBe(first.id);
       const rows = await store.db.selectFrom("messages").selectAll().where("send_key", "=", key).execute();
-      expect(rows).toEqual([first]);
+      expect(rows).toEqual([{ ...first, ...NEVER_EDITED }]);
       expect(await storedIds([again.id])).toEqual([]);
+    });
+
+    it("commits the recipients' flag rows with the message, and none for a repeated send_key", async () => {
+      const fence = await fenceOn();
+      const key = uniqueKey("recipients");
+      const first = message(key);
+      const again = message(key);
+      expect(await store.appendMessage(first, fence, [{ user_id: 1, flags: 1 }, { user_id: 2, flags: 0 }])).toBe(first.id);
+      expect(await store.appendMessage(again, fence, [{ user_id: 3, flags: 0 }])).toBe(first.id);
+      const rows = await store.db
+        .selectFrom("user_messages")
+        .select(["user_id", "message_id", "flags"])
+        .where("message_id", "in", [first.id, again.id])
+        .orderBy("user_id")
+        .execute();
+      expect(rows).toEqual([
+        { user_id: 1, message_id: first.id, flags: 1 },
+        { user_id: 2, message_id: first.id, flags: 0 },
+      ]);
     });
 
     it("stores a repeated send_key once when the appends are concurrent, in one batch or across two", async () => {

@@ -2,6 +2,8 @@
 import type { Migration } from "kysely";
 import * as initial from "./2026-11-22T0400-initial.ts";
 import * as eventQueues from "./2026-11-22T0430-event-queues.ts";
+import * as messages from "./2026-11-22T0500-messages.ts";
+import * as assistant from "./2026-11-22T0600-assistant.ts";
 import * as userData from "./2026-11-22T0700-user-data.ts";
 import * as presence from "./2026-11-22T0710-presence.ts";
 import * as pushDevices from "./2026-11-22T0720-push-devices.ts";
@@ -9,6 +11,8 @@ import * as pushDevices from "./2026-11-22T0720-push-devices.ts";
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
   "2026-11-22T0430-event-queues": eventQueues,
+  "2026-11-22T0500-messages": messages,
+  "2026-11-22T0600-assistant": assistant,
   "2026-11-22T0700-user-data": userData,
   "2026-11-22T0710-presence": presence,
   "2026-11-22T0720-push-devices": pushDevices,

@@ -1,0 +1,80 @@
+/**
+ * dm:<sorted user ids>: one direct-message conversation (1:1, group, or a user's messages to themself), Zulip's
+ * recipient for that set of users. Its recipient id is created with the conversation and never changes, so
+ * both directions of a 1:1 conversation share it (Zulip's behaviour since feature level 327).
+ */
+import { errors } from "../runtime/errors.ts";
+import { Conversation, type MovePlan } from "./conversation.ts";
+import type { MessageRecord } from "./message-format.ts";
+import type { DmMessage } from "./protocol.ts";
+
+/** Zulip's recipient type for a direct-message group; every conversation is one here, 1:1 included. */
+export const RECIPIENT_DM = 3;
+
+/** The conversation's key: the participants' ids, sorted and unique. */
+export function dmKey(userIds: number[]): string {
+  return [...new Set(userIds)].sort((a, b) => a - b).join(",");
+}
+
+export class DmActor extends Conversation {
+  private participants: Array<{ id: number; email: string; full_name: string; is_mirror_dummy: boolean }> = [];
+
+  async activate(): Promise<void> {
+    const ids = this.ctx.key.split(",").map(Number);
+    if (!ids.length || ids.some((n) => !Number.isSafeInteger(n)) || dmKey(ids) !== this.ctx.key) throw errors.badRequest("Invalid direct-message conversation");
+    const db = this.deps.store.db;
+    const users = await db
+      .selectFrom("users")
+      .innerJoin("realms", "realms.id", "users.realm_id")
+      .select(["users.id", "users.email", "users.full_name", "users.realm_id", "realms.string_id"])
+      .where("users.id", "in", ids)
+      .orderBy("users.id")
+      .execute();
+    if (users.length !== ids.length || new Set(users.map((u) => u.realm_id)).size !== 1) throw errors.badRequest("Invalid direct-message conversation");
+    this.realmId = users[0]!.realm_id;
+    this.realmStr = users[0]!.string_id;
+    this.participants = users.map((u) => ({ id: u.id, email: u.email, full_name: u.full_name, is_mirror_dummy: false }));
+    this.recipientId = await this.ensureRecipient(ids);
+    const last = await db.selectFrom("messages").select((eb) => eb.fn.coalesce(eb.fn.max("id"), eb.lit(0)).as("max")).where("recipient_id", "=", this.recipientId).executeTakeFirst();
+    this.lastMessageId = Number(last?.max ?? 0);
+  }
+
+  private async ensureRecipient(ids: number[]): Promise<number> {
+    const find = () =>
+      this.deps.store.db
+        .selectFrom("recipients")
+        .select("id")
+        .where("type", "=", RECIPIENT_DM)
+        .where("realm_id", "=", this.realmId)
+        .where("dm_key", "=", this.ctx.key)
+        .executeTakeFirst();
+    const found = await find();
+    if (found) return found.id;
+    return this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const row = await trx
+        .insertInto("recipients")
+        .values({ realm_id: this.realmId, type: RECIPIENT_DM, type_id: null, dm_key: this.ctx.key })
+        .returning("id")
+        .executeTakeFirstOrThrow();
+      await trx.insertInto("recipient_members").values(ids.map((user_id) => ({ recipient_id: row.id, user_id }))).execute();
+      return row.id;
+    });
+  }
+
+  receive(msg: DmMessage): unknown {
+    if (msg.op === "send") return this.send(msg, "");
+    return this.receiveConversation(msg);
+  }
+
+  protected recipients(): number[] {
+    return this.participants.map((p) => p.id);
+  }
+
+  protected recordBase(): Pick<MessageRecord, "type" | "stream_id" | "display_recipient"> {
+    return { type: "private", stream_id: null, display_recipient: this.participants };
+  }
+
+  protected async planMove(msg: { topic?: string; streamId?: number }): Promise<MovePlan> {
+    throw errors.badRequest(msg.streamId !== undefined ? "Direct messages cannot be moved to channels." : "Direct messages cannot have topics.");
+  }
+}

@@ -1,0 +1,84 @@
+/**
+ * Who may edit, move, delete: the realm's message settings with Zulip's defaults, and group-setting membership.
+ * Read by the actor owning the conversation at the moment it decides, so a settings change applies at once.
+ */
+import { sql, type Kysely, type Transaction } from "kysely";
+import type { Database } from "../runtime/store/schema.ts";
+import { ROLE, systemGroups, type GroupSettingValue } from "./groups.ts";
+import { realmSettingsDefaults } from "./settings.ts";
+
+type DB = Kysely<Database> | Transaction<Database>;
+
+/** The realm settings that govern editing, moving and deleting messages, and the topic rules of a send. */
+export interface MessageRules {
+  allow_message_editing: boolean;
+  message_content_edit_limit_seconds: number | null;
+  message_content_delete_limit_seconds: number | null;
+  move_messages_within_stream_limit_seconds: number | null;
+  move_messages_between_streams_limit_seconds: number | null;
+  can_move_messages_between_topics_group: GroupSettingValue;
+  can_move_messages_between_channels_group: GroupSettingValue;
+  can_resolve_topics_group: GroupSettingValue;
+  can_delete_any_message_group: GroupSettingValue;
+  can_delete_own_message_group: GroupSettingValue;
+  can_mention_many_users_group: GroupSettingValue;
+  topics_policy: string;
+  mandatory_topics: boolean;
+}
+
+/**
+ * The realm's settings as POST /register reports them (`realm_*`: the stored ones over Zulip's defaults, one
+ * source for both), without the prefix.
+ */
+export async function messageRules(db: DB, realmId: number): Promise<MessageRules> {
+  const [row, groups] = await Promise.all([db.selectFrom("realms").select("settings").where("id", "=", realmId).executeTakeFirst(), systemGroups(db, realmId)]);
+  const all: Record<string, unknown> = { ...realmSettingsDefaults(groups), ...((row?.settings ?? {}) as Record<string, unknown>) };
+  const pick = <K extends keyof MessageRules>(k: K) => all[`realm_${k}`] as MessageRules[K];
+  return {
+    allow_message_editing: pick("allow_message_editing"),
+    message_content_edit_limit_seconds: pick("message_content_edit_limit_seconds"),
+    message_content_delete_limit_seconds: pick("message_content_delete_limit_seconds"),
+    move_messages_within_stream_limit_seconds: pick("move_messages_within_stream_limit_seconds"),
+    move_messages_between_streams_limit_seconds: pick("move_messages_between_streams_limit_seconds"),
+    can_move_messages_between_topics_group: pick("can_move_messages_between_topics_group"),
+    can_move_messages_between_channels_group: pick("can_move_messages_between_channels_group"),
+    can_resolve_topics_group: pick("can_resolve_topics_group"),
+    can_delete_any_message_group: pick("can_delete_any_message_group"),
+    can_delete_own_message_group: pick("can_delete_own_message_group"),
+    can_mention_many_users_group: pick("can_mention_many_users_group"),
+    topics_policy: pick("topics_policy"),
+    mandatory_topics: pick("mandatory_topics"),
+  };
+}
+
+/** Zulip allows edits this long past a limit, for the round trip of a client that started in time. */
+export const EDIT_LIMIT_GRACE_SECONDS = 20;
+
+/** Whether the time since `sentAt` is past a limit (null: no limit), with Zulip's grace. */
+export function pastLimit(limitSeconds: number | null, sentAt: number, now: number): boolean {
+  return limitSeconds !== null && limitSeconds > 0 && now - sentAt > limitSeconds + EDIT_LIMIT_GRACE_SECONDS;
+}
+
+export const isModerator = (role: number) => role <= ROLE.moderator;
+
+/**
+ * Whether the user belongs to a group-setting value (a group id, or `{direct_members, direct_subgroups}`):
+ * direct members, or members of the groups reached through subgroups.
+ */
+export async function inGroupSetting(db: DB, value: GroupSettingValue | undefined, userId: number): Promise<boolean> {
+  if (value === undefined || value === null) return false;
+  let roots: number[];
+  if (typeof value === "number") roots = [value];
+  else {
+    if (value.direct_members.includes(userId)) return true;
+    roots = value.direct_subgroups;
+  }
+  if (!roots.length) return false;
+  const { rows } = await sql<{ ok: number }>`
+    with recursive g(id) as (
+      select unnest(${sql.val(roots)}::int[])
+      union select s.subgroup_id from user_group_subgroups s join g on s.group_id = g.id
+    )
+    select 1 as ok from user_group_members where user_id = ${userId} and group_id in (select id from g) limit 1`.execute(db);
+  return rows.length > 0;
+}
