@@ -1,0 +1,131 @@
+/**
+ * Operator authentication for the internal and mobile endpoints. Operators are the organization's owners and
+ * administrators; they log in with their chat password (console session cookie) or use API keys they created.
+ *
+ * - `Authorization: Bearer <key>`: the key's HMAC is looked up (keys are stored hashed, never in clear).
+ * - Cookie `chorus_console=<token>`: HttpOnly, SameSite=Strict; the token's hash is looked up. A cookie-
+ *   authenticated request that changes state must also carry `X-CSRF-Token` equal to the session's CSRF token
+ *   (returned by login, never in a cookie): a cross-site form or script cannot read it, so it cannot forge it.
+ * The role is checked on every request (through a two-second cache), so a demoted operator loses access.
+ */
+import crypto from "node:crypto";
+import { sql, type Kysely } from "kysely";
+import { ChorusError } from "../../runtime/errors.ts";
+import type { Keyring } from "../../runtime/secrets.ts";
+import type { Database } from "../../runtime/store/schema.ts";
+import { ROLE } from "../../actors/realm.ts";
+import type { HttpRequest } from "../http.ts";
+
+export const SESSION_COOKIE = "chorus_console";
+export const SESSION_SECONDS = 12 * 3600;
+const CACHE_MS = 2000;
+
+export interface Operator {
+  userId: number;
+  realmId: number;
+  email: string;
+  via: "key" | "cookie";
+}
+
+interface Cached {
+  operator: Operator;
+  csrf?: string;
+  until: number;
+}
+
+export function isOperatorRole(role: number): boolean {
+  return role <= ROLE.administrator;
+}
+
+export function cookieValue(header: string | undefined, name: string): string | undefined {
+  if (!header) return undefined;
+  for (const part of header.split(";")) {
+    const eq = part.indexOf("=");
+    if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
+  }
+  return undefined;
+}
+
+export function safeEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && crypto.timingSafeEqual(x, y);
+}
+
+export class OperatorAuth {
+  private readonly cache = new Map<string, Cached>();
+
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly keyring: Keyring,
+  ) {}
+
+  async authenticate(req: HttpRequest): Promise<Operator> {
+    const header = req.headers.authorization;
+    if (header) {
+      const [scheme, key] = header.trim().split(/\s+/, 2);
+      if (scheme?.toLowerCase() !== "bearer" || !key) throw unauthorized("Use Authorization: Bearer <API key>");
+      return this.byApiKey(key);
+    }
+    const token = cookieValue(req.headers.cookie, SESSION_COOKIE);
+    if (!token) throw unauthorized("Log in or send an API key");
+    const { operator, csrf } = await this.bySession(token);
+    if (req.method !== "GET" && req.method !== "HEAD" && req.method !== "OPTIONS") {
+      const presented = req.headers["x-csrf-token"];
+      if (!presented || !csrf || !safeEqual(presented, csrf)) {
+        throw new ChorusError("CSRF_FAILED", "Missing or wrong X-CSRF-Token for a cookie-authenticated request", 403);
+      }
+    }
+    return operator;
+  }
+
+  /** For socket.io handshakes (`auth: {token}`). */
+  async byApiKey(key: string): Promise<Operator> {
+    const hash = this.keyring.hashApiKey(key);
+    const hit = this.cached(`k:${hash}`);
+    if (hit) return hit.operator;
+    const row = await this.db
+      .selectFrom("operator_api_keys")
+      .innerJoin("users", "users.id", "operator_api_keys.user_id")
+      .innerJoin("realms", "realms.id", "users.realm_id")
+      .select(["users.id", "users.realm_id", "users.delivery_email", "users.role", "users.is_active", "realms.deactivated", "operator_api_keys.revoked"])
+      .where("operator_api_keys.key_hash", "=", hash)
+      .executeTakeFirst();
+    if (!row || row.revoked || !row.is_active || row.deactivated || !isOperatorRole(row.role)) throw unauthorized("Invalid API key");
+    const operator: Operator = { userId: row.id, realmId: row.realm_id, email: row.delivery_email, via: "key" };
+    this.remember(`k:${hash}`, { operator, until: Date.now() + CACHE_MS });
+    return operator;
+  }
+
+  private async bySession(token: string): Promise<Cached> {
+    const hash = this.keyring.hashApiKey(token);
+    const hit = this.cached(`s:${hash}`);
+    if (hit) return hit;
+    const row = await this.db
+      .selectFrom("operator_sessions")
+      .innerJoin("users", "users.id", "operator_sessions.user_id")
+      .innerJoin("realms", "realms.id", "users.realm_id")
+      .select(["users.id", "users.realm_id", "users.delivery_email", "users.role", "users.is_active", "realms.deactivated", "operator_sessions.csrf_token"])
+      .where("operator_sessions.token_hash", "=", hash)
+      .where("operator_sessions.expires_at", ">", sql<number>`${Math.floor(Date.now() / 1000)}`)
+      .executeTakeFirst();
+    if (!row || !row.is_active || row.deactivated || !isOperatorRole(row.role)) throw unauthorized("The console session is invalid or expired");
+    const entry: Cached = { operator: { userId: row.id, realmId: row.realm_id, email: row.delivery_email, via: "cookie" }, csrf: row.csrf_token, until: Date.now() + CACHE_MS };
+    this.remember(`s:${hash}`, entry);
+    return entry;
+  }
+
+  private cached(key: string): Cached | undefined {
+    const hit = this.cache.get(key);
+    return hit && hit.until > Date.now() ? hit : undefined;
+  }
+
+  private remember(key: string, entry: Cached): void {
+    if (this.cache.size > 10_000) this.cache.clear();
+    this.cache.set(key, entry);
+  }
+}
+
+function unauthorized(message: string): ChorusError {
+  return new ChorusError("UNAUTHORIZED", message, 401);
+}

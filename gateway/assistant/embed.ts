@@ -1,0 +1,253 @@
+/**
+ * POST /api/embed/{agentKey}: the public widget endpoint, and its CORS preflight.
+ *
+ * Order of checks: the agent exists (404), the browser origin is allowed (403, before anything else is read),
+ * the body is valid (400/413/415), `user_hash` verifies `user_id` (401), the rate limits have room (429). Then
+ * the question goes to the session's actor, which answers once the question and answer are committed; the
+ * answer is sent as JSON, or as server-sent events.
+ *
+ * Origins: `Origin`, else the origin of `Referer`; no header at all is a non-browser client and is not refused.
+ * A rule is an exact host (`example.com`, `example.com:8080`) or `*.example.com` (any subdomain, not the apex).
+ * An agent with no rules accepts every origin except the opaque `null` (sandboxed frames, files), which no
+ * rule can name and which is always refused.
+ */
+import crypto from "node:crypto";
+import { actorId } from "../../runtime/actor.ts";
+import { ChorusError } from "../../runtime/errors.ts";
+import { agentByKey, type AgentSummary } from "../../actors/assistant-reads.ts";
+import { AGENT_SESSION, type Answered, type Prepared } from "../../actors/protocol.ts";
+import type { HttpResult, HttpStream } from "../http.ts";
+import { generateAnswer } from "./generate.ts";
+import { SSE_HEADERS, SseWriter, writeAnswerEvents } from "./sse.ts";
+import { ajv } from "../validate.ts";
+import { errorResult, fail, json, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
+import { safeEqual } from "./auth.ts";
+
+const AGENT_CACHE_MS = 2000;
+
+interface CachedAgent {
+  agent: AgentSummary;
+  secret: string;
+  until: number;
+}
+/** Per node (services): agents by key, with their decrypted secret, kept in memory only. */
+const agentCaches = new WeakMap<AssistantServices, Map<string, CachedAgent>>();
+
+async function loadAgent(services: AssistantServices, key: string): Promise<CachedAgent> {
+  let agentCache = agentCaches.get(services);
+  if (!agentCache) agentCaches.set(services, (agentCache = new Map()));
+  const hit = agentCache.get(key);
+  if (hit && hit.until > Date.now()) return hit;
+  const agent = key.length <= 200 ? await agentByKey(services.store.db, key) : undefined;
+  if (!agent) throw fail.notFound("Agent");
+  const entry = { agent, secret: services.keyring.decrypt(agent.secret_enc), until: Date.now() + AGENT_CACHE_MS };
+  if (agentCache.size > 10_000) agentCache.clear();
+  agentCache.set(key, entry);
+  return entry;
+}
+
+/** The request's browser origin as a URL, or undefined for a client that sent neither Origin nor Referer. */
+export function requestOrigin(headers: Record<string, string>): URL | undefined | null {
+  const raw = headers.origin ?? headers.referer;
+  if (raw === undefined) return undefined;
+  try {
+    return new URL(raw);
+  } catch {
+    return null; // present but unparsable (including Origin: null): refused
+  }
+}
+
+export function originAllowed(origin: URL, rules: string[]): boolean {
+  if (!rules.length) return true;
+  const host = origin.host.toLowerCase();
+  const hostname = origin.hostname.toLowerCase();
+  return rules.some((rule) => {
+    if (rule.startsWith("*.")) {
+      const base = rule.slice(2);
+      return base.includes(":") ? host.endsWith(`.${base}`) : hostname.endsWith(`.${base}`);
+    }
+    return rule.includes(":") ? host === rule : hostname === rule;
+  });
+}
+
+/** CORS headers for an allowed browser origin; throws 403 for one that is not allowed. */
+function corsFor(req: AssistantCall["req"], agent: AgentSummary): Record<string, string> {
+  const origin = requestOrigin(req.headers);
+  if (origin === undefined) return {};
+  if (origin === null || !originAllowed(origin, agent.allowed_origins)) {
+    throw new ChorusError("ORIGIN_NOT_ALLOWED", "This origin may not use this assistant", 403);
+  }
+  return req.headers.origin ? { "access-control-allow-origin": req.headers.origin, vary: "Origin" } : {};
+}
+
+export function expectedUserHash(secret: string, userId: string): string {
+  return crypto.createHmac("sha256", secret).update(userId).digest("hex");
+}
+
+function userHashMatches(secret: string, userId: string, presented: string): boolean {
+  return safeEqual(expectedUserHash(secret, userId), presented.toLowerCase());
+}
+
+const embedBody = {
+  type: "object",
+  properties: {
+    question: { type: "string", minLength: 1, maxLength: 4000 },
+    session_id: { type: "string", pattern: UUID },
+    user_id: { type: "string", minLength: 1, maxLength: 256 },
+    user_hash: { type: "string", maxLength: 256 },
+    stream: { type: "boolean" },
+  },
+  required: ["question"],
+};
+
+export const embedRoutes: AssistantRoute[] = [
+  {
+    method: "OPTIONS",
+    path: "/api/embed/{agentKey}",
+    auth: "none",
+    async handle({ req, pathParams, services }) {
+      const { agent } = await loadAgent(services, pathParams.agentKey!);
+      const cors = corsFor(req, agent);
+      return {
+        status: 204,
+        headers: {
+          ...cors,
+          "access-control-allow-methods": "POST, OPTIONS",
+          "access-control-allow-headers": "content-type",
+          "access-control-max-age": "600",
+        },
+        body: "",
+      };
+    },
+  },
+  {
+    method: "POST",
+    path: "/api/embed/{agentKey}",
+    auth: "none",
+    // A 4000-character question is at most 16 KB of UTF-8; the rest is the few other fields.
+    maxBodyBytes: 32 * 1024,
+    async handle(call) {
+      const { req, pathParams, services } = call;
+      const { agent, secret } = await loadAgent(services, pathParams.agentKey!);
+      const cors = corsFor(req, agent);
+      try {
+        return await answer(call, agent, secret, cors);
+      } catch (err) {
+        const error = ChorusError.wrap(err);
+        if (error.code === "INTERNAL_SERVER_ERROR") console.error(`${req.method} ${req.path} failed`, error.cause ?? error);
+        return errorResult(error, cors); // the widget may read the error only with the CORS headers
+      }
+    },
+  },
+];
+
+async function answer(call: AssistantCall, agent: AgentSummary, secret: string, cors: Record<string, string>) {
+  const { req, services } = call;
+  const body = parseEmbedBody(req);
+  let verifiedUser: string | undefined;
+  if (body.user_hash !== undefined) {
+    if (body.user_id === undefined) throw fail.badRequest("user_hash: needs user_id");
+    if (!userHashMatches(secret, body.user_id, body.user_hash)) throw new ChorusError("INVALID_USER_HASH", "user_hash does not match user_id", 401);
+    verifiedUser = body.user_id;
+  }
+  const keys = [`ip:${agent.id}:${req.remoteAddress}`];
+  if (verifiedUser) keys.push(`user:${agent.id}:${verifiedUser}`);
+  const allowance = await services.limits.consume(keys, agent.rate_limit_per_minute);
+
+  const sessionId = body.session_id?.toLowerCase() ?? crypto.randomUUID();
+  const headers = { ...cors, ...allowance.headers };
+  const create = body.session_id ? undefined : { userId: body.user_id ?? null };
+  if (services.assistant.llm) return generated(call, { agentId: agent.id, sessionId, create, question: body.question, stream: !!body.stream }, headers);
+
+  const answered = await services.system.ask<Answered>(actorId(AGENT_SESSION, sessionId), {
+    op: "ask",
+    agentId: agent.id,
+    create: body.session_id ? undefined : { userId: body.user_id ?? null },
+    question: body.question,
+    questionId: crypto.randomUUID(),
+    answerId: crypto.randomUUID(),
+  });
+  services.sockets?.publishAnswer(answered);
+  if (!body.stream) {
+    return json(200, { answer: answered.reply.content, session_id: answered.session_id, sources: answered.reply.sources }, headers);
+  }
+  return sseAnswer(answered, headers, services.assistant.ssePingMs);
+}
+
+/** Parsed here rather than by the app, so that an allowed origin gets CORS headers on a 400 too. */
+const validateEmbed = ajv.compile(embedBody);
+function parseEmbedBody(req: AssistantCall["req"]): { question: string; session_id?: string; user_id?: string; user_hash?: string; stream?: boolean } {
+  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type !== "application/json") throw new ChorusError("UNSUPPORTED_MEDIA_TYPE", "Send the body as application/json", 415);
+  let body: unknown;
+  try {
+    body = JSON.parse(req.body.toString("utf8"));
+  } catch {
+    throw new ChorusError("INVALID_JSON", "The body is not valid JSON", 400);
+  }
+  if (!body || typeof body !== "object" || Array.isArray(body)) throw new ChorusError("INVALID_JSON", "The body must be a JSON object", 400);
+  if (!validateEmbed(body)) {
+    const e = validateEmbed.errors![0]!;
+    const where = e.instancePath ? e.instancePath.slice(1) : e.keyword === "required" ? String(e.params.missingProperty) : "body";
+    throw new ChorusError("VALIDATION_ERROR", `${where}: ${e.keyword === "required" ? "is required" : e.message}`, 400);
+  }
+  return body as never;
+}
+
+/**
+ * The generator's path: the session's actor prepares the exchange (creating the session if needed), the answer
+ * is generated here piece by piece (to the SSE stream and the session's sockets as it comes; stopped when the
+ * client goes away), then the actor records it; the done event follows the commit.
+ */
+async function generated(
+  call: AssistantCall,
+  q: { agentId: string; sessionId: string; create?: { userId: string | null }; question: string; stream: boolean },
+  headers: Record<string, string>,
+): Promise<HttpResult | HttpStream> {
+  const { services, req } = call;
+  const session = actorId(AGENT_SESSION, q.sessionId);
+  const prepared = await services.system.ask<Prepared>(session, { op: "prepare", agentId: q.agentId, create: q.create });
+  const questionId = crypto.randomUUID();
+  const answerId = crypto.randomUUID();
+  const abort = new AbortController();
+  const produce = async (onDelta: (delta: string) => Promise<void> | void) => {
+    services.sockets?.typing(prepared.session_id);
+    let seq = 0;
+    const answer = await generateAnswer(services, prepared, q.question, abort.signal, (delta) => {
+      services.sockets?.publishDelta(prepared.session_id, answerId, delta, ++seq);
+      return onDelta(delta);
+    });
+    const answered = await services.system.ask<Answered>(session, { op: "record", question: q.question, questionId, answerId, answer: answer.text, sources: answer.sources });
+    services.sockets?.publishComplete(answered);
+    return answered;
+  };
+  if (!q.stream) {
+    req.onAbort(() => abort.abort());
+    const answered = await produce(() => {});
+    return json(200, { answer: answered.reply.content, session_id: answered.session_id, sources: answered.reply.sources }, headers);
+  }
+  return {
+    status: 200,
+    headers: { ...SSE_HEADERS, ...headers },
+    start(sink) {
+      const writer = new SseWriter(sink, services.assistant.ssePingMs);
+      writer.onClose(() => abort.abort());
+      produce((delta) => writer.send({ answer: delta, done: false })).then(
+        async (answered) => {
+          await writer.send({ answer: "", done: true, session_id: answered.session_id, sources: answered.reply.sources });
+          writer.end();
+        },
+        async (err) => {
+          const error = ChorusError.wrap(err);
+          if (error.code === "INTERNAL_SERVER_ERROR") console.error(`${req.method} ${req.path} failed`, error.cause ?? error);
+          await writer.send({ answer: "", done: true, session_id: prepared.session_id, error: { code: error.code, message: error.message } });
+          writer.end();
+        },
+      );
+    },
+  };
+}
+
+function sseAnswer(answered: Answered, headers: Record<string, string>, pingMs: number): HttpStream {
+  return { status: 200, headers: { ...SSE_HEADERS, ...headers }, start: (sink) => writeAnswerEvents(sink, answered, pingMs) };
+}

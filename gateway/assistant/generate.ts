@@ -1,0 +1,108 @@
+/**
+ * The optional generator: any OpenAI-compatible `/chat/completions` with `stream: true` (LLM_BASE_URL,
+ * LLM_API_KEY, LLM_MODEL), grounded on the retrieved chunks. It runs beside the request (not in the session's
+ * actor) so that its tokens reach the client as they come and it stops when the client goes away; the session's
+ * actor prepares the exchange first and records it after (see AgentSessionActor).
+ *
+ * - Nothing retrieved: no call; the answer is the extractive "I don't know".
+ * - The call fails before its first token: the extractive answer instead (the client never sees the failure).
+ * - It fails or is aborted after some tokens: what came is the answer (recorded as such).
+ */
+import { answerExtractive, DONT_KNOW, retrieve, type RetrievedChunk } from "../../actors/answer.ts";
+import { answerSettings } from "../../actors/agent-session.ts";
+import type { Prepared, Source } from "../../actors/protocol.ts";
+import type { AssistantConfig } from "../../runtime/assistant-config.ts";
+import type { AssistantServices } from "./app.ts";
+import { answerPieces } from "./sse.ts";
+
+type Llm = NonNullable<AssistantConfig["llm"]>;
+
+export interface ChatMessage {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
+/** The content deltas of a streamed chat completion. Throws on a non-2xx answer or a broken stream. */
+export async function* chatCompletionDeltas(llm: Llm, messages: ChatMessage[], signal: AbortSignal): AsyncGenerator<string> {
+  const res = await fetch(`${llm.baseUrl.replace(/\/+$/, "")}/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", accept: "text/event-stream", ...(llm.apiKey ? { authorization: `Bearer ${llm.apiKey}` } : {}) },
+    body: JSON.stringify({ model: llm.model, messages, stream: true, temperature: 0.2 }),
+    signal,
+  });
+  if (!res.ok || !res.body) throw new Error(`generator answered ${res.status}`);
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    buffer += decoder.decode(chunk, { stream: true });
+    let end: number;
+    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
+      const data = event
+        .split(/\r?\n/)
+        .filter((l) => l.startsWith("data:"))
+        .map((l) => l.slice(5).trimStart())
+        .join("\n");
+      if (!data) continue;
+      if (data === "[DONE]") return;
+      const parsed = JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }> };
+      const delta = parsed.choices?.[0]?.delta?.content;
+      if (delta) yield delta;
+    }
+  }
+}
+
+export function groundedMessages(prepared: Prepared, question: string, chunks: RetrievedChunk[]): ChatMessage[] {
+  const context = chunks.map((c, i) => `[${i + 1}] ${c.title}\n${c.text}`).join("\n\n");
+  const system = [
+    prepared.runtime.instructions,
+    "Answer the user's question using only the numbered context below. If the context does not contain the answer, say that you do not know.",
+    `Context:\n${context}`,
+  ]
+    .filter(Boolean)
+    .join("\n\n");
+  return [{ role: "system", content: system }, ...prepared.history, { role: "user", content: question }];
+}
+
+function chunkSources(chunks: RetrievedChunk[]): Source[] {
+  const top = Math.max(...chunks.map((c) => c.rank)) || 1;
+  return chunks.slice(0, 3).map((c) => ({ document_id: c.document_id, chunk_id: c.id, title: c.title, score: Math.round((c.rank / top) * 1000) / 1000 }));
+}
+
+/**
+ * Produce the answer for a prepared exchange, handing each piece to `onDelta` as it comes (awaited: a slow
+ * client slows the generator down). Returns the whole text and its sources.
+ */
+export async function generateAnswer(
+  services: AssistantServices,
+  prepared: Prepared,
+  question: string,
+  signal: AbortSignal,
+  onDelta: (delta: string) => Promise<void> | void,
+): Promise<{ text: string; sources: Source[] }> {
+  const db = services.store.db;
+  const settings = answerSettings(prepared.runtime.settings);
+  const chunks = await retrieve(db, prepared.runtime.version_id, question, settings.chunks);
+  const llm = services.assistant.llm;
+  if (llm && chunks.length) {
+    let text = "";
+    try {
+      for await (const delta of chatCompletionDeltas(llm, groundedMessages(prepared, question, chunks), signal)) {
+        text += delta;
+        await onDelta(delta);
+        if (signal.aborted) break;
+      }
+      return { text, sources: chunkSources(chunks) };
+    } catch (err) {
+      if (text || signal.aborted) return { text, sources: chunkSources(chunks) };
+      console.error(`generator failed before its first token; answering extractively: ${(err as Error).message}`);
+    }
+  }
+  const answer = chunks.length ? await answerExtractive(db, question, chunks, settings) : { text: DONT_KNOW, sources: [] };
+  for (const piece of answerPieces(answer.text)) {
+    if (signal.aborted) break;
+    await onDelta(piece);
+  }
+  return { text: answer.text, sources: answer.sources };
+}

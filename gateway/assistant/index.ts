@@ -1,0 +1,40 @@
+/**
+ * The assistant face, assembled: its HTTP app (embed, internal, mobile), the operator authenticator, the rate
+ * limits, and, once the HTTP server exists, socket.io on the same uWS app.
+ */
+import type { AssistantConfig } from "../../runtime/assistant-config.ts";
+import type { Config } from "../../runtime/config.ts";
+import type { Keyring } from "../../runtime/secrets.ts";
+import type { Store } from "../../runtime/store/store.ts";
+import type { ActorSystem } from "../../runtime/system.ts";
+import type { HttpServer } from "../http.ts";
+import { AssistantApp } from "./app.ts";
+import { OperatorAuth } from "./auth.ts";
+import { embedRoutes } from "./embed.ts";
+import { internalRoutes } from "./internal.ts";
+import { RateLimits } from "./limits.ts";
+import { mobileRoutes } from "./mobile.ts";
+import { attachSockets } from "./sockets.ts";
+
+export interface AssistantFace {
+  app: AssistantApp;
+  /** Attach socket.io to the listening server's uWS app. */
+  attach(http: HttpServer): void;
+  close(): Promise<void>;
+}
+
+export function assistantFace(deps: { system: ActorSystem; store: Store; keyring: Keyring; config: Config; assistant: AssistantConfig }): AssistantFace {
+  const limits = new RateLimits({ redisUrl: deps.config.redisUrl, prefix: deps.config.redisPrefix });
+  const app = new AssistantApp({ ...deps, operators: new OperatorAuth(deps.store.db, deps.keyring), limits });
+  app.add(...embedRoutes, ...internalRoutes, ...mobileRoutes);
+  return {
+    app,
+    attach(http) {
+      app.services.sockets = attachSockets(http.app, app.services);
+    },
+    async close() {
+      await app.services.sockets?.close();
+      await limits.close();
+    },
+  };
+}

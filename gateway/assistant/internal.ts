@@ -1,0 +1,227 @@
+/**
+ * The operator console's endpoints under /api/internal: login and API keys, then agents, versions, webhooks,
+ * publish, rollback, the runtime manifest and the mobile sync. Every change goes to the owning actor; the
+ * handlers only check the caller may see the agent (same organization) and shape the answer.
+ */
+import crypto from "node:crypto";
+import { actorId } from "../../runtime/actor.ts";
+import { ChorusError } from "../../runtime/errors.ts";
+import { Keyring, verifyPassword } from "../../runtime/secrets.ts";
+import { findUserByEmail } from "../../actors/reads.ts";
+import { agentById } from "../../actors/assistant-reads.ts";
+import { AGENT, OPERATOR, type CreatedAgent, type Manifest, type Published, type SyncQueued } from "../../actors/protocol.ts";
+import { checkWebhookUrl, WEBHOOK_EVENTS } from "../../actors/webhooks.ts";
+import { fail, isUuid, json, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
+import { isOperatorRole, SESSION_COOKIE, SESSION_SECONDS, type Operator } from "./auth.ts";
+
+/** scrypt of a random password: an unknown e-mail costs what a wrong password costs (no timing oracle). */
+const DUMMY_HASH = "scrypt$32768$8$1$AAAAAAAAAAAAAAAAAAAAAA==$3q2+7w3q2+7w3q2+7w3q2+7w3q2+7w3q2+7w3q2+7w8=";
+
+/** The agent, if it exists and belongs to the operator's organization; 404 otherwise (no existence oracle). */
+export async function operatorAgent(services: AssistantServices, operator: Operator, agentId: unknown) {
+  if (!isUuid(agentId)) throw fail.notFound("Agent");
+  const agent = await agentById(services.store.db, agentId.toLowerCase());
+  if (!agent || agent.realm_id !== operator.realmId) throw fail.notFound("Agent");
+  return agent;
+}
+
+const LOGIN_ATTEMPTS_PER_MINUTE = 10;
+
+const agentIdBody = {
+  type: "object",
+  properties: { agent_id: { type: "string", pattern: UUID } },
+  required: ["agent_id"],
+};
+
+const HOST_PATTERN = "^(\\*\\.)?[A-Za-z0-9.-]+(:[0-9]{1,5})?$|^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$";
+
+export const internalRoutes: AssistantRoute[] = [
+  {
+    method: "POST",
+    path: "/api/internal/auth/login",
+    auth: "none",
+    maxBodyBytes: 16 * 1024,
+    body: {
+      type: "object",
+      properties: { email: { type: "string", minLength: 1, maxLength: 254 }, password: { type: "string", minLength: 1, maxLength: 1000 } },
+      required: ["email", "password"],
+    },
+    async handle({ body, services, req }) {
+      // Password guessing is throttled per client address, before any password is checked.
+      await services.limits.consume([`login:${req.remoteAddress}`], LOGIN_ATTEMPTS_PER_MINUTE);
+      const user = await findUserByEmail(services.store.db, body.email);
+      const ok = await verifyPassword(body.password, user?.password_hash ?? DUMMY_HASH);
+      if (!user || !ok || !user.is_active || user.realm_deactivated) throw new ChorusError("AUTHENTICATION_FAILED", "Wrong e-mail or password", 401);
+      if (!isOperatorRole(user.role)) throw new ChorusError("NOT_AN_OPERATOR", "Only organization owners and administrators may use the console", 403);
+      const token = crypto.randomBytes(32).toString("base64url");
+      const csrfToken = crypto.randomBytes(32).toString("base64url");
+      const expiresAt = Math.floor(Date.now() / 1000) + SESSION_SECONDS;
+      await services.system.ask(actorId(OPERATOR, user.id), { op: "openSession", tokenHash: services.keyring.hashApiKey(token), csrfToken, expiresAt });
+      const secure = req.headers["x-forwarded-proto"] === "https" ? "; Secure" : "";
+      return json(
+        200,
+        { user_id: user.id, email: user.delivery_email, csrf_token: csrfToken, expires_at: new Date(expiresAt * 1000).toISOString() },
+        { "set-cookie": `${SESSION_COOKIE}=${token}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${SESSION_SECONDS}${secure}`, "cache-control": "no-store" },
+      );
+    },
+  },
+  {
+    method: "POST",
+    path: "/api/internal/api-keys",
+    auth: "operator",
+    body: { type: "object", properties: {} },
+    async handle({ operator, services }) {
+      const key = `chorus_${Keyring.newApiKey()}`;
+      const keyId = crypto.randomUUID();
+      await services.system.ask(actorId(OPERATOR, operator.userId), { op: "createApiKey", keyId, keyHash: services.keyring.hashApiKey(key) });
+      return json(201, { key, key_id: keyId }, { "cache-control": "no-store" });
+    },
+  },
+  {
+    method: "POST",
+    path: "/api/internal/rag/agents",
+    auth: "operator",
+    maxBodyBytes: 64 * 1024,
+    body: {
+      type: "object",
+      properties: {
+        name: { type: "string", minLength: 1, maxLength: 200 },
+        allowed_origins: { type: "array", maxItems: 100, items: { type: "string", maxLength: 260, pattern: HOST_PATTERN } },
+        rate_limit_per_minute: { type: "integer", minimum: 1, maximum: 100_000 },
+        mobile_webhook_url: { type: "string", maxLength: 2000 },
+      },
+      required: ["name"],
+    },
+    async handle({ body, operator, services }) {
+      if (body.mobile_webhook_url) checkWebhookUrl(body.mobile_webhook_url, services.assistant.webhookAllowHosts);
+      const agentId = crypto.randomUUID();
+      const created = await services.system.ask<CreatedAgent>(actorId(AGENT, agentId), {
+        op: "create",
+        realmId: operator.realmId,
+        name: body.name.trim() || body.name,
+        allowedOrigins: (body.allowed_origins ?? []).map(normaliseOriginRule),
+        rateLimitPerMinute: body.rate_limit_per_minute ?? services.assistant.defaultRateLimitPerMinute,
+        mobileWebhookUrl: body.mobile_webhook_url ?? null,
+      });
+      return json(201, created, { "cache-control": "no-store" });
+    },
+  },
+  {
+    method: "POST",
+    path: "/api/internal/rag/agents/{agent_id}/versions",
+    auth: "operator",
+    body: {
+      type: "object",
+      properties: {
+        instructions: { type: "string", maxLength: 20_000 },
+        settings: { type: "object" },
+        documents: {
+          type: "array",
+          maxItems: 1000,
+          items: {
+            type: "object",
+            properties: { title: { type: "string", minLength: 1, maxLength: 300 }, text: { type: "string", maxLength: 2_000_000 } },
+            required: ["title", "text"],
+          },
+        },
+      },
+      required: ["documents"],
+    },
+    async handle({ body, operator, services, pathParams }) {
+      const agent = await operatorAgent(services, operator, pathParams.agent_id);
+      const result = await services.system.ask<{ version_id: string; documents: number; chunks: number }>(actorId(AGENT, agent.id), {
+        op: "addVersion",
+        versionId: crypto.randomUUID(),
+        instructions: body.instructions ?? "",
+        settings: body.settings ?? {},
+        documents: body.documents.map((d: { title: string; text: string }) => ({ title: d.title, text: d.text })),
+      }, 60_000);
+      return json(201, result);
+    },
+  },
+  {
+    method: "POST",
+    path: "/api/internal/rag/agents/{agent_id}/webhooks",
+    auth: "operator",
+    maxBodyBytes: 16 * 1024,
+    body: {
+      type: "object",
+      properties: {
+        url: { type: "string", minLength: 1, maxLength: 2000 },
+        events: { type: "array", minItems: 1, uniqueItems: true, items: { enum: [...WEBHOOK_EVENTS] } },
+      },
+      required: ["url", "events"],
+    },
+    async handle({ body, operator, services, pathParams }) {
+      const agent = await operatorAgent(services, operator, pathParams.agent_id);
+      checkWebhookUrl(body.url, services.assistant.webhookAllowHosts);
+      const created = await services.system.ask(actorId(AGENT, agent.id), { op: "addWebhook", webhookId: crypto.randomUUID(), url: body.url, events: body.events });
+      return json(201, created, { "cache-control": "no-store" });
+    },
+  },
+  {
+    method: "POST",
+    path: "/api/internal/rag/publish",
+    auth: "operator",
+    maxBodyBytes: 16 * 1024,
+    body: { type: "object", properties: { agent_id: { type: "string", pattern: UUID }, version_id: { type: "string", pattern: UUID } }, required: ["agent_id", "version_id"] },
+    async handle({ body, operator, services }) {
+      const agent = await operatorAgent(services, operator, body.agent_id);
+      const published = await services.system.ask<Published>(actorId(AGENT, agent.id), { op: "publish", versionId: body.version_id.toLowerCase() });
+      return json(200, publishedBody(published));
+    },
+  },
+  {
+    method: "POST",
+    path: "/api/internal/rag/rollback",
+    auth: "operator",
+    maxBodyBytes: 16 * 1024,
+    body: agentIdBody,
+    async handle({ body, operator, services }) {
+      const agent = await operatorAgent(services, operator, body.agent_id);
+      const published = await services.system.ask<Published>(actorId(AGENT, agent.id), { op: "rollback" });
+      return json(200, publishedBody(published));
+    },
+  },
+  {
+    method: "GET",
+    path: "/api/internal/rag/runtime-manifest",
+    auth: "operator",
+    async handle({ query, operator, services, req }: AssistantCall) {
+      const raw = query.get("agent_id");
+      if (!raw) throw fail.badRequest("agent_id: is required");
+      if (!isUuid(raw)) throw fail.badRequest("agent_id: must be a UUID");
+      const agent = await operatorAgent(services, operator, raw);
+      const manifest = await services.system.ask<Manifest>(actorId(AGENT, agent.id), { op: "manifest" });
+      const headers = { etag: manifest.etag, "cache-control": "no-cache" };
+      const ifNoneMatch = req.headers["if-none-match"];
+      if (ifNoneMatch && ifNoneMatch.split(",").some((t) => t.trim() === manifest.etag || t.trim() === `W/${manifest.etag}` || t.trim() === "*")) {
+        return { status: 304, headers, body: "" };
+      }
+      return { status: 200, headers: { "content-type": "application/json; charset=utf-8", ...headers }, body: manifest.json };
+    },
+  },
+  {
+    method: "POST",
+    path: "/api/internal/rag/sync/mobile",
+    auth: "operator",
+    maxBodyBytes: 16 * 1024,
+    body: agentIdBody,
+    async handle({ body, operator, services }) {
+      const agent = await operatorAgent(services, operator, body.agent_id);
+      const queued = await services.system.ask<SyncQueued>(actorId(AGENT, agent.id), { op: "syncMobile" });
+      return json(202, { queued: true, delivery_id: queued.delivery_id });
+    },
+  },
+];
+
+function publishedBody(p: Published) {
+  return { agent_id: p.agent_id, version_id: p.version_id, published_at: new Date(p.published_at * 1000).toISOString() };
+}
+
+/** `https://Example.com/` and `example.com` are one rule: a lower-case host (with port if given), or `*.host`. */
+export function normaliseOriginRule(rule: string): string {
+  const trimmed = rule.trim().toLowerCase();
+  if (trimmed.includes("://")) return new URL(trimmed).host;
+  return trimmed.replace(/\/+$/, "");
+}
