@@ -94,7 +94,7 @@ async function run(req: LoadRequest): Promise<LoadFigures> {
 }
 
 process.on("message", (msg: ToLoad) => {
-  if ("exit" in msg) return process.disconnect();
+  if ("exit" in msg) return process.connected ? process.disconnect() : undefined;
   if ("abort" in msg) return current?.stop();
   if ("watch" in msg) return void watched.set(resourceKey(msg.watch), msg.watch);
   if ("release" in msg) return void watched.delete(resourceKey(msg.release));

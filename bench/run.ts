@@ -4,7 +4,9 @@
  * 1. The ceilings, on port 0 in this process: a raw uWebSockets.js hello-world (the ceiling every figure is a
  *    ratio of) and the same hello-world through gateway/http.ts (what the adapter itself costs).
  * 2. For each engine (embedded: memory + PGlite; redis+postgres: Redis Streams + a fresh Postgres database), a
- *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, send).
+ *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, send), then
+ *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
+ *    own child process (bench/event-client.ts).
  *
  * Every measurement is a warm-up autocannon run (discarded) followed by the measured run, with the same fixed
  * flags everywhere. autocannon runs in a child process (bench/load.ts) so it neither shares the server's event
@@ -22,6 +24,7 @@ import { monitorEventLoopDelay } from "node:perf_hooks";
 import { Session } from "node:inspector/promises";
 import type { Janitor, Resource } from "./janitor.ts";
 import type { LoadFigures, LoadReply, LoadRequest, ToLoad } from "./load.ts";
+import { EVENT_SCENARIOS, EventClient, EventWorld, TARGETS, describeServer, runEventScenario, type EventMeasurement, type EventOptions, type EventScenarioName } from "./events.ts";
 import {
   ENGINES,
   SCENARIOS,
@@ -56,17 +59,30 @@ interface Options {
   ceiling: boolean;
   /** Profile the server process over each measured run (V8 CPU profile into bench/results/). */
   cpuProf: boolean;
+  /** Event scenarios: wake's send rate, its parked polls, the fan-out channel's subscribers, measured fan-out sends, idle queues. */
+  rate: number;
+  parked: number;
+  subscribers: number;
+  repeat: number;
+  queues: number;
 }
 
 const USAGE = `usage: npm run bench -- [options]
   --engine <embedded|redis+postgres|both>   engines to run (default both; env BENCH_ENGINE)
-  --scenario <fetch,send>                   scenarios to run, in this order (default both; env BENCH_SCENARIO)
+  --scenario <list>                         scenarios to run (default all: fetch,send,wake,fanout,register,queues;
+                                            env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
   --connections <n>                         autocannon connections (default 50; env BENCH_CONNECTIONS)
   --pipelining <n>                          autocannon pipelining (default 1; env BENCH_PIPELINING)
   --timeout <s>                             autocannon request timeout (default 10)
   --history <n>                             messages in the channel while fetch is measured (default 1000)
+  --rate <n>                                wake: messages per second sent (default 1000)
+  --parked <n>                              wake: long-polls parked on idle queues meanwhile (default 1000)
+  --subscribers <n>                         fanout: subscribers of the channel, one queue each (default 10000);
+                                            register runs over the same users
+  --repeat <n>                              fanout: measured sends, after one discarded (default 5)
+  --queues <n>                              queues: idle queues for memory per queue (default 100000)
   --no-ceiling                              skip the ceiling runs (ratios are then left out)
   --cpu-prof                                V8 CPU profile of the server over each measured run, saved beside the
                                             results (open in Chrome DevTools); the top functions are printed.
@@ -83,6 +99,11 @@ function parseOptions(argv: string[]): Options {
     pipelining: env.BENCH_PIPELINING,
     timeout: env.BENCH_TIMEOUT,
     history: env.BENCH_HISTORY,
+    rate: env.BENCH_RATE,
+    parked: env.BENCH_PARKED,
+    subscribers: env.BENCH_SUBSCRIBERS,
+    repeat: env.BENCH_REPEAT,
+    queues: env.BENCH_QUEUES,
   };
   let ceiling = true;
   let cpuProf = false;
@@ -134,7 +155,7 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = SCENARIOS.map((s) => s.name);
+  const known = [...SCENARIOS.map((s) => s.name), ...EVENT_SCENARIOS];
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
   for (const s of scenarios) if (!known.includes(s)) throw new Error(`--scenario: unknown ${s} (known: ${known.join(", ")})`);
   return {
@@ -148,6 +169,11 @@ function parseOptions(argv: string[]): Options {
     history: Math.round(num("history", 1000, 20)),
     ceiling,
     cpuProf,
+    rate: num("rate", 1000, 1),
+    parked: Math.round(num("parked", 1000, 0)),
+    subscribers: Math.round(num("subscribers", 10_000, 1)),
+    repeat: Math.round(num("repeat", 5, 1)),
+    queues: Math.round(num("queues", 100_000, 1)),
   };
 }
 
@@ -497,6 +523,8 @@ async function main(): Promise<number> {
   resultStamp = started.toISOString().replace(/[:.]/g, "-");
   const stops = new Set<() => Promise<void>>();
   const load = new LoadGenerator();
+  const eventClient = new EventClient();
+  let eventClientStarted = false;
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
     // tsx relays a second signal within ~30 ms when we are slow to acknowledge the first: ignore repeats.
@@ -505,6 +533,7 @@ async function main(): Promise<number> {
     originalError(`bench: ${signal}: stopping the load and cleaning up`);
     load.abort();
     void (async () => {
+      await eventClient.stop().catch(() => {});
       for (const stop of stops) await stop();
       await load.stop().catch(() => {});
       process.exit(130);
@@ -513,7 +542,20 @@ async function main(): Promise<number> {
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
 
-  const flags = { connections: opts.connections, pipelining: opts.pipelining, duration: opts.duration, warmup: opts.warmup, timeout: opts.timeout, history: opts.history, cpuProf: opts.cpuProf };
+  const flags = {
+    connections: opts.connections,
+    pipelining: opts.pipelining,
+    duration: opts.duration,
+    warmup: opts.warmup,
+    timeout: opts.timeout,
+    history: opts.history,
+    cpuProf: opts.cpuProf,
+    rate: opts.rate,
+    parked: opts.parked,
+    subscribers: opts.subscribers,
+    repeat: opts.repeat,
+    queues: opts.queues,
+  };
   const cpus = os.cpus();
   const machine = {
     cpus: cpus.length,
@@ -532,6 +574,21 @@ async function main(): Promise<number> {
   console.log(`engines: ${opts.engines.join(", ")}; scenarios: ${opts.scenarios.join(", ")}; fetch reads a channel of ${opts.history} messages\n`);
 
   const results: Measurement[] = [];
+  const eventResults: Array<EventMeasurement & { serverLog: LoggedErrors }> = [];
+  const profiled = async <T>(name: string, fn: () => Promise<T>): Promise<{ value: T; profile?: Measurement["profile"] }> => {
+    if (!opts.cpuProf) return { value: await fn() };
+    const session = new Session();
+    session.connect();
+    try {
+      await session.post("Profiler.enable");
+      await session.post("Profiler.start");
+      const value = await fn();
+      const { profile } = await session.post("Profiler.stop");
+      return { value, profile: saveProfile(profile as CpuProfile, name) };
+    } finally {
+      session.disconnect();
+    }
+  };
   const engineInfo: Array<{ name: EngineName; describe: string; store: string; startupMs: number }> = [];
   const failures: string[] = [];
   let uws: Measurement | undefined;
@@ -596,6 +653,43 @@ async function main(): Promise<number> {
           console.log(`${fmt(m.load.reqPerSec)} req/s${ctx}${m.verification ? ` (${m.verification.note})` : ""}`);
           results.push(m);
         }
+        const eventNames = EVENT_SCENARIOS.filter((s) => opts.scenarios.includes(s));
+        if (eventNames.length && !interrupted) {
+          if (!eventClientStarted) {
+            await eventClient.start();
+            eventClientStarted = true;
+          }
+          const world = new EventWorld(engine, eventClient);
+          const eventOpts: EventOptions = {
+            rate: opts.rate,
+            parked: opts.parked,
+            subscribers: opts.subscribers,
+            repeat: opts.repeat,
+            queues: opts.queues,
+            duration: opts.duration,
+            warmup: opts.warmup,
+            connections: opts.connections,
+            uwsReqPerSec: uws?.load.reqPerSec,
+            profiled,
+          };
+          for (const scenario of eventNames) {
+            if (interrupted) break;
+            process.stdout.write(`measuring ${name} / ${scenario} … `);
+            const t0 = performance.now();
+            logged = { count: 0, samples: [] };
+            try {
+              const m = await runEventScenario(scenario as EventScenarioName, world, eventOpts);
+              eventResults.push({ ...m, serverLog: logged });
+              console.log(`${m.summary} [${fmt((performance.now() - t0) / 1000, 1)} s with setup]`);
+              for (const p of m.problems) failures.push(`${name} / ${scenario}: ${p}`);
+            } catch (err) {
+              if (interrupted) break;
+              console.log("failed");
+              failures.push(`${name} / ${scenario}: ${(err as Error).stack ?? err}`);
+              originalError(`bench: ${name} / ${scenario} failed:`, err);
+            }
+          }
+        }
       } catch (err) {
         if (interrupted) break; // the signal handler is tearing things down: errors from that are expected
         failures.push(`${name}: ${(err as Error).stack ?? err}`);
@@ -609,6 +703,7 @@ async function main(): Promise<number> {
       }
     }
   } finally {
+    await eventClient.stop().catch(() => {});
     for (const stop of stops) await stop();
     await load.stop().catch(() => {});
   }
@@ -642,6 +737,28 @@ async function main(): Promise<number> {
     }
     if (m.serverLog.count) console.log(`${m.engine ?? ""} / ${m.name}: the server logged ${m.serverLog.count} error/warn lines during the measured run`);
   }
+  if (eventResults.length) {
+    console.log(
+      `\nevent system (targets: wake p99 < ${TARGETS.wakeP99Ms} ms at ${fmt(TARGETS.wakeRate)} msg/s with 1,000 parked polls; ` +
+        `fan-out to ${fmt(TARGETS.fanoutQueues)} queues < ${TARGETS.fanoutMs} ms; < ${fmt(TARGETS.bytesPerQueue)} B per idle queue of ${fmt(TARGETS.queues)})`,
+    );
+    for (const m of eventResults) {
+      console.log(`${m.engine} / ${m.name}: ${m.summary}`);
+      const side = [describeServer(m.server), m.serverLog.count ? `the server logged ${m.serverLog.count} error/warn lines` : ""].filter(Boolean).join("; ");
+      if (side) console.log(`    ${side}`);
+    }
+    console.log(
+      "wake: latency = the receiver's long-poll returning the event − the start of the POST /messages, both on the client's\n" +
+        "clock (a child process); warm-up discarded. HTTP floor: the same client's GET round trip to a raw uWS hello-world at\n" +
+        "the same rate. fanout: the POST /messages round trip (answered once every queue has the event); deliveries/s =\n" +
+        "queues / mean time. queues: (after − before) / queues of the server process, each after a forced full GC.",
+    );
+  }
+  const profiledEvents = eventResults.filter((m) => m.profile) as Array<EventMeasurement & { profile: NonNullable<Measurement["profile"]> }>;
+  for (const m of profiledEvents) {
+    console.log(`\n${m.engine} / ${m.name}: top self time in the server (${m.profile.file})`);
+    for (const t of m.profile.top.slice(0, 12)) console.log(`  ${t.percent.toFixed(1).padStart(5)}%  ${fmt(t.selfMs).padStart(6)} ms  ${t.fn}`);
+  }
   for (const m of results) {
     if (!m.profile) continue;
     console.log(`\n${m.engine ? `${m.engine} / ` : ""}${m.name}: top self time in the server (${m.profile.file})`);
@@ -664,6 +781,7 @@ async function main(): Promise<number> {
     engines: engineInfo,
     ceiling: { uws: uws?.load.reqPerSec, adapter: adapter?.load.reqPerSec },
     results,
+    events: eventResults,
     failures,
   };
   const dir = path.join(HERE, "results");
