@@ -10,7 +10,9 @@
  */
 import { actorId, type Actor, type ActorContext } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
+import type { Kysely } from "kysely";
 import type { Store } from "../runtime/store/store.ts";
+import type { Database } from "../runtime/store/schema.ts";
 import type { ActorSystem } from "../runtime/system.ts";
 import type { ActorDeps } from "./deps.ts";
 import { dmKey } from "./dm.ts";
@@ -47,6 +49,19 @@ export function scheduledObject(r: Row) {
     scheduled_delivery_timestamp: r.scheduled_timestamp,
     failed: r.status === "failed",
   };
+}
+
+/** The user's scheduled messages still to send, or that failed (GET /scheduled_messages, POST /register). */
+export async function scheduledMessagesOf(db: Kysely<Database>, userId: number) {
+  const rows = await db
+    .selectFrom("scheduled_messages")
+    .selectAll()
+    .where("sender_id", "=", userId)
+    .where("status", "in", ["pending", "failed"])
+    .orderBy("scheduled_timestamp")
+    .orderBy("id")
+    .execute();
+  return rows.map(scheduledObject);
 }
 
 export const scheduledNotFound = () => new ChorusError("BAD_REQUEST", "Scheduled message does not exist", 404);

@@ -12,6 +12,7 @@ import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "..
 import { systemGroups, userGroupObjects } from "../../actors/groups.ts";
 import { draftsOf, viewsOf } from "../../actors/user-data.ts";
 import { PRESENCE, type PresenceReply } from "../../actors/presence.ts";
+import { scheduledMessagesOf } from "../../actors/scheduler.ts";
 import { realmSettingsDefaults, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 
 const StrList = { type: "array", items: Str } as const;
@@ -63,18 +64,24 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
     const state = await s.system.ask<PresenceReply>(actorId(PRESENCE, u.realm_id), { op: "state", modern: o.slimPresence, historyLimitDays: 14 });
     return { presences: state.presences ?? {}, presence_last_update_id: state.presence_last_update_id, server_timestamp: state.server_timestamp };
   },
-  // Features whose state is empty until their issue lands: the honest initial state is "none yet".
+  // Features not built yet: the honest initial state is "none yet".
   async drafts(s, u) {
     return { drafts: await draftsOf(s.store.db, u.id) };
   },
-  async user_topic() {
-    return { user_topics: [] };
+  async user_topic(s, u) {
+    const rows = await s.store.db
+      .selectFrom("user_topics")
+      .select(["stream_id", "topic_name", "last_updated", "visibility_policy"])
+      .where("user_id", "=", u.id)
+      .orderBy("last_updated")
+      .execute();
+    return { user_topics: rows };
   },
   async navigation_views(s, u) {
     return { navigation_views: await viewsOf(s.store.db, u.id) };
   },
-  async scheduled_messages() {
-    return { scheduled_messages: [] };
+  async scheduled_messages(s, u) {
+    return { scheduled_messages: await scheduledMessagesOf(s.store.db, u.id) };
   },
   async realm_emoji() {
     return { realm_emoji: {} };

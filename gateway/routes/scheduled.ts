@@ -2,7 +2,7 @@
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { SCHEDULER, type ScheduledSpec } from "../../actors/protocol.ts";
-import { scheduledNotFound, scheduledObject } from "../../actors/scheduler.ts";
+import { scheduledMessagesOf, scheduledNotFound, scheduledObject } from "../../actors/scheduler.ts";
 import { requireStream, type UserRow } from "../../actors/reads.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
@@ -66,15 +66,7 @@ export const scheduledRoutes: RouteSpec[] = [
     path: "/scheduled_messages",
     params: { type: "object", properties: {} },
     async handle({ user, services }) {
-      const rows = await services.store.db
-        .selectFrom("scheduled_messages")
-        .selectAll()
-        .where("sender_id", "=", user.id)
-        .where("status", "in", ["pending", "failed"])
-        .orderBy("scheduled_timestamp")
-        .orderBy("id")
-        .execute();
-      return { scheduled_messages: rows.map(scheduledObject) };
+      return { scheduled_messages: await scheduledMessagesOf(services.store.db, user.id) };
     },
   },
   {
