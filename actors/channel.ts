@@ -12,7 +12,8 @@ import { Conversation, type MovePlan, type StoredMessage } from "./conversation.
 import { isModerator, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
-import { CHANNEL, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult } from "./protocol.ts";
+import { subscriptionsOf } from "./reads.ts";
+import { CHANNEL, USER, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult } from "./protocol.ts";
 import { ensureSystemBot } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
@@ -220,8 +221,30 @@ export class ChannelActor extends Conversation {
           .execute(),
       );
       for (const u of added) this.state.subscribers.add(u);
+      await this.announceSubscribers(added);
     }
     return { added, already };
+  }
+
+  /**
+   * subscription add to each new subscriber (their own subscription object), and peer_add to those who follow the
+   * channel's subscriber list: everyone in the realm for a public channel, the subscribers for a private one.
+   */
+  private async announceSubscribers(added: number[]): Promise<void> {
+    const db = this.deps.store.db;
+    const system = this.deps.system();
+    await Promise.all(
+      added.map(async (userId) => {
+        const subscriptions = (await subscriptionsOf(db, userId, true)).filter((sub) => sub.stream_id === this.state.id);
+        await system.broadcast([actorId(USER, userId)], { op: "deliverEvent", event: { type: "subscription", op: "add", subscriptions } });
+      }),
+    );
+    const newcomers = new Set(added);
+    const watchers = this.state.inviteOnly
+      ? [...this.state.subscribers]
+      : (await db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true).execute()).map((u) => u.id);
+    const peers = watchers.filter((id) => !newcomers.has(id)).map((id) => actorId(USER, id));
+    await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
   }
 
   /**

@@ -366,6 +366,16 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       expect(events[1].streams.map((s: any) => s.name)).toEqual(["announced"]);
     });
 
+    it("sends subscription add to new subscribers and peer_add to the others", async () => {
+      const qb = (await register(bob, { event_types: ["subscription"] })).body.queue_id;
+      const qa = (await register(alice, { event_types: ["subscription"] })).body.queue_id;
+      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "joined" }], principals: [bob.id] } });
+      const [eb] = (await poll(bob, qb, -1, { dont_block: true })).body.events;
+      expect(eb).toMatchObject({ type: "subscription", op: "add", subscriptions: [{ name: "joined", subscribers: [bob.id] }] });
+      const [ea] = (await poll(alice, qa, -1, { dont_block: true })).body.events;
+      expect(ea).toMatchObject({ type: "subscription", op: "peer_add", stream_ids: [eb.subscriptions[0].stream_id], user_ids: [bob.id] });
+    });
+
     it("requires last_event_id with queue_id", async () => {
       const q = (await register(alice)).body.queue_id;
       const res = await api(server, "GET", "/events", { as: alice, params: { queue_id: q } });
