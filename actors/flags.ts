@@ -106,7 +106,8 @@ export class FlagsActor implements Actor {
       if (!msg.add && msg.flag === "read") {
         event.message_details = Object.fromEntries(changed.filter((id) => msg.details?.[id]).map((id) => [id, msg.details![id]]));
       }
-      await this.deps.system().tell(actorId(USER, this.userId), { op: "deliverEvent", event });
+      // Asked, not told: the flag change succeeds only once its event is in the user's queues.
+      await this.deps.system().broadcast([actorId(USER, this.userId)], { op: "deliverEvent", event });
     }
     return { messages: changed };
   }

@@ -229,7 +229,7 @@ export class SchedulerActor implements Actor {
   }
 
   private async tellOwner(userId: number, event: Record<string, unknown>): Promise<void> {
-    await this.deps.system().tell(actorId(USER, userId), { op: "deliverEvent", event });
+    await this.deps.system().broadcast([actorId(USER, userId)], { op: "deliverEvent", event }); // in the queue before success
   }
 }
 

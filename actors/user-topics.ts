@@ -48,7 +48,7 @@ export class UserTopicsActor implements Actor {
     // Repeating a request changes nothing and, as in Zulip since feature level 169, still succeeds quietly.
     if (changed) {
       const event = { type: "user_topic", stream_id: msg.streamId, topic_name: msg.topic, last_updated: now, visibility_policy: msg.policy };
-      await this.deps.system().tell(actorId(USER, this.userId), { op: "deliverEvent", event });
+      await this.deps.system().broadcast([actorId(USER, this.userId)], { op: "deliverEvent", event }); // in the queue before success
     }
     return {};
   }

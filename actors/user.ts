@@ -79,6 +79,8 @@ export class UserActor implements Actor {
   private snapshotVersion = 0;
   private expiryScheduled = false;
   private typingWanted?: boolean;
+  /** Sequence numbers handed out whose events are still committing (pruning must not pass them). */
+  private readonly inFlight = new Set<number>();
 
   constructor(
     private readonly ctx: ActorContext,
@@ -377,12 +379,18 @@ export class UserActor implements Actor {
     const targets = [...this.queues.values()].filter((q) => this.accepts(q, event));
     if (!targets.length) return;
     const seq = this.nextSeq++;
-    await this.deps.store.appendUserEvent({ user_id: this.userId, seq, payload: event }, this.ctx.fence());
-    for (const q of targets) {
-      if (!this.queues.has(q.spec.id)) continue; // deleted while the event was committing
-      q.items.push({ seq, event });
-      if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
-    }
+    // The turn ends while the event commits, so the next deliveries join the same group commit; the delivery is
+    // answered (and the operation that caused it succeeds) only once the event is committed and queued. Commits
+    // resolve in order, so events reach the queues in sequence order.
+    const queued = this.deps.store.appendUserEvent({ user_id: this.userId, seq, payload: event }, this.ctx.fence()).then(() => {
+      for (const q of targets) {
+        if (!this.queues.has(q.spec.id)) continue; // deleted while the event was committing
+        q.items.push({ seq, event });
+        if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
+      }
+    });
+    this.inFlight.add(seq);
+    this.ctx.completeWhen(queued.finally(() => this.inFlight.delete(seq)));
   }
 
   private accepts(q: EventQueue, event: StoredEvent): boolean {
@@ -432,7 +440,8 @@ export class UserActor implements Actor {
         changed = true;
       }
     }
-    const settled = this.queues.size ? Math.min(...[...this.queues.values()].map((q) => q.items[0] ? q.items[0].seq - 1 : this.nextSeq - 1)) : this.nextSeq - 1;
+    const held = [...this.queues.values()].map((q) => (q.items[0] ? q.items[0].seq - 1 : this.nextSeq - 1));
+    const settled = Math.min(this.nextSeq - 1, ...held, ...[...this.inFlight].map((seq) => seq - 1));
     if (settled >= this.seqFloor) {
       // The floor goes into the snapshot before the rows go: ids never repeat, even after a crash in between.
       this.seqFloor = settled + 1;

@@ -59,6 +59,12 @@ export interface ActorContext {
   schedule(ms: number, message: unknown): () => void;
   /** The ownership proof of this actor's shard, to pass to store writes. */
   fence(): Fence;
+  /**
+   * End the current turn now but answer it (reply, broadcast completion, transport acknowledgement) only once
+   * `work` settles: the mailbox moves on while a commit is in flight, and the next turns' commits can share its
+   * group commit. A rejection answers the turn with that error.
+   */
+  completeWhen(work: Promise<unknown>): void;
 }
 
 export interface Actor {

@@ -42,6 +42,8 @@ interface Activation {
   /** Reply address of the ask being handled by the current turn (for ctx.defer()). */
   current?: ReplyAddress;
   parked: boolean;
+  /** Set by ctx.completeWhen during the current turn. */
+  completion?: Promise<unknown>;
   activated?: Promise<void>;
 }
 
@@ -229,6 +231,9 @@ export class ActorSystem {
           a.timers.delete(timer);
         };
       },
+      completeWhen: (work) => {
+        a.completion = a.completion ? Promise.all([a.completion, work]) : work;
+      },
       fence: (): Fence => {
         const epoch = this.epochs.get(a.shard);
         if (epoch === undefined) throw errors.fenced(a.shard);
@@ -273,15 +278,23 @@ export class ActorSystem {
         a.lastUsed = Date.now();
         const span = tracer.startSpan(`turn ${a.ctx.kind}`, undefined, turn.parent ?? ROOT_CONTEXT);
         try {
+          a.completion = undefined;
           const value = await context.with(trace.setSpan(turn.parent ?? ROOT_CONTEXT, span), () => a.actor.receive(turn.body, a.ctx));
+          const completion = a.completion as Promise<unknown> | undefined;
           if (value === PARKED || a.parked) turn.done();
-          else this.finishTurn(turn, value);
+          else if (completion) {
+            completion.then(
+              () => this.finishTurn(turn, value),
+              (err) => this.finishTurn(turn, undefined, ChorusError.wrap(err)),
+            );
+          } else this.finishTurn(turn, value);
         } catch (err) {
           const error = ChorusError.wrap(err);
           if (error.status >= 500 && error.code === "INTERNAL_SERVER_ERROR") console.error(`turn of ${a.id} failed`, err);
           this.finishTurn(turn, undefined, error);
         } finally {
           a.current = undefined;
+          a.completion = undefined;
           span.end();
         }
       }

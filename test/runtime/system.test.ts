@@ -121,6 +121,21 @@ function testKinds(p: Probe): Record<string, ActorFactory> {
         },
       };
     },
+    /** `hold` turns end at once but complete only when a later `finish` turn settles their work (ctx.completeWhen). */
+    committer: (ctx) => {
+      const held: Array<{ resolve(): void; reject(e: Error): void }> = [];
+      return {
+        receive(m: Msg) {
+          if (m.op === "hold") {
+            ctx.completeWhen(new Promise<void>((resolve, reject) => held.push({ resolve, reject })));
+            return `held ${m.n}`;
+          }
+          const work = held.splice(0);
+          for (const w of work) m.fail ? w.reject(new ChorusError("COMMIT_FAILED", "commit failed", 503)) : w.resolve();
+          return work.length;
+        },
+      };
+    },
     /** Its first activation fails (once the gate opens); later ones succeed. */
     flaky: (ctx) => ({
       async activate() {
@@ -352,6 +367,22 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect(await system.ask<number>("parker:p", { op: "release", value: "hello" })).toBe(2);
     expect(await Promise.all(waits)).toEqual(["hello", "hello"]);
     expect(await system.ask<number>("parker:p", { op: "release", value: "again" })).toBe(0);
+  });
+
+  it("ctx.completeWhen answers a turn only once its work settles, while later turns run", async () => {
+    const system = await node();
+    let answered = false;
+    const first = system.ask<string>("committer:a", { op: "hold", n: 1 }).then((v) => ((answered = true), v));
+    const second = system.ask<string>("committer:a", { op: "hold", n: 2 });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(answered).toBe(false); // its turn ended, but its work has not settled
+    expect(await system.ask<number>("committer:a", { op: "finish" })).toBe(2); // the mailbox did not wait
+    expect(await first).toBe("held 1");
+    expect(answered).toBe(true);
+    await expect(second).resolves.toBe("held 2");
+    const doomed = system.ask<string>("committer:a", { op: "hold", n: 3 });
+    await system.ask("committer:a", { op: "finish", fail: true });
+    await expect(doomed).rejects.toMatchObject({ code: "COMMIT_FAILED", status: 503 });
   });
 
   it("a parked ask resolved after the asker timed out is ignored", async () => {
