@@ -8,10 +8,9 @@
  */
 import crypto from "node:crypto";
 import { sql, type Transaction } from "kysely";
-import { PARKED, type Actor, type ActorContext } from "../runtime/actor.ts";
-import { actorId } from "../runtime/actor.ts";
+import { actorId, PARKED, type Actor, type ActorContext } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
-import type { Database } from "../runtime/store/schema.ts";
+import type { Database, MessageTable } from "../runtime/store/schema.ts";
 import type { ActorDeps } from "./deps.ts";
 import { FLAG_BITS, flagList } from "./flags.ts";
 import type { GroupSettingValue } from "./groups.ts";
@@ -35,16 +34,7 @@ import {
 export const invalidMessage = () => errors.badRequest("Invalid message(s)");
 
 /** The stored message a turn works on. */
-export interface StoredMessage {
-  id: number;
-  sender_id: number;
-  recipient_id: number;
-  stream_id: number | null;
-  topic: string;
-  content: string;
-  rendered_content: string;
-  date_sent: number;
-}
+export type StoredMessage = Pick<MessageTable, "id" | "sender_id" | "recipient_id" | "stream_id" | "topic" | "content" | "rendered_content" | "date_sent">;
 
 /** A move decided by a channel: which messages go where. */
 export interface MovePlan {
