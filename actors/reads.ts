@@ -540,17 +540,27 @@ export async function readableMessages(db: DB, user: UserRow, ids: number[]) {
     .execute();
 }
 
+/** Whether the user has an active subscription to the channel. */
+export async function isSubscribed(db: DB, userId: number, streamId: number): Promise<boolean> {
+  const row = await db
+    .selectFrom("subscriptions")
+    .select("user_id")
+    .where("stream_id", "=", streamId)
+    .where("user_id", "=", userId)
+    .where("active", "=", true)
+    .executeTakeFirst();
+  return !!row;
+}
+
 /**
  * A channel the user may read (subscribed, or public to a non-guest), by id or name; anything else, missing
  * included, is Zulip's "Invalid channel ID" so a private channel's existence does not leak.
  */
 export async function readableStream(db: DB, user: UserRow, ref: { id?: number; name?: string }): Promise<StreamRow & { subscribed: boolean }> {
   const stream = await findStream(db, user.realm_id, ref);
-  const sub = stream
-    ? await db.selectFrom("subscriptions").select("user_id").where("stream_id", "=", stream.id).where("user_id", "=", user.id).where("active", "=", true).executeTakeFirst()
-    : undefined;
-  if (!stream || (!sub && (stream.invite_only || user.role === ROLE.guest))) throw errors.badRequest("Invalid channel ID");
-  return { ...stream, subscribed: !!sub };
+  const subscribed = stream ? await isSubscribed(db, user.id, stream.id) : false;
+  if (!stream || (!subscribed && (stream.invite_only || user.role === ROLE.guest))) throw errors.badRequest("Invalid channel ID");
+  return { ...stream, subscribed };
 }
 
 /**

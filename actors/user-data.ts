@@ -7,6 +7,7 @@ import type { Kysely, Selectable, Transaction } from "kysely";
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { Database, DraftTable } from "../runtime/store/schema.ts";
 import { USER_SETTINGS_DEFAULTS } from "./settings.ts";
+import { isSubscribed } from "./reads.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 
@@ -121,9 +122,7 @@ export async function checkDraft(db: DB, userId: number, realmId: number, draft:
   } else if (draft.type === "stream") {
     if (to.length !== 1) throw errors.badRequest("Must specify exactly 1 channel ID for channel messages");
     const stream = await db.selectFrom("streams").select(["id", "invite_only"]).where("id", "=", to[0]!).where("realm_id", "=", realmId).executeTakeFirst();
-    const subscribed = stream
-      ? await db.selectFrom("subscriptions").select("user_id").where("stream_id", "=", stream.id).where("user_id", "=", userId).where("active", "=", true).executeTakeFirst()
-      : undefined;
+    const subscribed = stream ? await isSubscribed(db, userId, stream.id) : false;
     if (!stream || (stream.invite_only && !subscribed)) throw errors.badRequest("Invalid channel ID");
   } else if (to.length) {
     const found = await db.selectFrom("users").select("id").where("realm_id", "=", realmId).where("id", "in", to).execute();

@@ -4,7 +4,7 @@ import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { CHANNEL, REALM, type EnsuredChannel, type SubscribeResult } from "../../actors/protocol.ts";
 import { ROLE } from "../../actors/realm.ts";
-import { findStream, streamObjects, subscriptionsOf, visibleStreams, type UserRow } from "../../actors/reads.ts";
+import { findStream, isSubscribed, streamObjects, subscriptionsOf, visibleStreams, type UserRow } from "../../actors/reads.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS } from "../zulip.ts";
@@ -83,18 +83,9 @@ export const channelRoutes: RouteSpec[] = [
       const wanted: typeof specs = [];
       for (const spec of specs) {
         const existing = await findStream(db, user.realm_id, { name: spec.name });
-        if (existing?.invite_only && user.role > ROLE.administrator) {
-          const sub = await db
-            .selectFrom("subscriptions")
-            .select("user_id")
-            .where("stream_id", "=", existing.id)
-            .where("user_id", "=", user.id)
-            .where("active", "=", true)
-            .executeTakeFirst();
-          if (!sub) {
-            unauthorized.push(existing.name);
-            continue;
-          }
+        if (existing?.invite_only && user.role > ROLE.administrator && !(await isSubscribed(db, user.id, existing.id))) {
+          unauthorized.push(existing.name);
+          continue;
         }
         wanted.push(spec);
       }

@@ -3,7 +3,7 @@ import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { SCHEDULER, type ScheduledSpec } from "../../actors/protocol.ts";
 import { scheduledMessagesOf, scheduledNotFound, scheduledObject } from "../../actors/scheduler.ts";
-import { requireStream, type UserRow } from "../../actors/reads.ts";
+import { isSubscribed, requireStream, type UserRow } from "../../actors/reads.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { acting, directRecipients, normaliseContent, normaliseTopic } from "./messages.ts";
@@ -34,15 +34,8 @@ async function specFor(services: Services, user: UserRow, d: Draft): Promise<Sch
   if (Array.isArray(d.to) && d.to.length !== 1) throw errors.badRequest("Invalid channel: 'to' must be one channel id");
   const streamId = Array.isArray(d.to) ? d.to[0]! : d.to;
   const stream = await requireStream(services.store.db, user.realm_id, { id: streamId });
-  if (stream.invite_only) {
-    const sub = await services.store.db
-      .selectFrom("subscriptions")
-      .select("user_id")
-      .where("stream_id", "=", stream.id)
-      .where("user_id", "=", user.id)
-      .where("active", "=", true)
-      .executeTakeFirst();
-    if (!sub) throw errors.badRequest(`Not authorized to send to channel '${stream.name}'`);
+  if (stream.invite_only && !(await isSubscribed(services.store.db, user.id, stream.id))) {
+    throw errors.badRequest(`Not authorized to send to channel '${stream.name}'`);
   }
   return { ...base, type: "stream", streamId: stream.id, toUserIds: [], topic: normaliseTopic(d.topic) };
 }
