@@ -451,23 +451,19 @@ interface MessageRow {
   flags: number | null;
 }
 
-/** Zulip's message objects for a page of rows, with the reader's flags. */
-async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName" | "narrow">, known: Map<number, string>) {
+/**
+ * The reader-independent part of messages (sender, conversation, raw topic), for a page of rows: one query per
+ * kind of thing looked up. `known`: channel names the caller already has.
+ */
+async function messageRecordsOf(db: DB, rows: Omit<MessageRow, "flags" | "edit_history" | "last_edit_time" | "last_moved_time">[], realmStr: string, known = new Map<number, string>()): Promise<MessageRecord[]> {
   if (!rows.length) return [];
-  const ids = rows.map((r) => r.id);
   const streamIds = [...new Set(rows.map((r) => r.stream_id).filter((s): s is number => s !== null && !known.has(s)))];
   const dmRecipients = [...new Set(rows.filter((r) => r.stream_id === null).map((r) => r.recipient_id))];
-  const search = q.narrow
-    .filter((t) => t.operator === "search" && !t.negated)
-    .map((t) => String(t.operand))
-    .join(" ");
-  const highlights = search ? await searchHighlights(db, ids, search) : undefined;
-  const [streams, members, reactions] = await Promise.all([
+  const [streams, members] = await Promise.all([
     streamIds.length ? db.selectFrom("streams").select(["id", "name"]).where("id", "in", streamIds).execute() : [],
     dmRecipients.length
       ? db.selectFrom("recipient_members").select(["recipient_id", "user_id"]).where("recipient_id", "in", dmRecipients).orderBy("user_id").execute()
       : [],
-    db.selectFrom("reactions").select(["message_id", "user_id", "emoji_name", "emoji_code", "reaction_type"]).where("message_id", "in", ids).orderBy("created").execute(),
   ]);
   const userIds = [...new Set([...rows.map((r) => r.sender_id), ...members.map((m) => m.user_id)])];
   const users = new Map(
@@ -479,30 +475,67 @@ async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<
     const u = users.get(m.user_id);
     if (u) people.set(m.recipient_id, [...(people.get(m.recipient_id) ?? []), { id: u.id, email: u.email, full_name: u.full_name, is_mirror_dummy: false }]);
   }
-  const reactionsOf = new Map<number, unknown[]>();
-  for (const r of reactions) {
-    const reaction = { emoji_name: r.emoji_name, emoji_code: r.emoji_code, reaction_type: r.reaction_type, user_id: r.user_id };
-    reactionsOf.set(Number(r.message_id), [...(reactionsOf.get(Number(r.message_id)) ?? []), reaction]);
-  }
   return rows.map((r) => {
     const sender = users.get(r.sender_id);
     const isStream = r.stream_id !== null;
-    const record: MessageRecord = {
+    return {
       id: r.id,
       type: isStream ? "stream" : "private",
       sender_id: r.sender_id,
       sender_email: sender?.email ?? "",
       sender_full_name: sender?.full_name ?? "",
-      sender_realm_str: user.realm_str,
+      sender_realm_str: realmStr,
       recipient_id: r.recipient_id,
       stream_id: r.stream_id,
       display_recipient: isStream ? (streamNames.get(r.stream_id!) ?? "") : (people.get(r.recipient_id) ?? []),
-      subject: isStream && r.topic === "" && !q.allowEmptyTopicName ? EMPTY_TOPIC_DISPLAY_NAME : r.topic,
+      subject: r.topic,
       content: r.content,
       rendered_content: r.rendered_content,
       timestamp: r.date_sent,
       client: r.sending_client,
     };
+  });
+}
+
+/**
+ * Message records by id, as message events carry them (raw topic), for rebuilding event queues from the stream of
+ * message references. Ids with no message (deleted since) are left out.
+ */
+export async function messageRecords(db: DB, ids: number[]): Promise<Map<number, MessageRecord>> {
+  if (!ids.length) return new Map();
+  const rows = await db
+    .selectFrom("messages as m")
+    .innerJoin("realms as r", "r.id", "m.realm_id")
+    .select(["m.id", "m.sender_id", "m.recipient_id", "m.stream_id", "m.topic", "m.content", "m.rendered_content", "m.date_sent", "m.sending_client", "r.string_id"])
+    .where("m.id", "in", ids)
+    .execute();
+  const byRealm = new Map<string, typeof rows>();
+  for (const r of rows) byRealm.set(r.string_id, [...(byRealm.get(r.string_id) ?? []), r]);
+  const records = await Promise.all([...byRealm].map(([realmStr, realmRows]) => messageRecordsOf(db, realmRows, realmStr)));
+  return new Map(records.flat().map((r) => [r.id, r]));
+}
+
+/** Zulip's message objects for a page of rows, with the reader's flags. */
+async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName" | "narrow">, known: Map<number, string>) {
+  if (!rows.length) return [];
+  const ids = rows.map((r) => r.id);
+  const search = q.narrow
+    .filter((t) => t.operator === "search" && !t.negated)
+    .map((t) => String(t.operand))
+    .join(" ");
+  const [records, highlights, reactions] = await Promise.all([
+    messageRecordsOf(db, rows, user.realm_str, known),
+    search ? searchHighlights(db, ids, search) : undefined,
+    db.selectFrom("reactions").select(["message_id", "user_id", "emoji_name", "emoji_code", "reaction_type"]).where("message_id", "in", ids).orderBy("created").execute(),
+  ]);
+  const reactionsOf = new Map<number, unknown[]>();
+  for (const r of reactions) {
+    const reaction = { emoji_name: r.emoji_name, emoji_code: r.emoji_code, reaction_type: r.reaction_type, user_id: r.user_id };
+    reactionsOf.set(Number(r.message_id), [...(reactionsOf.get(Number(r.message_id)) ?? []), reaction]);
+  }
+  return rows.map((r, i) => {
+    const record = records[i]!;
+    if (record.type === "stream" && r.topic === "" && !q.allowEmptyTopicName) record.subject = EMPTY_TOPIC_DISPLAY_NAME;
     const message: Record<string, unknown> = {
       ...formatMessage(record, q.format),
       reactions: reactionsOf.get(r.id) ?? [],

@@ -16,6 +16,7 @@ import { actorId, PARKED, type Actor, type ActorContext, type Deferred } from ".
 import { errors } from "../runtime/errors.ts";
 import { formatMessage, type MessageRecord } from "./message-format.ts";
 import { matchesNarrow } from "./narrow.ts";
+import { messageRecords } from "./reads.ts";
 import {
   USER,
   type AddPushToken,
@@ -34,11 +35,45 @@ import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft } from
 import type { ActorDeps } from "./deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 
-/** An event as the stream keeps it: queue-independent (each queue renders it with its own options). */
+/** An event as a queue holds it: queue-independent (each queue renders it with its own options). */
 type StoredEvent =
   | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string }
   /** `queueId`: for that queue only (a heartbeat). */
   | { kind: "event"; event: Record<string, unknown>; queueId?: string };
+
+/**
+ * An event as the durable stream keeps it. A message event names its message instead of copying it: the message
+ * row is committed before any delivery, so a fan-out to thousands of queues writes thousands of small rows, not
+ * thousands of copies. Rebuilding a queue reads the messages back (as they are then: an edit or a move shows, and
+ * its own update_message event follows; a deleted message's event is gone, its delete_message event stays).
+ * Rows written before this form have the whole `message` and are read as they are.
+ */
+type PersistedEvent =
+  | { kind: "message"; messageId: number; flags: string[]; queueId?: string; localId?: string }
+  | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string }
+  | { kind: "event"; event: Record<string, unknown>; queueId?: string };
+
+function persisted(event: StoredEvent): PersistedEvent {
+  if (event.kind === "event") return event;
+  const { message, ...rest } = event;
+  return { ...rest, messageId: message.id };
+}
+
+/** The stream's rows as queue events, reading referenced messages in one go. */
+async function hydrate(db: ActorDeps["store"]["db"], rows: Array<{ seq: number; payload: unknown }>): Promise<Array<{ seq: number; event: StoredEvent }>> {
+  const payloads = rows.map((r) => r.payload as PersistedEvent);
+  const ids = payloads.flatMap((p) => (p.kind === "message" && "messageId" in p ? [p.messageId] : []));
+  const records = await messageRecords(db, [...new Set(ids)]);
+  const events: Array<{ seq: number; event: StoredEvent }> = [];
+  rows.forEach((row, i) => {
+    const p = payloads[i]!;
+    if (p.kind === "event" || "message" in p) return events.push({ seq: row.seq, event: p });
+    const { messageId, ...rest } = p;
+    const message = records.get(messageId);
+    if (message) events.push({ seq: row.seq, event: { ...rest, message } });
+  });
+  return events;
+}
 
 interface QueueSpec {
   id: string;
@@ -98,11 +133,12 @@ export class UserActor implements Actor {
     }
     this.snapshotVersion = saved.version;
     this.seqFloor = saved.state.seqFloor;
-    const stored = await this.deps.store.userEventsAfter(this.userId, 0);
-    this.nextSeq = Math.max(this.seqFloor, (stored.at(-1)?.seq ?? 0) + 1);
+    const rows = await this.deps.store.userEventsAfter(this.userId, 0);
+    this.nextSeq = Math.max(this.seqFloor, (rows.at(-1)?.seq ?? 0) + 1);
+    const stored = await hydrate(this.deps.store.db, rows);
     for (const spec of saved.state.queues) {
       const q = this.makeQueue(spec);
-      for (const row of stored) if (this.accepts(q, row.payload as StoredEvent)) q.items.push({ seq: row.seq, event: row.payload as StoredEvent });
+      for (const item of stored) if (this.accepts(q, item.event)) q.items.push(item);
       this.queues.set(spec.id, q);
     }
     this.scheduleExpiry();
@@ -382,7 +418,7 @@ export class UserActor implements Actor {
     // The turn ends while the event commits, so the next deliveries join the same group commit; the delivery is
     // answered (and the operation that caused it succeeds) only once the event is committed and queued. Commits
     // resolve in order, so events reach the queues in sequence order.
-    const queued = this.deps.store.appendUserEvent({ user_id: this.userId, seq, payload: event }, this.ctx.fence()).then(() => {
+    const queued = this.deps.store.appendUserEvent({ user_id: this.userId, seq, payload: persisted(event) }, this.ctx.fence()).then(() => {
       for (const q of targets) {
         if (!this.queues.has(q.spec.id)) continue; // deleted while the event was committing
         q.items.push({ seq, event });

@@ -10,8 +10,10 @@ import type { Lease, MessageRecipient, NewMessage, Store, UserEvent } from "./st
 
 const tracer = trace.getTracer("chorus.store");
 const ID_BLOCK = 256; // must match the sequence's increment in the initial migration
-const MAX_BATCH = 1000;
-const MAX_RECIPIENT_ROWS = 10_000;
+/** Messages are inserted row by row (a dozen parameters each, under Postgres's 65535 per statement)... */
+const MAX_BATCH_MESSAGES = 1000;
+/** ...user events as column arrays, so a whole fan-out fits one commit. */
+const MAX_BATCH = 20_000;
 
 /** One row waiting for the next group commit: a message, or an event of a user's durable event stream. */
 type PendingAppend = { fence: Fence; resolve(id: number): void; reject(err: unknown): void } & (
@@ -88,7 +90,7 @@ export class SqlStore implements Store {
     this.flushing = true;
     try {
       while (this.pending.length) {
-        const batch = this.pending.splice(0, MAX_BATCH);
+        const batch = this.takeBatch();
         await tracer.startActiveSpan("store.commit appends", async (span) => {
           span.setAttribute("chorus.batch_size", batch.length);
           try {
@@ -96,12 +98,11 @@ export class SqlStore implements Store {
               const isStale = await fenceChecker(trx, batch.map((p) => p.fence));
               const ok = batch.filter((p): p is PendingAppend & { message: NewMessage } => !isStale(p.fence) && !!p.message);
               const events = batch.filter((p) => !isStale(p.fence) && p.event).map((p) => p.event!);
+              // Rows as column arrays (unnest): one small statement whatever the batch size, nothing built per row.
               if (events.length) {
-                await trx
-                  .insertInto("user_events")
-                  .values(events.map((e) => ({ user_id: e.user_id, seq: e.seq, payload: JSON.stringify(e.payload) })))
-                  .onConflict((c) => c.columns(["user_id", "seq"]).doNothing())
-                  .execute();
+                await sql`insert into user_events (user_id, seq, payload)
+                  select * from unnest(${events.map((e) => e.user_id)}::integer[], ${events.map((e) => e.seq)}::bigint[], ${events.map((e) => JSON.stringify(e.payload))}::jsonb[])
+                  on conflict (user_id, seq) do nothing`.execute(trx);
               }
               const ids = new Map<string, number>();
               if (ok.length) {
@@ -115,9 +116,10 @@ export class SqlStore implements Store {
                 const recipientRows = ok
                   .filter((p) => p.recipients?.length && inserted.has(p.message.id))
                   .flatMap((p) => p.recipients!.map((r) => ({ user_id: r.user_id, message_id: p.message.id, flags: r.flags })));
-                // Chunked: three parameters a row, well below Postgres's 65535 per statement.
-                for (let i = 0; i < recipientRows.length; i += MAX_RECIPIENT_ROWS) {
-                  await trx.insertInto("user_messages").values(recipientRows.slice(i, i + MAX_RECIPIENT_ROWS)).onConflict((c) => c.doNothing()).execute();
+                if (recipientRows.length) {
+                  await sql`insert into user_messages (user_id, message_id, flags)
+                    select * from unnest(${recipientRows.map((r) => r.user_id)}::integer[], ${recipientRows.map((r) => r.message_id)}::bigint[], ${recipientRows.map((r) => r.flags)}::integer[])
+                    on conflict do nothing`.execute(trx);
                 }
                 const repeated = ok.filter((p) => p.message.send_key && !inserted.has(p.message.id));
                 if (repeated.length) {
@@ -146,6 +148,13 @@ export class SqlStore implements Store {
     } finally {
       this.flushing = false;
     }
+  }
+
+  private takeBatch(): PendingAppend[] {
+    let messages = 0;
+    let n = 0;
+    while (n < this.pending.length && n < MAX_BATCH && (!this.pending[n]!.message || ++messages <= MAX_BATCH_MESSAGES)) n++;
+    return this.pending.splice(0, n);
   }
 
   async allocateMessageIds(): Promise<{ first: number; size: number }> {
