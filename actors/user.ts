@@ -38,8 +38,11 @@ import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./sett
 /** An event as a queue holds it: queue-independent (each queue renders it with its own options). */
 type StoredEvent =
   | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string }
-  /** `queueId`: for that queue only (a heartbeat). */
-  | { kind: "event"; event: Record<string, unknown>; queueId?: string };
+  /**
+   * `queueId`: for that queue only (a heartbeat). `bulkDeletion`: only for queues whose client has (true) or lacks
+   * (false) the bulk_message_deletion capability.
+   */
+  | { kind: "event"; event: Record<string, unknown>; queueId?: string; bulkDeletion?: boolean };
 
 /**
  * An event as the durable stream keeps it. A message event names its message instead of copying it: the message
@@ -51,12 +54,11 @@ type StoredEvent =
 type PersistedEvent =
   | { kind: "message"; messageId: number; flags: string[]; queueId?: string; localId?: string }
   | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string }
-  | { kind: "event"; event: Record<string, unknown>; queueId?: string };
+  | { kind: "event"; event: Record<string, unknown>; queueId?: string; bulkDeletion?: boolean };
 
 function persisted(event: StoredEvent): PersistedEvent {
   if (event.kind === "event") return event;
-  const { message, ...rest } = event;
-  return { ...rest, messageId: message.id };
+  return { kind: "message", messageId: event.message.id, flags: event.flags, queueId: event.queueId, localId: event.localId };
 }
 
 /** The stream's rows as queue events, reading referenced messages in one go. */
@@ -261,7 +263,19 @@ export class UserActor implements Actor {
 
   private async deliverEvent(event: Record<string, unknown>): Promise<void> {
     if (event.type === "typing" && !(await this.receivesTyping())) return;
+    if (event.type === "delete_message") return this.deliverDeletion(event);
     await this.deliver({ kind: "event", event });
+  }
+
+  /**
+   * Clients with the bulk_message_deletion capability get one event listing every id; older clients get one
+   * event per message with `message_id` (Zulip's two forms).
+   */
+  private async deliverDeletion(event: Record<string, unknown>): Promise<void> {
+    const { message_id, message_ids, ...rest } = event;
+    const ids = (message_ids as number[] | undefined) ?? [message_id as number];
+    await this.deliver({ kind: "event", event: { ...rest, message_ids: ids }, bulkDeletion: true });
+    for (const id of ids) await this.deliver({ kind: "event", event: { ...rest, message_id: id }, bulkDeletion: false });
   }
 
   /**
@@ -432,6 +446,7 @@ export class UserActor implements Actor {
   private accepts(q: EventQueue, event: StoredEvent): boolean {
     if (event.kind === "message") return (!q.eventTypes || q.eventTypes.has("message")) && matchesNarrow(q.spec.narrow, event.message);
     if (event.queueId) return event.queueId === q.spec.id;
+    if (event.bulkDeletion !== undefined && event.bulkDeletion !== !!q.spec.clientCapabilities.bulk_message_deletion) return false;
     return !q.eventTypes || q.eventTypes.has(String(event.event.type));
   }
 

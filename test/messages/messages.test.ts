@@ -41,8 +41,8 @@ describe.each(ENGINES)("messages on %s", (engine) => {
   const ids = (res: { body: any }) => res.body.messages.map((m: any) => m.id);
   const patch = (as: Credentials, id: number, params: Record<string, unknown>) =>
     api(server, "PATCH", `/messages/${id}`, { as, params, template: "/messages/{message_id}" });
-  const register = async (as: Credentials, types: string[]) =>
-    (await api(server, "POST", "/register", { as, params: { event_types: types } })).body.queue_id as string;
+  const register = async (as: Credentials, types: string[], capabilities: Record<string, boolean> = {}) =>
+    (await api(server, "POST", "/register", { as, params: { event_types: types, client_capabilities: capabilities } })).body.queue_id as string;
   const events = async (as: Credentials, queue: string) =>
     (await api(server, "GET", "/events", { as, params: { queue_id: queue, last_event_id: -1, dont_block: true } })).body.events as any[];
 
@@ -346,6 +346,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
     it("deletes with permission and a delete_message event", async () => {
       const id = await toChannel(alice, "delete", "bye");
       const q = await register(bob, ["delete_message"]);
+      const bulk = await register(bob, ["delete_message"], { bulk_message_deletion: true });
       expect((await api(server, "DELETE", `/messages/${id}`, { as: bob, template: "/messages/{message_id}" })).body.msg).toBe(
         "You don't have permission to delete this message",
       );
@@ -354,6 +355,10 @@ describe.each(ENGINES)("messages on %s", (engine) => {
       expect(ids(await get(owner, { narrow: [{ operator: "id", operand: id }] }))).toEqual([]);
       const [ev] = await events(bob, q);
       expect(ev).toMatchObject({ type: "delete_message", message_id: id, message_type: "stream", stream_id: general, topic: "delete" });
+      expect(ev).not.toHaveProperty("message_ids");
+      const [bulkEvent] = await events(bob, bulk);
+      expect(bulkEvent).toMatchObject({ type: "delete_message", message_ids: [id], message_type: "stream", stream_id: general, topic: "delete" });
+      expect(bulkEvent).not.toHaveProperty("message_id");
       const again = await api(server, "DELETE", `/messages/${id}`, { as: owner, template: "/messages/{message_id}" });
       expect(again.body.msg).toBe("Invalid message(s)");
     });
