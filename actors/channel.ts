@@ -34,6 +34,8 @@ interface ChannelState {
 
 export class ChannelActor extends Conversation {
   private state!: ChannelState;
+  /** Users of the realm with a queue that follows every public channel (read at activation, then told). */
+  private readonly publicListeners = new Set<number>();
 
   async activate(): Promise<void> {
     const db = this.deps.store.db;
@@ -59,6 +61,17 @@ export class ChannelActor extends Conversation {
       settings: (stream.settings ?? {}) as Record<string, unknown>,
       subscribers: new Set(subs.map((s) => s.user_id)),
     };
+    // Registering such a queue saves it in the user's snapshot and then tells the realm's public channels, so a
+    // channel activating in between reads it here and one already active hears of it.
+    const listeners = await db
+      .selectFrom("actor_snapshots")
+      .innerJoin("users", (j) => j.on(sql`users.id::text`, "=", sql.ref("actor_snapshots.key")))
+      .select("users.id")
+      .where("actor_snapshots.kind", "=", USER)
+      .where("users.realm_id", "=", stream.realm_id)
+      .where(sql<boolean>`actor_snapshots.state @> '{"queues": [{"allPublicStreams": true}]}'::jsonb`)
+      .execute();
+    for (const l of listeners) this.publicListeners.add(l.id);
   }
 
   /** The channel's recipient id; channels created before they had one get it on first activation. */
@@ -90,6 +103,10 @@ export class ChannelActor extends Conversation {
         return this.movedIn(msg);
       case "notify":
         return this.notify(msg);
+      case "publicListener":
+        if (msg.listening) this.publicListeners.add(msg.userId);
+        else this.publicListeners.delete(msg.userId);
+        return;
       default:
         return this.receiveConversation(msg);
     }
@@ -97,6 +114,10 @@ export class ChannelActor extends Conversation {
 
   protected recipients(): number[] {
     return [...this.state.subscribers];
+  }
+
+  protected override observers(): number[] {
+    return this.state.inviteOnly ? [] : [...this.publicListeners];
   }
 
   protected recordBase(): Pick<MessageRecord, "type" | "stream_id" | "display_recipient"> {

@@ -69,6 +69,11 @@ export abstract class Conversation implements Actor {
   abstract activate(): Promise<void>;
   /** Users who receive the conversation's messages and events. */
   protected abstract recipients(): number[];
+
+  /** Non-recipients who also get new messages (queues following every public channel). */
+  protected observers(): number[] {
+    return [];
+  }
   protected abstract recordBase(): Pick<MessageRecord, "type" | "stream_id" | "display_recipient">;
   protected abstract planMove(msg: EditMessage, row: StoredMessage, rules: MessageRules, now: number): Promise<MovePlan>;
   /** Channel-level permission settings (group-setting values), none for direct messages. */
@@ -150,7 +155,10 @@ export abstract class Conversation implements Actor {
           queueId: msg.queueId,
           localId: msg.localId,
         };
-        await this.deps.system().broadcast(recipients.map((u) => actorId(USER, u)), delivery);
+        const recipientSet = new Set(recipients);
+        const observers = this.observers().filter((u) => !recipientSet.has(u));
+        if (observers.length) delivery.observers = observers;
+        await this.deps.system().broadcast([...recipients, ...observers].map((u) => actorId(USER, u)), delivery);
         reply.resolve({ id: storedId });
       })
       .catch((err) => reply.reject(ChorusError.wrap(err)));

@@ -133,7 +133,14 @@ export interface Notify {
 }
 
 export type ConversationMessage = EditMessage | DeleteMessage | React;
-export type ChannelMessage = Subscribe | SendToChannel | ConversationMessage | MovedIn | Notify;
+/** A user whose queues follow every public channel (all_public_streams) starts or stops doing so. */
+export interface PublicListener {
+  op: "publicListener";
+  userId: number;
+  listening: boolean;
+}
+
+export type ChannelMessage = Subscribe | SendToChannel | ConversationMessage | MovedIn | Notify | PublicListener;
 
 // ---- dm:<sorted user ids> -----------------------------------------------------------------------------------
 
@@ -239,6 +246,8 @@ export interface DeliverMessage {
   flagsFor?: Record<string, string[]>;
   queueId?: string;
   localId?: string;
+  /** Users who get the message only because a queue of theirs follows all public channels (all_public_streams). */
+  observers?: number[];
 }
 
 /** Any other event, queued as given (Zulip's payload without `id`). */

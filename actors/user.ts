@@ -18,6 +18,7 @@ import { formatMessage, type MessageRecord } from "./message-format.ts";
 import { matchesNarrow } from "./narrow.ts";
 import { messageRecords } from "./reads.ts";
 import {
+  CHANNEL,
   USER,
   type AddPushToken,
   type AddView,
@@ -37,7 +38,8 @@ import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./sett
 
 /** An event as a queue holds it: queue-independent (each queue renders it with its own options). */
 type StoredEvent =
-  | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string }
+  /** `observer`: the user is not a recipient; only queues following all public channels take it. */
+  | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string; observer?: boolean }
   /**
    * `queueId`: for that queue only (a heartbeat). `bulkDeletion`: only for queues whose client has (true) or lacks
    * (false) the bulk_message_deletion capability.
@@ -52,13 +54,13 @@ type StoredEvent =
  * Rows written before this form have the whole `message` and are read as they are.
  */
 type PersistedEvent =
-  | { kind: "message"; messageId: number; flags: string[]; queueId?: string; localId?: string }
-  | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string }
+  | { kind: "message"; messageId: number; flags: string[]; queueId?: string; localId?: string; observer?: boolean }
+  | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string; observer?: boolean }
   | { kind: "event"; event: Record<string, unknown>; queueId?: string; bulkDeletion?: boolean };
 
 function persisted(event: StoredEvent): PersistedEvent {
   if (event.kind === "event") return event;
-  return { kind: "message", messageId: event.message.id, flags: event.flags, queueId: event.queueId, localId: event.localId };
+  return { kind: "message", messageId: event.message.id, flags: event.flags, queueId: event.queueId, localId: event.localId, observer: event.observer };
 }
 
 /** The stream's rows as queue events, reading referenced messages in one go. */
@@ -164,7 +166,14 @@ export class UserActor implements Actor {
       case "deleteQueue":
         return this.deleteQueue(msg.queueId);
       case "deliverMessage":
-        return this.deliver({ kind: "message", message: msg.message, flags: msg.flagsFor?.[this.userId] ?? msg.flags, queueId: msg.queueId, localId: msg.localId });
+        return this.deliver({
+          kind: "message",
+          message: msg.message,
+          flags: msg.flagsFor?.[this.userId] ?? msg.flags,
+          queueId: msg.queueId,
+          localId: msg.localId,
+          observer: msg.observers?.includes(this.userId) || undefined,
+        });
       case "deliverEvent":
         return this.deliverEvent(msg.event);
       case "updateSettings":
@@ -219,6 +228,8 @@ export class UserActor implements Actor {
       throw err;
     }
     this.scheduleExpiry();
+    // Not awaited in the turn: a channel may be waiting on this actor (a subscription event) meanwhile.
+    if (spec.allPublicStreams) this.ctx.completeWhen(this.tellPublicChannels(true));
     return { queue_id: spec.id, last_event_id: -1 };
   }
 
@@ -227,7 +238,25 @@ export class UserActor implements Actor {
     if (q.poll) this.finishPoll(q, { events: [] });
     this.queues.delete(queueId);
     await this.saveSnapshot();
+    if (q.spec.allPublicStreams) this.ctx.completeWhen(this.tellPublicChannels(this.followsPublicChannels()));
     return {};
+  }
+
+  private followsPublicChannels(): boolean {
+    return [...this.queues.values()].some((q) => q.spec.allPublicStreams);
+  }
+
+  /**
+   * all_public_streams: the realm's public channels deliver their new messages here too. Asked after the queue is
+   * saved (a channel activating meanwhile reads it from the snapshot), so no message sent after registering is missed.
+   */
+  private async tellPublicChannels(listening: boolean): Promise<void> {
+    const { realm_id } = await this.account();
+    const channels = await this.deps.store.db.selectFrom("streams").select("id").where("realm_id", "=", realm_id).where("invite_only", "=", false).execute();
+    await this.deps.system().broadcast(
+      channels.map((c) => actorId(CHANNEL, c.id)),
+      { op: "publicListener", userId: this.userId, listening },
+    );
   }
 
   private queue(queueId: string): EventQueue {
@@ -444,7 +473,9 @@ export class UserActor implements Actor {
   }
 
   private accepts(q: EventQueue, event: StoredEvent): boolean {
-    if (event.kind === "message") return (!q.eventTypes || q.eventTypes.has("message")) && matchesNarrow(q.spec.narrow, event.message);
+    if (event.kind === "message") {
+      return (!q.eventTypes || q.eventTypes.has("message")) && (!event.observer || q.spec.allPublicStreams) && matchesNarrow(q.spec.narrow, event.message);
+    }
     if (event.queueId) return event.queueId === q.spec.id;
     if (event.bulkDeletion !== undefined && event.bulkDeletion !== !!q.spec.clientCapabilities.bulk_message_deletion) return false;
     return !q.eventTypes || q.eventTypes.has(String(event.event.type));
@@ -485,10 +516,12 @@ export class UserActor implements Actor {
     this.expiryScheduled = false;
     const cutoff = Date.now() - this.deps.config.queueTimeoutSeconds * 1000;
     let changed = false;
+    let expiredPublic = false;
     for (const q of [...this.queues.values()]) {
       if (!q.poll && q.idleSince < cutoff) {
         this.queues.delete(q.spec.id);
         changed = true;
+        expiredPublic ||= q.spec.allPublicStreams;
       }
     }
     const held = [...this.queues.values()].map((q) => (q.items[0] ? q.items[0].seq - 1 : this.nextSeq - 1));
@@ -502,6 +535,8 @@ export class UserActor implements Actor {
       await this.saveSnapshot();
       await this.deps.store.pruneUserEvents(this.userId, this.seqFloor - 1, this.ctx.fence());
     }
+    // Best effort: a channel that still lists this user delivers to no queue.
+    if (expiredPublic && !this.followsPublicChannels()) this.tellPublicChannels(false).catch(() => {});
     if (this.queues.size) this.scheduleExpiry();
   }
 }
