@@ -19,18 +19,13 @@
  * The clients (senders, pollers, registrants) run in a child process (bench/event-client.ts).
  */
 import { fork, type ChildProcess } from "node:child_process";
-import { randomUUID } from "node:crypto";
 import os from "node:os";
 import path from "node:path";
 import v8 from "node:v8";
 import vm from "node:vm";
 import { fileURLToPath } from "node:url";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import { Keyring } from "../runtime/secrets.ts";
-import { ROLE } from "../actors/realm.ts";
-import { USER } from "../actors/protocol.ts";
-import { roleGroups, systemGroups } from "../actors/groups.ts";
-import { api, startRawUwsCeiling, type Engine, type EngineName } from "./scenarios.ts";
+import { api, Population, startRawUwsCeiling, type BenchUser, type Engine, type EngineName } from "./scenarios.ts";
 import type { Auth, CheckResult, TouchResult, ClientReply, ClientRequest, LatencyFigures, QueueRef, RegisterResult, RttResult, SendResult, WakeResult } from "./event-client.ts";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -157,145 +152,14 @@ export class EventClient {
 // ---------------------------------------------------------------------------------------------------------------
 // Setup: users, channels, queues of one engine, made once and shared by its scenarios
 
-interface BenchUser {
-  id: number;
-  email: string;
-  auth: Auth;
-  /** The queues seeded for this user at creation (see EventWorld.users). */
-  queues: string[];
-}
-
 const REGISTER_BODY = `event_types=${encodeURIComponent(JSON.stringify(["message"]))}`;
-const CHUNK = 1000;
 
-export class EventWorld {
-  private pools = new Map<string, BenchUser[]>();
-  private subscribed = new Map<string, Set<number>>();
-  private keyring?: Keyring;
-  private realmId?: number;
-  /** Setup timings, for the report. */
-  readonly setup: Record<string, number> = {};
-
+export class EventWorld extends Population {
   constructor(
-    readonly engine: Engine,
+    engine: Engine,
     readonly client: EventClient,
-  ) {}
-
-  /**
-   * `n` members named `<pool>-<i>@bench.example`, created directly in the store (once), 500 rows per statement:
-   * the rows actors/realm.ts insertAccount writes (a users row with a fresh API key, stored as HMAC + AES-GCM,
-   * and the role's system-group memberships), without its one-at-a-time round trips.
-   *
-   * With `queuesPerUser`, each user also gets that many event queues (event_types ["message"], the defaults of
-   * POST /register otherwise) seeded as its user actor's snapshot, the durable form actors/user.ts keeps its queue
-   * definitions in and rebuilds them from when it activates (as after a worker restart). Registering 10,000s of
-   * queues through POST /register would take minutes (see the register figure); the actors are not active yet,
-   * so the first request that reaches one (a poll, a delivery) activates it with these queues. Every scenario
-   * then checks through the API that the queues exist and get their events.
-   */
-  async users(pool: string, n: number, queuesPerUser = 0): Promise<BenchUser[]> {
-    const have = this.pools.get(pool) ?? [];
-    if (have.length >= n) return have.slice(0, n);
-    const t0 = performance.now();
-    const config = this.engine.node.config;
-    this.keyring ??= Keyring.load(config.dataDir, config.secret);
-    const db = this.engine.node.store.db;
-    this.realmId ??= (await db.selectFrom("realms").select("id").orderBy("id").executeTakeFirstOrThrow()).id;
-    const keyring = this.keyring;
-    const realmId = this.realmId;
-    const groups = await systemGroups(db, realmId);
-    const memberGroups = roleGroups(ROLE.member).map((name) => groups.get(name)!);
-    const now = Math.floor(Date.now() / 1000);
-    for (let from = have.length; from < n; from += 500) {
-      const batch = Array.from({ length: Math.min(n, from + 500) - from }, (_, k) => {
-        const i = from + k;
-        return { email: `${pool}-${i}@bench.example`, fullName: `${pool} ${i}`, apiKey: Keyring.newApiKey() };
-      });
-      const made = await db.transaction().execute(async (trx) => {
-        const rows = await trx
-          .insertInto("users")
-          .values(
-            batch.map((b) => ({
-              realm_id: realmId,
-              email: b.email,
-              delivery_email: b.email,
-              full_name: b.fullName,
-              role: ROLE.member,
-              is_active: true,
-              is_bot: false,
-              bot_type: null,
-              bot_owner_id: null,
-              api_key_hash: keyring.hashApiKey(b.apiKey),
-              api_key_enc: keyring.encrypt(b.apiKey),
-              password_hash: null,
-              date_joined: now,
-              timezone: "",
-              avatar_version: 1,
-            })),
-          )
-          .returning(["id", "email"])
-          .execute();
-        const ids = new Map(rows.map((r) => [r.email, r.id]));
-        await trx
-          .insertInto("user_group_members")
-          .values(rows.flatMap((r) => memberGroups.map((group_id) => ({ group_id, user_id: r.id }))))
-          .execute();
-        const users = batch.map((b) => ({
-          id: ids.get(b.email)!,
-          email: b.email,
-          auth: "Basic " + Buffer.from(`${b.email}:${b.apiKey}`).toString("base64"),
-          queues: Array.from({ length: queuesPerUser }, () => randomUUID()),
-        }));
-        if (queuesPerUser) {
-          await trx
-            .insertInto("actor_snapshots")
-            .values(
-              users.map((u) => ({
-                kind: USER,
-                key: String(u.id),
-                version: 1,
-                state: JSON.stringify({
-                  queues: u.queues.map((id) => ({
-                    id,
-                    eventTypes: ["message"],
-                    narrow: [],
-                    applyMarkdown: false,
-                    clientGravatar: true,
-                    allPublicStreams: false,
-                    clientCapabilities: {},
-                  })),
-                  seqFloor: 1,
-                }),
-                updated_at: now,
-              })),
-            )
-            .execute();
-        }
-        return users;
-      });
-      have.push(...made);
-    }
-    this.pools.set(pool, have);
-    this.setup[`create ${pool} users (${n}${queuesPerUser ? `, ${queuesPerUser} queue(s) each` : ""}) ms`] = Math.round(performance.now() - t0);
-    return have.slice(0, n);
-  }
-
-  /** Subscribe `users` to `channel` (the owner creates it), through the API, `CHUNK` principals per request. */
-  async subscribe(channel: string, users: BenchUser[]): Promise<void> {
-    const done = this.subscribed.get(channel) ?? new Set<number>();
-    this.subscribed.set(channel, done);
-    const todo = users.filter((u) => !done.has(u.id));
-    if (!todo.length) return;
-    const t0 = performance.now();
-    for (let i = 0; i < todo.length; i += CHUNK) {
-      const chunk = todo.slice(i, i + CHUNK);
-      await api(this.engine, "POST", "/api/v1/users/me/subscriptions", {
-        subscriptions: JSON.stringify([{ name: channel }]),
-        principals: JSON.stringify(chunk.map((u) => u.id)),
-      });
-      for (const u of chunk) done.add(u.id);
-    }
-    this.setup[`subscribe ${todo.length} to ${channel} ms`] = Math.round(performance.now() - t0);
+  ) {
+    super(engine);
   }
 
   /** The fan-out channel's subscribers, each with one queue. */

@@ -4,7 +4,8 @@
  * 1. The ceilings, on port 0 in this process: a raw uWebSockets.js hello-world (the ceiling every figure is a
  *    ratio of) and the same hello-world through gateway/http.ts (what the adapter itself costs).
  * 2. For each engine (embedded: memory + PGlite; redis+postgres: Redis Streams + a fresh Postgres database), a
- *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, send), then
+ *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, fetch1m, send,
+ *    send10, send1000), then
  *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
  *    own child process (bench/event-client.ts).
  *
@@ -28,6 +29,7 @@ import { EVENT_SCENARIOS, EventClient, EventWorld, TARGETS, describeServer, runE
 import {
   ENGINES,
   SCENARIOS,
+  Population,
   startAdapterCeiling,
   startEngine,
   startRawUwsCeiling,
@@ -69,7 +71,8 @@ interface Options {
 
 const USAGE = `usage: npm run bench -- [options]
   --engine <embedded|redis+postgres|both>   engines to run (default both; env BENCH_ENGINE)
-  --scenario <list>                         scenarios to run (default all: fetch,send,wake,fanout,register,queues;
+  --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send10,send1000,
+                                            wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -625,10 +628,11 @@ async function main(): Promise<number> {
         engine = await startEngine(name, (stop) => stops.add(stop), load);
         console.log(`${engine.node.store.engine} store, port ${engine.node.port}, ${fmt(engine.startupMs)} ms`);
         engineInfo.push({ name, describe: engine.describe, store: engine.node.store.engine, startupMs: engine.startupMs });
+        const population = new Population(engine);
         for (const scenario of SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
           if (interrupted) break;
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
-          const context = (await scenario.prepare(engine, { history: opts.history })) ?? undefined;
+          const context = (await scenario.prepare(engine, { history: opts.history, population })) ?? undefined;
           const m: Measurement = {
             name: scenario.name,
             engine: name,

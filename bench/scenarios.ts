@@ -7,14 +7,20 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { sql } from "kysely";
 import uws from "uWebSockets.js";
 import { loadConfig } from "../runtime/config.ts";
+import { Keyring } from "../runtime/secrets.ts";
+import { ROLE } from "../actors/realm.ts";
+import { USER } from "../actors/protocol.ts";
+import { roleGroups, systemGroups } from "../actors/groups.ts";
 import { startNode, type RunningNode } from "../gateway/main.ts";
 import { startHttpServer } from "../gateway/http.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../test/support/services.ts";
 import { describeResource, removeResource, type Janitor, type Resource } from "./janitor.ts";
+import type { Auth } from "./event-client.ts";
 
 export const HOST = "127.0.0.1";
 
@@ -277,6 +283,149 @@ export async function api(
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Population: users and subscriptions of one engine, made once and shared by the scenarios that need them
+
+export interface BenchUser {
+  id: number;
+  email: string;
+  auth: Auth;
+  /** The queues seeded for this user at creation (see Population.users). */
+  queues: string[];
+}
+
+/** Principals per subscribe request. */
+const CHUNK = 1000;
+
+export class Population {
+  private pools = new Map<string, BenchUser[]>();
+  private subscribed = new Map<string, Set<number>>();
+  private keyring?: Keyring;
+  private realmId?: number;
+  /** Setup timings, for the report. */
+  readonly setup: Record<string, number> = {};
+
+  constructor(readonly engine: Engine) {}
+
+  /**
+   * `n` members named `<pool>-<i>@bench.example`, created directly in the store (once), 500 rows per statement:
+   * the rows actors/realm.ts insertAccount writes (a users row with a fresh API key, stored as HMAC + AES-GCM,
+   * and the role's system-group memberships), without its one-at-a-time round trips.
+   *
+   * With `queuesPerUser`, each user also gets that many event queues (event_types ["message"], the defaults of
+   * POST /register otherwise) seeded as its user actor's snapshot, the durable form actors/user.ts keeps its queue
+   * definitions in and rebuilds them from when it activates (as after a worker restart). Registering 10,000s of
+   * queues through POST /register would take minutes (see the register figure); the actors are not active yet,
+   * so the first request that reaches one (a poll, a delivery) activates it with these queues. Every scenario
+   * then checks through the API that the queues exist and get their events.
+   */
+  async users(pool: string, n: number, queuesPerUser = 0): Promise<BenchUser[]> {
+    const have = this.pools.get(pool) ?? [];
+    if (have.length >= n) return have.slice(0, n);
+    const t0 = performance.now();
+    const config = this.engine.node.config;
+    this.keyring ??= Keyring.load(config.dataDir, config.secret);
+    const db = this.engine.node.store.db;
+    this.realmId ??= (await db.selectFrom("realms").select("id").orderBy("id").executeTakeFirstOrThrow()).id;
+    const keyring = this.keyring;
+    const realmId = this.realmId;
+    const groups = await systemGroups(db, realmId);
+    const memberGroups = roleGroups(ROLE.member).map((name) => groups.get(name)!);
+    const now = Math.floor(Date.now() / 1000);
+    for (let from = have.length; from < n; from += 500) {
+      const batch = Array.from({ length: Math.min(n, from + 500) - from }, (_, k) => {
+        const i = from + k;
+        return { email: `${pool}-${i}@bench.example`, fullName: `${pool} ${i}`, apiKey: Keyring.newApiKey() };
+      });
+      const made = await db.transaction().execute(async (trx) => {
+        const rows = await trx
+          .insertInto("users")
+          .values(
+            batch.map((b) => ({
+              realm_id: realmId,
+              email: b.email,
+              delivery_email: b.email,
+              full_name: b.fullName,
+              role: ROLE.member,
+              is_active: true,
+              is_bot: false,
+              bot_type: null,
+              bot_owner_id: null,
+              api_key_hash: keyring.hashApiKey(b.apiKey),
+              api_key_enc: keyring.encrypt(b.apiKey),
+              password_hash: null,
+              date_joined: now,
+              timezone: "",
+              avatar_version: 1,
+            })),
+          )
+          .returning(["id", "email"])
+          .execute();
+        const ids = new Map(rows.map((r) => [r.email, r.id]));
+        await trx
+          .insertInto("user_group_members")
+          .values(rows.flatMap((r) => memberGroups.map((group_id) => ({ group_id, user_id: r.id }))))
+          .execute();
+        const users = batch.map((b) => ({
+          id: ids.get(b.email)!,
+          email: b.email,
+          auth: "Basic " + Buffer.from(`${b.email}:${b.apiKey}`).toString("base64"),
+          queues: Array.from({ length: queuesPerUser }, () => randomUUID()),
+        }));
+        if (queuesPerUser) {
+          await trx
+            .insertInto("actor_snapshots")
+            .values(
+              users.map((u) => ({
+                kind: USER,
+                key: String(u.id),
+                version: 1,
+                state: JSON.stringify({
+                  queues: u.queues.map((id) => ({
+                    id,
+                    eventTypes: ["message"],
+                    narrow: [],
+                    applyMarkdown: false,
+                    clientGravatar: true,
+                    allPublicStreams: false,
+                    clientCapabilities: {},
+                  })),
+                  seqFloor: 1,
+                }),
+                updated_at: now,
+              })),
+            )
+            .execute();
+        }
+        return users;
+      });
+      have.push(...made);
+    }
+    this.pools.set(pool, have);
+    this.setup[`create ${pool} users (${n}${queuesPerUser ? `, ${queuesPerUser} queue(s) each` : ""}) ms`] = Math.round(performance.now() - t0);
+    return have.slice(0, n);
+  }
+
+  /** Subscribe `users` to `channel` (the owner creates it), through the API, `CHUNK` principals per request. */
+  async subscribe(channel: string, users: BenchUser[]): Promise<void> {
+    const done = this.subscribed.get(channel) ?? new Set<number>();
+    this.subscribed.set(channel, done);
+    const todo = users.filter((u) => !done.has(u.id));
+    if (!todo.length) return;
+    const t0 = performance.now();
+    for (let i = 0; i < todo.length; i += CHUNK) {
+      const chunk = todo.slice(i, i + CHUNK);
+      await api(this.engine, "POST", "/api/v1/users/me/subscriptions", {
+        subscriptions: JSON.stringify([{ name: channel }]),
+        principals: JSON.stringify(chunk.map((u) => u.id)),
+      });
+      for (const u of chunk) done.add(u.id);
+    }
+    this.setup[`subscribe ${todo.length} to ${channel} ms`] = Math.round(performance.now() - t0);
+  }
+
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Scenarios
 
 export const CHANNEL = "bench";
@@ -302,6 +451,8 @@ export interface Verification {
 export interface ScenarioOptions {
   /** Messages in the bench channel while reads are measured. */
   history: number;
+  /** The engine's bench users, for scenarios that need more than the owner. */
+  population: Population;
 }
 
 export interface Scenario {
@@ -314,18 +465,14 @@ export interface Scenario {
   verify?(engine: Engine, runs: RunCounts[]): Promise<Verification>;
 }
 
-async function channelId(engine: Engine): Promise<number> {
-  const row = await engine.node.store.db
-    .selectFrom("streams")
-    .select("id")
-    .where("name", "=", CHANNEL)
-    .executeTakeFirst();
-  if (!row) throw new Error(`channel "${CHANNEL}" does not exist`);
+async function channelId(engine: Engine, channel: string): Promise<number> {
+  const row = await engine.node.store.db.selectFrom("streams").select("id").where("name", "=", channel).executeTakeFirst();
+  if (!row) throw new Error(`channel "${channel}" does not exist`);
   return Number(row.id);
 }
 
-async function countMessages(engine: Engine): Promise<number> {
-  const id = await channelId(engine);
+async function countMessages(engine: Engine, channel = CHANNEL): Promise<number> {
+  const id = await channelId(engine, channel);
   const row = await engine.node.store.db
     .selectFrom("messages")
     .select((eb) => eb.fn.countAll<string | number>().as("n"))
@@ -334,56 +481,68 @@ async function countMessages(engine: Engine): Promise<number> {
   return Number(row.n);
 }
 
-/** Subscribe the owner to the bench channel (creating it); idempotent. */
-async function ensureChannel(engine: Engine): Promise<void> {
-  await api(engine, "POST", "/api/v1/users/me/subscriptions", { subscriptions: JSON.stringify([{ name: CHANNEL }]) });
+/** Subscribe the owner to a bench channel (creating it); idempotent. */
+async function ensureChannel(engine: Engine, channel = CHANNEL): Promise<void> {
+  await api(engine, "POST", "/api/v1/users/me/subscriptions", { subscriptions: JSON.stringify([{ name: channel }]) });
 }
 
 /** Messages in flight when autocannon stopped may still commit: wait until the count stops moving. */
-async function settledCount(engine: Engine): Promise<number> {
-  let last = await countMessages(engine);
+async function settledCount(engine: Engine, channel: string): Promise<number> {
+  let last = await countMessages(engine, channel);
   for (let i = 0; i < 50; i++) {
     await new Promise((r) => setTimeout(r, 200));
-    const now = await countMessages(engine);
+    const now = await countMessages(engine, channel);
     if (now === last) return now;
     last = now;
   }
   return last;
 }
 
-let sendBaseline = 0;
+/**
+ * POST /messages as the owner to a channel of `subscribers` users (the owner and members made in the store; none
+ * has an event queue, as most users of a large deployment at any moment). Verified afterwards: every 2xx is a
+ * stored message and nothing else was stored.
+ */
+function sendScenario(name: string, channel: string, subscribers: number): Scenario {
+  const body = `type=stream&to=${encodeURIComponent(channel)}&topic=t&content=hello`;
+  let baseline = 0;
+  return {
+    name,
+    describe: `POST /api/v1/messages (${body}) as the owner, to a channel of ${subscribers} subscriber(s)`,
+    async prepare(engine, options) {
+      await ensureChannel(engine, channel);
+      if (subscribers > 1) await options.population.subscribe(channel, await options.population.users("members", subscribers - 1));
+      baseline = await countMessages(engine, channel);
+      return { channelMessagesBefore: baseline, subscribers };
+    },
+    target: (engine) => ({
+      method: "POST",
+      path: "/api/v1/messages",
+      headers: { authorization: engine.authorization, "content-type": "application/x-www-form-urlencoded" },
+      body,
+    }),
+    async verify(engine, runs) {
+      const stored = (await settledCount(engine, channel)) - baseline;
+      const acknowledged = runs.reduce((n, r) => n + r["2xx"], 0);
+      const difference = stored - acknowledged;
+      // autocannon stops at the deadline without waiting for answers in flight: those sends may still commit.
+      const inFlight = runs.reduce((n, r) => n + r.connections * r.pipelining, 0);
+      let ok = difference === 0;
+      let note: string;
+      if (ok) note = "every 2xx is a stored message and nothing else was stored";
+      else if (difference > 0 && difference <= inFlight) {
+        ok = true;
+        note = `${difference} more stored than acknowledged: requests in flight when autocannon stopped (bound ${inFlight})`;
+      } else if (difference < 0) note = `LOST: ${-difference} acknowledged sends are not stored`;
+      else note = `${difference} more stored than acknowledged, above the in-flight bound ${inFlight}: duplicates or sends answered with an error yet stored`;
+      return { ok, stored, acknowledged, difference, note };
+    },
+  };
+}
 
-export const send: Scenario = {
-  name: "send",
-  describe: `POST /api/v1/messages (${SEND_BODY}) as the owner, subscribed to "${CHANNEL}"`,
-  async prepare(engine) {
-    await ensureChannel(engine);
-    sendBaseline = await countMessages(engine);
-    return { channelMessagesBefore: sendBaseline };
-  },
-  target: (engine) => ({
-    method: "POST",
-    path: "/api/v1/messages",
-    headers: { authorization: engine.authorization, "content-type": "application/x-www-form-urlencoded" },
-    body: SEND_BODY,
-  }),
-  async verify(engine, runs) {
-    const stored = (await settledCount(engine)) - sendBaseline;
-    const acknowledged = runs.reduce((n, r) => n + r["2xx"], 0);
-    const difference = stored - acknowledged;
-    // autocannon stops at the deadline without waiting for answers in flight: those sends may still commit.
-    const inFlight = runs.reduce((n, r) => n + r.connections * r.pipelining, 0);
-    let ok = difference === 0;
-    let note: string;
-    if (ok) note = "every 2xx is a stored message and nothing else was stored";
-    else if (difference > 0 && difference <= inFlight) {
-      ok = true;
-      note = `${difference} more stored than acknowledged: requests in flight when autocannon stopped (bound ${inFlight})`;
-    } else if (difference < 0) note = `LOST: ${-difference} acknowledged sends are not stored`;
-    else note = `${difference} more stored than acknowledged, above the in-flight bound ${inFlight}: duplicates or sends answered with an error yet stored`;
-    return { ok, stored, acknowledged, difference, note };
-  },
-};
+export const send = sendScenario("send", CHANNEL, 1);
+export const send10 = sendScenario("send10", "bench-10", 10);
+export const send1000 = sendScenario("send1000", "bench-1000", 1000);
 
 /** Send until the bench channel holds `count` messages, a few requests at a time. */
 async function fillChannel(engine: Engine, count: number): Promise<number> {
@@ -415,5 +574,57 @@ export const fetchNewest: Scenario = {
   }),
 };
 
+const BIG_STORE = 1_000_000;
+const BIG_CHANNEL = "bench-1m";
+const BIG_TOPICS = 100;
+
+/**
+ * A store of 1,000,000 messages (one channel, 100 topics, the owner's flag row for each), written straight into
+ * the tables in one statement each: sending them through the API would take longer than the whole bench.
+ */
+async function fillBigStore(engine: Engine): Promise<Record<string, unknown>> {
+  const db = engine.node.store.db;
+  await ensureChannel(engine, BIG_CHANNEL);
+  const have = await countMessages(engine, BIG_CHANNEL);
+  if (have >= BIG_STORE) return { storeMessages: have };
+  const t0 = performance.now();
+  const streamId = await channelId(engine, BIG_CHANNEL);
+  const { rows } = await sql<{ realm_id: number; owner: number; recipient_id: number }>`
+    select s.realm_id, u.id as owner, r.id as recipient_id from streams s
+    join recipients r on r.type = 2 and r.type_id = s.id
+    join users u on u.realm_id = s.realm_id and u.email = ${engine.owner.email}
+    where s.id = ${streamId}`.execute(db);
+  const { realm_id, owner, recipient_id } = rows[0]!;
+  const n = BIG_STORE - have;
+  await db.transaction().execute(async (trx) => {
+    // Ids from a block range of the message id sequence nobody else holds (see allocateMessageIds).
+    const { rows: first } = await sql<{ id: number }>`select nextval('message_id_blocks') as id`.execute(trx);
+    const base = Number(first[0]!.id);
+    await sql`select setval('message_id_blocks', ${base + Math.ceil(n / 256) * 256})`.execute(trx);
+    const now = Math.floor(Date.now() / 1000);
+    await sql`insert into messages (id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content, rendered_content, date_sent, sending_client)
+      select ${base} + g, ${realm_id}, ${owner}, 'stream', ${recipient_id}, ${streamId}, 't' || (g % ${BIG_TOPICS}), 'message ' || g,
+             '<p>message ' || g || '</p>', ${now - n} + g, 'bench'
+      from generate_series(0, ${n - 1}) g`.execute(trx);
+    await sql`insert into user_messages (user_id, message_id, flags) select ${owner}, ${base} + g, 1 from generate_series(0, ${n - 1}) g`.execute(trx);
+  });
+  await sql`analyze messages`.execute(db);
+  await sql`analyze user_messages`.execute(db);
+  return { storeMessages: await countMessages(engine, BIG_CHANNEL), fillSeconds: Math.round((performance.now() - t0) / 100) / 10 };
+}
+
+const BIG_NARROW = encodeURIComponent(JSON.stringify([{ operator: "channel", operand: BIG_CHANNEL }, { operator: "topic", operand: "t7" }]));
+
+export const fetchBig: Scenario = {
+  name: "fetch1m",
+  describe: `GET /api/v1/messages?anchor=newest&num_before=100&num_after=0, narrowed to one topic (${BIG_STORE / BIG_TOPICS} messages) of a ${BIG_STORE.toLocaleString("en")}-message store`,
+  prepare: (engine) => fillBigStore(engine),
+  target: (engine) => ({
+    method: "GET",
+    path: `/api/v1/messages?anchor=newest&num_before=100&num_after=0&narrow=${BIG_NARROW}`,
+    headers: { authorization: engine.authorization },
+  }),
+};
+
 /** In the order they run against each engine. */
-export const SCENARIOS: Scenario[] = [fetchNewest, send];
+export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, send10, send1000];

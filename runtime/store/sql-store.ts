@@ -56,14 +56,14 @@ export class SqlStore implements Store {
   appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number> {
     return new Promise((resolve, reject) => {
       this.pending.push({ message, recipients, fence, resolve, reject });
-      if (!this.flushing) void this.flush();
+      this.scheduleFlush();
     });
   }
 
   async appendUserEvent(event: UserEvent, fence: Fence): Promise<void> {
     await new Promise<number>((resolve, reject) => {
       this.pending.push({ event, fence, resolve, reject });
-      if (!this.flushing) void this.flush();
+      this.scheduleFlush();
     });
   }
 
@@ -80,6 +80,17 @@ export class SqlStore implements Store {
 
   async pruneUserEvents(userId: number, throughSeq: number, fence: Fence): Promise<void> {
     await this.write(fence, (trx) => trx.deleteFrom("user_events").where("user_id", "=", userId).where("seq", "<=", throughSeq).execute());
+  }
+
+  /**
+   * The next group commit starts on the next turn of the event loop, not now: a transaction on PGlite is a chain of
+   * promise callbacks that would otherwise run to its end before the requests already waiting on the sockets are
+   * read, so every commit would hold one message.
+   */
+  private scheduleFlush(): void {
+    if (this.flushing) return;
+    this.flushing = true;
+    setImmediate(() => void this.flush());
   }
 
   /**
