@@ -39,6 +39,9 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
           oid === INT8_OID ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
       },
     });
+    // An idle connection that Postgres closes (a restart, an administrator, a failover) is an 'error' event on the
+    // pool; unhandled, it would end the process. The pool drops that connection and opens another when needed.
+    pool.on("error", (err) => console.error(`postgres: idle connection lost (${err.message})`));
     return { db: new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), engine: "postgres" };
   }
   const dir = opts.dataDir === "memory://" ? "memory://" : path.join(opts.dataDir, "pglite");

@@ -11,7 +11,8 @@ import { ChorusError } from "../../runtime/errors.ts";
 import { openDatabase, type Engine } from "../../runtime/store/db.ts";
 import { SqlStore } from "../../runtime/store/sql-store.ts";
 import type { NewMessage } from "../../runtime/store/store.ts";
-import { freshDatabase } from "../support/services.ts";
+import pg from "pg";
+import { freshDatabase, PG_ADMIN_URL } from "../support/services.ts";
 
 const SHARDS = 64;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -175,6 +176,25 @@ describe.each(engines)("Store on $name", (engineCase) => {
           await other.close();
         }
       }
+    });
+
+    it.runIf(engineCase.name === "postgres")("survives Postgres closing its idle connections, and writes again", async () => {
+      const fence = await fenceOn();
+      await store.write(fence, (trx) => sql`select 1`.execute(trx));
+      const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
+      await admin.connect();
+      try {
+        const { rows } = await admin.query(
+          "select count(pg_terminate_backend(pid))::int as n from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()",
+          [new URL(await pgUrl()).pathname.slice(1)],
+        );
+        expect(rows[0].n).toBeGreaterThan(0);
+      } finally {
+        await admin.end();
+      }
+      await sleep(200); // the pool's 'error' event arrives meanwhile; unhandled, it would end the test process
+      const value = await store.write(fence, async (trx) => (await sql<{ v: number }>`select 41 + 1 as v`.execute(trx)).rows[0]!.v);
+      expect(value).toBe(42);
     });
 
     it("rolls back everything fn wrote when fn throws, and rejects with fn's error", async () => {
