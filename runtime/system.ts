@@ -159,21 +159,28 @@ export class ActorSystem {
     return [...this.epochs.keys()];
   }
 
+  /**
+   * One transport entry: a turn for each target. A broadcast entry is answered once every turn has ended (with
+   * the first failure, if any), counted down rather than awaited turn by turn: a fan-out to thousands of actors
+   * allocates one promise, not one per actor.
+   */
   private onEntry(shard: number, entry: Entry): Promise<void> {
-    const parent = entry.trace ? propagation.extract(context.active(), entry.trace) : context.active();
+    const parent = entry.trace ? propagation.extract(context.active(), entry.trace) : undefined;
     const single = entry.targets.length === 1;
-    const turns = entry.targets.map(
-      (id) =>
-        new Promise<ChorusError | undefined>((done) => {
-          const activation = this.activation(id, shard);
-          activation.queue.push({ body: entry.body, replyTo: single ? entry.replyTo : undefined, parent, done: (e) => done(e) });
-          if (!activation.running) void this.drain(activation);
-        }),
-    );
-    return Promise.all(turns).then((results) => {
-      if (!single && entry.replyTo) {
-        const failure = results.find((e) => e);
-        void this.opts.transport.reply(entry.replyTo, { corr: entry.replyTo.corr, error: failure?.toJSON() });
+    return new Promise<void>((resolve) => {
+      let remaining = entry.targets.length;
+      let failure: ChorusError | undefined;
+      const done = (error?: ChorusError) => {
+        failure ??= error;
+        if (--remaining > 0) return;
+        if (!single && entry.replyTo) void this.opts.transport.reply(entry.replyTo, { corr: entry.replyTo.corr, error: failure?.toJSON() });
+        resolve();
+      };
+      const replyTo = single ? entry.replyTo : undefined;
+      for (const id of entry.targets) {
+        const activation = this.activation(id, shard);
+        activation.queue.push({ body: entry.body, replyTo, parent, done });
+        if (!activation.running) void this.drain(activation);
       }
     });
   }
@@ -276,10 +283,11 @@ export class ActorSystem {
         a.current = turn.replyTo;
         a.parked = false;
         a.lastUsed = Date.now();
-        const span = tracer.startSpan(`turn ${a.ctx.kind}`, undefined, turn.parent ?? ROOT_CONTEXT);
+        // A span only for a turn whose sender traced it (entries carry no trace context when tracing is off).
+        const span = turn.parent && tracer.startSpan(`turn ${a.ctx.kind}`, undefined, turn.parent);
         try {
           a.completion = undefined;
-          const value = await context.with(trace.setSpan(turn.parent ?? ROOT_CONTEXT, span), () => a.actor.receive(turn.body, a.ctx));
+          const value = await (span ? context.with(trace.setSpan(turn.parent!, span), () => a.actor.receive(turn.body, a.ctx)) : a.actor.receive(turn.body, a.ctx));
           const completion = a.completion as Promise<unknown> | undefined;
           if (value === PARKED || a.parked) turn.done();
           else if (completion) {
@@ -295,7 +303,7 @@ export class ActorSystem {
         } finally {
           a.current = undefined;
           a.completion = undefined;
-          span.end();
+          span?.end();
         }
       }
     } finally {
