@@ -122,7 +122,7 @@ export const organizationRoutes: RouteSpec[] = [
         group_ids: IdList,
         include_realm_default_subscriptions: Bool,
         notify_referrer_on_join: Bool,
-        welcome_message_custom_text: { anyOf: [Str, { type: "null" }] },
+        welcome_message_custom_text: Str,
       },
       required: ["invitee_emails", "stream_ids"],
     },
