@@ -15,7 +15,7 @@ import { inGroupSetting, ROLE, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "./settings.ts";
 import { dmKey } from "./dm.ts";
 import { ensureSystemBot } from "./system-bots.ts";
-import { insertAccount } from "./realm.ts";
+import { EMAIL, insertAccount } from "./accounts.ts";
 import { CHANNEL, DM, USER, type AcceptInvite, type CreatedUser, type Invite, type RevokeInvite } from "./protocol.ts";
 
 /** Zulip's default invitation validity, in minutes (ten days). */
@@ -23,8 +23,6 @@ export const DEFAULT_INVITE_EXPIRY_MINUTES = 14400;
 /** Zulip's settings.INVITES_DEFAULT_REALM_DAILY_MAX. */
 export const DAILY_INVITE_LIMIT = 100;
 export const MAX_WELCOME_MESSAGE_LENGTH = 8000;
-
-const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
 export const hashInviteKey = (key: string) => createHash("sha256").update(key).digest("hex");
 

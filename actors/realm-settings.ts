@@ -2,6 +2,9 @@
  * PATCH /realm: the organization settings Chorus implements, how each is checked, who may change it, and the
  * event Zulip sends when it changes (zerver/views/realm.py, zerver/actions/realm_settings.py). Settings are stored
  * in realms.settings under their `realm_*` names, the names POST /register reports them by.
+ *
+ * `realm_empty_topic_display_name` is not among them: Zulip derives it on the server ("general chat") and has no
+ * setting for it, so PATCH /realm lists it in `ignored_parameters_unsupported`.
  */
 import type { Kysely } from "kysely";
 import { errors } from "../runtime/errors.ts";
@@ -15,7 +18,6 @@ type Rule =
   /** A channel of the realm, or -1 for none. */
   | { kind: "channel" }
   | { kind: "topics-policy" }
-  | { kind: "text"; maxLength: number }
   | ({ kind: "group" } & GroupSettingRule);
 
 const group = (everyone: boolean, extra: Partial<GroupSettingRule> = {}): Rule => ({ kind: "group", everyone, nobody: true, ...extra });
@@ -31,7 +33,6 @@ export const REALM_SETTINGS: Record<string, Rule> = {
   topics_policy: { kind: "topics-policy" },
   /** Legacy form of topics_policy: true is disable_empty_topic. */
   mandatory_topics: { kind: "bool" },
-  empty_topic_display_name: { kind: "text", maxLength: 60 },
   can_add_subscribers_group: group(false),
   can_delete_any_message_group: group(false),
   can_delete_own_message_group: group(true),
@@ -61,7 +62,7 @@ export interface RealmSettingsChange {
   stored: Record<string, unknown>;
   /** Zulip's events, in order. */
   events: Record<string, unknown>[];
-  /** The response's fields: what changed ("updated" for text, as Zulip answers). */
+  /** The response's fields: what changed, as Zulip answers. */
   data: Record<string, unknown>;
 }
 
@@ -107,12 +108,6 @@ export async function planRealmSettings(
         if (typeof raw !== "string" || !TOPICS_POLICIES.includes(raw)) throw errors.badRequest(`Invalid ${name}`);
         value = raw;
         break;
-      case "text":
-        if (typeof raw !== "string") throw errors.badRequest(`${name} is not a string`);
-        value = raw.trim();
-        if (!value) throw errors.badRequest(`${name} cannot be blank`);
-        if ((value as string).length > rule.maxLength) throw errors.badRequest(`${name} is too long (limit: ${rule.maxLength} characters)`);
-        break;
       case "group":
         value = await checkGroupSetting(db, realmId, name, groupSettingRequest(name, raw, current[key]), rule);
         break;
@@ -127,7 +122,7 @@ export async function planRealmSettings(
     }
     if (JSON.stringify(value) === JSON.stringify(current[key])) continue;
     change.stored[key] = value;
-    change.data[name] = rule.kind === "text" ? "updated" : value;
+    change.data[name] = value;
     // Zulip's event formats differ by setting, for historical reasons.
     const dict = rule.kind === "group" || name === "allow_message_editing" || name === "message_content_edit_limit_seconds";
     change.events.push(dict ? { type: "realm", op: "update_dict", property: "default", data: { [name]: value } } : { type: "realm", op: "update", property: name, value });

@@ -2,20 +2,20 @@
  * realm:<id>: the organization. It serialises what must be unique across the realm (e-mail addresses, channel
  * names) and owns account and channel creation.
  */
-import { sql, type Transaction } from "kysely";
+import { sql } from "kysely";
 import { actorId, type Actor, type ActorContext } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
-import { Keyring } from "../runtime/secrets.ts";
+import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
-import type { Database } from "../runtime/store/schema.ts";
 import type { ActorDeps } from "./deps.ts";
 import { streamObject, userObject } from "./reads.ts";
-import { addToRoleGroups, channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
+import { channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
 import { planRealmSettings } from "./realm-settings.ts";
 import { realmSettings } from "./settings.ts";
 import { checkNewGroup, insertGroup } from "./user-groups.ts";
 import { Invitations } from "./invites.ts";
 import { renderMarkdown } from "./message-format.ts";
+import { insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import {
   USER,
   type CreatedUser,
@@ -30,10 +30,9 @@ import {
   type UpdateUser,
 } from "./protocol.ts";
 
-/** Zulip's UserProfile.MAX_NAME_LENGTH. */
-export const MAX_FULL_NAME_LENGTH = 100;
 
 export { ROLE };
+export { EMAIL, insertAccount, type NewAccount } from "./accounts.ts";
 
 
 export class RealmActor implements Actor {
@@ -208,51 +207,6 @@ export class RealmActor implements Actor {
       return out;
     });
   }
-}
-
-export interface NewAccount {
-  email: string;
-  fullName: string;
-  passwordHash: string | null;
-  role: number;
-}
-
-/**
- * Create an account with a fresh API key, inside the caller's transaction: the realm actor's, the first-start
- * bootstrap's, or the management CLI's. E-mail addresses are unique per realm, compared case-insensitively.
- */
-export async function insertAccount(trx: Transaction<Database>, realmId: number, account: NewAccount, keyring: Keyring): Promise<CreatedUser> {
-  const taken = await trx
-    .selectFrom("users")
-    .select("id")
-    .where("realm_id", "=", realmId)
-    .where(sql`lower(delivery_email)`, "=", account.email.toLowerCase())
-    .executeTakeFirst();
-  if (taken) throw errors.badRequest(`Email '${account.email}' already in use`);
-  const apiKey = Keyring.newApiKey();
-  const row = await trx
-    .insertInto("users")
-    .values({
-      realm_id: realmId,
-      email: account.email,
-      delivery_email: account.email,
-      full_name: account.fullName,
-      role: account.role,
-      is_active: true,
-      is_bot: false,
-      bot_type: null,
-      bot_owner_id: null,
-      api_key_hash: keyring.hashApiKey(apiKey),
-      api_key_enc: keyring.encrypt(apiKey),
-      password_hash: account.passwordHash,
-      date_joined: Math.floor(Date.now() / 1000),
-      timezone: "",
-      avatar_version: 1,
-    })
-    .returning("id")
-    .executeTakeFirstOrThrow();
-  await addToRoleGroups(trx, realmId, row.id, account.role);
-  return { user_id: row.id, api_key: apiKey };
 }
 
 /**

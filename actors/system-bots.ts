@@ -7,7 +7,8 @@ import type { Fence } from "../runtime/actor.ts";
 import { ChorusError } from "../runtime/errors.ts";
 import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
-import { insertAccount, ROLE } from "./realm.ts";
+import { insertAccount } from "./accounts.ts";
+import { ROLE } from "./groups.ts";
 
 export const NOTIFICATION_BOT = { email: "notification-bot@zulip.com", fullName: "Notification Bot" };
 
