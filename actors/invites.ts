@@ -68,6 +68,8 @@ export class Invitations {
 
   private async invite(msg: Invite): Promise<Record<string, never>> {
     const db = this.db;
+    // A redelivery of a request that committed: it is done (addresses it skipped are not reported again).
+    if (await db.selectFrom("invitations").select("id").where("request_key", "=", msg.requestKey).executeTakeFirst()) return {};
     const acting = await db.selectFrom("users").selectAll().where("id", "=", msg.actingId).where("realm_id", "=", this.realmId).executeTakeFirstOrThrow();
     const settings = await realmSettings(db, this.realmId);
     if (!(await inGroupSetting(db, settings.realm_can_invite_users_group as GroupSettingValue, acting.id))) throw errors.badRequest("Insufficient permission");
@@ -136,6 +138,7 @@ export class Invitations {
             key_hash: hashInviteKey(key),
             created_at: now,
             expires_at: msg.expiresInMinutes === null ? null : now + msg.expiresInMinutes * 60,
+            request_key: msg.requestKey,
           })
           .execute();
         await trx

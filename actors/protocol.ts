@@ -88,6 +88,8 @@ export interface Invite {
   welcomeMessageCustomText: string | null;
   /** For the link in the e-mail. */
   siteUrl: string;
+  /** One per HTTP request: a redelivered request invites nobody twice. */
+  requestKey: string;
 }
 
 export interface RevokeInvite {

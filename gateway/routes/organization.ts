@@ -3,6 +3,7 @@
  * invitations (POST/GET /invites, DELETE /invites/{invite_id}, and accepting one). Every change is a realm actor
  * turn; permission checks happen there, against the caller's current role.
  */
+import { randomUUID } from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
@@ -139,6 +140,7 @@ export const organizationRoutes: RouteSpec[] = [
         notifyReferrerOnJoin: params.notify_referrer_on_join ?? true,
         welcomeMessageCustomText: params.welcome_message_custom_text ?? null,
         siteUrl: call.services.siteUrl(req.headers.host),
+        requestKey: randomUUID(),
       });
       return {};
     },

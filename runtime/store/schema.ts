@@ -369,6 +369,8 @@ export interface InvitationTable {
   status: Generated<string>;
   /** The account created by accepting it. */
   user_id: number | null;
+  /** The POST /invites request that created it: a redelivered request invites nobody twice. */
+  request_key: string;
 }
 
 export interface EmailOutboxTable {

@@ -4,6 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 import { openQueue } from "../support/queues.ts";
 import { MailSender } from "../../runtime/mail.ts";
+import { actorId } from "../../runtime/actor.ts";
+import { REALM, type Invite } from "../../actors/protocol.ts";
 
 type User = Credentials & { id: number };
 
@@ -162,6 +164,29 @@ describe.each(ENGINES)("invitations on %s", (engine) => {
     expect(unknown.status).toBe(400);
     expect(unknown.body).toMatchObject({ result: "error", code: "BAD_REQUEST", msg: "Invalid invitation key" });
     expect((await accept({ key: lateKey, full_name: "L" })).body.code).toBe("REQUEST_VARIABLE_MISSING");
+  });
+
+  it("invites once when the transport delivers a request twice", async () => {
+    const db = server.node.store.db;
+    const realm = await db.selectFrom("realms").select("id").executeTakeFirstOrThrow();
+    const request: Invite = {
+      op: "invite",
+      actingId: owner.id,
+      emails: ["twice@example.com"],
+      inviteAs: 400,
+      streamIds: [],
+      groupIds: [],
+      expiresInMinutes: 60,
+      includeRealmDefaultSubscriptions: false,
+      notifyReferrerOnJoin: true,
+      welcomeMessageCustomText: null,
+      siteUrl: server.url,
+      requestKey: "one-request",
+    };
+    await server.node.system.ask(actorId(REALM, realm.id), request);
+    await server.node.system.ask(actorId(REALM, realm.id), request);
+    expect(await db.selectFrom("invitations").select("id").where("email", "=", "twice@example.com").execute()).toHaveLength(1);
+    expect(await db.selectFrom("email_outbox").select("id").where("to_address", "=", "twice@example.com").execute()).toHaveLength(1);
   });
 
   it("sends the outbox over SMTP when configured", async () => {

@@ -22,7 +22,9 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn("expires_at", "bigint")
     .addColumn("status", "text", (c) => c.notNull().defaultTo("pending"))
     .addColumn("user_id", "integer")
+    .addColumn("request_key", "text", (c) => c.notNull())
     .execute();
+  await sql`create index invitations_request on invitations (request_key)`.execute(db);
   await sql`create index invitations_realm_created on invitations (realm_id, created_at)`.execute(db);
   await db.schema
     .createTable("email_outbox")
