@@ -14,7 +14,7 @@ import type { ActorDeps } from "./deps.ts";
 import { inGroupSetting, ROLE, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "./settings.ts";
 import { dmKey } from "./dm.ts";
-import { ensureSystemBot } from "./system-bots.ts";
+import { ensureSystemBot, NOTIFICATION_BOT, WELCOME_BOT } from "./system-bots.ts";
 import { EMAIL, insertAccount } from "./accounts.ts";
 import { CHANNEL, DM, USER, type AcceptInvite, type CreatedUser, type Invite, type RevokeInvite } from "./protocol.ts";
 
@@ -234,6 +234,9 @@ export class Invitations {
       ? await this.db.selectFrom("streams").select("id").where("realm_id", "=", this.realmId).where("id", "in", invite.stream_ids as number[]).execute()
       : [];
     for (const s of streams) await this.deps.system().ask(actorId(CHANNEL, s.id), { op: "subscribe", userIds: [userId] });
+    if (invite.welcome_message_custom_text) {
+      await this.botMessage(WELCOME_BOT, userId, invite.welcome_message_custom_text, `invite-welcome:${invite.id}`);
+    }
     if (invite.notify_referrer_on_join) await this.notifyReferrer(invite.id, invite.referrer_id, userId, msg.fullName);
     await this.invitesChanged(invite.referrer_id);
     return created.account;
@@ -243,15 +246,19 @@ export class Invitations {
   private async notifyReferrer(inviteId: number, referrerId: number, userId: number, fullName: string): Promise<void> {
     const referrer = await this.db.selectFrom("users").select("is_active").where("id", "=", referrerId).executeTakeFirst();
     if (!referrer?.is_active) return;
-    const bot = await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId);
-    await this.deps.system().ask(actorId(DM, dmKey([bot.id, referrerId])), {
+    await this.botMessage(NOTIFICATION_BOT, referrerId, `@_**${fullName}|${userId}** accepted your invitation to join Zulip!`, `invite-accepted:${inviteId}`);
+  }
+
+  /** A direct message from a system bot. `sendKey`: one per invitation, so a redelivered accept sends it once. */
+  private async botMessage(which: typeof NOTIFICATION_BOT, to: number, content: string, sendKey: string): Promise<void> {
+    const bot = await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId, which);
+    await this.deps.system().ask(actorId(DM, dmKey([bot.id, to])), {
       op: "send",
       senderId: bot.id,
       sender: { email: bot.email, full_name: bot.full_name },
-      content: `@_**${fullName}|${userId}** accepted your invitation to join Zulip!`,
+      content,
       client: "Internal",
-      // One per invitation: a redelivered accept does not notify twice.
-      sendKey: `invite-accepted:${inviteId}`,
+      sendKey,
       readBySender: true,
     });
   }

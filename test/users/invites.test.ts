@@ -139,6 +139,9 @@ describe.each(ENGINES)("invitations on %s", (engine) => {
       ]),
     );
     expect(await inviteIdFor("joiner@example.com")).toBeUndefined();
+    // The administrator's welcome text reaches the new user from Welcome Bot.
+    const inbox = await api(server, "GET", "/messages", { as: joiner, params: { anchor: "newest", num_before: 10, num_after: 0, apply_markdown: false } });
+    expect(inbox.body.messages).toEqual([expect.objectContaining({ sender_email: "welcome-bot@zulip.com", content: "Hello!" })]);
     // A used key is refused.
     expect((await accept({ key, full_name: "Again", password: "x" })).body.msg).toBe("This invitation has already been used");
   });
