@@ -68,7 +68,7 @@ export const organizationRoutes: RouteSpec[] = [
     path: "/users/{user_id}",
     params: {
       type: "object",
-      properties: { user_id: Id, role: { type: "integer" }, full_name: Str, profile_data: { type: "array" } },
+      properties: { user_id: Id, role: { type: "integer" }, full_name: Str },
       required: ["user_id"],
     },
     async handle(call) {

@@ -192,6 +192,36 @@ describe.each(ENGINES)("invitations on %s", (engine) => {
     expect(await db.selectFrom("email_outbox").select("id").where("to_address", "=", "twice@example.com").execute()).toHaveLength(1);
   });
 
+  it("stops at Zulip's daily limit of invitations", async () => {
+    const db = server.node.store.db;
+    const realm = await db.selectFrom("realms").select("id").executeTakeFirstOrThrow();
+    const sent = await db.selectFrom("invitations").select("id").execute();
+    const now = Math.floor(Date.now() / 1000);
+    const filler = Array.from({ length: 100 - sent.length }, (_, i) => ({
+      realm_id: realm.id,
+      email: `filler${i}@example.com`,
+      referrer_id: owner.id,
+      invited_as: 400,
+      stream_ids: "[]",
+      group_ids: "[]",
+      include_realm_default_subscriptions: false,
+      notify_referrer_on_join: false,
+      welcome_message_custom_text: null,
+      key_hash: `filler-${i}`,
+      created_at: now,
+      expires_at: null,
+      request_key: "filler",
+    }));
+    await db.insertInto("invitations").values(filler).execute();
+    try {
+      const res = await invite(owner, { invitee_emails: "one-too-many@example.com" });
+      expect(res.body).toMatchObject({ code: "INVITATION_FAILED", errors: [], sent_invitations: false, daily_limit_reached: true });
+      expect(await inviteIdFor("one-too-many@example.com")).toBeUndefined();
+    } finally {
+      await db.deleteFrom("invitations").where("request_key", "=", "filler").execute();
+    }
+  });
+
   it("sends the outbox over SMTP when configured", async () => {
     const smtp = await startSmtpServer();
     const sender = new MailSender(server.node.store, { smtpUrl: `smtp://127.0.0.1:${smtp.port}`, from: "Chorus <noreply@chorus.example>" });
