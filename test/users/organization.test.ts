@@ -93,6 +93,18 @@ describe.each(ENGINES)("organization on %s", (engine) => {
       expect((await edit("third")).status).toBe(200);
     });
 
+    it("makes a new move time limit apply to the next move", async () => {
+      await api(server, "POST", "/users/me/subscriptions", { as: member, params: { subscriptions: [{ name: "moves" }] } });
+      const sent = await api(server, "POST", "/messages", { as: member, params: { type: "stream", to: "moves", topic: "old", content: "from long ago" } });
+      // Two hours old, as far as the limits are concerned.
+      await server.node.store.db.updateTable("messages").set({ date_sent: Math.floor(Date.now() / 1000) - 7200 }).where("id", "=", sent.body.id).execute();
+      const move = (topic: string) => api(server, "PATCH", `/messages/${sent.body.id}`, { as: member, params: { topic }, template: "/messages/{message_id}" });
+      await patchRealm(admin, { move_messages_within_stream_limit_seconds: 3600 });
+      expect((await move("newer")).body.msg).toBe("The time limit for editing this message's topic has passed");
+      await patchRealm(admin, { move_messages_within_stream_limit_seconds: "unlimited" });
+      expect((await move("newer")).status).toBe(200);
+    });
+
     it("sets and clears the moderation request channel", async () => {
       const channel = await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "moderation" }] } });
       expect(channel.status).toBe(200);
