@@ -134,11 +134,7 @@ export async function checkGroupSetting(db: DB, realmId: number, setting: string
   } else if (isAnonymousValue(value)) {
     const members = [...new Set(value.direct_members)].sort((a, b) => a - b);
     const subgroups = [...new Set(value.direct_subgroups)].sort((a, b) => a - b);
-    if (members.length) {
-      const found = await db.selectFrom("users").select("id").where("realm_id", "=", realmId).where("is_active", "=", true).where("id", "in", members).execute();
-      const missing = members.find((m) => !found.some((f) => f.id === m));
-      if (missing !== undefined) throw errors.badRequest(`Invalid user ID: ${missing}`);
-    }
+    await checkActiveUsers(db, realmId, members);
     if (!members.length && subgroups.length === 1) canonical = subgroups[0]!;
     else if (!members.length && !subgroups.length) canonical = nobody;
     else canonical = { direct_members: members, direct_subgroups: subgroups };
@@ -161,6 +157,14 @@ export async function checkGroupSetting(db: DB, realmId: number, setting: string
     if (name && forbidden.includes(name)) throw refuse(name);
   }
   return canonical;
+}
+
+/** Zulip's error for the first id that is not an active user of the realm. */
+export async function checkActiveUsers(db: DB, realmId: number, userIds: number[]): Promise<void> {
+  if (!userIds.length) return;
+  const found = new Set((await db.selectFrom("users").select("id").where("realm_id", "=", realmId).where("is_active", "=", true).where("id", "in", userIds).execute()).map((u) => u.id));
+  const missing = userIds.find((id) => !found.has(id));
+  if (missing !== undefined) throw errors.badRequest(`Invalid user ID: ${missing}`);
 }
 
 function isAnonymousValue(v: unknown): v is { direct_members: number[]; direct_subgroups: number[] } {

@@ -5,7 +5,7 @@
 import { sql, type Kysely, type Transaction } from "kysely";
 import { errors } from "../runtime/errors.ts";
 import type { Database } from "../runtime/store/schema.ts";
-import { checkGroupSetting, GROUP_PERMISSIONS, inGroupSetting, systemGroups, type GroupSettingRule, type GroupSettingValue } from "./groups.ts";
+import { checkActiveUsers, checkGroupSetting, GROUP_PERMISSIONS, inGroupSetting, systemGroups, type GroupSettingRule, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "./settings.ts";
 import type { CreateGroup } from "./protocol.ts";
 
@@ -45,13 +45,7 @@ export async function checkNewGroup(db: Kysely<Database>, realmId: number, actin
   if (taken) throw errors.badRequest(`User group '${name}' already exists.`);
 
   const members = [...new Set(msg.members)];
-  if (members.length) {
-    const found = new Set(
-      (await db.selectFrom("users").select("id").where("realm_id", "=", realmId).where("is_active", "=", true).where("id", "in", members).execute()).map((u) => u.id),
-    );
-    const missing = members.find((id) => !found.has(id));
-    if (missing !== undefined) throw errors.badRequest(`Invalid user ID: ${missing}`);
-  }
+  await checkActiveUsers(db, realmId, members);
   const subgroups = [...new Set(msg.subgroups)];
   if (subgroups.length) {
     const found = new Set(
