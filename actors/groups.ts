@@ -2,8 +2,11 @@
  * User groups: the system groups every realm has, and group-setting values (a group id, or
  * `{direct_members, direct_subgroups}`) as Zulip's permission settings take them.
  */
-import type { Kysely, Transaction } from "kysely";
+import { sql, type Kysely, type Transaction } from "kysely";
+import { errors } from "../runtime/errors.ts";
 import type { Database } from "../runtime/store/schema.ts";
+
+type DB = Kysely<Database> | Transaction<Database>;
 
 /** Organization roles, as Zulip numbers them. */
 export const ROLE = { owner: 100, administrator: 200, moderator: 300, member: 400, guest: 600 } as const;
@@ -68,6 +71,109 @@ export async function addToRoleGroups(trx: Transaction<Database>, realmId: numbe
   await trx.insertInto("user_group_members").values(values).execute();
 }
 
+/** Move a user between the role groups of two roles; returns the group ids they left and joined. */
+export async function moveRoleGroups(trx: Transaction<Database>, realmId: number, userId: number, from: number, to: number) {
+  const groups = await systemGroups(trx, realmId);
+  const before = roleGroups(from).map((n) => groups.get(n)!);
+  const after = roleGroups(to).map((n) => groups.get(n)!);
+  const left = before.filter((g) => !after.includes(g));
+  const joined = after.filter((g) => !before.includes(g));
+  if (left.length) await trx.deleteFrom("user_group_members").where("user_id", "=", userId).where("group_id", "in", left).execute();
+  if (joined.length) await trx.insertInto("user_group_members").values(joined.map((group_id) => ({ group_id, user_id: userId }))).execute();
+  return { left, joined };
+}
+
+/**
+ * Whether the user belongs to a group-setting value (a group id, or `{direct_members, direct_subgroups}`):
+ * direct members, or members of the groups reached through subgroups, recursively. Every permission check on a
+ * group setting goes through here.
+ */
+export async function inGroupSetting(db: DB, value: GroupSettingValue | undefined, userId: number): Promise<boolean> {
+  if (value === undefined || value === null) return false;
+  let roots: number[];
+  if (typeof value === "number") roots = [value];
+  else {
+    if (value.direct_members.includes(userId)) return true;
+    roots = value.direct_subgroups;
+  }
+  if (!roots.length) return false;
+  const { rows } = await sql<{ ok: number }>`
+    with recursive g(id) as (
+      select unnest(${sql.val(roots)}::int[])
+      union select s.subgroup_id from user_group_subgroups s join g on s.group_id = g.id
+    )
+    select 1 as ok from user_group_members where user_id = ${userId} and group_id in (select id from g) limit 1`.execute(db);
+  return rows.length > 0;
+}
+
+/** Which system groups a group setting may not name (Zulip's GroupPermissionSetting flags). */
+export interface GroupSettingRule {
+  /** role:everyone allowed (role:internet never is). */
+  everyone: boolean;
+  /** role:nobody (and the empty value) allowed. */
+  nobody: boolean;
+  /** Further system groups refused. */
+  forbidden?: string[];
+  /** Only these system groups are allowed, and nothing else. */
+  onlySystem?: string[];
+}
+
+/**
+ * Check a group-setting value from a client against the realm and the setting's rule, and return it in Zulip's
+ * canonical form: an anonymous value that is one subgroup and no members is that group's id, and an empty one is
+ * role:nobody.
+ */
+export async function checkGroupSetting(db: DB, realmId: number, setting: string, value: unknown, rule: GroupSettingRule): Promise<GroupSettingValue> {
+  const groups = await db.selectFrom("user_groups").select(["id", "name", "is_system_group", "deactivated"]).where("realm_id", "=", realmId).execute();
+  const byId = new Map(groups.map((g) => [g.id, g]));
+  const system = (id: number) => (byId.get(id)?.is_system_group ? byId.get(id)!.name : undefined);
+  const nobody = groups.find((g) => g.is_system_group && g.name === "role:nobody")!.id;
+  let canonical: GroupSettingValue;
+  if (typeof value === "number" && Number.isSafeInteger(value)) {
+    canonical = value;
+  } else if (isAnonymousValue(value)) {
+    const members = [...new Set(value.direct_members)].sort((a, b) => a - b);
+    const subgroups = [...new Set(value.direct_subgroups)].sort((a, b) => a - b);
+    await checkActiveUsers(db, realmId, members);
+    if (!members.length && subgroups.length === 1) canonical = subgroups[0]!;
+    else if (!members.length && !subgroups.length) canonical = nobody;
+    else canonical = { direct_members: members, direct_subgroups: subgroups };
+  } else {
+    throw errors.badRequest(`Invalid ${setting}`);
+  }
+  const named = typeof canonical === "number" ? [canonical] : canonical.direct_subgroups;
+  for (const id of named) {
+    const group = byId.get(id);
+    if (!group || group.deactivated) throw errors.badRequest(`Invalid user group ID: ${id}`);
+  }
+  const refuse = (name: string) => errors.badRequest(`'${setting}' setting cannot be set to '${name}' group.`);
+  if (rule.onlySystem) {
+    const name = typeof canonical === "number" ? system(canonical) : undefined;
+    if (!name || !rule.onlySystem.includes(name)) throw errors.badRequest(`'${setting}' must be a system user group.`);
+  }
+  const forbidden = ["role:internet", ...(rule.everyone ? [] : ["role:everyone"]), ...(rule.nobody ? [] : ["role:nobody"]), ...(rule.forbidden ?? [])];
+  for (const id of named) {
+    const name = system(id);
+    if (name && forbidden.includes(name)) throw refuse(name);
+  }
+  return canonical;
+}
+
+/** Zulip's error for the first id that is not an active user of the realm. */
+export async function checkActiveUsers(db: DB, realmId: number, userIds: number[]): Promise<void> {
+  if (!userIds.length) return;
+  const found = new Set((await db.selectFrom("users").select("id").where("realm_id", "=", realmId).where("is_active", "=", true).where("id", "in", userIds).execute()).map((u) => u.id));
+  const missing = userIds.find((id) => !found.has(id));
+  if (missing !== undefined) throw errors.badRequest(`Invalid user ID: ${missing}`);
+}
+
+function isAnonymousValue(v: unknown): v is { direct_members: number[]; direct_subgroups: number[] } {
+  if (!v || typeof v !== "object" || Array.isArray(v)) return false;
+  const o = v as Record<string, unknown>;
+  const ids = (x: unknown) => Array.isArray(x) && x.every((n) => typeof n === "number" && Number.isSafeInteger(n) && n >= 0);
+  return Object.keys(o).every((k) => k === "direct_members" || k === "direct_subgroups") && ids(o.direct_members) && ids(o.direct_subgroups);
+}
+
 /** Zulip's defaults for a new channel's permission settings. */
 export function channelPermissionDefaults(groups: SystemGroups, creatorId: number | null): Record<string, GroupSettingValue> {
   const id = (name: string) => groups.get(name)!;
@@ -85,7 +191,7 @@ export function channelPermissionDefaults(groups: SystemGroups, creatorId: numbe
   };
 }
 
-const GROUP_PERMISSIONS = [
+export const GROUP_PERMISSIONS = [
   "can_add_members_group",
   "can_join_group",
   "can_leave_group",
@@ -95,8 +201,10 @@ const GROUP_PERMISSIONS = [
 ] as const;
 
 /** Zulip's user group objects (`realm_user_groups` in /register, GET /user_groups). */
-export async function userGroupObjects(db: Kysely<Database>, realmId: number) {
-  const groups = await db.selectFrom("user_groups").selectAll().where("realm_id", "=", realmId).orderBy("id").execute();
+export async function userGroupObjects(db: Kysely<Database>, realmId: number, onlyIds?: number[]) {
+  let query = db.selectFrom("user_groups").selectAll().where("realm_id", "=", realmId);
+  if (onlyIds) query = query.where("id", "in", onlyIds);
+  const groups = await query.orderBy("id").execute();
   const ids = groups.map((g) => g.id);
   const [members, subgroups] = ids.length
     ? await Promise.all([
@@ -104,7 +212,7 @@ export async function userGroupObjects(db: Kysely<Database>, realmId: number) {
         db.selectFrom("user_group_subgroups").select(["group_id", "subgroup_id"]).where("group_id", "in", ids).orderBy("subgroup_id").execute(),
       ])
     : [[], []];
-  const nobody = groups.find((g) => g.is_system_group && g.name === "role:nobody")?.id;
+  const nobody = (await systemGroups(db, realmId)).get("role:nobody");
   return groups.map((g) => {
     const settings = (g.settings ?? {}) as Record<string, GroupSettingValue>;
     return {

@@ -2,10 +2,11 @@
  * Who may edit, move, delete: the realm's message settings with Zulip's defaults, and group-setting membership.
  * Read by the actor owning the conversation at the moment it decides, so a settings change applies at once.
  */
-import { sql, type Kysely, type Transaction } from "kysely";
+import type { Kysely, Transaction } from "kysely";
 import type { Database } from "../runtime/store/schema.ts";
-import { ROLE, systemGroups, type GroupSettingValue } from "./groups.ts";
-import { realmSettingsDefaults } from "./settings.ts";
+import { ROLE, type GroupSettingValue } from "./groups.ts";
+
+import { realmSettings } from "./settings.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 
@@ -31,8 +32,7 @@ export interface MessageRules {
  * source for both), without the prefix.
  */
 export async function messageRules(db: DB, realmId: number): Promise<MessageRules> {
-  const [row, groups] = await Promise.all([db.selectFrom("realms").select("settings").where("id", "=", realmId).executeTakeFirst(), systemGroups(db, realmId)]);
-  const all: Record<string, unknown> = { ...realmSettingsDefaults(groups), ...((row?.settings ?? {}) as Record<string, unknown>) };
+  const all = await realmSettings(db, realmId);
   const pick = <K extends keyof MessageRules>(k: K) => all[`realm_${k}`] as MessageRules[K];
   return {
     allow_message_editing: pick("allow_message_editing"),
@@ -60,25 +60,3 @@ export function pastLimit(limitSeconds: number | null, sentAt: number, now: numb
 }
 
 export const isModerator = (role: number) => role <= ROLE.moderator;
-
-/**
- * Whether the user belongs to a group-setting value (a group id, or `{direct_members, direct_subgroups}`):
- * direct members, or members of the groups reached through subgroups.
- */
-export async function inGroupSetting(db: DB, value: GroupSettingValue | undefined, userId: number): Promise<boolean> {
-  if (value === undefined || value === null) return false;
-  let roots: number[];
-  if (typeof value === "number") roots = [value];
-  else {
-    if (value.direct_members.includes(userId)) return true;
-    roots = value.direct_subgroups;
-  }
-  if (!roots.length) return false;
-  const { rows } = await sql<{ ok: number }>`
-    with recursive g(id) as (
-      select unnest(${sql.val(roots)}::int[])
-      union select s.subgroup_id from user_group_subgroups s join g on s.group_id = g.id
-    )
-    select 1 as ok from user_group_members where user_id = ${userId} and group_id in (select id from g) limit 1`.execute(db);
-  return rows.length > 0;
-}

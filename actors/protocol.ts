@@ -41,7 +41,72 @@ export interface EnsuredChannel {
   created: boolean;
 }
 
-export type RealmMessage = CreateUser | EnsureChannels;
+/** PATCH /realm: the decoded parameters; the realm actor checks them against the current settings. */
+export interface UpdateRealm {
+  op: "updateRealm";
+  actingId: number;
+  settings: Record<string, unknown>;
+}
+/** What changed, as Zulip's PATCH /realm answers it. */
+export type RealmUpdated = Record<string, unknown>;
+
+/** PATCH /users/{user_id}: an administrator changes another user's role or name. */
+export interface UpdateUser {
+  op: "updateUser";
+  actingId: number;
+  userId: number;
+  role?: number;
+  fullName?: string;
+}
+
+/** POST /user_groups/create. Group-setting values are as the client sent them; the actor checks them. */
+export interface CreateGroup {
+  op: "createGroup";
+  actingId: number;
+  name: string;
+  description: string;
+  members: number[];
+  subgroups: number[];
+  settings: Record<string, unknown>;
+}
+export interface GroupCreated {
+  group_id: number;
+}
+
+/** POST /invites, with the addresses already split. */
+export interface Invite {
+  op: "invite";
+  actingId: number;
+  emails: string[];
+  inviteAs: number;
+  streamIds: number[];
+  groupIds: number[];
+  /** null: never expires. */
+  expiresInMinutes: number | null;
+  includeRealmDefaultSubscriptions: boolean;
+  notifyReferrerOnJoin: boolean;
+  welcomeMessageCustomText: string | null;
+  /** For the link in the e-mail. */
+  siteUrl: string;
+  /** One per HTTP request: a redelivered request invites nobody twice. */
+  requestKey: string;
+}
+
+export interface RevokeInvite {
+  op: "revokeInvite";
+  actingId: number;
+  inviteId: number;
+}
+
+/** Accept an invitation: create the invited account. */
+export interface AcceptInvite {
+  op: "acceptInvite";
+  key: string;
+  fullName: string;
+  passwordHash: string;
+}
+
+export type RealmMessage = CreateUser | EnsureChannels | UpdateRealm | UpdateUser | CreateGroup | Invite | RevokeInvite | AcceptInvite;
 
 // ---- channel:<id> -------------------------------------------------------------------------------------------
 

@@ -2,29 +2,49 @@
  * realm:<id>: the organization. It serialises what must be unique across the realm (e-mail addresses, channel
  * names) and owns account and channel creation.
  */
-import { sql, type Transaction } from "kysely";
+import { sql } from "kysely";
 import { actorId, type Actor, type ActorContext } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
-import { Keyring } from "../runtime/secrets.ts";
+import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
-import type { Database } from "../runtime/store/schema.ts";
 import type { ActorDeps } from "./deps.ts";
 import { streamObject, userObject } from "./reads.ts";
-import { addToRoleGroups, channelPermissionDefaults, createSystemGroups, ROLE, systemGroups } from "./groups.ts";
+import { channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
+import { planRealmSettings } from "./realm-settings.ts";
+import { realmSettings } from "./settings.ts";
+import { checkNewGroup, insertGroup } from "./user-groups.ts";
+import { Invitations } from "./invites.ts";
 import { renderMarkdown } from "./message-format.ts";
-import { USER, type CreatedUser, type CreateUser, type EnsureChannels, type EnsuredChannel, type RealmMessage } from "./protocol.ts";
+import { insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
+import {
+  USER,
+  type CreatedUser,
+  type CreateGroup,
+  type CreateUser,
+  type EnsureChannels,
+  type EnsuredChannel,
+  type GroupCreated,
+  type RealmMessage,
+  type RealmUpdated,
+  type UpdateRealm,
+  type UpdateUser,
+} from "./protocol.ts";
+
 
 export { ROLE };
+export { EMAIL, insertAccount, type NewAccount } from "./accounts.ts";
 
 
 export class RealmActor implements Actor {
   private readonly realmId: number;
+  private readonly invitations: Invitations;
 
   constructor(
     private readonly ctx: ActorContext,
     private readonly deps: ActorDeps,
   ) {
     this.realmId = Number(ctx.key);
+    this.invitations = new Invitations(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event), announceUser: (id) => this.announceUser(id) });
   }
 
   receive(msg: RealmMessage): Promise<unknown> {
@@ -33,15 +53,100 @@ export class RealmActor implements Actor {
         return this.createUser(msg);
       case "ensureChannels":
         return this.ensureChannels(msg);
+      case "updateRealm":
+        return this.updateRealm(msg);
+      case "updateUser":
+        return this.updateUser(msg);
+      case "createGroup":
+        return this.createGroup(msg);
+      case "invite":
+      case "revokeInvite":
+      case "acceptInvite":
+        return this.invitations.receive(msg);
     }
+  }
+
+  /** The acting user as the store has them now: roles are checked against the current one, not a cached one. */
+  private async actingUser(id: number) {
+    const user = await this.deps.store.db.selectFrom("users").selectAll().where("id", "=", id).where("realm_id", "=", this.realmId).executeTakeFirst();
+    if (!user?.is_active) throw errors.badRequest("Account is deactivated");
+    return user;
+  }
+
+  private async updateRealm(msg: UpdateRealm): Promise<RealmUpdated> {
+    const acting = await this.actingUser(msg.actingId);
+    const db = this.deps.store.db;
+    const plan = await planRealmSettings(db, this.realmId, acting.role, await realmSettings(db, this.realmId), msg.settings);
+    if (!plan.events.length) return plan.data;
+    await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const row = await trx.selectFrom("realms").select("settings").where("id", "=", this.realmId).executeTakeFirstOrThrow();
+      const settings = { ...(row.settings as Record<string, unknown>), ...plan.stored };
+      await trx.updateTable("realms").set({ settings: JSON.stringify(settings) }).where("id", "=", this.realmId).execute();
+    });
+    for (const event of plan.events) await this.tellRealm(event);
+    return plan.data;
+  }
+
+  /** Zulip's update_user_backend for role and name: administrators only; owners alone touch the owner role. */
+  private async updateUser(msg: UpdateUser): Promise<Record<string, never>> {
+    const acting = await this.actingUser(msg.actingId);
+    if (acting.role > ROLE.administrator) throw errors.badRequest("Insufficient permission");
+    const db = this.deps.store.db;
+    const target = await db.selectFrom("users").selectAll().where("id", "=", msg.userId).where("realm_id", "=", this.realmId).executeTakeFirst();
+    if (!target) throw errors.badRequest("No such user");
+    const fullName = msg.fullName?.trim();
+    if (fullName !== undefined) {
+      if (!fullName) throw errors.badRequest("Name too short!");
+      if (fullName.length > MAX_FULL_NAME_LENGTH) throw errors.badRequest("Name too long!");
+    }
+    const role = msg.role;
+    const roleChanges = role !== undefined && role !== target.role;
+    if (roleChanges) {
+      if (!(Object.values(ROLE) as number[]).includes(role)) throw errors.badRequest("Invalid role");
+      if ((role === ROLE.owner || target.role === ROLE.owner) && acting.role !== ROLE.owner) throw errors.badRequest("Must be an organization owner");
+      if (target.role === ROLE.owner) {
+        const owners = await db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("role", "=", ROLE.owner).where("is_active", "=", true).where("is_bot", "=", false).execute();
+        if (owners.length <= 1) throw errors.badRequest("The owner permission cannot be removed from the only organization owner.");
+      }
+    }
+    const nameChanges = fullName !== undefined && fullName !== target.full_name;
+    if (!roleChanges && !nameChanges) return {};
+    const groups = await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      await trx
+        .updateTable("users")
+        .set({ ...(roleChanges ? { role } : {}), ...(nameChanges ? { full_name: fullName } : {}) })
+        .where("id", "=", target.id)
+        .execute();
+      return roleChanges ? moveRoleGroups(trx, this.realmId, target.id, target.role, role!) : { left: [], joined: [] };
+    });
+    if (nameChanges) await this.tellRealm({ type: "realm_user", op: "update", person: { user_id: target.id, full_name: fullName } });
+    if (roleChanges) {
+      await this.tellRealm({ type: "realm_user", op: "update", person: { user_id: target.id, role } });
+      for (const group_id of groups.left) await this.tellRealm({ type: "user_group", op: "remove_members", group_id, user_ids: [target.id] });
+      for (const group_id of groups.joined) await this.tellRealm({ type: "user_group", op: "add_members", group_id, user_ids: [target.id] });
+    }
+    return {};
+  }
+
+  private async createGroup(msg: CreateGroup): Promise<GroupCreated> {
+    await this.actingUser(msg.actingId);
+    const db = this.deps.store.db;
+    const group = await checkNewGroup(db, this.realmId, msg.actingId, msg);
+    const id = await this.deps.store.write(this.ctx.fence(), (trx) => insertGroup(trx, this.realmId, msg.actingId, group));
+    const [created] = await userGroupObjects(db, this.realmId, [id]);
+    await this.tellRealm({ type: "user_group", op: "add", group: created });
+    return { group_id: id };
   }
 
   private async createUser(msg: CreateUser): Promise<CreatedUser> {
     const created = await this.deps.store.write(this.ctx.fence(), (trx) => insertAccount(trx, this.realmId, msg, this.deps.keyring));
-    const db = this.deps.store.db;
-    const person = await db.selectFrom("users").selectAll().where("id", "=", created.user_id).executeTakeFirstOrThrow();
-    await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false }) });
+    await this.announceUser(created.user_id);
     return created;
+  }
+
+  private async announceUser(userId: number): Promise<void> {
+    const person = await this.deps.store.db.selectFrom("users").selectAll().where("id", "=", userId).executeTakeFirstOrThrow();
+    await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false }) });
   }
 
   /** An event for every active user of the realm (their user actors drop it if they have no queue). */
@@ -102,51 +207,6 @@ export class RealmActor implements Actor {
       return out;
     });
   }
-}
-
-export interface NewAccount {
-  email: string;
-  fullName: string;
-  passwordHash: string | null;
-  role: number;
-}
-
-/**
- * Create an account with a fresh API key, inside the caller's transaction: the realm actor's, the first-start
- * bootstrap's, or the management CLI's. E-mail addresses are unique per realm, compared case-insensitively.
- */
-export async function insertAccount(trx: Transaction<Database>, realmId: number, account: NewAccount, keyring: Keyring): Promise<CreatedUser> {
-  const taken = await trx
-    .selectFrom("users")
-    .select("id")
-    .where("realm_id", "=", realmId)
-    .where(sql`lower(delivery_email)`, "=", account.email.toLowerCase())
-    .executeTakeFirst();
-  if (taken) throw errors.badRequest(`Email '${account.email}' already in use`);
-  const apiKey = Keyring.newApiKey();
-  const row = await trx
-    .insertInto("users")
-    .values({
-      realm_id: realmId,
-      email: account.email,
-      delivery_email: account.email,
-      full_name: account.fullName,
-      role: account.role,
-      is_active: true,
-      is_bot: false,
-      bot_type: null,
-      bot_owner_id: null,
-      api_key_hash: keyring.hashApiKey(apiKey),
-      api_key_enc: keyring.encrypt(apiKey),
-      password_hash: account.passwordHash,
-      date_joined: Math.floor(Date.now() / 1000),
-      timezone: "",
-      avatar_version: 1,
-    })
-    .returning("id")
-    .executeTakeFirstOrThrow();
-  await addToRoleGroups(trx, realmId, row.id, account.role);
-  return { user_id: row.id, api_key: apiKey };
 }
 
 /**

@@ -2,7 +2,9 @@
  * The defaults of Zulip's realm and user settings, as POST /register reports them. Stored settings (realms.settings,
  * users' settings) override these; what has no stored value yet is Zulip's default.
  */
-import type { SystemGroups } from "./groups.ts";
+import type { Kysely, Transaction } from "kysely";
+import type { Database } from "../runtime/store/schema.ts";
+import { systemGroups, type SystemGroups } from "./groups.ts";
 
 export const USER_SETTINGS_DEFAULTS = {
   twenty_four_hour_time: false,
@@ -123,4 +125,10 @@ export function realmSettingsDefaults(groups: SystemGroups) {
     realm_direct_message_initiator_group: id("role:everyone"),
     realm_direct_message_permission_group: id("role:everyone"),
   };
+}
+
+/** The realm's settings as `realm_*` keys: the stored ones over Zulip's defaults (one source for every reader). */
+export async function realmSettings(db: Kysely<Database> | Transaction<Database>, realmId: number): Promise<Record<string, unknown>> {
+  const [row, groups] = await Promise.all([db.selectFrom("realms").select("settings").where("id", "=", realmId).executeTakeFirst(), systemGroups(db, realmId)]);
+  return { ...realmSettingsDefaults(groups), ...((row?.settings ?? {}) as Record<string, unknown>) };
 }

@@ -7,9 +7,11 @@ import type { Fence } from "../runtime/actor.ts";
 import { ChorusError } from "../runtime/errors.ts";
 import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
-import { insertAccount, ROLE } from "./realm.ts";
+import { insertAccount } from "./accounts.ts";
+import { ROLE } from "./groups.ts";
 
 export const NOTIFICATION_BOT = { email: "notification-bot@zulip.com", fullName: "Notification Bot" };
+export const WELCOME_BOT = { email: "welcome-bot@zulip.com", fullName: "Welcome Bot" };
 
 /** Zulip's bot_type for a generic bot, which is what its system bots are. */
 const DEFAULT_BOT = 1;

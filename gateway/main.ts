@@ -19,6 +19,7 @@ import { RedisStreamsTransport } from "../runtime/transport/redis-streams.ts";
 import type { Transport } from "../runtime/transport/transport.ts";
 import { actorKinds } from "../actors/index.ts";
 import { WebhookDelivery } from "../actors/webhooks.ts";
+import { MailSender } from "../runtime/mail.ts";
 import { loadAssistantConfig } from "../runtime/assistant-config.ts";
 import { assistantFace } from "./assistant/index.ts";
 import { MessageIds, type ActorDeps } from "../actors/deps.ts";
@@ -41,6 +42,7 @@ import { serverRoutes } from "./routes/server.ts";
 import { userRoutes } from "./routes/users.ts";
 import { typingRoutes } from "./routes/typing.ts";
 import { meRoutes } from "./routes/me.ts";
+import { organizationRoutes } from "./routes/organization.ts";
 
 export interface RunningNode {
   port: number;
@@ -123,7 +125,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes);
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig });
   const http = await startHttpServer({
     host: config.host,
@@ -138,6 +140,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   });
   assistant.attach(http);
   webhooks.start();
+  const mail = config.smtpUrl ? new MailSender(store, { smtpUrl: config.smtpUrl, from: config.mailFrom }) : undefined;
+  mail?.start();
   port = http.port;
 
   if (owner) {
@@ -157,6 +161,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         http.stopListening();
         stopWakingSchedulers();
         await webhooks.close();
+        await mail?.close();
         await assistant.close();
         await shards.stop();
         await system.close();

@@ -9,7 +9,7 @@ import { loadConfig } from "../runtime/config.ts";
 import { Keyring, hashPassword } from "../runtime/secrets.ts";
 import { findUserByEmail } from "../actors/reads.ts";
 import { insertAccount, ROLE } from "../actors/realm.ts";
-import { EMAIL } from "./routes/users.ts";
+import { EMAIL } from "../actors/realm.ts";
 import { lockDataDir } from "./lock.ts";
 import { prepareStore, siteFor, writeZuliprc } from "./main.ts";
 

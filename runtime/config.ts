@@ -28,6 +28,10 @@ export interface Config {
   askTimeoutMs: number;
   /** Secret used to encrypt API keys; generated into dataDir when absent. */
   secret?: string;
+  /** SMTP server for outgoing e-mail (invitations), e.g. smtp://user:pass@host:587; none: e-mails stay in the outbox. */
+  smtpUrl?: string;
+  /** From address of outgoing e-mail. */
+  mailFrom: string;
 }
 
 function int(name: string, fallback: number): number {
@@ -54,6 +58,8 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     maxBodyBytes: int("MAX_BODY_BYTES", 25 * 1024 * 1024),
     askTimeoutMs: int("ASK_TIMEOUT_MS", 10_000),
     secret: env.CHORUS_SECRET || undefined,
+    smtpUrl: env.SMTP_URL || undefined,
+    mailFrom: env.MAIL_FROM ?? "Chorus <noreply@chorus.example>",
     ...overrides,
   };
 }

@@ -9,11 +9,11 @@ import { realmUsers, streamObjects, subscriptionsOf, userObject, visibleStreams,
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
-import { systemGroups, userGroupObjects } from "../../actors/groups.ts";
+import { userGroupObjects } from "../../actors/groups.ts";
 import { draftsOf, viewsOf } from "../../actors/user-data.ts";
 import { PRESENCE, type PresenceReply } from "../../actors/presence.ts";
 import { scheduledMessagesOf } from "../../actors/scheduler.ts";
-import { realmSettingsDefaults, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
+import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 
 const StrList = { type: "array", items: Str } as const;
 
@@ -37,7 +37,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
     return { streams: await streamObjects(s.store.db, await visibleStreams(s.store.db, u)) };
   },
   async realm(s, u) {
-    const realm = await s.store.db.selectFrom("realms").select(["name", "date_created", "settings"]).where("id", "=", u.realm_id).executeTakeFirstOrThrow();
+    const realm = await s.store.db.selectFrom("realms").select(["name", "date_created"]).where("id", "=", u.realm_id).executeTakeFirstOrThrow();
     const url = s.siteUrl();
     return {
       realm_name: realm.name,
@@ -46,8 +46,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
       realm_uri: url,
       realm_icon_url: "",
       realm_icon_source: "G",
-      ...realmSettingsDefaults(await systemGroups(s.store.db, u.realm_id)),
-      ...(realm.settings as Record<string, unknown>),
+      ...(await realmSettings(s.store.db, u.realm_id)),
     };
   },
   async user_settings(s, u) {

@@ -4,7 +4,7 @@ import { actorId } from "../../runtime/actor.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
 import { ownUserObject, realmUsers, userObject } from "../../actors/reads.ts";
 import { REALM, type CreatedUser } from "../../actors/protocol.ts";
-import { ROLE } from "../../actors/realm.ts";
+import { EMAIL, ROLE } from "../../actors/realm.ts";
 import type { RouteSpec } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { userGroupObjects } from "../../actors/groups.ts";
@@ -29,8 +29,6 @@ function canSeeDeliveryEmail(viewerRole: number, visibility: number): boolean {
   }
 }
 
-/** Deliberately simple: one @, something on each side, a dot in the domain, no spaces. */
-export const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
 export const userRoutes: RouteSpec[] = [
   {

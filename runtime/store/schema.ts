@@ -349,6 +349,43 @@ export interface WebhookOutboxTable {
   created_at: number;
 }
 
+export interface InvitationTable {
+  id: Generated<number>;
+  realm_id: number;
+  email: string;
+  referrer_id: number;
+  invited_as: number;
+  stream_ids: Json;
+  group_ids: Json;
+  include_realm_default_subscriptions: boolean;
+  notify_referrer_on_join: boolean;
+  welcome_message_custom_text: string | null;
+  /** SHA-256 of the key in the invitation link: the key itself is only in the e-mail. */
+  key_hash: string;
+  created_at: number;
+  /** null: never expires. */
+  expires_at: number | null;
+  /** pending, accepted or revoked. */
+  status: Generated<string>;
+  /** The account created by accepting it. */
+  user_id: number | null;
+  /** The POST /invites request that created it: a redelivered request invites nobody twice. */
+  request_key: string;
+}
+
+export interface EmailOutboxTable {
+  id: Generated<number>;
+  to_address: string;
+  subject: string;
+  body: string;
+  created_at: number;
+  sent_at: number | null;
+  attempts: Generated<number>;
+  /** Milliseconds since the epoch. */
+  next_attempt_at: number;
+  last_error: string | null;
+}
+
 export interface Database {
   realms: RealmTable;
   users: UserTable;
@@ -382,4 +419,6 @@ export interface Database {
   operator_sessions: OperatorSessionTable;
   webhook_endpoints: WebhookEndpointTable;
   webhook_outbox: WebhookOutboxTable;
+  invitations: InvitationTable;
+  email_outbox: EmailOutboxTable;
 }

@@ -1,0 +1,190 @@
+/**
+ * Running the organization: PATCH /realm, PATCH /users/{user_id} (role, name), POST /user_groups/create, and
+ * invitations (POST/GET /invites, DELETE /invites/{invite_id}, and accepting one). Every change is a realm actor
+ * turn; permission checks happen there, against the caller's current role.
+ */
+import { randomUUID } from "node:crypto";
+import { actorId } from "../../runtime/actor.ts";
+import { errors } from "../../runtime/errors.ts";
+import { hashPassword } from "../../runtime/secrets.ts";
+import { REALM, type CreatedUser, type GroupCreated, type RealmUpdated } from "../../actors/protocol.ts";
+import { REALM_SETTINGS } from "../../actors/realm-settings.ts";
+import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/invites.ts";
+import { ROLE } from "../../actors/groups.ts";
+import type { Call, RouteSpec } from "../app.ts";
+import { Bool, Id, Str, type JsonSchema } from "../params.ts";
+
+const IdList = { type: "array", items: Id } as const;
+const Roles = Object.values(ROLE);
+
+/** Each realm setting's wire form; the realm actor checks the values themselves. */
+const realmSettingParams: Record<string, JsonSchema> = Object.fromEntries(
+  Object.entries(REALM_SETTINGS).map(([name, rule]) => {
+    switch (rule.kind) {
+      case "bool":
+        return [name, Bool];
+      case "channel":
+        return [name, { type: "integer" }];
+      case "time-limit":
+        // A number of seconds, or "unlimited".
+        return [name, { anyOf: [{ type: "integer" }, { type: "string" }] }];
+      case "topics-policy":
+        return [name, Str];
+      case "group":
+        return [name, { anyOf: [{ type: "integer" }, { type: "object" }] }];
+    }
+  }),
+);
+
+/** A group-setting value: a group id, or `{direct_members, direct_subgroups}` (checked by the realm actor). */
+const GroupSetting = { anyOf: [Id, { type: "object" }] };
+const GROUP_SETTINGS = ["can_add_members_group", "can_join_group", "can_leave_group", "can_manage_group", "can_mention_group", "can_remove_members_group"];
+
+function askRealm<T>(call: Call, message: Record<string, unknown>): Promise<T> {
+  return call.services.system.ask<T>(actorId(REALM, call.user.realm_id), message);
+}
+
+/** Zulip's get_invitee_emails_set: commas or newlines, blanks dropped, each address once. */
+export function inviteeEmails(raw: string): string[] {
+  const seen = new Map<string, string>();
+  for (const part of raw.split(/[,\n]/)) {
+    const email = part.trim();
+    if (email && !seen.has(email.toLowerCase())) seen.set(email.toLowerCase(), email);
+  }
+  return [...seen.values()];
+}
+
+export const organizationRoutes: RouteSpec[] = [
+  {
+    method: "PATCH",
+    path: "/realm",
+    params: { type: "object", properties: realmSettingParams },
+    async handle(call) {
+      return askRealm<RealmUpdated>(call, { op: "updateRealm", actingId: call.user.id, settings: call.params });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/users/{user_id}",
+    params: {
+      type: "object",
+      properties: { user_id: Id, role: { type: "integer" }, full_name: Str },
+      required: ["user_id"],
+    },
+    async handle(call) {
+      const { params } = call;
+      if (params.role !== undefined && !Roles.includes(params.role)) throw errors.badRequest("Invalid role");
+      await askRealm(call, { op: "updateUser", actingId: call.user.id, userId: params.user_id, role: params.role, fullName: params.full_name });
+      // The caller's (or the target's) cached authentication carries the old role.
+      call.services.auth.forget();
+      return {};
+    },
+  },
+  {
+    method: "POST",
+    path: "/user_groups/create",
+    params: {
+      type: "object",
+      properties: {
+        name: Str,
+        description: Str,
+        members: IdList,
+        subgroups: IdList,
+        ...Object.fromEntries(GROUP_SETTINGS.map((s) => [s, GroupSetting])),
+      },
+      required: ["name", "description", "members"],
+    },
+    async handle(call) {
+      const { params } = call;
+      const settings = Object.fromEntries(GROUP_SETTINGS.filter((s) => params[s] !== undefined).map((s) => [s, params[s]]));
+      const created = await askRealm<GroupCreated>(call, {
+        op: "createGroup",
+        actingId: call.user.id,
+        name: params.name,
+        description: params.description,
+        members: params.members,
+        subgroups: params.subgroups ?? [],
+        settings,
+      });
+      return { group_id: created.group_id };
+    },
+  },
+  {
+    method: "POST",
+    path: "/invites",
+    params: {
+      type: "object",
+      properties: {
+        invitee_emails: Str,
+        invite_expires_in_minutes: { anyOf: [{ type: "integer", minimum: 1, maximum: 2 ** 31 }, { type: "null" }] },
+        invite_as: { type: "integer", enum: Roles },
+        stream_ids: IdList,
+        group_ids: IdList,
+        include_realm_default_subscriptions: Bool,
+        notify_referrer_on_join: Bool,
+        welcome_message_custom_text: Str,
+      },
+      required: ["invitee_emails", "stream_ids"],
+    },
+    async handle(call) {
+      const { params, req } = call;
+      await askRealm(call, {
+        op: "invite",
+        actingId: call.user.id,
+        emails: inviteeEmails(params.invitee_emails),
+        inviteAs: params.invite_as ?? ROLE.member,
+        streamIds: [...new Set<number>(params.stream_ids)],
+        groupIds: [...new Set<number>(params.group_ids ?? [])],
+        expiresInMinutes: params.invite_expires_in_minutes === undefined ? DEFAULT_INVITE_EXPIRY_MINUTES : params.invite_expires_in_minutes,
+        includeRealmDefaultSubscriptions: params.include_realm_default_subscriptions ?? false,
+        notifyReferrerOnJoin: params.notify_referrer_on_join ?? true,
+        welcomeMessageCustomText: params.welcome_message_custom_text ?? null,
+        siteUrl: call.services.siteUrl(req.headers.host),
+        requestKey: randomUUID(),
+      });
+      return {};
+    },
+  },
+  {
+    method: "GET",
+    path: "/invites",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      return { invites: await listInvites(services.store.db, user.realm_id, user) };
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/invites/{invite_id}",
+    params: { type: "object", properties: { invite_id: Id }, required: ["invite_id"] },
+    async handle(call) {
+      await askRealm(call, { op: "revokeInvite", actingId: call.user.id, inviteId: call.params.invite_id });
+      return {};
+    },
+  },
+  {
+    // Beyond Zulip's JSON API (Zulip accepts invitations through its web sign-up form): the invited person
+    // creates their account with the key from the e-mail. Unauthenticated; the key is the credential.
+    method: "POST",
+    path: "/invites/accept",
+    auth: false,
+    params: {
+      type: "object",
+      properties: { key: { type: "string", minLength: 1, maxLength: 200 }, full_name: { type: "string", maxLength: 100 }, password: { type: "string", minLength: 1 } },
+      required: ["key", "full_name", "password"],
+    },
+    async handle({ params, services }) {
+      const fullName = String(params.full_name).trim();
+      if (!fullName) throw errors.badRequest("Name too short!");
+      // One organization per server (the first realm), as POST /server_settings reports it.
+      const realm = await services.store.db.selectFrom("realms").select("id").orderBy("id").executeTakeFirstOrThrow();
+      const created = await services.system.ask<CreatedUser>(actorId(REALM, realm.id), {
+        op: "acceptInvite",
+        key: params.key,
+        fullName,
+        passwordHash: await hashPassword(params.password),
+      });
+      return { user_id: created.user_id, api_key: created.api_key };
+    },
+  },
+];
