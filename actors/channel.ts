@@ -12,8 +12,10 @@ import { Conversation, type MovePlan, type StoredMessage } from "./conversation.
 import { isModerator, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
-import { subscriptionsOf } from "./reads.ts";
-import { CHANNEL, USER, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult } from "./protocol.ts";
+import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, type StreamRow, type SubscriptionColumns } from "./reads.ts";
+import { subscriberListWatchers } from "./channel-access.ts";
+import { ROLE } from "./groups.ts";
+import { CHANNEL, USER, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateSubscription } from "./protocol.ts";
 import { ensureSystemBot } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
@@ -27,6 +29,7 @@ interface ChannelState {
   id: number;
   name: string;
   inviteOnly: boolean;
+  isWebPublic: boolean;
   historyPublic: boolean;
   settings: Record<string, unknown>;
   subscribers: Set<number>;
@@ -41,7 +44,7 @@ export class ChannelActor extends Conversation {
     const stream = await db
       .selectFrom("streams")
       .innerJoin("realms", "realms.id", "streams.realm_id")
-      .select(["streams.id", "streams.realm_id", "streams.name", "streams.invite_only", "streams.history_public_to_subscribers", "streams.settings", "realms.string_id"])
+      .select(["streams.id", "streams.realm_id", "streams.name", "streams.invite_only", "streams.is_web_public", "streams.history_public_to_subscribers", "streams.settings", "realms.string_id"])
       .where("streams.id", "=", id)
       .executeTakeFirst();
     if (!stream) throw errors.streamNotFound({ stream_id: id });
@@ -55,6 +58,7 @@ export class ChannelActor extends Conversation {
       id,
       name: stream.name,
       inviteOnly: stream.invite_only,
+      isWebPublic: stream.is_web_public,
       historyPublic: stream.history_public_to_subscribers,
       settings: (stream.settings ?? {}) as Record<string, unknown>,
       subscribers: new Set(subs.map((s) => s.user_id)),
@@ -81,8 +85,14 @@ export class ChannelActor extends Conversation {
     switch (msg.op) {
       case "subscribe":
         return this.subscribe(msg.userIds);
+      case "unsubscribe":
+        return this.unsubscribe(msg.userIds);
+      case "updateSubscription":
+        return this.updateSubscription(msg);
       case "send":
-        if (this.state.inviteOnly && !this.state.subscribers.has(msg.senderId)) {
+        // Private channels take their subscribers' messages; public ones anyone's but an unsubscribed guest's;
+        // web-public ones everyone's (Zulip's access_stream_for_send_message).
+        if ((this.state.inviteOnly || (msg.senderIsGuest && !this.state.isWebPublic)) && !this.state.subscribers.has(msg.senderId)) {
           throw errors.badRequest(`Not authorized to send to channel '${this.state.name}'`);
         }
         return this.checkTopic(msg.topic).then(() => this.send(msg, msg.topic));
@@ -197,14 +207,16 @@ export class ChannelActor extends Conversation {
     const added = userIds.filter((u) => !this.state.subscribers.has(u));
     const already = userIds.filter((u) => this.state.subscribers.has(u));
     if (added.length) {
-      const counts = await this.deps.store.db
+      const db = this.deps.store.db;
+      const counts = await db
         .selectFrom("subscriptions")
         .select(["user_id", sql<number>`count(*)`.as("n")])
         .where("user_id", "in", added)
         .groupBy("user_id")
         .execute();
       const have = new Map(counts.map((c) => [c.user_id, Number(c.n)]));
-      await this.deps.store.write(this.ctx.fence(), (trx) =>
+      // A former subscriber comes back with their old settings (Zulip reactivates the row).
+      const rows = await this.deps.store.write(this.ctx.fence(), (trx) =>
         trx
           .insertInto("subscriptions")
           .values(
@@ -218,33 +230,94 @@ export class ChannelActor extends Conversation {
             })),
           )
           .onConflict((c) => c.columns(["user_id", "stream_id"]).doUpdateSet({ active: true }))
+          .returning(["user_id", ...SUBSCRIPTION_COLUMNS])
           .execute(),
       );
       for (const u of added) this.state.subscribers.add(u);
-      await this.announceSubscribers(added);
+      await this.announceSubscribers(rows);
     }
     return { added, already };
   }
 
+  /** The channel's row and its channel object, as its events carry it. */
+  private async channelObject() {
+    const row = await this.deps.store.db.selectFrom("streams").selectAll().where("id", "=", this.state.id).executeTakeFirstOrThrow();
+    return { row, object: streamObject(row, this.state.subscribers.size) };
+  }
+
+  /** Those who see the subscriber list, but for `except`. */
+  private async watchers(row: StreamRow, except: Set<number>): Promise<string[]> {
+    const ids = await subscriberListWatchers(this.deps.store.db, row, this.state.subscribers);
+    return ids.filter((id) => !except.has(id)).map((id) => actorId(USER, id));
+  }
+
   /**
-   * subscription add to each new subscriber (their own subscription object), and peer_add to those who follow the
-   * channel's subscriber list: everyone in the realm for a public channel, the subscribers for a private one.
+   * subscription add to each new subscriber (their own subscription object, with the subscriber list), and
+   * peer_add to the others who see the channel's subscriber list.
    */
-  private async announceSubscribers(added: number[]): Promise<void> {
-    const db = this.deps.store.db;
+  private async announceSubscribers(rows: Array<SubscriptionColumns & { user_id: number }>): Promise<void> {
     const system = this.deps.system();
+    const { row, object } = await this.channelObject();
+    const subscribers = [...this.state.subscribers].sort((a, b) => a - b);
     await Promise.all(
-      added.map(async (userId) => {
-        const subscriptions = (await subscriptionsOf(db, userId, true)).filter((sub) => sub.stream_id === this.state.id);
-        await system.broadcast([actorId(USER, userId)], { op: "deliverEvent", event: { type: "subscription", op: "add", subscriptions } });
-      }),
+      rows.map((sub) =>
+        system.broadcast([actorId(USER, sub.user_id)], {
+          op: "deliverEvent",
+          event: { type: "subscription", op: "add", subscriptions: [subscriptionObject(object, sub, subscribers)] },
+        }),
+      ),
     );
-    const newcomers = new Set(added);
-    const watchers = this.state.inviteOnly
-      ? [...this.state.subscribers]
-      : (await db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true).execute()).map((u) => u.id);
-    const peers = watchers.filter((id) => !newcomers.has(id)).map((id) => actorId(USER, id));
+    const added = rows.map((r) => r.user_id);
+    const peers = await this.watchers(row, new Set(added));
     await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
+  }
+
+  /**
+   * Zulip's bulk_remove_subscriptions for this channel: the rows go inactive (keeping their settings), the users
+   * stop receiving its messages at once, get subscription remove, and those who watch the subscriber list
+   * peer_remove. Whoever loses sight of the channel altogether (a non-administrator leaving a private channel, a
+   * guest leaving a public one) also gets stream delete.
+   */
+  private async unsubscribe(userIds: number[]): Promise<UnsubscribeResult> {
+    const removed = userIds.filter((u) => this.state.subscribers.has(u));
+    const notSubscribed = userIds.filter((u) => !this.state.subscribers.has(u));
+    if (!removed.length) return { removed, notSubscribed };
+    const db = this.deps.store.db;
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.updateTable("subscriptions").set({ active: false }).where("stream_id", "=", this.state.id).where("user_id", "in", removed).execute(),
+    );
+    for (const u of removed) this.state.subscribers.delete(u);
+    const system = this.deps.system();
+    const { row } = await this.channelObject();
+    const gone = removed.map((id) => actorId(USER, id));
+    await system.broadcast(gone, { op: "deliverEvent", event: { type: "subscription", op: "remove", subscriptions: [{ name: this.state.name, stream_id: this.state.id }] } });
+    const peers = await this.watchers(row, new Set(removed));
+    await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_remove", stream_ids: [this.state.id], user_ids: removed } });
+    if (!row.is_web_public) {
+      const stillSee = row.invite_only ? ROLE.administrator : ROLE.member;
+      const blind = await db.selectFrom("users").select("id").where("id", "in", removed).where("role", ">", stillSee).execute();
+      const event = { type: "stream", op: "delete", streams: [{ stream_id: this.state.id }], stream_ids: [this.state.id] };
+      if (blind.length) await system.broadcast(blind.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
+    }
+    return { removed, notSubscribed };
+  }
+
+  /** One property of a subscriber's subscription; `in_home_view` is the inverse of `is_muted`, stored as such. */
+  private async updateSubscription(msg: UpdateSubscription): Promise<Record<string, never>> {
+    if (!this.state.subscribers.has(msg.userId)) throw errors.badRequest(`Not subscribed to channel ID ${this.state.id}`);
+    const column = msg.property === "in_home_view" ? "is_muted" : msg.property;
+    const stored = msg.property === "in_home_view" ? !msg.value : msg.value;
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .updateTable("subscriptions")
+        .set({ [column]: stored })
+        .where("stream_id", "=", this.state.id)
+        .where("user_id", "=", msg.userId)
+        .execute(),
+    );
+    const event = { type: "subscription", op: "update", stream_id: this.state.id, property: msg.property, value: msg.value };
+    await this.deps.system().broadcast([actorId(USER, msg.userId)], { op: "deliverEvent", event });
+    return {};
   }
 
   /**

@@ -121,3 +121,42 @@ export async function userGroupObjects(db: Kysely<Database>, realmId: number) {
     };
   });
 }
+
+/** The channel permission settings a request may set, and whether Zulip lets each be "role:everyone". */
+export const CHANNEL_GROUP_SETTINGS: Record<string, { allowEveryone: boolean }> = {
+  can_add_subscribers_group: { allowEveryone: false },
+  can_administer_channel_group: { allowEveryone: false },
+  can_delete_any_message_group: { allowEveryone: false },
+  can_delete_own_message_group: { allowEveryone: true },
+  can_move_messages_out_of_channel_group: { allowEveryone: false },
+  can_move_messages_within_channel_group: { allowEveryone: false },
+  can_remove_subscribers_group: { allowEveryone: false },
+  can_resolve_topics_group: { allowEveryone: true },
+  can_send_message_group: { allowEveryone: true },
+  can_subscribe_group: { allowEveryone: false },
+};
+
+/**
+ * A group-setting value from a request, checked as Zulip checks it (zerver/lib/user_groups.py): groups and users
+ * of this realm, never "role:internet", "role:everyone" only where the setting allows it. `{direct_members: [],
+ * direct_subgroups: [g]}` is the group g itself. Returns the value to store, or the error message.
+ */
+export async function checkGroupSettingValue(db: Kysely<Database>, realmId: number, setting: string, value: GroupSettingValue): Promise<GroupSettingValue | string> {
+  const groupIds = typeof value === "number" ? [value] : value.direct_subgroups;
+  const userIds = typeof value === "number" ? [] : value.direct_members;
+  const groups = groupIds.length ? await db.selectFrom("user_groups").select(["id", "name", "is_system_group", "deactivated"]).where("realm_id", "=", realmId).where("id", "in", groupIds).execute() : [];
+  for (const id of groupIds) {
+    const group = groups.find((g) => g.id === id);
+    if (!group) return typeof value === "number" ? "Invalid user group" : `Invalid user group ID: ${id}`;
+    if (group.deactivated) return "User group is deactivated.";
+    const forbidden = group.is_system_group && (group.name === "role:internet" || (group.name === "role:everyone" && !CHANNEL_GROUP_SETTINGS[setting]!.allowEveryone));
+    if (forbidden) return `'${setting}' setting cannot be set to '${group.name}' group.`;
+  }
+  if (userIds.length) {
+    const users = await db.selectFrom("users").select("id").where("realm_id", "=", realmId).where("is_active", "=", true).where("id", "in", userIds).execute();
+    const missing = userIds.find((id) => !users.some((u) => u.id === id));
+    if (missing !== undefined) return `Invalid user ID: ${missing}`;
+  }
+  if (typeof value !== "number" && !value.direct_members.length && value.direct_subgroups.length === 1) return value.direct_subgroups[0]!;
+  return value;
+}

@@ -31,8 +31,7 @@ export interface MessageRules {
  * source for both), without the prefix.
  */
 export async function messageRules(db: DB, realmId: number): Promise<MessageRules> {
-  const [row, groups] = await Promise.all([db.selectFrom("realms").select("settings").where("id", "=", realmId).executeTakeFirst(), systemGroups(db, realmId)]);
-  const all: Record<string, unknown> = { ...realmSettingsDefaults(groups), ...((row?.settings ?? {}) as Record<string, unknown>) };
+  const all = await realmSettings(db, realmId);
   const pick = <K extends keyof MessageRules>(k: K) => all[`realm_${k}`] as MessageRules[K];
   return {
     allow_message_editing: pick("allow_message_editing"),
@@ -49,6 +48,17 @@ export async function messageRules(db: DB, realmId: number): Promise<MessageRule
     topics_policy: pick("topics_policy"),
     mandatory_topics: pick("mandatory_topics"),
   };
+}
+
+/** The realm's settings as `realm_*` keys: the stored ones over Zulip's defaults. */
+export async function realmSettings(db: DB, realmId: number): Promise<Record<string, unknown>> {
+  const [row, groups] = await Promise.all([db.selectFrom("realms").select("settings").where("id", "=", realmId).executeTakeFirst(), systemGroups(db, realmId)]);
+  return { ...realmSettingsDefaults(groups), ...((row?.settings ?? {}) as Record<string, unknown>) };
+}
+
+/** One of the realm's group settings (`can_add_subscribers_group`, ...), without its `realm_` prefix. */
+export async function realmGroupSetting(db: DB, realmId: number, name: string): Promise<GroupSettingValue> {
+  return (await realmSettings(db, realmId))[`realm_${name}`] as GroupSettingValue;
 }
 
 /** Zulip allows edits this long past a limit, for the round trip of a client that started in time. */

@@ -33,7 +33,12 @@ export interface EnsureChannels {
   channels: ChannelSpec[];
   inviteOnly: boolean;
   isWebPublic: boolean;
+  isDefault: boolean;
   historyPublicToSubscribers: boolean | null;
+  /** null: the realm's policy; -1: unlimited. */
+  messageRetentionDays: number | null;
+  /** topics_policy and the can_*_group values the request gave (checked); the rest take Zulip's defaults. */
+  settings: Record<string, unknown>;
 }
 export interface EnsuredChannel {
   id: number;
@@ -54,6 +59,23 @@ export interface SubscribeResult {
   already: number[];
 }
 
+export interface Unsubscribe {
+  op: "unsubscribe";
+  userIds: number[];
+}
+export interface UnsubscribeResult {
+  removed: number[];
+  notSubscribed: number[];
+}
+
+/** POST /users/me/subscriptions/properties: one property of one user's subscription, already validated. */
+export interface UpdateSubscription {
+  op: "updateSubscription";
+  userId: number;
+  property: string;
+  value: boolean | string;
+}
+
 export interface SendToChannel {
   op: "send";
   senderId: number;
@@ -67,6 +89,8 @@ export interface SendToChannel {
   queueId?: string;
   localId?: string;
   readBySender: boolean;
+  /** Guests need a subscription even to public channels. */
+  senderIsGuest?: boolean;
 }
 export interface Sent {
   id: number;
@@ -133,7 +157,7 @@ export interface Notify {
 }
 
 export type ConversationMessage = EditMessage | DeleteMessage | React;
-export type ChannelMessage = Subscribe | SendToChannel | ConversationMessage | MovedIn | Notify;
+export type ChannelMessage = Subscribe | Unsubscribe | UpdateSubscription | SendToChannel | ConversationMessage | MovedIn | Notify;
 
 // ---- dm:<sorted user ids> -----------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import * as assistant from "./2026-11-22T0600-assistant.ts";
 import * as userData from "./2026-11-22T0700-user-data.ts";
 import * as presence from "./2026-11-22T0710-presence.ts";
 import * as pushDevices from "./2026-11-22T0720-push-devices.ts";
+import * as subscriptionProperties from "./2026-11-22T0800-subscription-properties.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -16,4 +17,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-22T0700-user-data": userData,
   "2026-11-22T0710-presence": presence,
   "2026-11-22T0720-push-devices": pushDevices,
+  "2026-11-22T0800-subscription-properties": subscriptionProperties,
 };
