@@ -19,7 +19,7 @@ import { LIMITS } from "../zulip.ts";
 type DB = Services["store"]["db"];
 
 const IdList = { type: "array", items: Id } as const;
-const Principals = { oneOf: [IdList, { type: "array", items: Str }] };
+const Principals = { anyOf: [IdList, { type: "array", items: Str }] };
 
 /** A group-setting value: a group id, or `{direct_members, direct_subgroups}`. */
 const GroupSetting = {
@@ -172,7 +172,7 @@ export const channelRoutes: RouteSpec[] = [
         is_web_public: { ...Bool, default: false },
         is_default_stream: { ...Bool, default: false },
         history_public_to_subscribers: Bool,
-        message_retention_days: { oneOf: [{ type: "integer" }, { type: "string", enum: ["realm_default", "unlimited"] }], default: "realm_default" },
+        message_retention_days: { anyOf: [{ type: "integer" }, Str], default: "realm_default" },
         // JSON-encoded in Zulip's API; a bare word is accepted too.
         topics_policy: { anyOf: [{ type: "string", enum: TOPICS_POLICIES }] },
         ...Object.fromEntries(Object.keys(CHANNEL_GROUP_SETTINGS).map((name) => [name, GroupSetting])),
