@@ -14,13 +14,26 @@ import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
 import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, type StreamRow, type SubscriptionColumns } from "./reads.ts";
 import { subscriberListWatchers } from "./channel-access.ts";
-import { ROLE } from "./groups.ts";
-import { CHANNEL, USER, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateSubscription } from "./protocol.ts";
+import { ROLE, type GroupSettingValue } from "./groups.ts";
+import { CHANNEL, USER, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateChannel, type UpdateSubscription } from "./protocol.ts";
+import { renderMarkdown } from "./message-format.ts";
 import { ensureSystemBot } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
 const COLORS = ["#76ce90", "#fae589", "#a6c7e5", "#e79ab5", "#bfd56f", "#f4ae55", "#b0a5fd", "#addfe5", "#f5ce6e", "#c2726a", "#94c849", "#bd86e5"];
 
+
+/** Zulip's error for a name another channel of the realm has. */
+const channelExists = (name: string) => new ChorusError("CHANNEL_ALREADY_EXISTS", `Channel '${name}' already exists`, 409);
+
+/** Two group-setting values (or any JSON values) alike, whatever the order of ids. */
+function sameGroupSetting(a: unknown, b: unknown): boolean {
+  const canonical = (v: unknown) =>
+    v && typeof v === "object" && "direct_members" in v
+      ? JSON.stringify({ m: [...(v as GroupSettingValue & object).direct_members].sort(), g: [...(v as GroupSettingValue & object).direct_subgroups].sort() })
+      : JSON.stringify(v);
+  return canonical(a) === canonical(b);
+}
 
 /** Zulip's recipient type for a channel. */
 export const RECIPIENT_STREAM = 2;
@@ -89,6 +102,8 @@ export class ChannelActor extends Conversation {
         return this.unsubscribe(msg.userIds);
       case "updateSubscription":
         return this.updateSubscription(msg);
+      case "updateChannel":
+        return this.updateChannel(msg);
       case "send":
         // Private channels take their subscribers' messages; public ones anyone's but an unsubscribed guest's;
         // web-public ones everyone's (Zulip's access_stream_for_send_message).
@@ -300,6 +315,79 @@ export class ChannelActor extends Conversation {
       if (blind.length) await system.broadcast(blind.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
     }
     return { removed, notSubscribed };
+  }
+
+  /**
+   * PATCH /streams/{stream_id}: one commit, then Zulip's stream update event per changed property to those who saw
+   * the channel and still do; a change of privacy also tells those who lost sight of it (stream delete) and those
+   * who gained it (stream create).
+   */
+  private async updateChannel(msg: UpdateChannel): Promise<Record<string, never>> {
+    const db = this.deps.store.db;
+    const { row: before } = await this.channelObject();
+    const settings = { ...(before.settings as Record<string, unknown>) };
+    for (const [name, old] of Object.entries(msg.expected ?? {})) {
+      if (!sameGroupSetting(settings[name], old)) throw errors.badRequest("'old' value does not match the expected value.");
+    }
+    if (msg.name !== undefined && msg.name.toLowerCase() !== this.state.name.toLowerCase()) {
+      const taken = await db.selectFrom("streams").select("id").where("realm_id", "=", this.realmId).where(sql`lower(name)`, "=", msg.name.toLowerCase()).executeTakeFirst();
+      if (taken) throw channelExists(msg.name);
+    }
+    Object.assign(settings, msg.settings ?? {});
+    const renderedDescription = msg.description === undefined ? undefined : msg.description ? renderMarkdown(msg.description) : "";
+    try {
+      await this.deps.store.write(this.ctx.fence(), (trx) =>
+        trx
+          .updateTable("streams")
+          .set({
+            ...(msg.name !== undefined ? { name: msg.name } : {}),
+            ...(msg.description !== undefined ? { description: msg.description, rendered_description: renderedDescription } : {}),
+            ...(msg.inviteOnly !== undefined ? { invite_only: msg.inviteOnly } : {}),
+            ...(msg.historyPublic !== undefined ? { history_public_to_subscribers: msg.historyPublic } : {}),
+            settings: JSON.stringify(settings),
+          })
+          .where("id", "=", this.state.id)
+          .execute(),
+      );
+    } catch (err) {
+      // Another channel took the name meanwhile: the realm-wide unique index decides.
+      if (msg.name !== undefined && /unique|duplicate/i.test(String((err as Error)?.message))) throw channelExists(msg.name);
+      throw err;
+    }
+    const { row: after, object } = await this.channelObject();
+    this.state.name = after.name;
+    this.state.inviteOnly = after.invite_only;
+    this.state.historyPublic = after.history_public_to_subscribers;
+    this.state.settings = settings;
+
+    const base = { type: "stream", op: "update", stream_id: after.id, name: before.name };
+    const privacy = { history_public_to_subscribers: after.history_public_to_subscribers, is_web_public: after.is_web_public };
+    const events: Array<Record<string, unknown>> = [];
+    if (after.name !== before.name) events.push({ ...base, property: "name", value: after.name });
+    if (msg.description !== undefined && after.description !== before.description) {
+      events.push({ ...base, property: "description", value: after.description, rendered_description: after.rendered_description });
+    }
+    if (after.invite_only !== before.invite_only) events.push({ ...base, property: "invite_only", value: after.invite_only, ...privacy });
+    if (after.history_public_to_subscribers !== before.history_public_to_subscribers) {
+      events.push({ ...base, property: "history_public_to_subscribers", value: after.history_public_to_subscribers });
+    }
+    for (const [name, value] of Object.entries(msg.settings ?? {})) {
+      if (!sameGroupSetting((before.settings as Record<string, unknown>)[name], value)) events.push({ ...base, property: name, value });
+    }
+    const [seeing, saw] = await Promise.all([
+      subscriberListWatchers(db, after, this.state.subscribers),
+      subscriberListWatchers(db, before, this.state.subscribers),
+    ]);
+    const system = this.deps.system();
+    const users = (ids: number[]) => ids.map((id) => actorId(USER, id));
+    // Those who just gained sight of the channel get it whole, in its new state, instead of its changes.
+    const kept = seeing.filter((id) => saw.includes(id));
+    const lost = saw.filter((id) => !seeing.includes(id));
+    const gained = seeing.filter((id) => !saw.includes(id));
+    for (const event of events) await system.broadcast(users(kept), { op: "deliverEvent", event });
+    if (lost.length) await system.broadcast(users(lost), { op: "deliverEvent", event: { type: "stream", op: "delete", streams: [{ stream_id: after.id }], stream_ids: [after.id] } });
+    if (gained.length) await system.broadcast(users(gained), { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
+    return {};
   }
 
   /** One property of a subscriber's subscription; `in_home_view` is the inverse of `is_muted`, stored as such. */

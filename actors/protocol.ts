@@ -68,6 +68,19 @@ export interface UnsubscribeResult {
   notSubscribed: number[];
 }
 
+/** PATCH /streams/{stream_id}: the changes, checked by the gateway; the channel applies them and tells who sees it. */
+export interface UpdateChannel {
+  op: "updateChannel";
+  name?: string;
+  description?: string;
+  inviteOnly?: boolean;
+  historyPublic?: boolean;
+  /** topics_policy and can_*_group values. */
+  settings?: Record<string, unknown>;
+  /** Group settings whose current value the caller named (`old`): the change applies only if it still is. */
+  expected?: Record<string, unknown>;
+}
+
 /** POST /users/me/subscriptions/properties: one property of one user's subscription, already validated. */
 export interface UpdateSubscription {
   op: "updateSubscription";
@@ -157,7 +170,7 @@ export interface Notify {
 }
 
 export type ConversationMessage = EditMessage | DeleteMessage | React;
-export type ChannelMessage = Subscribe | Unsubscribe | UpdateSubscription | SendToChannel | ConversationMessage | MovedIn | Notify;
+export type ChannelMessage = Subscribe | Unsubscribe | UpdateSubscription | UpdateChannel | SendToChannel | ConversationMessage | MovedIn | Notify;
 
 // ---- dm:<sorted user ids> -----------------------------------------------------------------------------------
 

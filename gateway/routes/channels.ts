@@ -1,6 +1,6 @@
 /**
  * Channels and subscriptions: POST, GET and DELETE /users/me/subscriptions, POST
- * /users/me/subscriptions/properties, GET /streams. Permission rules are actors/channel-access.ts's; the channel
+ * /users/me/subscriptions/properties, GET /streams, PATCH /streams/{stream_id}. Permission rules are actors/channel-access.ts's; the channel
  * actors write the subscriptions and send their events.
  */
 import { sql } from "kysely";
@@ -8,7 +8,7 @@ import { actorId } from "../../runtime/actor.ts";
 import { ChorusError, errors } from "../../runtime/errors.ts";
 import { CHANNEL, REALM, type EnsuredChannel, type SubscribeResult, type UnsubscribeResult } from "../../actors/protocol.ts";
 import { ROLE } from "../../actors/realm.ts";
-import { canAddSubscribers, canRemoveSubscribers, hasContentAccess, hasMetadataAccess } from "../../actors/channel-access.ts";
+import { canAddSubscribers, canRemoveSubscribers, channelGroupSetting, hasContentAccess, hasMetadataAccess } from "../../actors/channel-access.ts";
 import { CHANNEL_GROUP_SETTINGS, checkGroupSettingValue, type GroupSettingValue } from "../../actors/groups.ts";
 import { inGroupSetting, realmSettings } from "../../actors/message-rules.ts";
 import { isSubscribed, streamObjects, subscriptionsOf, visibleStreams, type StreamRow, type UserRow } from "../../actors/reads.ts";
@@ -294,6 +294,74 @@ export const channelRoutes: RouteSpec[] = [
       for (const change of changes) {
         await services.system.ask(actorId(CHANNEL, change.stream_id), { op: "updateSubscription", userId: user.id, property: change.property, value: change.value });
       }
+      return {};
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/streams/{stream_id}",
+    params: {
+      type: "object",
+      properties: {
+        stream_id: Id,
+        new_name: { type: "string", maxLength: LIMITS.max_stream_name_length },
+        description: { type: "string", maxLength: LIMITS.max_stream_description_length },
+        is_private: Bool,
+        history_public_to_subscribers: Bool,
+        topics_policy: { anyOf: [{ type: "string", enum: TOPICS_POLICIES }] },
+        ...Object.fromEntries(
+          Object.keys(CHANNEL_GROUP_SETTINGS).map((name) => [name, { type: "object", properties: { new: GroupSetting, old: GroupSetting }, required: ["new"], additionalProperties: false }]),
+        ),
+      },
+      required: ["stream_id"],
+    },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const stream = await db.selectFrom("streams").selectAll().where("id", "=", params.stream_id).where("realm_id", "=", user.realm_id).executeTakeFirst();
+      if (!stream) throw errors.badRequest("Invalid channel ID");
+      const subscribed = await isSubscribed(db, user.id, stream.id);
+      // Administrators administer every channel; others through its can_administer_channel_group. Whoever cannot
+      // even see the channel is told it does not exist.
+      const administers = user.role <= ROLE.administrator || (user.role !== ROLE.guest && (await inGroupSetting(db, channelGroupSetting(stream, "can_administer_channel_group"), user.id)));
+      if (!administers) {
+        if (!(await hasMetadataAccess(db, user, stream, subscribed))) throw errors.badRequest("Invalid channel ID");
+        throw errors.badRequest("You do not have permission to administer this channel.");
+      }
+      // Zulip's update_stream_backend: the proposed privacy must be coherent.
+      const inviteOnly: boolean = params.is_private ?? stream.invite_only;
+      const historyPublic: boolean = params.history_public_to_subscribers ?? (params.is_private !== undefined ? !params.is_private : stream.history_public_to_subscribers);
+      if ((!inviteOnly && !historyPublic) || (stream.is_web_public && (inviteOnly || !historyPublic))) throw errors.badRequest("Invalid parameters");
+      if (params.is_private !== undefined) {
+        if (!(await hasContentAccess(db, user, stream, subscribed))) throw errors.badRequest("Channel content access is required.");
+        const realm = await realmSettings(db, user.realm_id);
+        const group = params.is_private ? "realm_can_create_private_channel_group" : "realm_can_create_public_channel_group";
+        if (!(await inGroupSetting(db, realm[group] as GroupSettingValue, user.id))) throw errors.badRequest("Insufficient permission");
+      }
+      let name: string | undefined;
+      if (params.new_name !== undefined) {
+        name = channelName(params.new_name);
+        if (name === stream.name) throw errors.badRequest("Channel already has that name.");
+      }
+      const settings: Record<string, unknown> = {};
+      const expected: Record<string, unknown> = {};
+      if (params.topics_policy !== undefined) settings.topics_policy = params.topics_policy;
+      for (const setting of Object.keys(CHANNEL_GROUP_SETTINGS)) {
+        const change = params[setting] as { new: GroupSettingValue; old?: GroupSettingValue } | undefined;
+        if (!change) continue;
+        const checked = await checkGroupSettingValue(db, user.realm_id, setting, change.new);
+        if (typeof checked === "string") throw errors.badRequest(checked);
+        settings[setting] = checked;
+        if (change.old !== undefined) expected[setting] = change.old;
+      }
+      await services.system.ask(actorId(CHANNEL, stream.id), {
+        op: "updateChannel",
+        name,
+        description: params.description?.replace(/\n/g, " "),
+        inviteOnly: params.is_private,
+        historyPublic: params.history_public_to_subscribers ?? (params.is_private !== undefined ? historyPublic : undefined),
+        settings,
+        expected,
+      });
       return {};
     },
   },

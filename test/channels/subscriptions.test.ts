@@ -313,6 +313,69 @@ describe.each(ENGINES)("subscriptions on %s", (engine) => {
     });
   });
 
+  describe("updating channels", () => {
+    const patch = (as: Credentials, id: number, params: Record<string, unknown>) => api(server, "PATCH", `/streams/${id}`, { as, params, template: "/streams/{stream_id}" });
+
+    it("renames and describes a channel, telling everyone who sees it", async () => {
+      ok(await subscribe(owner, { subscriptions: [{ name: "old-name" }], principals: [owner.id, alice.id] }));
+      const id = await streamId("old-name");
+      const [aliceQueue, carolQueue, guestQueue] = await Promise.all([alice, carol, guest].map((u) => eventQueue(server, u, ["stream"])));
+      ok(await patch(owner, id, { new_name: "new-name", description: "**bold**\nmove" }));
+      for (const q of [aliceQueue, carolQueue]) {
+        const events = await q.events();
+        expect(events.find((e) => e.property === "name")).toMatchObject({ op: "update", stream_id: id, name: "old-name", value: "new-name" });
+        expect(events.find((e) => e.property === "description")).toMatchObject({ value: "**bold** move", rendered_description: "<p><strong>bold</strong> move</p>" });
+      }
+      expect(await guestQueue.events()).toEqual([]);
+      expect((await mySubscriptions(alice)).find((s) => s.stream_id === id)).toMatchObject({ name: "new-name", description: "**bold** move" });
+      // Messages go to the channel by its new name.
+      ok(await api(server, "POST", "/messages", { as: alice, params: { type: "stream", to: "new-name", topic: "t", content: "renamed" } }));
+      const taken = await patch(owner, id, { new_name: "FOREVER" });
+      expect(taken.status).toBe(409);
+      expect(taken.body).toMatchObject({ code: "CHANNEL_ALREADY_EXISTS", msg: "Channel 'FOREVER' already exists" });
+      expectError(await patch(owner, id, { new_name: "new-name" }), "Channel already has that name.");
+      expectError(await patch(owner, 999999, { new_name: "x" }), "Invalid channel ID");
+    });
+
+    it("lets administrators and the channel's administrators change it, nobody else", async () => {
+      const id = await streamId("new-name");
+      expectError(await patch(carol, id, { description: "mine now" }), "You do not have permission to administer this channel.");
+      expectError(await patch(guest, id, { description: "mine now" }), "Invalid channel ID");
+      expectError(await patch(alice, await streamId("inner"), { description: "peek" }), "Invalid channel ID");
+      ok(await patch(admin, id, { description: "admin was here" }));
+      // Alice created "fresh": its can_administer_channel_group holds her.
+      ok(await patch(alice, await streamId("fresh"), { description: "my channel" }));
+    });
+
+    it("makes a channel private, with stream delete for those who no longer see it", async () => {
+      const id = await streamId("new-name");
+      const [aliceQueue, carolQueue, adminQueue] = await Promise.all([alice, carol, admin].map((u) => eventQueue(server, u, ["stream"])));
+      expectError(await patch(owner, id, { history_public_to_subscribers: false }), "Invalid parameters");
+      ok(await patch(owner, id, { is_private: true }));
+      for (const q of [aliceQueue, adminQueue]) {
+        expect((await q.events()).find((e) => e.property === "invite_only")).toMatchObject({ value: true, history_public_to_subscribers: false, is_web_public: false });
+      }
+      expect((await carolQueue.events()).map((e) => e.op)).toEqual(["delete"]);
+      expect((await mySubscriptions(alice)).find((s) => s.stream_id === id)).toMatchObject({ invite_only: true, history_public_to_subscribers: false });
+      expectError(await api(server, "POST", "/messages", { as: carol, params: { type: "stream", to: "new-name", topic: "t", content: "still?" } }), "Not authorized to send to channel 'new-name'");
+      ok(await patch(owner, id, { is_private: false }));
+      expect((await carolQueue.events()).map((e) => e.op)).toEqual(["delete", "create"]);
+    });
+
+    it("changes group settings, checking 'old'", async () => {
+      const id = await streamId("new-name");
+      const admins = groups.get("role:administrators")!;
+      expectError(await patch(owner, id, { can_remove_subscribers_group: { new: groups.get("role:moderators"), old: groups.get("role:members") } }), "'old' value does not match the expected value.");
+      expectError(await patch(owner, id, { can_remove_subscribers_group: { new: groups.get("role:everyone") } }), "'can_remove_subscribers_group' setting cannot be set to 'role:everyone' group.");
+      const queue = await eventQueue(server, alice, ["stream"]);
+      ok(await patch(owner, id, { can_remove_subscribers_group: { new: { direct_members: [carol.id], direct_subgroups: [] }, old: admins }, topics_policy: "empty_topic_only" }));
+      const events = await queue.events();
+      expect(events.find((e) => e.property === "can_remove_subscribers_group")).toMatchObject({ value: { direct_members: [carol.id], direct_subgroups: [] } });
+      expect(events.find((e) => e.property === "topics_policy")).toMatchObject({ value: "empty_topic_only" });
+      expectError(await api(server, "POST", "/messages", { as: alice, params: { type: "stream", to: "new-name", topic: "named", content: "x" } }), "Only the general chat topic is allowed in this channel.");
+    });
+  });
+
   describe("register", () => {
     it("lists unsubscribed and never subscribed channels", async () => {
       const dave = await createUser(server, "dave@example.com");
