@@ -74,12 +74,20 @@ export async function canRemoveSubscribers(db: DB, user: Caller, stream: StreamR
 }
 
 /**
+ * The least privileged role that sees the channel without being subscribed: everyone for web-public, non-guests
+ * for public, administrators for private (group-granted metadata access aside). Subscribing or unsubscribing
+ * anyone below it makes the channel appear or disappear for them.
+ */
+export function lowestRoleSeeing(stream: Pick<StreamRow, "invite_only" | "is_web_public">): number {
+  return stream.is_web_public ? ROLE.guest : stream.invite_only ? ROLE.administrator : ROLE.member;
+}
+
+/**
  * Who sees a channel's subscriber list, and so gets its peer_add / peer_remove events: everyone for a web-public
  * channel, non-guests and subscribed guests for a public one, subscribers and administrators for a private one.
  */
 export async function subscriberListWatchers(db: DB, stream: Pick<StreamRow, "realm_id" | "invite_only" | "is_web_public">, subscribers: Iterable<number>): Promise<number[]> {
-  let query = db.selectFrom("users").select("id").where("realm_id", "=", stream.realm_id).where("is_active", "=", true);
-  if (!stream.is_web_public) query = query.where("role", "<=", stream.invite_only ? ROLE.administrator : ROLE.member);
+  const query = db.selectFrom("users").select("id").where("realm_id", "=", stream.realm_id).where("is_active", "=", true).where("role", "<=", lowestRoleSeeing(stream));
   const ids = new Set((await query.execute()).map((u) => u.id));
   for (const id of subscribers) ids.add(id);
   return [...ids];

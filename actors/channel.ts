@@ -13,8 +13,8 @@ import { isModerator, messageRules, pastLimit, type MessageRules } from "./messa
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
 import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, type StreamRow, type SubscriptionColumns } from "./reads.ts";
-import { subscriberListWatchers } from "./channel-access.ts";
-import { ROLE, type GroupSettingValue } from "./groups.ts";
+import { lowestRoleSeeing, subscriberListWatchers } from "./channel-access.ts";
+import type { GroupSettingValue } from "./groups.ts";
 import { CHANNEL, USER, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateChannel, type UpdateSubscription } from "./protocol.ts";
 import { renderMarkdown } from "./message-format.ts";
 import { ensureSystemBot } from "./system-bots.ts";
@@ -267,22 +267,26 @@ export class ChannelActor extends Conversation {
   }
 
   /**
-   * subscription add to each new subscriber (their own subscription object, with the subscriber list), and
-   * peer_add to the others who see the channel's subscriber list.
+   * subscription add to each new subscriber (their own subscription object, with the subscriber list), preceded by
+   * stream create for those who could not see the channel before; then peer_add to the others who see the
+   * channel's subscriber list. New subscribers whose subscriptions look alike (most differ only in colour) share
+   * one broadcast, so a thousand subscribers cost a dozen sends, not a thousand.
    */
   private async announceSubscribers(rows: Array<SubscriptionColumns & { user_id: number }>): Promise<void> {
     const system = this.deps.system();
     const { row, object } = await this.channelObject();
-    const subscribers = [...this.state.subscribers].sort((a, b) => a - b);
-    await Promise.all(
-      rows.map((sub) =>
-        system.broadcast([actorId(USER, sub.user_id)], {
-          op: "deliverEvent",
-          event: { type: "subscription", op: "add", subscriptions: [subscriptionObject(object, sub, subscribers)] },
-        }),
-      ),
-    );
     const added = rows.map((r) => r.user_id);
+    const newcomers = (await this.deps.store.db.selectFrom("users").select("id").where("id", "in", added).where("role", ">", lowestRoleSeeing(row)).execute()).map((u) => actorId(USER, u.id));
+    if (newcomers.length) await system.broadcast(newcomers, { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
+    const subscribers = [...this.state.subscribers].sort((a, b) => a - b);
+    const alike = new Map<string, { event: Record<string, unknown>; users: string[] }>();
+    for (const sub of rows) {
+      const event = { type: "subscription", op: "add", subscriptions: [subscriptionObject(object, sub, subscribers)] };
+      const key = JSON.stringify(SUBSCRIPTION_COLUMNS.map((c) => sub[c]));
+      const group = alike.get(key) ?? alike.set(key, { event, users: [] }).get(key)!;
+      group.users.push(actorId(USER, sub.user_id));
+    }
+    await Promise.all([...alike.values()].map(({ event, users }) => system.broadcast(users, { op: "deliverEvent", event })));
     const peers = await this.watchers(row, new Set(added));
     await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
   }
@@ -308,12 +312,9 @@ export class ChannelActor extends Conversation {
     await system.broadcast(gone, { op: "deliverEvent", event: { type: "subscription", op: "remove", subscriptions: [{ name: this.state.name, stream_id: this.state.id }] } });
     const peers = await this.watchers(row, new Set(removed));
     await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_remove", stream_ids: [this.state.id], user_ids: removed } });
-    if (!row.is_web_public) {
-      const stillSee = row.invite_only ? ROLE.administrator : ROLE.member;
-      const blind = await db.selectFrom("users").select("id").where("id", "in", removed).where("role", ">", stillSee).execute();
-      const event = { type: "stream", op: "delete", streams: [{ stream_id: this.state.id }], stream_ids: [this.state.id] };
-      if (blind.length) await system.broadcast(blind.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
-    }
+    const blind = await db.selectFrom("users").select("id").where("id", "in", removed).where("role", ">", lowestRoleSeeing(row)).execute();
+    const event = { type: "stream", op: "delete", streams: [{ stream_id: this.state.id }], stream_ids: [this.state.id] };
+    if (blind.length) await system.broadcast(blind.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
     return { removed, notSubscribed };
   }
 

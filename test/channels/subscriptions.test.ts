@@ -199,6 +199,9 @@ describe.each(ENGINES)("subscriptions on %s", (engine) => {
       const adds = bobEvents.filter((e) => e.op === "add").flatMap((e) => e.subscriptions);
       expect(adds.map((s: any) => s.name).sort()).toEqual(["club", "open-club"]);
       expect(adds.find((s: any) => s.name === "club").subscribers).toEqual([owner.id, bob.id].sort((a, b) => a - b));
+      // The private channel appears for Bob before his subscription to it does.
+      expect(bobEvents.filter((e) => e.type === "stream").map((e) => [e.op, e.streams.map((s: any) => s.name)])).toEqual([["create", ["club"]]]);
+      expect(bobEvents.findIndex((e) => e.type === "stream")).toBeLessThan(bobEvents.findIndex((e) => e.op === "add" && e.subscriptions[0].name === "club"));
       // Private: subscribers and administrators see the list; public: every non-guest.
       const peerAdds = async (q: typeof bobQueue) => (await q.events()).filter((e) => e.op === "peer_add").map((e) => e.stream_ids[0]);
       expect((await peerAdds(adminQueue)).sort()).toEqual([club, open].sort());
