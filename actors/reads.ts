@@ -72,29 +72,47 @@ export function findStream(db: DB, realmId: number, ref: { id?: number; name?: s
   return q.executeTakeFirst();
 }
 
+/** Which channels GET /streams lists (Zulip's do_get_streams); `all` is every channel the user sees the metadata of. */
+export interface StreamListing {
+  public?: boolean;
+  webPublic?: boolean;
+  subscribed?: boolean;
+  defaults?: boolean;
+  all?: boolean;
+}
+
 /**
- * Channels listed to the user (Zulip's do_get_streams): the ones they are subscribed to, public ones unless they
- * are a guest, web-public ones when asked, every one with `all` (administrators' view of the realm).
+ * Channels listed to the user: by default the ones they are subscribed to and, unless they are a guest, the public
+ * ones. `all` adds web-public channels, and for administrators every channel of the realm.
  */
-export async function visibleStreams(db: DB, user: UserRow, opts: { webPublic?: boolean; all?: boolean } = {}): Promise<StreamRow[]> {
+export async function visibleStreams(db: DB, user: UserRow, listing: StreamListing = {}): Promise<StreamRow[]> {
+  const { public: pub = true, subscribed = true, defaults = false, all = false } = listing;
+  const webPublic = listing.webPublic || all;
+  const everything = all && user.role <= ROLE.administrator;
   return db
     .selectFrom("streams")
     .selectAll()
     .where("realm_id", "=", user.realm_id)
     .where((eb) =>
-      opts.all
+      everything
         ? eb.lit(true)
         : eb.or([
-            ...(user.role !== ROLE.guest ? [eb("invite_only", "=", false)] : []),
-            ...(opts.webPublic ? [eb("is_web_public", "=", true)] : []),
-            eb.exists(
-              eb
-                .selectFrom("subscriptions")
-                .select("user_id")
-                .whereRef("subscriptions.stream_id", "=", "streams.id")
-                .where("subscriptions.user_id", "=", user.id)
-                .where("subscriptions.active", "=", true),
-            ),
+            eb.lit(false),
+            ...((pub || all) && user.role !== ROLE.guest ? [eb("invite_only", "=", false)] : []),
+            ...(webPublic ? [eb("is_web_public", "=", true)] : []),
+            ...(defaults ? [eb("is_default", "=", true)] : []),
+            ...(subscribed || all
+              ? [
+                  eb.exists(
+                    eb
+                      .selectFrom("subscriptions")
+                      .select("user_id")
+                      .whereRef("subscriptions.stream_id", "=", "streams.id")
+                      .where("subscriptions.user_id", "=", user.id)
+                      .where("subscriptions.active", "=", true),
+                  ),
+                ]
+              : []),
           ]),
     )
     .orderBy("id")

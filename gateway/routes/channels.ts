@@ -376,9 +376,27 @@ export const channelRoutes: RouteSpec[] = [
   {
     method: "GET",
     path: "/streams",
-    params: { type: "object", properties: { include_public: Bool, include_subscribed: Bool, include_all: Bool } },
-    async handle({ user, services }) {
-      return { streams: await streamObjects(services.store.db, await visibleStreams(services.store.db, user)) };
+    params: {
+      type: "object",
+      properties: {
+        include_public: { ...Bool, default: true },
+        include_web_public: { ...Bool, default: false },
+        include_subscribed: { ...Bool, default: true },
+        include_all: { ...Bool, default: false },
+        include_all_active: { ...Bool, default: false },
+        include_default: { ...Bool, default: false },
+      },
+    },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const rows = await visibleStreams(db, user, {
+        public: params.include_public,
+        webPublic: params.include_web_public,
+        subscribed: params.include_subscribed,
+        defaults: params.include_default,
+        all: params.include_all || params.include_all_active,
+      });
+      return { streams: await streamObjects(db, rows) };
     },
   },
 ];

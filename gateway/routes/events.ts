@@ -9,7 +9,7 @@ import { realmUsers, streamObjects, subscriptionsOf, userObject, visibleStreams,
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
-import { ROLE, systemGroups, userGroupObjects } from "../../actors/groups.ts";
+import { systemGroups, userGroupObjects } from "../../actors/groups.ts";
 import { draftsOf, viewsOf } from "../../actors/user-data.ts";
 import { PRESENCE, type PresenceReply } from "../../actors/presence.ts";
 import { scheduledMessagesOf } from "../../actors/scheduler.ts";
@@ -103,9 +103,9 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
   },
 };
 
-/** The channels POST /register describes (Zulip: web-public ones too, and every channel for administrators). */
+/** The channels POST /register describes: every one the user sees the metadata of. */
 function registerStreams(s: Services, u: UserRow) {
-  return visibleStreams(s.store.db, u, { webPublic: true, all: u.role <= ROLE.administrator });
+  return visibleStreams(s.store.db, u, { all: true });
 }
 
 export const eventRoutes: RouteSpec[] = [

@@ -379,6 +379,24 @@ describe.each(ENGINES)("subscriptions on %s", (engine) => {
     });
   });
 
+  describe("GET /streams", () => {
+    const listed = async (as: Credentials, params: Record<string, unknown> = {}) => ok(await api(server, "GET", "/streams", { as, params })).streams.map((s: any) => s.name) as string[];
+
+    it("lists what Zulip lists for each set of flags", async () => {
+      expect(await listed(alice)).toEqual(expect.arrayContaining(["forever", "team"]));
+      expect(await listed(alice)).not.toContain("inner");
+      expect(await listed(guest)).not.toContain("forever");
+      expect(await listed(guest, { include_web_public: true })).toContain("the-web");
+      expect(await listed(guest, { include_default: true })).toContain("welcome");
+      expect(await listed(carol, { include_public: false })).not.toContain("announcements");
+      expect(await listed(carol, { include_public: false })).toContain("inner");
+      expect(await listed(alice, { include_public: false, include_subscribed: false })).toEqual([]);
+      // include_all: every channel one sees the metadata of; administrators see them all.
+      expect(await listed(admin, { include_all: true })).toEqual(expect.arrayContaining(["inner", "forever", "the-web"]));
+      expect(await listed(alice, { include_all: true })).not.toContain("inner");
+    });
+  });
+
   describe("register", () => {
     it("lists unsubscribed and never subscribed channels", async () => {
       const dave = await createUser(server, "dave@example.com");
