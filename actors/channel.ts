@@ -9,13 +9,13 @@ import { sql } from "kysely";
 import { actorId } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
 import { Conversation, type MovePlan, type StoredMessage } from "./conversation.ts";
-import { isModerator, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
+import { inGroupSetting, isModerator, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
 import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, type StreamRow, type SubscriptionColumns } from "./reads.ts";
 import { lowestRoleSeeing, subscriberListWatchers } from "./channel-access.ts";
-import type { GroupSettingValue } from "./groups.ts";
-import { CHANNEL, USER, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateChannel, type UpdateSubscription } from "./protocol.ts";
+import { systemGroups, type GroupSettingValue } from "./groups.ts";
+import { CHANNEL, USER, type ChannelMessage, type EditMessage, type SendToChannel, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateChannel, type UpdateSubscription } from "./protocol.ts";
 import { renderMarkdown } from "./message-format.ts";
 import { ensureSystemBot } from "./system-bots.ts";
 
@@ -50,6 +50,8 @@ interface ChannelState {
 
 export class ChannelActor extends Conversation {
   private state!: ChannelState;
+  /** The realm's "role:everyone" group: a can_send_message_group that needs no membership check. */
+  private everyoneGroup?: number;
 
   async activate(): Promise<void> {
     const db = this.deps.store.db;
@@ -105,12 +107,7 @@ export class ChannelActor extends Conversation {
       case "updateChannel":
         return this.updateChannel(msg);
       case "send":
-        // Private channels take their subscribers' messages; public ones anyone's but an unsubscribed guest's;
-        // web-public ones everyone's (Zulip's access_stream_for_send_message).
-        if ((this.state.inviteOnly || (msg.senderIsGuest && !this.state.isWebPublic)) && !this.state.subscribers.has(msg.senderId)) {
-          throw errors.badRequest(`Not authorized to send to channel '${this.state.name}'`);
-        }
-        return this.checkTopic(msg.topic).then(() => this.send(msg, msg.topic));
+        return this.checkSend(msg).then(() => this.send(msg, msg.topic));
       case "movedIn":
         return this.movedIn(msg);
       case "notify":
@@ -183,6 +180,23 @@ export class ChannelActor extends Conversation {
           : `${count} messages were moved from this topic to ${newLocation} by ${user}.`;
       await notify(this.state.id, oldTopic, text);
     }
+  }
+
+  /**
+   * Zulip's access_stream_for_send_message: the channel's can_send_message_group first (no query while it is
+   * "everyone", the default), then access: private channels take their subscribers' messages, public ones anyone's
+   * but an unsubscribed guest's, web-public ones everyone's; then the topic rules.
+   */
+  private async checkSend(msg: SendToChannel): Promise<void> {
+    const senders = this.state.settings.can_send_message_group as GroupSettingValue | undefined;
+    this.everyoneGroup ??= (await systemGroups(this.deps.store.db, this.realmId)).get("role:everyone");
+    if (senders !== undefined && senders !== this.everyoneGroup && !(await inGroupSetting(this.deps.store.db, senders, msg.senderId))) {
+      throw errors.badRequest("You do not have permission to post in this channel.");
+    }
+    if ((this.state.inviteOnly || (msg.senderIsGuest && !this.state.isWebPublic)) && !this.state.subscribers.has(msg.senderId)) {
+      throw errors.badRequest(`Not authorized to send to channel '${this.state.name}'`);
+    }
+    await this.checkTopic(msg.topic);
   }
 
   /**

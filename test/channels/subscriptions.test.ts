@@ -108,6 +108,14 @@ describe.each(ENGINES)("subscriptions on %s", (engine) => {
       expect(names).not.toContain("refused");
     });
 
+    it("keeps a channel to its can_send_message_group", async () => {
+      ok(await subscribe(owner, { subscriptions: [{ name: "staff-only" }], principals: [owner.id, alice.id, admin.id], can_send_message_group: groups.get("role:administrators") }));
+      const post = (as: Credentials) => api(server, "POST", "/messages", { as, params: { type: "stream", to: "staff-only", topic: "t", content: "hi" } });
+      expectError(await post(alice), "You do not have permission to post in this channel.");
+      ok(await post(admin));
+      ok(await post(owner));
+    });
+
     it("makes default channels for administrators", async () => {
       ok(await subscribe(admin, { subscriptions: [{ name: "welcome" }], is_default_stream: true }));
       const row = await server.node.store.db.selectFrom("streams").select("is_default").where("name", "=", "welcome").executeTakeFirstOrThrow();
