@@ -12,13 +12,28 @@ import { Conversation, type MovePlan, type StoredMessage } from "./conversation.
 import { isModerator, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
-import { subscriptionsOf } from "./reads.ts";
-import { CHANNEL, USER, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult } from "./protocol.ts";
+import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, type StreamRow, type SubscriptionColumns } from "./reads.ts";
+import { lowestRoleSeeing, subscriberListWatchers } from "./channel-access.ts";
+import { inGroupSetting, systemGroups, type GroupSettingValue } from "./groups.ts";
+import { CHANNEL, USER, type ChannelMessage, type EditMessage, type SendToChannel, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateChannel, type UpdateSubscription } from "./protocol.ts";
+import { renderMarkdown } from "./message-format.ts";
 import { ensureSystemBot } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
 const COLORS = ["#76ce90", "#fae589", "#a6c7e5", "#e79ab5", "#bfd56f", "#f4ae55", "#b0a5fd", "#addfe5", "#f5ce6e", "#c2726a", "#94c849", "#bd86e5"];
 
+
+/** Zulip's error for a name another channel of the realm has. */
+const channelExists = (name: string) => new ChorusError("CHANNEL_ALREADY_EXISTS", `Channel '${name}' already exists`, 409);
+
+/** Two group-setting values (or any JSON values) alike, whatever the order of ids. */
+function sameGroupSetting(a: unknown, b: unknown): boolean {
+  const canonical = (v: unknown) =>
+    v && typeof v === "object" && "direct_members" in v
+      ? JSON.stringify({ m: [...(v as GroupSettingValue & object).direct_members].sort(), g: [...(v as GroupSettingValue & object).direct_subgroups].sort() })
+      : JSON.stringify(v);
+  return canonical(a) === canonical(b);
+}
 
 /** Zulip's recipient type for a channel. */
 export const RECIPIENT_STREAM = 2;
@@ -27,6 +42,7 @@ interface ChannelState {
   id: number;
   name: string;
   inviteOnly: boolean;
+  isWebPublic: boolean;
   historyPublic: boolean;
   settings: Record<string, unknown>;
   subscribers: Set<number>;
@@ -36,6 +52,8 @@ export class ChannelActor extends Conversation {
   private state!: ChannelState;
   /** Users of the realm with a queue that follows every public channel (read at activation, then told). */
   private readonly publicListeners = new Set<number>();
+  /** The realm's "role:everyone" group: a can_send_message_group that needs no membership check. */
+  private everyoneGroup?: number;
 
   async activate(): Promise<void> {
     const db = this.deps.store.db;
@@ -43,7 +61,7 @@ export class ChannelActor extends Conversation {
     const stream = await db
       .selectFrom("streams")
       .innerJoin("realms", "realms.id", "streams.realm_id")
-      .select(["streams.id", "streams.realm_id", "streams.name", "streams.invite_only", "streams.history_public_to_subscribers", "streams.settings", "realms.string_id"])
+      .select(["streams.id", "streams.realm_id", "streams.name", "streams.invite_only", "streams.is_web_public", "streams.history_public_to_subscribers", "streams.settings", "realms.string_id"])
       .where("streams.id", "=", id)
       .executeTakeFirst();
     if (!stream) throw errors.streamNotFound({ stream_id: id });
@@ -57,6 +75,7 @@ export class ChannelActor extends Conversation {
       id,
       name: stream.name,
       inviteOnly: stream.invite_only,
+      isWebPublic: stream.is_web_public,
       historyPublic: stream.history_public_to_subscribers,
       settings: (stream.settings ?? {}) as Record<string, unknown>,
       subscribers: new Set(subs.map((s) => s.user_id)),
@@ -94,11 +113,14 @@ export class ChannelActor extends Conversation {
     switch (msg.op) {
       case "subscribe":
         return this.subscribe(msg.userIds);
+      case "unsubscribe":
+        return this.unsubscribe(msg.userIds);
+      case "updateSubscription":
+        return this.updateSubscription(msg);
+      case "updateChannel":
+        return this.updateChannel(msg);
       case "send":
-        if (this.state.inviteOnly && !this.state.subscribers.has(msg.senderId)) {
-          throw errors.badRequest(`Not authorized to send to channel '${this.state.name}'`);
-        }
-        return this.checkTopic(msg.topic).then(() => this.send(msg, msg.topic));
+        return this.checkSend(msg).then(() => this.send(msg, msg.topic));
       case "movedIn":
         return this.movedIn(msg);
       case "notify":
@@ -182,6 +204,23 @@ export class ChannelActor extends Conversation {
   }
 
   /**
+   * Zulip's access_stream_for_send_message: the channel's can_send_message_group first (no query while it is
+   * "everyone", the default), then access: private channels take their subscribers' messages, public ones anyone's
+   * but an unsubscribed guest's, web-public ones everyone's; then the topic rules.
+   */
+  private async checkSend(msg: SendToChannel): Promise<void> {
+    const senders = this.state.settings.can_send_message_group as GroupSettingValue | undefined;
+    this.everyoneGroup ??= (await systemGroups(this.deps.store.db, this.realmId)).get("role:everyone");
+    if (senders !== undefined && senders !== this.everyoneGroup && !(await inGroupSetting(this.deps.store.db, senders, msg.senderId))) {
+      throw errors.badRequest("You do not have permission to post in this channel.");
+    }
+    if ((this.state.inviteOnly || (msg.senderIsGuest && !this.state.isWebPublic)) && !this.state.subscribers.has(msg.senderId)) {
+      throw errors.badRequest(`Not authorized to send to channel '${this.state.name}'`);
+    }
+    await this.checkTopic(msg.topic);
+  }
+
+  /**
    * The channel's topics_policy (or, when it inherits, the realm's topics_policy / mandatory_topics): whether the
    * empty topic ("general chat") may, must or must not be used.
    */
@@ -218,14 +257,16 @@ export class ChannelActor extends Conversation {
     const added = userIds.filter((u) => !this.state.subscribers.has(u));
     const already = userIds.filter((u) => this.state.subscribers.has(u));
     if (added.length) {
-      const counts = await this.deps.store.db
+      const db = this.deps.store.db;
+      const counts = await db
         .selectFrom("subscriptions")
         .select(["user_id", sql<number>`count(*)`.as("n")])
         .where("user_id", "in", added)
         .groupBy("user_id")
         .execute();
       const have = new Map(counts.map((c) => [c.user_id, Number(c.n)]));
-      await this.deps.store.write(this.ctx.fence(), (trx) =>
+      // A former subscriber comes back with their old settings (Zulip reactivates the row).
+      const rows = await this.deps.store.write(this.ctx.fence(), (trx) =>
         trx
           .insertInto("subscriptions")
           .values(
@@ -239,33 +280,168 @@ export class ChannelActor extends Conversation {
             })),
           )
           .onConflict((c) => c.columns(["user_id", "stream_id"]).doUpdateSet({ active: true }))
+          .returning(["user_id", ...SUBSCRIPTION_COLUMNS])
           .execute(),
       );
       for (const u of added) this.state.subscribers.add(u);
-      await this.announceSubscribers(added);
+      await this.announceSubscribers(rows);
     }
     return { added, already };
   }
 
+  /** The channel's row and its channel object, as its events carry it. */
+  private async channelObject() {
+    const row = await this.deps.store.db.selectFrom("streams").selectAll().where("id", "=", this.state.id).executeTakeFirstOrThrow();
+    return { row, object: streamObject(row, this.state.subscribers.size) };
+  }
+
+  /** Those who see the subscriber list, but for `except`. */
+  private async watchers(row: StreamRow, except: Set<number>): Promise<string[]> {
+    const ids = await subscriberListWatchers(this.deps.store.db, row, this.state.subscribers);
+    return ids.filter((id) => !except.has(id)).map((id) => actorId(USER, id));
+  }
+
   /**
-   * subscription add to each new subscriber (their own subscription object), and peer_add to those who follow the
-   * channel's subscriber list: everyone in the realm for a public channel, the subscribers for a private one.
+   * subscription add to each new subscriber (their own subscription object, with the subscriber list), preceded by
+   * stream create for those who could not see the channel before; then peer_add to the others who see the
+   * channel's subscriber list. New subscribers whose subscriptions look alike (most differ only in colour) share
+   * one broadcast, so a thousand subscribers cost a dozen sends, not a thousand.
    */
-  private async announceSubscribers(added: number[]): Promise<void> {
-    const db = this.deps.store.db;
+  private async announceSubscribers(rows: Array<SubscriptionColumns & { user_id: number }>): Promise<void> {
     const system = this.deps.system();
-    await Promise.all(
-      added.map(async (userId) => {
-        const subscriptions = (await subscriptionsOf(db, userId, true)).filter((sub) => sub.stream_id === this.state.id);
-        await system.broadcast([actorId(USER, userId)], { op: "deliverEvent", event: { type: "subscription", op: "add", subscriptions } });
-      }),
-    );
-    const newcomers = new Set(added);
-    const watchers = this.state.inviteOnly
-      ? [...this.state.subscribers]
-      : (await db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true).execute()).map((u) => u.id);
-    const peers = watchers.filter((id) => !newcomers.has(id)).map((id) => actorId(USER, id));
+    const { row, object } = await this.channelObject();
+    const added = rows.map((r) => r.user_id);
+    const newcomers = (await this.deps.store.db.selectFrom("users").select("id").where("id", "in", added).where("role", ">", lowestRoleSeeing(row)).execute()).map((u) => actorId(USER, u.id));
+    if (newcomers.length) await system.broadcast(newcomers, { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
+    const subscribers = [...this.state.subscribers].sort((a, b) => a - b);
+    const alike = new Map<string, { event: Record<string, unknown>; users: string[] }>();
+    for (const sub of rows) {
+      const event = { type: "subscription", op: "add", subscriptions: [subscriptionObject(object, sub, subscribers)] };
+      const key = JSON.stringify(SUBSCRIPTION_COLUMNS.map((c) => sub[c]));
+      const group = alike.get(key) ?? alike.set(key, { event, users: [] }).get(key)!;
+      group.users.push(actorId(USER, sub.user_id));
+    }
+    await Promise.all([...alike.values()].map(({ event, users }) => system.broadcast(users, { op: "deliverEvent", event })));
+    const peers = await this.watchers(row, new Set(added));
     await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
+  }
+
+  /**
+   * Zulip's bulk_remove_subscriptions for this channel: the rows go inactive (keeping their settings), the users
+   * stop receiving its messages at once, get subscription remove, and those who watch the subscriber list
+   * peer_remove. Whoever loses sight of the channel altogether (a non-administrator leaving a private channel, a
+   * guest leaving a public one) also gets stream delete.
+   */
+  private async unsubscribe(userIds: number[]): Promise<UnsubscribeResult> {
+    const removed = userIds.filter((u) => this.state.subscribers.has(u));
+    const notSubscribed = userIds.filter((u) => !this.state.subscribers.has(u));
+    if (!removed.length) return { removed, notSubscribed };
+    const db = this.deps.store.db;
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.updateTable("subscriptions").set({ active: false }).where("stream_id", "=", this.state.id).where("user_id", "in", removed).execute(),
+    );
+    for (const u of removed) this.state.subscribers.delete(u);
+    const system = this.deps.system();
+    const { row } = await this.channelObject();
+    const gone = removed.map((id) => actorId(USER, id));
+    await system.broadcast(gone, { op: "deliverEvent", event: { type: "subscription", op: "remove", subscriptions: [{ name: this.state.name, stream_id: this.state.id }] } });
+    const peers = await this.watchers(row, new Set(removed));
+    await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_remove", stream_ids: [this.state.id], user_ids: removed } });
+    const blind = await db.selectFrom("users").select("id").where("id", "in", removed).where("role", ">", lowestRoleSeeing(row)).execute();
+    const event = { type: "stream", op: "delete", streams: [{ stream_id: this.state.id }], stream_ids: [this.state.id] };
+    if (blind.length) await system.broadcast(blind.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
+    return { removed, notSubscribed };
+  }
+
+  /**
+   * PATCH /streams/{stream_id}: one commit, then Zulip's stream update event per changed property to those who saw
+   * the channel and still do; a change of privacy also tells those who lost sight of it (stream delete) and those
+   * who gained it (stream create).
+   */
+  private async updateChannel(msg: UpdateChannel): Promise<Record<string, never>> {
+    const db = this.deps.store.db;
+    const { row: before } = await this.channelObject();
+    const settings = { ...(before.settings as Record<string, unknown>) };
+    for (const [name, old] of Object.entries(msg.expected ?? {})) {
+      if (!sameGroupSetting(settings[name], old)) throw errors.badRequest("'old' value does not match the expected value.");
+    }
+    if (msg.name !== undefined && msg.name.toLowerCase() !== this.state.name.toLowerCase()) {
+      const taken = await db.selectFrom("streams").select("id").where("realm_id", "=", this.realmId).where(sql`lower(name)`, "=", msg.name.toLowerCase()).executeTakeFirst();
+      if (taken) throw channelExists(msg.name);
+    }
+    Object.assign(settings, msg.settings ?? {});
+    const renderedDescription = msg.description === undefined ? undefined : msg.description ? renderMarkdown(msg.description) : "";
+    try {
+      await this.deps.store.write(this.ctx.fence(), (trx) =>
+        trx
+          .updateTable("streams")
+          .set({
+            ...(msg.name !== undefined ? { name: msg.name } : {}),
+            ...(msg.description !== undefined ? { description: msg.description, rendered_description: renderedDescription } : {}),
+            ...(msg.inviteOnly !== undefined ? { invite_only: msg.inviteOnly } : {}),
+            ...(msg.historyPublic !== undefined ? { history_public_to_subscribers: msg.historyPublic } : {}),
+            settings: JSON.stringify(settings),
+          })
+          .where("id", "=", this.state.id)
+          .execute(),
+      );
+    } catch (err) {
+      // Another channel took the name meanwhile: the realm-wide unique index decides.
+      if (msg.name !== undefined && /unique|duplicate/i.test(String((err as Error)?.message))) throw channelExists(msg.name);
+      throw err;
+    }
+    const { row: after, object } = await this.channelObject();
+    this.state.name = after.name;
+    this.state.inviteOnly = after.invite_only;
+    this.state.historyPublic = after.history_public_to_subscribers;
+    this.state.settings = settings;
+
+    const base = { type: "stream", op: "update", stream_id: after.id, name: before.name };
+    const privacy = { history_public_to_subscribers: after.history_public_to_subscribers, is_web_public: after.is_web_public };
+    const events: Array<Record<string, unknown>> = [];
+    if (after.name !== before.name) events.push({ ...base, property: "name", value: after.name });
+    if (msg.description !== undefined && after.description !== before.description) {
+      events.push({ ...base, property: "description", value: after.description, rendered_description: after.rendered_description });
+    }
+    if (after.invite_only !== before.invite_only) events.push({ ...base, property: "invite_only", value: after.invite_only, ...privacy });
+    if (after.history_public_to_subscribers !== before.history_public_to_subscribers) {
+      events.push({ ...base, property: "history_public_to_subscribers", value: after.history_public_to_subscribers });
+    }
+    for (const [name, value] of Object.entries(msg.settings ?? {})) {
+      if (!sameGroupSetting((before.settings as Record<string, unknown>)[name], value)) events.push({ ...base, property: name, value });
+    }
+    const [seeing, saw] = await Promise.all([
+      subscriberListWatchers(db, after, this.state.subscribers),
+      subscriberListWatchers(db, before, this.state.subscribers),
+    ]);
+    const system = this.deps.system();
+    const users = (ids: number[]) => ids.map((id) => actorId(USER, id));
+    // Those who just gained sight of the channel get it whole, in its new state, instead of its changes.
+    const kept = seeing.filter((id) => saw.includes(id));
+    const lost = saw.filter((id) => !seeing.includes(id));
+    const gained = seeing.filter((id) => !saw.includes(id));
+    for (const event of events) await system.broadcast(users(kept), { op: "deliverEvent", event });
+    if (lost.length) await system.broadcast(users(lost), { op: "deliverEvent", event: { type: "stream", op: "delete", streams: [{ stream_id: after.id }], stream_ids: [after.id] } });
+    if (gained.length) await system.broadcast(users(gained), { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
+    return {};
+  }
+
+  /** One property of a subscriber's subscription; `in_home_view` is the inverse of `is_muted`, stored as such. */
+  private async updateSubscription(msg: UpdateSubscription): Promise<Record<string, never>> {
+    if (!this.state.subscribers.has(msg.userId)) throw errors.badRequest(`Not subscribed to channel ID ${this.state.id}`);
+    const column = msg.property === "in_home_view" ? "is_muted" : msg.property;
+    const stored = msg.property === "in_home_view" ? !msg.value : msg.value;
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .updateTable("subscriptions")
+        .set({ [column]: stored })
+        .where("stream_id", "=", this.state.id)
+        .where("user_id", "=", msg.userId)
+        .execute(),
+    );
+    const event = { type: "subscription", op: "update", stream_id: this.state.id, property: msg.property, value: msg.value };
+    await this.deps.system().broadcast([actorId(USER, msg.userId)], { op: "deliverEvent", event });
+    return {};
   }
 
   /**

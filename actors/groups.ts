@@ -144,7 +144,9 @@ export async function checkGroupSetting(db: DB, realmId: number, setting: string
   const named = typeof canonical === "number" ? [canonical] : canonical.direct_subgroups;
   for (const id of named) {
     const group = byId.get(id);
-    if (!group || group.deactivated) throw errors.badRequest(`Invalid user group ID: ${id}`);
+    // Zulip's two messages: one for a group named as the whole value, one for a subgroup of an anonymous value.
+    if (!group) throw errors.badRequest(typeof value === "number" ? "Invalid user group" : `Invalid user group ID: ${id}`);
+    if (group.deactivated) throw errors.badRequest("User group is deactivated.");
   }
   const refuse = (name: string) => errors.badRequest(`'${setting}' setting cannot be set to '${name}' group.`);
   if (rule.onlySystem) {
@@ -229,3 +231,23 @@ export async function userGroupObjects(db: Kysely<Database>, realmId: number, on
     };
   });
 }
+
+/** The channel permission settings a request may set, and whether Zulip lets each be "role:everyone". */
+export const CHANNEL_GROUP_SETTINGS: Record<string, { allowEveryone: boolean }> = {
+  can_add_subscribers_group: { allowEveryone: false },
+  can_administer_channel_group: { allowEveryone: false },
+  can_delete_any_message_group: { allowEveryone: false },
+  can_delete_own_message_group: { allowEveryone: true },
+  can_move_messages_out_of_channel_group: { allowEveryone: false },
+  can_move_messages_within_channel_group: { allowEveryone: false },
+  can_remove_subscribers_group: { allowEveryone: false },
+  can_resolve_topics_group: { allowEveryone: true },
+  can_send_message_group: { allowEveryone: true },
+  can_subscribe_group: { allowEveryone: false },
+};
+
+/** How a channel's group setting is checked: role:everyone only where Zulip allows it, role:nobody always. */
+export function channelSettingRule(setting: string): GroupSettingRule {
+  return { everyone: CHANNEL_GROUP_SETTINGS[setting]!.allowEveryone, nobody: true };
+}
+

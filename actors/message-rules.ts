@@ -51,6 +51,11 @@ export async function messageRules(db: DB, realmId: number): Promise<MessageRule
   };
 }
 
+/** One of the realm's group settings (`can_add_subscribers_group`, ...), without its `realm_` prefix. */
+export async function realmGroupSetting(db: DB, realmId: number, name: string): Promise<GroupSettingValue> {
+  return (await realmSettings(db, realmId))[`realm_${name}`] as GroupSettingValue;
+}
+
 /** Zulip allows edits this long past a limit, for the round trip of a client that started in time. */
 export const EDIT_LIMIT_GRACE_SECONDS = 20;
 

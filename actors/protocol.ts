@@ -33,7 +33,12 @@ export interface EnsureChannels {
   channels: ChannelSpec[];
   inviteOnly: boolean;
   isWebPublic: boolean;
+  isDefault: boolean;
   historyPublicToSubscribers: boolean | null;
+  /** null: the realm's policy; -1: unlimited. */
+  messageRetentionDays: number | null;
+  /** topics_policy and the can_*_group values the request gave (checked); the rest take Zulip's defaults. */
+  settings: Record<string, unknown>;
 }
 export interface EnsuredChannel {
   id: number;
@@ -119,6 +124,36 @@ export interface SubscribeResult {
   already: number[];
 }
 
+export interface Unsubscribe {
+  op: "unsubscribe";
+  userIds: number[];
+}
+export interface UnsubscribeResult {
+  removed: number[];
+  notSubscribed: number[];
+}
+
+/** PATCH /streams/{stream_id}: the changes, checked by the gateway; the channel applies them and tells who sees it. */
+export interface UpdateChannel {
+  op: "updateChannel";
+  name?: string;
+  description?: string;
+  inviteOnly?: boolean;
+  historyPublic?: boolean;
+  /** topics_policy and can_*_group values. */
+  settings?: Record<string, unknown>;
+  /** Group settings whose current value the caller named (`old`): the change applies only if it still is. */
+  expected?: Record<string, unknown>;
+}
+
+/** POST /users/me/subscriptions/properties: one property of one user's subscription, already validated. */
+export interface UpdateSubscription {
+  op: "updateSubscription";
+  userId: number;
+  property: string;
+  value: boolean | string;
+}
+
 export interface SendToChannel {
   op: "send";
   senderId: number;
@@ -132,6 +167,8 @@ export interface SendToChannel {
   queueId?: string;
   localId?: string;
   readBySender: boolean;
+  /** Guests need a subscription even to public channels. */
+  senderIsGuest?: boolean;
 }
 export interface Sent {
   id: number;
@@ -205,7 +242,7 @@ export interface PublicListener {
   listening: boolean;
 }
 
-export type ChannelMessage = Subscribe | SendToChannel | ConversationMessage | MovedIn | Notify | PublicListener;
+export type ChannelMessage = Subscribe | Unsubscribe | UpdateSubscription | UpdateChannel | SendToChannel | ConversationMessage | MovedIn | Notify | PublicListener;
 
 // ---- dm:<sorted user ids> -----------------------------------------------------------------------------------
 

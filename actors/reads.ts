@@ -3,7 +3,7 @@
  */
 import { sql, type Kysely, type RawBuilder, type Selectable, type SqlBool } from "kysely";
 import { errors } from "../runtime/errors.ts";
-import type { Database, StreamTable, UserTable } from "../runtime/store/schema.ts";
+import type { Database, StreamTable, SubscriptionTable, UserTable } from "../runtime/store/schema.ts";
 import { formatMessage, gravatarUrl, type FormatOptions, type MessageRecord } from "./message-format.ts";
 import { ROLE } from "./groups.ts";
 import { dmKey, RECIPIENT_DM } from "./dm.ts";
@@ -72,24 +72,48 @@ export function findStream(db: DB, realmId: number, ref: { id?: number; name?: s
   return q.executeTakeFirst();
 }
 
-/** Channels the user may see: public ones, and private ones they are subscribed to. */
-export async function visibleStreams(db: DB, user: UserRow): Promise<StreamRow[]> {
+/** Which channels GET /streams lists (Zulip's do_get_streams); `all` is every channel the user sees the metadata of. */
+export interface StreamListing {
+  public?: boolean;
+  webPublic?: boolean;
+  subscribed?: boolean;
+  defaults?: boolean;
+  all?: boolean;
+}
+
+/**
+ * Channels listed to the user: by default the ones they are subscribed to and, unless they are a guest, the public
+ * ones. `all` adds web-public channels, and for administrators every channel of the realm.
+ */
+export async function visibleStreams(db: DB, user: UserRow, listing: StreamListing = {}): Promise<StreamRow[]> {
+  const { public: pub = true, subscribed = true, defaults = false, all = false } = listing;
+  const webPublic = listing.webPublic || all;
+  const everything = all && user.role <= ROLE.administrator;
   return db
     .selectFrom("streams")
     .selectAll()
     .where("realm_id", "=", user.realm_id)
     .where((eb) =>
-      eb.or([
-        eb("invite_only", "=", false),
-        eb.exists(
-          eb
-            .selectFrom("subscriptions")
-            .select("user_id")
-            .whereRef("subscriptions.stream_id", "=", "streams.id")
-            .where("subscriptions.user_id", "=", user.id)
-            .where("subscriptions.active", "=", true),
-        ),
-      ]),
+      everything
+        ? eb.lit(true)
+        : eb.or([
+            eb.lit(false),
+            ...((pub || all) && user.role !== ROLE.guest ? [eb("invite_only", "=", false)] : []),
+            ...(webPublic ? [eb("is_web_public", "=", true)] : []),
+            ...(defaults ? [eb("is_default", "=", true)] : []),
+            ...(subscribed || all
+              ? [
+                  eb.exists(
+                    eb
+                      .selectFrom("subscriptions")
+                      .select("user_id")
+                      .whereRef("subscriptions.stream_id", "=", "streams.id")
+                      .where("subscriptions.user_id", "=", user.id)
+                      .where("subscriptions.active", "=", true),
+                  ),
+                ]
+              : []),
+          ]),
     )
     .orderBy("id")
     .execute();
@@ -127,7 +151,7 @@ export async function streamObjects(db: DB, rows: StreamRow[]) {
   return rows.map((r) => streamObject(r, counts.get(r.id) ?? 0));
 }
 
-async function subscriberCounts(db: DB, streamIds: number[]): Promise<Map<number, number>> {
+export async function subscriberCounts(db: DB, streamIds: number[]): Promise<Map<number, number>> {
   if (!streamIds.length) return new Map();
   const rows = await db
     .selectFrom("subscriptions")
@@ -139,32 +163,50 @@ async function subscriberCounts(db: DB, streamIds: number[]): Promise<Map<number
   return new Map(rows.map((r) => [r.stream_id, Number(r.n)]));
 }
 
-/** The user's subscriptions, as Zulip's subscription objects. */
-export async function subscriptionsOf(db: DB, userId: number, includeSubscribers = false) {
+/** A subscription's own columns, beside its channel's. */
+export const SUBSCRIPTION_COLUMNS = [
+  "color",
+  "is_muted",
+  "pin_to_top",
+  "desktop_notifications",
+  "audible_notifications",
+  "push_notifications",
+  "email_notifications",
+  "wildcard_mentions_notify",
+] as const;
+export type SubscriptionColumns = Pick<Selectable<SubscriptionTable>, (typeof SUBSCRIPTION_COLUMNS)[number]>;
+
+/** Zulip's subscription object: the channel object and the user's settings for it. */
+export function subscriptionObject(stream: ReturnType<typeof streamObject>, sub: SubscriptionColumns, subscribers?: number[]) {
+  return {
+    ...stream,
+    color: sub.color,
+    is_muted: sub.is_muted,
+    in_home_view: !sub.is_muted,
+    pin_to_top: sub.pin_to_top,
+    desktop_notifications: sub.desktop_notifications,
+    email_notifications: sub.email_notifications,
+    push_notifications: sub.push_notifications,
+    audible_notifications: sub.audible_notifications,
+    wildcard_mentions_notify: sub.wildcard_mentions_notify,
+    ...(subscribers ? { subscribers } : {}),
+  };
+}
+
+/** The user's subscriptions (or, `active` false, former ones), as Zulip's subscription objects. */
+export async function subscriptionsOf(db: DB, userId: number, includeSubscribers = false, active = true) {
   const rows = await db
     .selectFrom("subscriptions")
     .innerJoin("streams", "streams.id", "subscriptions.stream_id")
     .selectAll("streams")
-    .select(["subscriptions.color", "subscriptions.is_muted", "subscriptions.pin_to_top"])
+    .select(SUBSCRIPTION_COLUMNS.map((c) => `subscriptions.${c}` as const))
     .where("subscriptions.user_id", "=", userId)
-    .where("subscriptions.active", "=", true)
+    .where("subscriptions.active", "=", active)
     .orderBy("streams.id")
     .execute();
   const members = includeSubscribers ? await subscribersOf(db, rows.map((r) => r.id)) : undefined;
   const counts = await subscriberCounts(db, rows.map((r) => r.id));
-  return rows.map((r) => ({
-    ...streamObject(r, counts.get(r.id) ?? 0),
-    color: r.color,
-    is_muted: r.is_muted,
-    in_home_view: !r.is_muted,
-    pin_to_top: r.pin_to_top,
-    desktop_notifications: null,
-    email_notifications: null,
-    push_notifications: null,
-    audible_notifications: null,
-    wildcard_mentions_notify: null,
-    ...(members ? { subscribers: members.get(r.id) ?? [] } : {}),
-  }));
+  return rows.map((r) => subscriptionObject(streamObject(r, counts.get(r.id) ?? 0), r, members ? (members.get(r.id) ?? []) : undefined));
 }
 
 export async function subscribersOf(db: DB, streamIds: number[]): Promise<Map<number, number[]>> {
@@ -266,10 +308,13 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
     const ref = typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) };
     const stream = await findStream(db, user.realm_id, ref);
     const sub = stream && subscribed.find((s) => s.id === stream.id);
-    if (!stream || (!sub && (stream.invite_only || isGuest))) throw badNarrow("Invalid narrow operator: unknown channel");
+    if (!stream) throw badNarrow("Invalid narrow operator: unknown channel");
     names.set(stream.id, stream.name);
-    if (sub && !stream.history_public_to_subscribers) received = [stream.id];
-    else open = [stream.id];
+    // Without access to its history (Zulip's can_access_stream_history), a channel still shows what the user
+    // received in it, like Zulip's search of the user's own messages.
+    const history = stream.is_web_public || (!stream.invite_only && !isGuest) || (sub && stream.history_public_to_subscribers);
+    if (history) open = [stream.id];
+    else received = [stream.id];
   } else if (publicTerm) {
     if (isGuest) throw badNarrow("Invalid narrow operator: guests cannot search all public channels");
     const rows = await db.selectFrom("streams").select(["id", "name"]).where("realm_id", "=", user.realm_id).where("invite_only", "=", false).execute();

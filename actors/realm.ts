@@ -149,22 +149,26 @@ export class RealmActor implements Actor {
     await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false }) });
   }
 
-  /** An event for every active user of the realm (their user actors drop it if they have no queue). */
-  private async tellRealm(event: Record<string, unknown>, exceptGuests = false): Promise<void> {
-    let query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
-    if (exceptGuests) query = query.where("role", "!=", ROLE.guest);
+  /**
+   * An event for every active user of the realm whose role is at least `lowestRole` (their user actors drop it if
+   * they have no queue).
+   */
+  private async tellRealm(event: Record<string, unknown>, lowestRole: number = ROLE.guest): Promise<void> {
+    const query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true).where("role", "<=", lowestRole);
     const users = await query.execute();
     await this.deps.system().broadcast(users.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
   }
 
   private async ensureChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
     const channels = await this.createChannels(msg);
-    // New public channels are announced to everyone who may see them; private ones reach their subscribers
-    // through the subscription events.
+    // New channels are announced to those who may see them (Zulip's create_stream_if_needed): everyone for a
+    // web-public channel, non-guests for a public one, administrators for a private one (its subscribers learn of
+    // it through their subscription events).
     const created = channels.filter((c) => c.created).map((c) => c.id);
-    if (created.length && !msg.inviteOnly) {
+    if (created.length) {
       const rows = await this.deps.store.db.selectFrom("streams").selectAll().where("id", "in", created).execute();
-      await this.tellRealm({ type: "stream", op: "create", streams: rows.map((r) => streamObject(r, 0)) }, true);
+      const event = { type: "stream", op: "create", streams: rows.map((r) => streamObject(r, 0)) };
+      await this.tellRealm(event, msg.isWebPublic ? ROLE.guest : msg.inviteOnly ? ROLE.administrator : ROLE.member);
     }
     return channels;
   }
@@ -194,11 +198,13 @@ export class RealmActor implements Actor {
             rendered_description: spec.description ? renderMarkdown(spec.description) : "",
             invite_only: msg.inviteOnly,
             is_web_public: msg.isWebPublic,
-            history_public_to_subscribers: msg.historyPublicToSubscribers ?? !msg.inviteOnly,
+            is_default: msg.isDefault,
+            // Public channels always share their history (Zulip's get_default_value_for_history_public_to_subscribers).
+            history_public_to_subscribers: msg.inviteOnly ? (msg.historyPublicToSubscribers ?? false) : true,
             creator_id: msg.creatorId,
             date_created: now,
-            message_retention_days: null,
-            settings: JSON.stringify({ topics_policy: "inherit", ...channelPermissionDefaults(groups, msg.creatorId) }),
+            message_retention_days: msg.messageRetentionDays,
+            settings: JSON.stringify({ topics_policy: "inherit", ...channelPermissionDefaults(groups, msg.creatorId), ...msg.settings }),
           })
           .returning(["id", "name"])
           .executeTakeFirstOrThrow();

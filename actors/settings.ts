@@ -108,6 +108,7 @@ export function realmSettingsDefaults(groups: SystemGroups) {
     realm_email_auth_enabled: true,
     realm_password_auth_enabled: true,
     realm_push_notifications_enabled: false,
+    realm_enable_spectator_access: false,
     realm_can_add_subscribers_group: id("role:members"),
     realm_can_delete_any_message_group: id("role:administrators"),
     realm_can_delete_own_message_group: id("role:everyone"),

@@ -30,6 +30,7 @@ import {
   ENGINES,
   SCENARIOS,
   Population,
+  TIMED_SCENARIOS,
   startAdapterCeiling,
   startEngine,
   startRawUwsCeiling,
@@ -39,6 +40,7 @@ import {
   type EngineName,
   type ServiceStats,
   type Target,
+  type TimedScenario,
   type Verification,
 } from "./scenarios.ts";
 
@@ -72,7 +74,7 @@ interface Options {
 const USAGE = `usage: npm run bench -- [options]
   --engine <embedded|redis+postgres|both>   engines to run (default both; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send10,send1000,
-                                            wake,fanout,register,queues;
+                                            subscribe,wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -158,7 +160,7 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = [...SCENARIOS.map((s) => s.name), ...EVENT_SCENARIOS];
+  const known = [...SCENARIOS.map((s) => s.name), ...TIMED_SCENARIOS.map((s) => s.name), ...EVENT_SCENARIOS];
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
   for (const s of scenarios) if (!known.includes(s)) throw new Error(`--scenario: unknown ${s} (known: ${known.join(", ")})`);
   return {
@@ -330,6 +332,42 @@ interface Measurement {
   context?: Record<string, unknown>;
   ratioToUws?: number;
   ratioToAdapter?: number;
+}
+
+/** A timed scenario's figures: wall time per request, and this process's CPU time per request. */
+interface TimedMeasurement {
+  name: string;
+  engine: EngineName;
+  describe: string;
+  context: Record<string, unknown>;
+  rounds: number;
+  ms: { mean: number; p50: number; max: number };
+  serverCpuMsPerRequest: number;
+  /** Requests per second at the mean time, as a ratio to the raw uWS ceiling's req/s. */
+  ratioToUws?: number;
+}
+
+async function measureTimed(scenario: TimedScenario, engine: Engine): Promise<TimedMeasurement> {
+  const context = await scenario.prepare(engine, scenario.rounds);
+  await scenario.once(engine, 0);
+  const times: number[] = [];
+  const cpu0 = process.cpuUsage();
+  for (let round = 1; round <= scenario.rounds; round++) {
+    const t0 = performance.now();
+    await scenario.once(engine, round);
+    times.push(performance.now() - t0);
+  }
+  const cpu = process.cpuUsage(cpu0);
+  const sorted = [...times].sort((a, b) => a - b);
+  return {
+    name: scenario.name,
+    engine: engine.name,
+    describe: scenario.describe,
+    context,
+    rounds: scenario.rounds,
+    ms: { mean: times.reduce((a, b) => a + b, 0) / times.length, p50: sorted[Math.floor(sorted.length / 2)]!, max: sorted.at(-1)! },
+    serverCpuMsPerRequest: (cpu.user + cpu.system) / 1000 / scenario.rounds,
+  };
 }
 
 function machineBusyMs(): { busy: number; total: number } {
@@ -578,6 +616,7 @@ async function main(): Promise<number> {
 
   const results: Measurement[] = [];
   const eventResults: Array<EventMeasurement & { serverLog: LoggedErrors }> = [];
+  const timedResults: TimedMeasurement[] = [];
   const profiled = async <T>(name: string, fn: () => Promise<T>): Promise<{ value: T; profile?: Measurement["profile"] }> => {
     if (!opts.cpuProf) return { value: await fn() };
     const session = new Session();
@@ -657,6 +696,13 @@ async function main(): Promise<number> {
           console.log(`${fmt(m.load.reqPerSec)} req/s${ctx}${m.verification ? ` (${m.verification.note})` : ""}`);
           results.push(m);
         }
+        for (const scenario of TIMED_SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
+          if (interrupted) break;
+          process.stdout.write(`measuring ${name} / ${scenario.name} … `);
+          const m = await measureTimed(scenario, engine);
+          timedResults.push(m);
+          console.log(`${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}; ${m.rounds} requests)`);
+        }
         const eventNames = EVENT_SCENARIOS.filter((s) => opts.scenarios.includes(s));
         if (eventNames.length && !interrupted) {
           if (!eventClientStarted) {
@@ -712,6 +758,7 @@ async function main(): Promise<number> {
     await load.stop().catch(() => {});
   }
 
+  for (const m of timedResults) if (uws && uws.load.reqPerSec > 0) m.ratioToUws = 1000 / m.ms.mean / uws.load.reqPerSec;
   for (const m of results) {
     if (uws && uws.load.reqPerSec > 0) m.ratioToUws = m.load.reqPerSec / uws.load.reqPerSec;
     if (adapter && adapter.load.reqPerSec > 0) m.ratioToAdapter = m.load.reqPerSec / adapter.load.reqPerSec;
@@ -740,6 +787,13 @@ async function main(): Promise<number> {
       );
     }
     if (m.serverLog.count) console.log(`${m.engine ?? ""} / ${m.name}: the server logged ${m.serverLog.count} error/warn lines during the measured run`);
+  }
+  for (const m of timedResults) {
+    const ratio = m.ratioToUws === undefined ? "" : `, ${m.ratioToUws.toExponential(2)}× the uWS ceiling's req/s`;
+    console.log(
+      `${m.engine} / ${m.name}: ${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}), ` +
+        `server CPU ${fmt(m.serverCpuMsPerRequest, 1)} ms per request${ratio} [${m.describe}]`,
+    );
   }
   if (eventResults.length) {
     console.log(
@@ -786,6 +840,7 @@ async function main(): Promise<number> {
     ceiling: { uws: uws?.load.reqPerSec, adapter: adapter?.load.reqPerSec },
     results,
     events: eventResults,
+    timed: timedResults,
     failures,
   };
   const dir = path.join(HERE, "results");

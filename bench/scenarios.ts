@@ -628,3 +628,48 @@ export const fetchBig: Scenario = {
 
 /** In the order they run against each engine. */
 export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, send10, send1000];
+
+// ---------------------------------------------------------------------------------------------------------------
+// Timed scenarios: operations too heavy, or changing too much state, to repeat under autocannon. Each measured
+// request gets fresh state from `prepare`, runs alone, and is timed on its own.
+
+export interface TimedScenario {
+  name: string;
+  describe: string;
+  /** Measured requests (a first, unmeasured one warms the paths up). */
+  rounds: number;
+  /** Once per engine: the state for rounds + 1 requests; what it returns is recorded beside the figures. */
+  prepare(engine: Engine, rounds: number): Promise<Record<string, unknown>>;
+  /** Request number `round` (0 is the warm-up); throws unless it did what it should. */
+  once(engine: Engine, round: number): Promise<void>;
+}
+
+const BULK_USERS = 1000;
+let bulkUserIds: number[] = [];
+
+/**
+ * POST /users/me/subscriptions with 1,000 principals into an existing channel: 1,000 subscription rows in one
+ * commit, 1,000 `subscription add` events and one `peer_add` broadcast. The users are inserted straight into the
+ * store (Population.users: their creation is not what is measured).
+ */
+export const subscribeThousand: TimedScenario = {
+  name: "subscribe",
+  describe: `POST /api/v1/users/me/subscriptions: ${BULK_USERS} principals into one channel, one request`,
+  rounds: 10,
+  async prepare(engine, rounds) {
+    bulkUserIds = (await new Population(engine).users("bulk", BULK_USERS)).map((u) => u.id);
+    const channels = Array.from({ length: rounds + 1 }, (_, i) => ({ name: `bulk-${i}` }));
+    await api(engine, "POST", "/api/v1/users/me/subscriptions", { subscriptions: JSON.stringify(channels) });
+    return { users: BULK_USERS, channels: channels.length };
+  },
+  async once(engine, round) {
+    const body = await api(engine, "POST", "/api/v1/users/me/subscriptions", {
+      subscriptions: JSON.stringify([{ name: `bulk-${round}` }]),
+      principals: JSON.stringify(bulkUserIds),
+    });
+    const subscribed = Object.keys((body.subscribed ?? {}) as Record<string, unknown>).length;
+    if (subscribed !== BULK_USERS) throw new Error(`subscribe: ${subscribed} of ${BULK_USERS} users subscribed`);
+  },
+};
+
+export const TIMED_SCENARIOS: TimedScenario[] = [subscribeThousand];

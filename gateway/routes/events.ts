@@ -27,14 +27,22 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
       .executeTakeFirst();
     return { max_message_id: Number(row?.max ?? -1) };
   },
+  // Former subscriptions the user can still see are `unsubscribed`; channels they see and never joined,
+  // `never_subscribed` (administrators see every channel's metadata).
   async subscription(s, u, o) {
-    const subscriptions = await subscriptionsOf(s.store.db, u.id, o.includeSubscribers);
-    const subscribed = new Set(subscriptions.map((x) => x.stream_id));
-    const never = await streamObjects(s.store.db, (await visibleStreams(s.store.db, u)).filter((x) => !subscribed.has(x.id)));
-    return { subscriptions, unsubscribed: [], never_subscribed: never };
+    const db = s.store.db;
+    const [subscriptions, former, visible] = await Promise.all([
+      subscriptionsOf(db, u.id, o.includeSubscribers),
+      subscriptionsOf(db, u.id, o.includeSubscribers, false),
+      registerStreams(s, u),
+    ]);
+    const seen = new Set(visible.map((x) => x.id));
+    const joined = new Set([...subscriptions, ...former].map((x) => x.stream_id));
+    const never = await streamObjects(db, visible.filter((x) => !joined.has(x.id)));
+    return { subscriptions, unsubscribed: former.filter((x) => seen.has(x.stream_id)), never_subscribed: never };
   },
   async stream(s, u) {
-    return { streams: await streamObjects(s.store.db, await visibleStreams(s.store.db, u)) };
+    return { streams: await streamObjects(s.store.db, await registerStreams(s, u)) };
   },
   async realm(s, u) {
     const realm = await s.store.db.selectFrom("realms").select(["name", "date_created"]).where("id", "=", u.realm_id).executeTakeFirstOrThrow();
@@ -93,6 +101,11 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
     return { realm_users: users.filter((x) => !x.is_bot).map((x) => userObject(x, { clientGravatar: o.clientGravatar })) };
   },
 };
+
+/** The channels POST /register describes: every one the user sees the metadata of. */
+function registerStreams(s: Services, u: UserRow) {
+  return visibleStreams(s.store.db, u, { all: true });
+}
 
 export const eventRoutes: RouteSpec[] = [
   {

@@ -12,6 +12,7 @@ import { checkEditableFlag } from "../../actors/flags.ts";
 import { parseNarrow } from "../../actors/narrow.ts";
 import { MAX_REPORT_DESCRIPTION, moderationChannel, REPORT_TYPES, reportNotice } from "../../actors/reports.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME, fetchMessages, readableMessage, readableMessages, requireStream, type UserRow } from "../../actors/reads.ts";
+import { ROLE } from "../../actors/groups.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS, truncate } from "../zulip.ts";
@@ -115,7 +116,7 @@ export const messageRoutes: RouteSpec[] = [
         return { id: sent.id };
       }
       const stream = await requireStream(services.store.db, user.realm_id, channelRef(params.to));
-      const sent = await services.system.ask<Sent>(actorId(CHANNEL, stream.id), { ...common, topic: normaliseTopic(params.topic ?? params.subject) });
+      const sent = await services.system.ask<Sent>(actorId(CHANNEL, stream.id), { ...common, topic: normaliseTopic(params.topic ?? params.subject), senderIsGuest: user.role === ROLE.guest });
       return { id: sent.id };
     },
   },

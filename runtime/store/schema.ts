@@ -53,6 +53,8 @@ export interface StreamTable {
   message_retention_days: number | null;
   /** The remaining channel settings (topics_policy, can_*_group, ...), as Zulip names them. */
   settings: Json;
+  /** One of the realm's default channels, which new users join. */
+  is_default: Generated<boolean>;
 }
 
 export interface SubscriptionTable {
@@ -62,6 +64,12 @@ export interface SubscriptionTable {
   color: string;
   is_muted: boolean;
   pin_to_top: boolean;
+  /** Per-channel notification settings; null follows the user's global setting. */
+  desktop_notifications: boolean | null;
+  audible_notifications: boolean | null;
+  push_notifications: boolean | null;
+  email_notifications: boolean | null;
+  wildcard_mentions_notify: boolean | null;
 }
 
 export interface UserGroupTable {

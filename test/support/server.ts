@@ -9,6 +9,9 @@ import { loadConfig, type Config } from "../../runtime/config.ts";
 import { startNode, type RunningNode } from "../../gateway/main.ts";
 import { componentValidator, expectZulipResponse, responseValidator } from "./openapi.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
+import { sql } from "kysely";
+import { actorId } from "../../runtime/actor.ts";
+import { REALM, type CreatedUser } from "../../actors/protocol.ts";
 
 export type EngineName = "embedded" | "redis+postgres";
 export const ENGINES: EngineName[] = ["embedded", "redis+postgres"];
@@ -177,4 +180,36 @@ export async function createUser(server: TestServer, email: string, fullName = e
   if (created.status !== 200) throw new Error(`createUser: ${JSON.stringify(created.body)}`);
   const key = await api(server, "POST", "/fetch_api_key", { params: { username: email, password: "pw-" + email } });
   return { email, key: key.body.api_key, id: created.body.user_id };
+}
+
+/**
+ * Create a user of any role (the API creates members only) through the realm actor, as the management CLI does;
+ * returns their credentials.
+ */
+export async function createUserWithRole(server: TestServer, email: string, role: number, fullName = email.split("@")[0]!): Promise<Credentials & { id: number }> {
+  const realm = await server.node.store.db.selectFrom("realms").select("id").executeTakeFirstOrThrow();
+  const created = await server.node.system.ask<CreatedUser>(actorId(REALM, realm.id), { op: "createUser", email, fullName, passwordHash: null, role });
+  return { email, key: created.api_key, id: created.user_id };
+}
+
+/** Change stored realm settings (`realm_*` keys), for the settings no route changes yet. */
+export async function setRealmSettings(server: TestServer, settings: Record<string, unknown>): Promise<void> {
+  await server.node.store.db
+    .updateTable("realms")
+    .set({ settings: sql`settings || ${JSON.stringify(settings)}::jsonb` })
+    .execute();
+}
+
+/** An event queue for the user, and a way to read what it holds without waiting. */
+export async function eventQueue(server: TestServer, as: Credentials, eventTypes?: string[]) {
+  const registered = await api(server, "POST", "/register", { as, params: eventTypes ? { event_types: eventTypes } : {} });
+  if (registered.status !== 200) throw new Error(`register: ${JSON.stringify(registered.body)}`);
+  const queueId = registered.body.queue_id as string;
+  return {
+    state: registered.body,
+    async events(): Promise<any[]> {
+      const res = await api(server, "GET", "/events", { as, params: { queue_id: queueId, last_event_id: -1, dont_block: true } });
+      return res.body.events.filter((e: any) => e.type !== "heartbeat");
+    },
+  };
 }

@@ -8,6 +8,7 @@ import * as userData from "./2026-11-22T0700-user-data.ts";
 import * as presence from "./2026-11-22T0710-presence.ts";
 import * as pushDevices from "./2026-11-22T0720-push-devices.ts";
 import * as invitations from "./2026-11-22T0800-invitations.ts";
+import * as subscriptionProperties from "./2026-11-22T0800-subscription-properties.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -18,4 +19,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-22T0710-presence": presence,
   "2026-11-22T0720-push-devices": pushDevices,
   "2026-11-22T0800-invitations": invitations,
+  "2026-11-22T0800-subscription-properties": subscriptionProperties,
 };
