@@ -18,7 +18,7 @@ import type { ChorusError } from "../runtime/errors.ts";
 import type { Database } from "../runtime/store/schema.ts";
 import { answerExtractive, DEFAULT_ANSWER_SETTINGS, retrieve, type AnswerSettings } from "./answer.ts";
 import type { AssistantDeps } from "./assistant-deps.ts";
-import { notFound } from "./agent.ts";
+import { notFound } from "./agent-records.ts";
 import type { ActorDeps } from "./deps.ts";
 import {
   AGENT,

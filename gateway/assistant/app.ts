@@ -119,9 +119,9 @@ export class AssistantApp {
 }
 
 /** A JSON object body, validated by the route's schema; 415 for other content types, 400 for anything malformed. */
-function parseBody(req: HttpRequest, validate: ValidateFunction): unknown {
+export function parseBody(req: HttpRequest, validate: ValidateFunction, opts: { requireJsonType?: boolean } = {}): unknown {
   const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-  if (type && type !== "application/json") {
+  if ((type || opts.requireJsonType) && type !== "application/json") {
     throw new ChorusError("UNSUPPORTED_MEDIA_TYPE", "Send the body as application/json", 415);
   }
   let body: unknown;
@@ -131,11 +131,16 @@ function parseBody(req: HttpRequest, validate: ValidateFunction): unknown {
     throw new ChorusError("INVALID_JSON", "The body is not valid JSON", 400);
   }
   if (!body || typeof body !== "object" || Array.isArray(body)) throw new ChorusError("INVALID_JSON", "The body must be a JSON object", 400);
+  return checkBody(validate, body);
+}
+
+/** `body` if the schema accepts it; else 400 VALIDATION_ERROR naming the first offending field. */
+export function checkBody<T = any>(validate: ValidateFunction, body: unknown): T {
   if (!validate(body)) {
     const e = validate.errors![0]!;
     const where = e.instancePath ? e.instancePath.slice(1).replace(/\//g, ".") : e.keyword === "required" ? String(e.params.missingProperty) : "body";
     const message = e.keyword === "required" ? "is required" : e.message ?? "is invalid";
     throw new ChorusError("VALIDATION_ERROR", `${where}: ${message}`, 400);
   }
-  return body;
+  return body as T;
 }

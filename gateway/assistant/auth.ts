@@ -11,7 +11,7 @@
 import crypto from "node:crypto";
 import { sql, type Kysely } from "kysely";
 import { ChorusError } from "../../runtime/errors.ts";
-import type { Keyring } from "../../runtime/secrets.ts";
+import { Keyring } from "../../runtime/secrets.ts";
 import type { Database } from "../../runtime/store/schema.ts";
 import { ROLE } from "../../actors/realm.ts";
 import type { HttpRequest } from "../http.ts";
@@ -35,6 +35,12 @@ interface Cached {
 
 export function isOperatorRole(role: number): boolean {
   return role <= ROLE.administrator;
+}
+
+/** A new operator API key (shown once), its id, and the hash that is all the store keeps. */
+export function newOperatorApiKey(keyring: Keyring): { key: string; keyId: string; keyHash: string } {
+  const key = `chorus_${Keyring.newApiKey()}`;
+  return { key, keyId: crypto.randomUUID(), keyHash: keyring.hashApiKey(key) };
 }
 
 export function cookieValue(header: string | undefined, name: string): string | undefined {

@@ -20,7 +20,7 @@ import type { HttpResult, HttpStream } from "../http.ts";
 import { generateAnswer } from "./generate.ts";
 import { SSE_HEADERS, SseWriter, writeAnswerEvents } from "./sse.ts";
 import { ajv } from "../validate.ts";
-import { errorResult, fail, json, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
+import { errorResult, fail, json, parseBody, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
 import { safeEqual } from "./auth.ts";
 
 const AGENT_CACHE_MS = 2000;
@@ -177,21 +177,7 @@ async function answer(call: AssistantCall, agent: AgentSummary, secret: string, 
 /** Parsed here rather than by the app, so that an allowed origin gets CORS headers on a 400 too. */
 const validateEmbed = ajv.compile(embedBody);
 function parseEmbedBody(req: AssistantCall["req"]): { question: string; session_id?: string; user_id?: string; user_hash?: string; stream?: boolean } {
-  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-  if (type !== "application/json") throw new ChorusError("UNSUPPORTED_MEDIA_TYPE", "Send the body as application/json", 415);
-  let body: unknown;
-  try {
-    body = JSON.parse(req.body.toString("utf8"));
-  } catch {
-    throw new ChorusError("INVALID_JSON", "The body is not valid JSON", 400);
-  }
-  if (!body || typeof body !== "object" || Array.isArray(body)) throw new ChorusError("INVALID_JSON", "The body must be a JSON object", 400);
-  if (!validateEmbed(body)) {
-    const e = validateEmbed.errors![0]!;
-    const where = e.instancePath ? e.instancePath.slice(1) : e.keyword === "required" ? String(e.params.missingProperty) : "body";
-    throw new ChorusError("VALIDATION_ERROR", `${where}: ${e.keyword === "required" ? "is required" : e.message}`, 400);
-  }
-  return body as never;
+  return parseBody(req, validateEmbed, { requireJsonType: true }) as never;
 }
 
 /**
