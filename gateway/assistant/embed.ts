@@ -84,7 +84,7 @@ export function expectedUserHash(secret: string, userId: string): string {
   return crypto.createHmac("sha256", secret).update(userId).digest("hex");
 }
 
-function userHashMatches(secret: string, userId: string, presented: string): boolean {
+export function userHashMatches(secret: string, userId: string, presented: string): boolean {
   return safeEqual(expectedUserHash(secret, userId), presented.toLowerCase());
 }
 
