@@ -8,9 +8,10 @@
  * The ids of the question and the answer come from the caller (one pair per HTTP request): a redelivered ask
  * finds its question stored (the insert conflicts) and replies with the first answer instead of answering twice.
  *
- * `ask` answers extractively inside the turn. With the LLM generator configured the gateway uses `prepare`
- * (start the session, return the published version and recent history) and `record` (commit the exchange)
- * instead, and generates in between, so that tokens stream to the client and stop when it goes away.
+ * `ask` answers extractively inside the turn (JSON answers). Streamed answers (SSE, sockets, the LLM generator)
+ * use `prepare` (the published version and recent history; no write) and `record` (commit the exchange, and the
+ * session with conversation.created when it is new), and are produced in between by the gateway, so that the
+ * first piece goes out as soon as it exists and production stops when the client goes away.
  */
 import type { Transaction } from "kysely";
 import { actorId, type Actor, type ActorContext } from "../runtime/actor.ts";
@@ -133,23 +134,16 @@ export class AgentSessionActor implements Actor {
   private async prepare(msg: PrepareAnswer): Promise<Prepared> {
     const { state, creating } = this.stateFor(msg);
     const runtime = await this.runtime(state.agentId);
-    if (creating) {
-      await this.deps.store.write(this.ctx.fence(), async (trx) => {
-        await this.insertSession(trx, state);
-        await enqueueEvents(trx, state.agentId, [{ type: "conversation.created", data: this.createdEvent(state) }]);
-      });
-      this.state = state;
-      this.assistant.wakeWebhooks();
-    }
-    const history = creating
-      ? []
-      : await this.deps.store.db
-          .selectFrom("assistant_messages")
-          .select(["role", "content"])
-          .where("session_id", "=", this.ctx.key)
-          .orderBy("seq", "desc")
-          .limit(HISTORY_FOR_GENERATOR)
-          .execute();
+    const history =
+      creating || !msg.withHistory
+        ? []
+        : await this.deps.store.db
+            .selectFrom("assistant_messages")
+            .select(["role", "content"])
+            .where("session_id", "=", this.ctx.key)
+            .orderBy("seq", "desc")
+            .limit(HISTORY_FOR_GENERATOR)
+            .execute();
     return {
       session_id: this.ctx.key,
       created: creating,
@@ -158,9 +152,10 @@ export class AgentSessionActor implements Actor {
     };
   }
 
+  /** A new session is created here, with its first exchange (prepare wrote nothing). */
   private async record(msg: RecordAnswer): Promise<Answered> {
-    if (!this.state) throw notFound("Session");
-    return this.commitExchange(this.state, false, msg);
+    const { state, creating } = this.stateFor(msg);
+    return this.commitExchange(state, creating, msg);
   }
 
   /**

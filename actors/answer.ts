@@ -85,7 +85,18 @@ function jaccard(a: Set<string>, b: Set<string>): number {
   return both / (a.size + b.size - both);
 }
 
-export async function answerExtractive(db: DB, question: string, chunks: RetrievedChunk[], settings: AnswerSettings): Promise<Answer> {
+/**
+ * The extractive answer. `onSentence` hears each sentence as it is picked (with the space that joins it to the
+ * previous one), so a stream can send the first sentence before the others are chosen; it is not called for the
+ * "I don't know" answer.
+ */
+export async function answerExtractive(
+  db: DB,
+  question: string,
+  chunks: RetrievedChunk[],
+  settings: AnswerSettings,
+  onSentence?: (delta: string) => Promise<void> | void,
+): Promise<Answer> {
   if (!chunks.length) return { text: DONT_KNOW, sources: [], score: 0 };
   const candidates: Array<{ text: string; chunk: RetrievedChunk; order: number }> = [];
   for (const chunk of chunks) {
@@ -119,6 +130,7 @@ export async function answerExtractive(db: DB, question: string, chunks: Retriev
     const [chosen] = pool.splice(bestIndex, 1);
     if (picked.length && Math.max(...picked.map((p) => jaccard(p.terms, chosen!.terms))) > 0.8) continue; // a near-duplicate
     picked.push(chosen!);
+    await onSentence?.(picked.length > 1 ? ` ${chosen!.text}` : chosen!.text);
   }
   const sources = new Map<number, Source>();
   for (const p of picked) {

@@ -11,7 +11,7 @@ import { ChorusError } from "../../runtime/errors.ts";
 import { agentById, agentSessions, realmAgents, sessionById, sessionMessages } from "../../actors/assistant-reads.ts";
 import { AGENT_SESSION, type Answered, type Prepared, type SessionStarted } from "../../actors/protocol.ts";
 import type { HttpRequest } from "../http.ts";
-import { generateAnswer } from "./generate.ts";
+import { answerAndRecord } from "./generate.ts";
 import { fail, isUuid, json, UUID, type AssistantRoute, type AssistantServices } from "./app.ts";
 import { callerMayUse, type MobileCaller } from "./auth.ts";
 import { userHashMatches } from "./embed.ts";
@@ -34,33 +34,13 @@ async function mobileAgent(services: AssistantServices, caller: MobileCaller, ag
 
 type SessionRow = Awaited<ReturnType<typeof mobileSession>>;
 
-/** The extractive answer, made in the session's actor; the room hears it in pieces once it is committed. */
-async function extractiveReply(services: AssistantServices, session: SessionRow, content: string): Promise<Answered> {
-  services.sockets?.typing(session.id);
-  const answered = await services.system.ask<Answered>(actorId(AGENT_SESSION, session.id), {
-    op: "ask",
-    agentId: session.agent_id,
-    question: content,
-    questionId: crypto.randomUUID(),
-    answerId: crypto.randomUUID(),
-  });
-  services.sockets?.publishAnswer(answered);
-  return answered;
-}
-
-/** The generated answer: its pieces reach the room as they come; the HTTP reply waits for the commit. */
-async function generatedReply(services: AssistantServices, session: SessionRow, content: string, req: HttpRequest): Promise<Answered> {
+/** The answer's pieces reach the room as they are produced (sentences, or tokens); the HTTP reply waits for the commit. */
+async function streamedReply(services: AssistantServices, session: SessionRow, content: string, req: HttpRequest): Promise<Answered> {
   const actor = actorId(AGENT_SESSION, session.id);
-  const prepared = await services.system.ask<Prepared>(actor, { op: "prepare", agentId: session.agent_id });
+  const prepared = await services.system.ask<Prepared>(actor, { op: "prepare", agentId: session.agent_id, withHistory: !!services.assistant.llm });
   const abort = new AbortController();
   req.onAbort(() => abort.abort());
-  const answerId = crypto.randomUUID();
-  services.sockets?.typing(session.id);
-  let seq = 0;
-  const answer = await generateAnswer(services, prepared, content, abort.signal, (delta) => services.sockets?.publishDelta(session.id, answerId, delta, ++seq));
-  const answered = await services.system.ask<Answered>(actor, { op: "record", question: content, questionId: crypto.randomUUID(), answerId, answer: answer.text, sources: answer.sources });
-  services.sockets?.publishComplete(answered);
-  return answered;
+  return answerAndRecord(services, prepared, { question: content }, abort.signal);
 }
 
 export const mobileRoutes: AssistantRoute[] = [
@@ -138,7 +118,7 @@ export const mobileRoutes: AssistantRoute[] = [
     },
     async handle({ body, caller, services, req }) {
       const session = await mobileSession(services, caller, body.session_id);
-      const answered = services.assistant.llm ? await generatedReply(services, session, body.content, req) : await extractiveReply(services, session, body.content);
+      const answered = await streamedReply(services, session, body.content, req);
       return json(200, { session_id: answered.session_id, message: answered.message, reply: answered.reply });
     },
   },

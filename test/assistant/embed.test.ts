@@ -8,7 +8,7 @@ import { EventSource } from "eventsource";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENGINES, startTestServer, type TestServer } from "../support/server.ts";
-import { call, createAgent, createVersion, operatorKey, publishedAgent } from "./support.ts";
+import { call, createAgent, createVersion, holdRecords, operatorKey, publishedAgent } from "./support.ts";
 
 interface SseEvent {
   id: string;
@@ -149,6 +149,31 @@ describe.each(ENGINES)("embed endpoint on %s", (engine) => {
       expect(done.session_id).not.toBe(plain.body.session_id);
       const history = await server.node.store.db.selectFrom("assistant_messages").select("role").where("session_id", "=", done.session_id).execute();
       expect(history).toHaveLength(2); // committed before the done event
+    });
+
+    it("sends the first sentence before the answer is complete and committed", async () => {
+      const question = `When is the support desk open? ${crypto.randomUUID()}`;
+      const held = holdRecords(server);
+      try {
+        const res = await fetch(`${server.url}/api/embed/${agent.agent_key}`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ question, stream: true }),
+        });
+        const reader = res.body!.getReader();
+        const first = new TextDecoder().decode((await reader.read()).value);
+        expect(first).toMatch(/^id: 1\ndata: \{"answer":"The support desk/);
+        const stored = await server.node.store.db.selectFrom("assistant_messages").select("id").where("content", "=", question).execute();
+        expect(stored).toEqual([]); // not committed yet: the first event did not wait for it
+        held.release();
+        let rest = "";
+        for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) rest += new TextDecoder().decode(chunk.value);
+        expect(rest).toContain('"done":true');
+        const after = await server.node.store.db.selectFrom("assistant_messages").select("id").where("content", "=", question).execute();
+        expect(after).toHaveLength(1);
+      } finally {
+        held.restore();
+      }
     });
 
     it("sends the SSE headers", async () => {

@@ -10,7 +10,7 @@ import { startNode } from "../../gateway/main.ts";
 import { issueUserToken } from "../../gateway/assistant/user-tokens.ts";
 import { Keyring } from "../../runtime/secrets.ts";
 import { engineConfig, ENGINES, readZuliprc, startTestServer, type TestServer } from "../support/server.ts";
-import { call, operatorKey, publishedAgent } from "./support.ts";
+import { call, holdRecords, operatorKey, publishedAgent } from "./support.ts";
 
 function connect(server: TestServer, token?: string, transports = ["websocket"]): Promise<Socket> {
   return new Promise((resolve, reject) => {
@@ -195,6 +195,25 @@ describe.each(ENGINES)("mobile backend on %s", (engine) => {
       } finally {
         socket.close();
         outsider.close();
+      }
+    });
+
+    it("streams the first pieces before the answer is committed", async () => {
+      const created = await call(server, "POST", "/chat/sessions", { key, body: { agent_id: agent.agent_id } });
+      const socket = await connect(server, key);
+      const held = holdRecords(server);
+      try {
+        await socket.timeout(3000).emitWithAck("join-conversation", created.body.session_id);
+        const firstDelta = new Promise<any>((resolve) => socket.once("message-streaming", resolve));
+        const sent = call(server, "POST", "/chat/message", { key, body: { session_id: created.body.session_id, content: "How long do refunds take?" } });
+        expect(await firstDelta).toMatchObject({ seq: 1, delta: expect.stringMatching(/^Refunds/) });
+        const stored = await server.node.store.db.selectFrom("assistant_messages").select("id").where("session_id", "=", created.body.session_id).execute();
+        expect(stored).toEqual([]);
+        held.release();
+        expect((await sent).status).toBe(200);
+      } finally {
+        held.restore();
+        socket.close();
       }
     });
 
