@@ -78,6 +78,41 @@ export function sentences(text: string): string[] {
     .filter((s) => s.length >= 3);
 }
 
+interface Sentence {
+  text: string;
+  lexemes: Set<string>;
+}
+
+/**
+ * Chunks never change (a version's knowledge is fixed), so their sentences and lexemes are computed once per
+ * process and kept, by store and chunk id, up to SENTENCE_CACHE_CHUNKS chunks a store: a question then costs one
+ * small query (its own lexemes) beside retrieval, not the stemming of every candidate sentence again.
+ */
+const sentenceCaches = new WeakMap<DB, Map<number, Sentence[]>>();
+const SENTENCE_CACHE_CHUNKS = 20_000;
+
+/** The question's lexemes, and the sentences of each chunk with theirs (from the cache, or one query). */
+async function sentencesOf(db: DB, question: string, chunks: RetrievedChunk[]): Promise<[string[], Map<number, Sentence[]>]> {
+  let sentenceCache = sentenceCaches.get(db);
+  if (!sentenceCache) sentenceCaches.set(db, (sentenceCache = new Map()));
+  const byChunk = new Map<number, Sentence[]>();
+  const missing: Array<{ chunk: RetrievedChunk; texts: string[] }> = [];
+  for (const chunk of chunks) {
+    const known = sentenceCache.get(chunk.id);
+    if (known) byChunk.set(chunk.id, known);
+    else missing.push({ chunk, texts: sentences(chunk.text) });
+  }
+  const [questionTerms, ...terms] = await lexemes(db, [question, ...missing.flatMap((m) => m.texts)]);
+  if (sentenceCache.size + missing.length > SENTENCE_CACHE_CHUNKS) sentenceCache.clear();
+  let next = 0;
+  for (const { chunk, texts } of missing) {
+    const computed = texts.map((text) => ({ text, lexemes: new Set(terms[next++]) }));
+    sentenceCache.set(chunk.id, computed);
+    byChunk.set(chunk.id, computed);
+  }
+  return [questionTerms ?? [], byChunk];
+}
+
 function jaccard(a: Set<string>, b: Set<string>): number {
   if (!a.size || !b.size) return 0;
   let both = 0;
@@ -98,16 +133,13 @@ export async function answerExtractive(
   onSentence?: (delta: string) => Promise<void> | void,
 ): Promise<Answer> {
   if (!chunks.length) return { text: DONT_KNOW, sources: [], score: 0 };
-  const candidates: Array<{ text: string; chunk: RetrievedChunk; order: number }> = [];
-  for (const chunk of chunks) {
-    sentences(chunk.text).forEach((text, order) => candidates.push({ text, chunk, order }));
-  }
-  const [questionTerms, ...sentenceTerms] = await lexemes(db, [question, ...candidates.map((c) => c.text)]);
+  const [questionTerms, byChunk] = await sentencesOf(db, question, chunks);
+  const candidates = chunks.flatMap((chunk) => byChunk.get(chunk.id)!.map((s) => ({ ...s, chunk })));
   const asked = new Set(questionTerms);
   if (!asked.size) return { text: DONT_KNOW, sources: [], score: 0 };
   const topRank = Math.max(...chunks.map((c) => c.rank)) || 1;
-  const scored = candidates.map((c, i) => {
-    const terms = new Set(sentenceTerms[i]);
+  const scored = candidates.map((c) => {
+    const terms = c.lexemes;
     let hits = 0;
     for (const t of asked) if (terms.has(t)) hits++;
     const overlap = hits / asked.size;

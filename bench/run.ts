@@ -4,7 +4,8 @@
  * 1. The ceilings, on port 0 in this process: a raw uWebSockets.js hello-world (the ceiling every figure is a
  *    ratio of) and the same hello-world through gateway/http.ts (what the adapter itself costs).
  * 2. For each engine (embedded: memory + PGlite; redis+postgres: Redis Streams + a fresh Postgres database), a
- *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, send), then
+ *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, send) and the
+ *    assistant's (bench/assistant.ts: embed JSON answers/s, then SSE time to first event), then
  *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
  *    own child process (bench/event-client.ts).
  *
@@ -38,7 +39,12 @@ import {
   type ServiceStats,
   type Target,
   type Verification,
+  type AfterFigures,
 } from "./scenarios.ts";
+import { assistantScenario } from "./assistant.ts";
+
+/** The chat's HTTP scenarios, then the assistant's. */
+const HTTP_SCENARIOS = [...SCENARIOS, assistantScenario];
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, "..");
@@ -69,8 +75,8 @@ interface Options {
 
 const USAGE = `usage: npm run bench -- [options]
   --engine <embedded|redis+postgres|both>   engines to run (default both; env BENCH_ENGINE)
-  --scenario <list>                         scenarios to run (default all: fetch,send,wake,fanout,register,queues;
-                                            env BENCH_SCENARIO); HTTP ones first, then the event system's
+  --scenario <list>                         scenarios to run (default all: fetch,send,assistant,wake,fanout,register,
+                                            queues; env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
   --connections <n>                         autocannon connections (default 50; env BENCH_CONNECTIONS)
@@ -155,7 +161,7 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = [...SCENARIOS.map((s) => s.name), ...EVENT_SCENARIOS];
+  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...EVENT_SCENARIOS];
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
   for (const s of scenarios) if (!known.includes(s)) throw new Error(`--scenario: unknown ${s} (known: ${known.join(", ")})`);
   return {
@@ -327,6 +333,8 @@ interface Measurement {
   context?: Record<string, unknown>;
   ratioToUws?: number;
   ratioToAdapter?: number;
+  /** The scenario's figures taken after the load run (Scenario.after). */
+  after?: AfterFigures;
 }
 
 function machineBusyMs(): { busy: number; total: number } {
@@ -625,7 +633,7 @@ async function main(): Promise<number> {
         engine = await startEngine(name, (stop) => stops.add(stop), load);
         console.log(`${engine.node.store.engine} store, port ${engine.node.port}, ${fmt(engine.startupMs)} ms`);
         engineInfo.push({ name, describe: engine.describe, store: engine.node.store.engine, startupMs: engine.startupMs });
-        for (const scenario of SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
+        for (const scenario of HTTP_SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
           if (interrupted) break;
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
           const context = (await scenario.prepare(engine, { history: opts.history })) ?? undefined;
@@ -651,6 +659,12 @@ async function main(): Promise<number> {
           }
           const ctx = context ? ` [${Object.entries(context).map(([k, v]) => `${k}=${v}`).join(", ")}]` : "";
           console.log(`${fmt(m.load.reqPerSec)} req/s${ctx}${m.verification ? ` (${m.verification.note})` : ""}`);
+          if (scenario.after) {
+            process.stdout.write(`measuring ${name} / ${scenario.name} (after) … `);
+            m.after = await scenario.after(engine, { latencyP50Ms: uws?.load.latencyMs.p50 });
+            for (const p of m.after.problems) failures.push(`${name} / ${scenario.name}: ${p}`);
+            console.log(m.after.summary);
+          }
           results.push(m);
         }
         const eventNames = EVENT_SCENARIOS.filter((s) => opts.scenarios.includes(s));
@@ -735,6 +749,7 @@ async function main(): Promise<number> {
           `Redis ${fmt(m.services.redisMicros / Math.max(1, m.load.totalRequests), 1)} µs CPU`,
       );
     }
+    if (m.after) console.log(`${m.engine} / ${m.name}: ${m.after.summary}`);
     if (m.serverLog.count) console.log(`${m.engine ?? ""} / ${m.name}: the server logged ${m.serverLog.count} error/warn lines during the measured run`);
   }
   if (eventResults.length) {
