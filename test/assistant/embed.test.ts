@@ -231,13 +231,17 @@ describe.each(ENGINES)("embed endpoint on %s", (engine) => {
     });
 
     it("refuses other origins with 403, falls back to Referer, and lets non-browser clients through", async () => {
-      for (const origin of ["https://evil.example", "https://widgets.example.org", "https://shop.example.com.evil.io", "http://localhost:9999", "null"]) {
+      const forged = ["https://evilwidgets.example.org", "https://shop-example.com", "https://localhost:8081", "file://", "not a url"];
+      for (const origin of ["https://evil.example", "https://widgets.example.org", "https://shop.example.com.evil.io", "http://localhost:9999", "null", ...forged]) {
         const res = await ask(agent.agent_key, { question: "refunds" }, { origin });
         expect(res.status, origin).toBe(403);
         expect(res.body.error.code).toBe("ORIGIN_NOT_ALLOWED");
       }
       expect((await ask(agent.agent_key, { question: "refunds" }, { referer: "https://evil.example/page" })).status).toBe(403);
       expect((await ask(agent.agent_key, { question: "refunds" }, { referer: "https://shop.example.com/help?x=1" })).status).toBe(200);
+      // the browser's Origin wins over a Referer that names an allowed page; user info is not the host
+      expect((await ask(agent.agent_key, { question: "refunds" }, { origin: "https://evil.example", referer: "https://shop.example.com/" })).status).toBe(403);
+      expect((await ask(agent.agent_key, { question: "refunds" }, { referer: "https://shop.example.com@evil.example/" })).status).toBe(403);
       expect((await ask(agent.agent_key, { question: "refunds" })).status).toBe(200);
     });
 

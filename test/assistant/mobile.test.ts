@@ -100,6 +100,17 @@ describe.each(ENGINES)("mobile backend on %s", (engine) => {
       expect((await call(server, "POST", "/chat/auth/token", { body: { agent_id: agent.agent_id, user_id: "alice" } })).body.error).toEqual({ code: "VALIDATION_ERROR", message: "user_hash: is required" });
     });
 
+    it("are rate limited per agent and client address, as guesses of user_hash", async () => {
+      const limited = await publishedAgent(server, key, { rate_limit_per_minute: 2 });
+      const attempt = (userHash: string) => call(server, "POST", "/chat/auth/token", { body: { agent_id: limited.agent_id, user_id: "alice", user_hash: userHash } });
+      expect((await attempt("00")).status).toBe(401);
+      expect((await attempt(hash(limited.secret, "alice"))).status).toBe(201);
+      const refused = await attempt(hash(limited.secret, "alice"));
+      expect(refused.status).toBe(429);
+      expect(refused.body.error.code).toBe("RATE_LIMITED");
+      expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    });
+
     it("see their agent and only their own sessions", async () => {
       const alice = await tokenFor(agent, "alice");
       const bob = await tokenFor(agent, "bob");
