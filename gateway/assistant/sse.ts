@@ -55,13 +55,18 @@ export class SseWriter {
     this.sink.onClose(cb);
   }
 
-  send(data: unknown): Promise<void> {
-    if (this.sink.closed) return Promise.resolve();
-    if (this.sink.write(sseEvent(++this.id, data))) return Promise.resolve();
-    return new Promise((resolve) => {
-      this.waiting = resolve;
-      this.sink.onDrain(() => this.release());
-    });
+  async send(data: unknown): Promise<void> {
+    if (this.sink.closed) return;
+    const drained = this.sink.write(sseEvent(++this.id, data))
+      ? undefined
+      : new Promise<void>((resolve) => {
+          this.waiting = resolve;
+          this.sink.onDrain(() => this.release());
+        });
+    // The sink hands queued events to the socket from setImmediate. Go on only after that: a producer whose next
+    // steps all complete in microtasks (PGlite answers so) would otherwise hold every event back until the end.
+    await new Promise((resolve) => setImmediate(resolve));
+    await drained;
   }
 
   end(): void {

@@ -39,6 +39,9 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
           oid === INT8_OID ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
       },
     });
+    // An idle connection can fail (Postgres restarted, or the connection was terminated): without a listener the
+    // pool would raise that as an uncaught error and stop the process. The pool replaces it on the next checkout.
+    pool.on("error", (err) => console.error(`postgres: an idle connection failed: ${err.message}`));
     return { db: new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), engine: "postgres" };
   }
   const dir = opts.dataDir === "memory://" ? "memory://" : path.join(opts.dataDir, "pglite");

@@ -49,7 +49,8 @@ class FakeSink implements StreamSink {
 }
 
 describe("SSE answer events", () => {
-  beforeEach(() => vi.useFakeTimers());
+  // Only the ping's clock is faked: each send waits a real setImmediate (for the sink's flush).
+  beforeEach(() => vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] }));
   afterEach(() => vi.useRealTimers());
   const done = { answer: "", done: true, session_id: "s-1", sources: [{ document_id: 1, chunk_id: 2, title: "T", score: 0.9 }] };
 
