@@ -89,12 +89,12 @@ export class AgentSessionActor implements Actor {
       if (err.code !== "NOT_PUBLISHED") throw err;
     });
     const state = { agentId: msg.agentId, userId: msg.userId, createdAt: Math.floor(Date.now() / 1000), nextSeq: 1 };
-    await this.deps.store.write(this.ctx.fence(), async (trx) => {
+    const queued = await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await this.insertSession(trx, state);
-      await enqueueEvents(trx, state.agentId, [{ type: "conversation.created", data: this.createdEvent(state) }]);
+      return enqueueEvents(trx, state.agentId, [{ type: "conversation.created", data: this.createdEvent(state) }]);
     });
     this.state = state;
-    this.assistant.wakeWebhooks();
+    if (queued) this.assistant.wakeWebhooks();
     return { session_id: this.ctx.key, created: true };
   }
 
@@ -126,8 +126,8 @@ export class AgentSessionActor implements Actor {
     const runtime = await this.runtime(state.agentId);
     const db = this.deps.store.db;
     const settings = answerSettings(runtime.settings);
-    const chunks = await retrieve(db, runtime.version_id, msg.question, settings.chunks);
-    const answer = await answerExtractive(db, msg.question, chunks, settings);
+    const retrieved = await retrieve(db, runtime.version_id, msg.question, settings.chunks);
+    const answer = await answerExtractive(db, retrieved, settings);
     return this.commitExchange(state, creating, { ...msg, answer: answer.text, sources: answer.sources });
   }
 
@@ -169,6 +169,7 @@ export class AgentSessionActor implements Actor {
   ): Promise<Answered> {
     const now = Math.floor(Date.now() / 1000);
     const seq = session.nextSeq;
+    let queued = 0;
     const stored = await this.deps.store.write(this.ctx.fence(), async (trx) => {
       if (creating) await this.insertSession(trx, session);
       const inserted = await trx
@@ -183,7 +184,7 @@ export class AgentSessionActor implements Actor {
         .values({ id: msg.answerId, session_id: this.ctx.key, seq: seq + 1, role: "assistant", content: msg.answer, sources: JSON.stringify(msg.sources), created_at: now })
         .execute();
       const base = { session_id: this.ctx.key, agent_id: session.agentId, user_id: session.userId };
-      await enqueueEvents(trx, session.agentId, [
+      queued = await enqueueEvents(trx, session.agentId, [
         ...(creating ? [{ type: "conversation.created", data: this.createdEvent(session) }] : []),
         { type: "message.received", data: { ...base, message: { id: msg.questionId, role: "user", content: msg.question, created_at: now } } },
         {
@@ -204,7 +205,7 @@ export class AgentSessionActor implements Actor {
       };
     }
     this.state = { ...session, nextSeq: seq + 2 };
-    this.assistant.wakeWebhooks();
+    if (queued) this.assistant.wakeWebhooks(); // an agent without webhooks costs the worker nothing
     return {
       session_id: this.ctx.key,
       created: creating,

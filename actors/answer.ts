@@ -46,17 +46,27 @@ export function questionWords(question: string): string[] {
   return [...new Set(words)].slice(0, 64);
 }
 
-export async function retrieve(db: DB, versionId: string, question: string, limit: number): Promise<RetrievedChunk[]> {
+/** The best chunks for a question, and the question's own lexemes (stemmed in the same query, for scoring). */
+export interface Retrieval {
+  chunks: RetrievedChunk[];
+  questionTerms: string[];
+}
+
+export async function retrieve(db: DB, versionId: string, question: string, limit: number): Promise<Retrieval> {
   const words = questionWords(question);
-  if (!words.length) return [];
+  if (!words.length) return { chunks: [], questionTerms: [] };
   const query = words.join(" or ");
-  const { rows } = await sql<RetrievedChunk>`
-    select c.id, c.document_id, c.title, c.text, ts_rank_cd(c.tsv, q) as rank
-    from assistant_chunks c, websearch_to_tsquery('english', ${query}) q
-    where c.version_id = ${versionId} and c.tsv @@ q
+  const { rows } = await sql<RetrievedChunk & { terms: string[] }>`
+    with q as (select websearch_to_tsquery('english', ${query}) as q, tsvector_to_array(to_tsvector('english', ${question})) as terms)
+    select c.id, c.document_id, c.title, c.text, ts_rank_cd(c.tsv, q.q) as rank, q.terms
+    from assistant_chunks c, q
+    where c.version_id = ${versionId} and c.tsv @@ q.q
     order by rank desc, c.id
     limit ${limit}`.execute(db);
-  return rows.map((r) => ({ ...r, rank: Number(r.rank) }));
+  return {
+    chunks: rows.map(({ terms: _, ...r }) => ({ ...r, rank: Number(r.rank) })),
+    questionTerms: rows[0]?.terms ?? [],
+  };
 }
 
 /** Lexemes of each text, as Postgres' english configuration stems them. */
@@ -91,8 +101,8 @@ interface Sentence {
 const sentenceCaches = new WeakMap<DB, Map<number, Sentence[]>>();
 const SENTENCE_CACHE_CHUNKS = 20_000;
 
-/** The question's lexemes, and the sentences of each chunk with theirs (from the cache, or one query). */
-async function sentencesOf(db: DB, question: string, chunks: RetrievedChunk[]): Promise<[string[], Map<number, Sentence[]>]> {
+/** The sentences of each chunk with their lexemes (from the cache, else stemmed in one query). */
+async function sentencesOf(db: DB, chunks: RetrievedChunk[]): Promise<Map<number, Sentence[]>> {
   let sentenceCache = sentenceCaches.get(db);
   if (!sentenceCache) sentenceCaches.set(db, (sentenceCache = new Map()));
   const byChunk = new Map<number, Sentence[]>();
@@ -102,7 +112,7 @@ async function sentencesOf(db: DB, question: string, chunks: RetrievedChunk[]): 
     if (known) byChunk.set(chunk.id, known);
     else missing.push({ chunk, texts: sentences(chunk.text) });
   }
-  const [questionTerms, ...terms] = await lexemes(db, [question, ...missing.flatMap((m) => m.texts)]);
+  const terms = await lexemes(db, missing.flatMap((m) => m.texts));
   if (sentenceCache.size + missing.length > SENTENCE_CACHE_CHUNKS) sentenceCache.clear();
   let next = 0;
   for (const { chunk, texts } of missing) {
@@ -110,7 +120,7 @@ async function sentencesOf(db: DB, question: string, chunks: RetrievedChunk[]): 
     sentenceCache.set(chunk.id, computed);
     byChunk.set(chunk.id, computed);
   }
-  return [questionTerms ?? [], byChunk];
+  return byChunk;
 }
 
 function jaccard(a: Set<string>, b: Set<string>): number {
@@ -127,16 +137,14 @@ function jaccard(a: Set<string>, b: Set<string>): number {
  */
 export async function answerExtractive(
   db: DB,
-  question: string,
-  chunks: RetrievedChunk[],
+  { chunks, questionTerms }: Retrieval,
   settings: AnswerSettings,
   onSentence?: (delta: string) => Promise<void> | void,
 ): Promise<Answer> {
-  if (!chunks.length) return { text: DONT_KNOW, sources: [], score: 0 };
-  const [questionTerms, byChunk] = await sentencesOf(db, question, chunks);
-  const candidates = chunks.flatMap((chunk) => byChunk.get(chunk.id)!.map((s) => ({ ...s, chunk })));
   const asked = new Set(questionTerms);
-  if (!asked.size) return { text: DONT_KNOW, sources: [], score: 0 };
+  if (!chunks.length || !asked.size) return { text: DONT_KNOW, sources: [], score: 0 };
+  const byChunk = await sentencesOf(db, chunks);
+  const candidates = chunks.flatMap((chunk) => byChunk.get(chunk.id)!.map((s) => ({ ...s, chunk })));
   const topRank = Math.max(...chunks.map((c) => c.rank)) || 1;
   const scored = candidates.map((c) => {
     const terms = c.lexemes;

@@ -86,7 +86,8 @@ export async function generateAnswer(
 ): Promise<{ text: string; sources: Source[] }> {
   const db = services.store.db;
   const settings = answerSettings(prepared.runtime.settings);
-  const chunks = await retrieve(db, prepared.runtime.version_id, question, settings.chunks);
+  const retrieved = await retrieve(db, prepared.runtime.version_id, question, settings.chunks);
+  const chunks = retrieved.chunks;
   const llm = services.assistant.llm;
   if (llm && chunks.length) {
     let text = "";
@@ -111,7 +112,7 @@ export async function generateAnswer(
   };
   let sent = false;
   const answer = chunks.length
-    ? await answerExtractive(db, question, chunks, settings, (sentence) => {
+    ? await answerExtractive(db, retrieved, settings, (sentence) => {
         sent = true;
         return send(sentence);
       })
