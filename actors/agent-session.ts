@@ -8,9 +8,10 @@
  * The ids of the question and the answer come from the caller (one pair per HTTP request): a redelivered ask
  * finds its question stored (the insert conflicts) and replies with the first answer instead of answering twice.
  *
- * `ask` answers extractively inside the turn. With the LLM generator configured the gateway uses `prepare`
- * (start the session, return the published version and recent history) and `record` (commit the exchange)
- * instead, and generates in between, so that tokens stream to the client and stop when it goes away.
+ * `ask` answers extractively inside the turn (JSON answers). Streamed answers (SSE, sockets, the LLM generator)
+ * use `prepare` (the published version and recent history; no write) and `record` (commit the exchange, and the
+ * session with conversation.created when it is new), and are produced in between by the gateway, so that the
+ * first piece goes out as soon as it exists and production stops when the client goes away.
  */
 import type { Transaction } from "kysely";
 import { actorId, type Actor, type ActorContext } from "../runtime/actor.ts";
@@ -18,7 +19,7 @@ import type { ChorusError } from "../runtime/errors.ts";
 import type { Database } from "../runtime/store/schema.ts";
 import { answerExtractive, DEFAULT_ANSWER_SETTINGS, retrieve, type AnswerSettings } from "./answer.ts";
 import type { AssistantDeps } from "./assistant-deps.ts";
-import { notFound } from "./agent.ts";
+import { notFound } from "./agent-records.ts";
 import type { ActorDeps } from "./deps.ts";
 import {
   AGENT,
@@ -88,12 +89,12 @@ export class AgentSessionActor implements Actor {
       if (err.code !== "NOT_PUBLISHED") throw err;
     });
     const state = { agentId: msg.agentId, userId: msg.userId, createdAt: Math.floor(Date.now() / 1000), nextSeq: 1 };
-    await this.deps.store.write(this.ctx.fence(), async (trx) => {
+    const queued = await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await this.insertSession(trx, state);
-      await enqueueEvents(trx, state.agentId, [{ type: "conversation.created", data: this.createdEvent(state) }]);
+      return enqueueEvents(trx, state.agentId, [{ type: "conversation.created", data: this.createdEvent(state) }]);
     });
     this.state = state;
-    this.assistant.wakeWebhooks();
+    if (queued) this.assistant.wakeWebhooks();
     return { session_id: this.ctx.key, created: true };
   }
 
@@ -125,31 +126,24 @@ export class AgentSessionActor implements Actor {
     const runtime = await this.runtime(state.agentId);
     const db = this.deps.store.db;
     const settings = answerSettings(runtime.settings);
-    const chunks = await retrieve(db, runtime.version_id, msg.question, settings.chunks);
-    const answer = await answerExtractive(db, msg.question, chunks, settings);
+    const retrieved = await retrieve(db, runtime.version_id, msg.question, settings.chunks);
+    const answer = await answerExtractive(db, retrieved, settings);
     return this.commitExchange(state, creating, { ...msg, answer: answer.text, sources: answer.sources });
   }
 
   private async prepare(msg: PrepareAnswer): Promise<Prepared> {
     const { state, creating } = this.stateFor(msg);
     const runtime = await this.runtime(state.agentId);
-    if (creating) {
-      await this.deps.store.write(this.ctx.fence(), async (trx) => {
-        await this.insertSession(trx, state);
-        await enqueueEvents(trx, state.agentId, [{ type: "conversation.created", data: this.createdEvent(state) }]);
-      });
-      this.state = state;
-      this.assistant.wakeWebhooks();
-    }
-    const history = creating
-      ? []
-      : await this.deps.store.db
-          .selectFrom("assistant_messages")
-          .select(["role", "content"])
-          .where("session_id", "=", this.ctx.key)
-          .orderBy("seq", "desc")
-          .limit(HISTORY_FOR_GENERATOR)
-          .execute();
+    const history =
+      creating || !msg.withHistory
+        ? []
+        : await this.deps.store.db
+            .selectFrom("assistant_messages")
+            .select(["role", "content"])
+            .where("session_id", "=", this.ctx.key)
+            .orderBy("seq", "desc")
+            .limit(HISTORY_FOR_GENERATOR)
+            .execute();
     return {
       session_id: this.ctx.key,
       created: creating,
@@ -158,9 +152,10 @@ export class AgentSessionActor implements Actor {
     };
   }
 
+  /** A new session is created here, with its first exchange (prepare wrote nothing). */
   private async record(msg: RecordAnswer): Promise<Answered> {
-    if (!this.state) throw notFound("Session");
-    return this.commitExchange(this.state, false, msg);
+    const { state, creating } = this.stateFor(msg);
+    return this.commitExchange(state, creating, msg);
   }
 
   /**
@@ -174,6 +169,7 @@ export class AgentSessionActor implements Actor {
   ): Promise<Answered> {
     const now = Math.floor(Date.now() / 1000);
     const seq = session.nextSeq;
+    let queued = 0;
     const stored = await this.deps.store.write(this.ctx.fence(), async (trx) => {
       if (creating) await this.insertSession(trx, session);
       const inserted = await trx
@@ -188,7 +184,7 @@ export class AgentSessionActor implements Actor {
         .values({ id: msg.answerId, session_id: this.ctx.key, seq: seq + 1, role: "assistant", content: msg.answer, sources: JSON.stringify(msg.sources), created_at: now })
         .execute();
       const base = { session_id: this.ctx.key, agent_id: session.agentId, user_id: session.userId };
-      await enqueueEvents(trx, session.agentId, [
+      queued = await enqueueEvents(trx, session.agentId, [
         ...(creating ? [{ type: "conversation.created", data: this.createdEvent(session) }] : []),
         { type: "message.received", data: { ...base, message: { id: msg.questionId, role: "user", content: msg.question, created_at: now } } },
         {
@@ -209,7 +205,7 @@ export class AgentSessionActor implements Actor {
       };
     }
     this.state = { ...session, nextSeq: seq + 2 };
-    this.assistant.wakeWebhooks();
+    if (queued) this.assistant.wakeWebhooks(); // an agent without webhooks costs the worker nothing
     return {
       session_id: this.ctx.key,
       created: creating,

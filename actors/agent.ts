@@ -1,41 +1,29 @@
 /**
- * agent:<uuid>: one assistant. It owns the agent's row (settings, secrets, which version is published and which
- * were published before), creates its versions and webhook endpoints, and serves the runtime manifest of the
- * published version, cached until the next publish or rollback.
+ * agent:<uuid>: one assistant. It creates the agent, its versions and webhook endpoints, publishes and rolls back
+ * (the rows: agent-records.ts), and serves the published version's settings and runtime manifest from memory.
  *
- * Publish: 404 for an unknown agent or a version of another agent; 409 when the version is already the published
- * one. The version it replaces goes on the publish history; rollback re-publishes the top of that history (one
- * step per call) and answers 409 when it is empty.
+ * The management CLI may change the same rows directly (publish, rollback, versions), so the cached row is
+ * re-read once it is ROW_TTL_MS old: a change made outside the actor is served within that time.
  */
 import crypto from "node:crypto";
-import type { Selectable } from "kysely";
+import type { Transaction } from "kysely";
 import type { Actor, ActorContext } from "../runtime/actor.ts";
 import { ChorusError } from "../runtime/errors.ts";
-import type { AssistantAgentTable } from "../runtime/store/schema.ts";
-import { chunkDocument } from "./answer.ts";
+import type { Database } from "../runtime/store/schema.ts";
+import { createdAgent, insertAgent, insertVersion, insertWebhook, notFound, publishVersion, readAgent, rollbackAgent, type AgentRow } from "./agent-records.ts";
 import type { AssistantDeps } from "./assistant-deps.ts";
 import type { ActorDeps } from "./deps.ts";
-import type {
-  AddVersion,
-  AddWebhook,
-  AgentMessage,
-  AgentRuntime,
-  CreateAgent,
-  CreatedAgent,
-  Manifest,
-  Published,
-  SyncQueued,
-} from "./protocol.ts";
-import { enqueueDirect, MANIFEST_EVENT, newWebhookSecret } from "./webhooks.ts";
+import type { AgentMessage, AgentRuntime, CreateAgent, CreatedAgent, Manifest, Published, SyncQueued } from "./protocol.ts";
+import { enqueueDirect, MANIFEST_EVENT } from "./webhooks.ts";
 
-type AgentRow = Selectable<AssistantAgentTable>;
-
-export const notFound = (what: string) => new ChorusError("NOT_FOUND", `${what} not found`, 404);
+const ROW_TTL_MS = 1000;
 
 export class AgentActor implements Actor {
   private row?: AgentRow;
-  private manifest?: Manifest;
-  /** The published version's settings, cached like the manifest (cleared on publish and rollback). */
+  private rowReadAt = 0;
+  /** The manifest of one published state (version and time of publishing): rebuilt when either changes. */
+  private manifest?: { of: string; manifest: Manifest };
+  /** The published version's settings, cached like the manifest. */
   private published?: AgentRuntime;
 
   constructor(
@@ -44,153 +32,56 @@ export class AgentActor implements Actor {
     private readonly assistant: AssistantDeps,
   ) {}
 
-  async activate(): Promise<void> {
-    this.row = await this.deps.store.db.selectFrom("assistant_agents").selectAll().where("id", "=", this.ctx.key).executeTakeFirst();
+  private async currentRow(): Promise<AgentRow | undefined> {
+    if (!this.row || Date.now() - this.rowReadAt > ROW_TTL_MS) {
+      this.row = await readAgent(this.deps.store.db, this.ctx.key);
+      this.rowReadAt = Date.now();
+    }
+    return this.row;
   }
 
-  receive(msg: AgentMessage): Promise<unknown> {
+  async receive(msg: AgentMessage): Promise<unknown> {
     if (msg.op === "create") return this.create(msg);
-    if (!this.row) throw notFound("Agent");
+    const row = await this.currentRow();
+    if (!row) throw notFound("Agent");
     switch (msg.op) {
-      case "addVersion":
-        return this.addVersion(this.row, msg);
-      case "addWebhook":
-        return this.addWebhook(this.row, msg);
+      case "addVersion": {
+        const { op: _, ...version } = msg;
+        return this.write((trx) => insertVersion(trx, row.id, version));
+      }
+      case "addWebhook": {
+        const { op: _, ...hook } = msg;
+        return this.write((trx) => insertWebhook(trx, this.deps.keyring, row.id, hook));
+      }
       case "publish":
-        return this.publish(this.row, msg.versionId);
+        return this.changePublished((trx) => publishVersion(trx, row.id, msg.versionId));
       case "rollback":
-        return this.rollback(this.row);
+        return this.changePublished((trx) => rollbackAgent(trx, row.id));
       case "manifest":
-        return this.getManifest(this.row);
+        return this.getManifest(row);
       case "syncMobile":
-        return this.syncMobile(this.row);
+        return this.syncMobile(row);
       case "runtime":
-        return this.runtime(this.row);
+        return this.runtime(row);
     }
+  }
+
+  private write<T>(fn: (trx: Transaction<Database>) => Promise<T>): Promise<T> {
+    return this.deps.store.write(this.ctx.fence(), fn);
   }
 
   private async create(msg: CreateAgent): Promise<CreatedAgent> {
-    const { keyring } = this.deps;
-    if (!this.row) {
-      const row: AgentRow = {
-        id: this.ctx.key,
-        realm_id: msg.realmId,
-        agent_key: `ak_${crypto.randomBytes(16).toString("base64url")}`,
-        name: msg.name,
-        secret_enc: keyring.encrypt(crypto.randomBytes(32).toString("hex")),
-        allowed_origins: msg.allowedOrigins,
-        rate_limit_per_minute: msg.rateLimitPerMinute,
-        mobile_webhook_url: msg.mobileWebhookUrl,
-        mobile_webhook_secret_enc: msg.mobileWebhookUrl ? keyring.encrypt(newWebhookSecret()) : null,
-        published_version_id: null,
-        published_at: null,
-        publish_history: [],
-        created_at: Math.floor(Date.now() / 1000),
-      };
-      await this.deps.store.write(this.ctx.fence(), (trx) =>
-        trx
-          .insertInto("assistant_agents")
-          .values({ ...row, allowed_origins: JSON.stringify(row.allowed_origins), publish_history: "[]" })
-          .execute(),
-      );
-      this.row = row;
-    }
     // A redelivered create (at-least-once transport) finds the row and answers with the same secrets.
-    const row = this.row;
-    return {
-      agent_id: row.id,
-      agent_key: row.agent_key,
-      secret: keyring.decrypt(row.secret_enc),
-      ...(row.mobile_webhook_secret_enc ? { mobile_webhook_secret: keyring.decrypt(row.mobile_webhook_secret_enc) } : {}),
-    };
+    const { op: _, ...spec } = msg;
+    const row = (await this.currentRow()) ?? (await this.write((trx) => insertAgent(trx, this.deps.keyring, this.ctx.key, spec)));
+    this.row = row;
+    return createdAgent(row, this.deps.keyring);
   }
 
-  private async addVersion(row: AgentRow, msg: AddVersion): Promise<{ version_id: string; documents: number; chunks: number }> {
-    const db = this.deps.store.db;
-    const existing = await db.selectFrom("assistant_versions").select("agent_id").where("id", "=", msg.versionId).executeTakeFirst();
-    if (existing) {
-      if (existing.agent_id !== row.id) throw notFound("Version");
-      const counts = await db.selectFrom("assistant_chunks").select((eb) => eb.fn.countAll<number>().as("n")).where("version_id", "=", msg.versionId).executeTakeFirst();
-      return { version_id: msg.versionId, documents: msg.documents.length, chunks: Number(counts?.n ?? 0) };
-    }
-    const now = Math.floor(Date.now() / 1000);
-    let chunkCount = 0;
-    await this.deps.store.write(this.ctx.fence(), async (trx) => {
-      await trx
-        .insertInto("assistant_versions")
-        .values({ id: msg.versionId, agent_id: row.id, instructions: msg.instructions, settings: JSON.stringify(msg.settings), created_at: now })
-        .execute();
-      for (const [ordinal, doc] of msg.documents.entries()) {
-        const { id } = await trx
-          .insertInto("assistant_documents")
-          .values({ version_id: msg.versionId, ordinal, title: doc.title, text: doc.text })
-          .returning("id")
-          .executeTakeFirstOrThrow();
-        const chunks = chunkDocument(doc.title, doc.text);
-        chunkCount += chunks.length;
-        await trx
-          .insertInto("assistant_chunks")
-          .values(chunks.map((c, i) => ({ version_id: msg.versionId, document_id: id, ordinal: i, title: c.title, text: c.text })))
-          .execute();
-      }
-    });
-    return { version_id: msg.versionId, documents: msg.documents.length, chunks: chunkCount };
-  }
-
-  private async addWebhook(row: AgentRow, msg: AddWebhook): Promise<{ webhook_id: string; secret: string }> {
-    const db = this.deps.store.db;
-    const existing = await db.selectFrom("webhook_endpoints").select(["agent_id", "secret_enc"]).where("id", "=", msg.webhookId).executeTakeFirst();
-    if (existing) {
-      if (existing.agent_id !== row.id) throw notFound("Webhook");
-      return { webhook_id: msg.webhookId, secret: this.deps.keyring.decrypt(existing.secret_enc) };
-    }
-    const secret = newWebhookSecret();
-    await this.deps.store.write(this.ctx.fence(), (trx) =>
-      trx
-        .insertInto("webhook_endpoints")
-        .values({
-          id: msg.webhookId,
-          agent_id: row.id,
-          url: msg.url,
-          events: JSON.stringify(msg.events),
-          secret_enc: this.deps.keyring.encrypt(secret),
-          disabled_reason: null,
-          created_at: Math.floor(Date.now() / 1000),
-        })
-        .execute(),
-    );
-    return { webhook_id: msg.webhookId, secret };
-  }
-
-  private async publish(row: AgentRow, versionId: string): Promise<Published> {
-    const version = await this.deps.store.db.selectFrom("assistant_versions").select("agent_id").where("id", "=", versionId).executeTakeFirst();
-    if (!version || version.agent_id !== row.id) throw notFound("Version");
-    if (row.published_version_id === versionId) throw new ChorusError("CONFLICT", "This version is already published", 409);
-    const history = [...(row.publish_history as string[])];
-    if (row.published_version_id) history.push(row.published_version_id);
-    return this.setPublished(row, versionId, history);
-  }
-
-  private async rollback(row: AgentRow): Promise<Published> {
-    const history = [...(row.publish_history as string[])];
-    const previous = history.pop();
-    if (!previous) throw new ChorusError("CONFLICT", "There is no previously published version to roll back to", 409);
-    return this.setPublished(row, previous, history);
-  }
-
-  private async setPublished(row: AgentRow, versionId: string, history: string[]): Promise<Published> {
-    const now = Math.floor(Date.now() / 1000);
-    await this.deps.store.write(this.ctx.fence(), (trx) =>
-      trx
-        .updateTable("assistant_agents")
-        .set({ published_version_id: versionId, published_at: now, publish_history: JSON.stringify(history) })
-        .where("id", "=", row.id)
-        .execute(),
-    );
-    this.row = { ...row, published_version_id: versionId, published_at: now, publish_history: history };
-    this.manifest = undefined;
-    this.published = undefined;
-    return { agent_id: row.id, version_id: versionId, published_at: now };
+  private async changePublished(change: (trx: Transaction<Database>) => Promise<Published>): Promise<Published> {
+    const published = await this.write(change);
+    this.rowReadAt = 0; // read the new state on the next message
+    return published;
   }
 
   private async runtime(row: AgentRow): Promise<AgentRuntime> {
@@ -207,7 +98,8 @@ export class AgentActor implements Actor {
 
   private async getManifest(row: AgentRow): Promise<Manifest> {
     if (!row.published_version_id) throw new ChorusError("NOT_PUBLISHED", "The agent has no published version", 404);
-    if (this.manifest) return this.manifest;
+    const of = `${row.published_version_id}@${row.published_at}`;
+    if (this.manifest?.of === of) return this.manifest.manifest;
     const db = this.deps.store.db;
     const version = await db.selectFrom("assistant_versions").selectAll().where("id", "=", row.published_version_id).executeTakeFirstOrThrow();
     const documents = await db
@@ -229,8 +121,9 @@ export class AgentActor implements Actor {
       knowledge: { documents: documents.map((d) => ({ document_id: d.id, title: d.title })) },
     };
     const json = canonicalJson(manifest);
-    this.manifest = { json, etag: `"${crypto.createHash("sha256").update(json).digest("base64url")}"` };
-    return this.manifest;
+    const built = { json, etag: `"${crypto.createHash("sha256").update(json).digest("base64url")}"` };
+    this.manifest = { of, manifest: built };
+    return built;
   }
 
   private async syncMobile(row: AgentRow): Promise<SyncQueued> {
@@ -240,7 +133,7 @@ export class AgentActor implements Actor {
     const manifest = await this.getManifest(row);
     const url = row.mobile_webhook_url;
     const secretEnc = row.mobile_webhook_secret_enc;
-    const id = await this.deps.store.write(this.ctx.fence(), (trx) =>
+    const id = await this.write((trx) =>
       enqueueDirect(trx, { agentId: row.id, url, secretEnc }, MANIFEST_EVENT, { etag: manifest.etag, manifest: JSON.parse(manifest.json) }),
     );
     this.assistant.wakeWebhooks();

@@ -46,17 +46,27 @@ export function questionWords(question: string): string[] {
   return [...new Set(words)].slice(0, 64);
 }
 
-export async function retrieve(db: DB, versionId: string, question: string, limit: number): Promise<RetrievedChunk[]> {
+/** The best chunks for a question, and the question's own lexemes (stemmed in the same query, for scoring). */
+export interface Retrieval {
+  chunks: RetrievedChunk[];
+  questionTerms: string[];
+}
+
+export async function retrieve(db: DB, versionId: string, question: string, limit: number): Promise<Retrieval> {
   const words = questionWords(question);
-  if (!words.length) return [];
+  if (!words.length) return { chunks: [], questionTerms: [] };
   const query = words.join(" or ");
-  const { rows } = await sql<RetrievedChunk>`
-    select c.id, c.document_id, c.title, c.text, ts_rank_cd(c.tsv, q) as rank
-    from assistant_chunks c, websearch_to_tsquery('english', ${query}) q
-    where c.version_id = ${versionId} and c.tsv @@ q
+  const { rows } = await sql<RetrievedChunk & { terms: string[] }>`
+    with q as (select websearch_to_tsquery('english', ${query}) as q, tsvector_to_array(to_tsvector('english', ${question})) as terms)
+    select c.id, c.document_id, c.title, c.text, ts_rank_cd(c.tsv, q.q) as rank, q.terms
+    from assistant_chunks c, q
+    where c.version_id = ${versionId} and c.tsv @@ q.q
     order by rank desc, c.id
     limit ${limit}`.execute(db);
-  return rows.map((r) => ({ ...r, rank: Number(r.rank) }));
+  return {
+    chunks: rows.map(({ terms: _, ...r }) => ({ ...r, rank: Number(r.rank) })),
+    questionTerms: rows[0]?.terms ?? [],
+  };
 }
 
 /** Lexemes of each text, as Postgres' english configuration stems them. */
@@ -78,6 +88,41 @@ export function sentences(text: string): string[] {
     .filter((s) => s.length >= 3);
 }
 
+interface Sentence {
+  text: string;
+  lexemes: Set<string>;
+}
+
+/**
+ * Chunks never change (a version's knowledge is fixed), so their sentences and lexemes are computed once per
+ * process and kept, by store and chunk id, up to SENTENCE_CACHE_CHUNKS chunks a store: a question then costs one
+ * small query (its own lexemes) beside retrieval, not the stemming of every candidate sentence again.
+ */
+const sentenceCaches = new WeakMap<DB, Map<number, Sentence[]>>();
+const SENTENCE_CACHE_CHUNKS = 20_000;
+
+/** The sentences of each chunk with their lexemes (from the cache, else stemmed in one query). */
+async function sentencesOf(db: DB, chunks: RetrievedChunk[]): Promise<Map<number, Sentence[]>> {
+  let sentenceCache = sentenceCaches.get(db);
+  if (!sentenceCache) sentenceCaches.set(db, (sentenceCache = new Map()));
+  const byChunk = new Map<number, Sentence[]>();
+  const missing: Array<{ chunk: RetrievedChunk; texts: string[] }> = [];
+  for (const chunk of chunks) {
+    const known = sentenceCache.get(chunk.id);
+    if (known) byChunk.set(chunk.id, known);
+    else missing.push({ chunk, texts: sentences(chunk.text) });
+  }
+  const terms = await lexemes(db, missing.flatMap((m) => m.texts));
+  if (sentenceCache.size + missing.length > SENTENCE_CACHE_CHUNKS) sentenceCache.clear();
+  let next = 0;
+  for (const { chunk, texts } of missing) {
+    const computed = texts.map((text) => ({ text, lexemes: new Set(terms[next++]) }));
+    sentenceCache.set(chunk.id, computed);
+    byChunk.set(chunk.id, computed);
+  }
+  return byChunk;
+}
+
 function jaccard(a: Set<string>, b: Set<string>): number {
   if (!a.size || !b.size) return 0;
   let both = 0;
@@ -85,18 +130,24 @@ function jaccard(a: Set<string>, b: Set<string>): number {
   return both / (a.size + b.size - both);
 }
 
-export async function answerExtractive(db: DB, question: string, chunks: RetrievedChunk[], settings: AnswerSettings): Promise<Answer> {
-  if (!chunks.length) return { text: DONT_KNOW, sources: [], score: 0 };
-  const candidates: Array<{ text: string; chunk: RetrievedChunk; order: number }> = [];
-  for (const chunk of chunks) {
-    sentences(chunk.text).forEach((text, order) => candidates.push({ text, chunk, order }));
-  }
-  const [questionTerms, ...sentenceTerms] = await lexemes(db, [question, ...candidates.map((c) => c.text)]);
+/**
+ * The extractive answer. `onSentence` hears each sentence as it is picked (with the space that joins it to the
+ * previous one), so a stream can send the first sentence before the others are chosen; it is not called for the
+ * "I don't know" answer.
+ */
+export async function answerExtractive(
+  db: DB,
+  { chunks, questionTerms }: Retrieval,
+  settings: AnswerSettings,
+  onSentence?: (delta: string) => Promise<void> | void,
+): Promise<Answer> {
   const asked = new Set(questionTerms);
-  if (!asked.size) return { text: DONT_KNOW, sources: [], score: 0 };
+  if (!chunks.length || !asked.size) return { text: DONT_KNOW, sources: [], score: 0 };
+  const byChunk = await sentencesOf(db, chunks);
+  const candidates = chunks.flatMap((chunk) => byChunk.get(chunk.id)!.map((s) => ({ ...s, chunk })));
   const topRank = Math.max(...chunks.map((c) => c.rank)) || 1;
-  const scored = candidates.map((c, i) => {
-    const terms = new Set(sentenceTerms[i]);
+  const scored = candidates.map((c) => {
+    const terms = c.lexemes;
     let hits = 0;
     for (const t of asked) if (terms.has(t)) hits++;
     const overlap = hits / asked.size;
@@ -119,6 +170,7 @@ export async function answerExtractive(db: DB, question: string, chunks: Retriev
     const [chosen] = pool.splice(bestIndex, 1);
     if (picked.length && Math.max(...picked.map((p) => jaccard(p.terms, chosen!.terms))) > 0.8) continue; // a near-duplicate
     picked.push(chosen!);
+    await onSentence?.(picked.length > 1 ? ` ${chosen!.text}` : chosen!.text);
   }
   const sources = new Map<number, Source>();
   for (const p of picked) {

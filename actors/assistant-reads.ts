@@ -56,11 +56,11 @@ export async function sessionMessages(db: DB, sessionId: string) {
   }));
 }
 
-export async function agentSessions(db: DB, agentId: string, limit: number) {
-  const rows = await db
-    .selectFrom("assistant_sessions")
-    .select(["id", "user_id", "created_at"])
-    .where("agent_id", "=", agentId)
+/** The agent's latest sessions; only `userId`'s when given. */
+export async function agentSessions(db: DB, agentId: string, limit: number, userId?: string) {
+  let query = db.selectFrom("assistant_sessions").select(["id", "user_id", "created_at"]).where("agent_id", "=", agentId);
+  if (userId !== undefined) query = query.where("user_id", "=", userId);
+  const rows = await query
     .orderBy("created_at", "desc")
     .orderBy("id")
     .limit(limit)

@@ -548,14 +548,17 @@ export interface Answered {
 }
 
 /**
- * The two halves of an ask, for answers generated outside the actor (the LLM generator streams from the gateway
- * so that it can stop when the client goes away): `prepare` starts the session if needed and says what to answer
- * from; `record` commits the exchange (idempotent by its ids, like `ask`).
+ * The two halves of an ask, for answers streamed from the gateway (so that pieces go out as they are produced and
+ * production stops when the client goes away): `prepare` says what to answer from; `record` commits the
+ * exchange, and a new session with it (idempotent by its ids, like `ask`).
  */
 export interface PrepareAnswer {
   op: "prepare";
   agentId?: string;
+  /** The session is new (it is created by `record`, with the same `create`). */
   create?: { userId: string | null };
+  /** Return the latest exchanges too (for the generator's context). */
+  withHistory?: boolean;
 }
 export interface Prepared {
   session_id: string;
@@ -566,6 +569,8 @@ export interface Prepared {
 }
 export interface RecordAnswer {
   op: "record";
+  agentId?: string;
+  create?: { userId: string | null };
   question: string;
   questionId: string;
   answerId: string;

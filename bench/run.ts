@@ -5,7 +5,8 @@
  *    ratio of) and the same hello-world through gateway/http.ts (what the adapter itself costs).
  * 2. For each engine (embedded: memory + PGlite; redis+postgres: Redis Streams + a fresh Postgres database), a
  *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, fetch1m, send,
- *    send10, send1000), then
+ *    send10, send1000, subscribe) and the assistant's (bench/assistant.ts: embed JSON answers/s, then SSE time to
+ *    first event), then
  *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
  *    own child process (bench/event-client.ts).
  *
@@ -42,7 +43,12 @@ import {
   type Target,
   type TimedScenario,
   type Verification,
+  type AfterFigures,
 } from "./scenarios.ts";
+import { assistantScenario } from "./assistant.ts";
+
+/** The chat's HTTP scenarios, then the assistant's. */
+const HTTP_SCENARIOS = [...SCENARIOS, assistantScenario];
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, "..");
@@ -74,7 +80,7 @@ interface Options {
 const USAGE = `usage: npm run bench -- [options]
   --engine <embedded|redis+postgres|both>   engines to run (default both; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send10,send1000,
-                                            subscribe,wake,fanout,register,queues;
+                                            assistant,subscribe,wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -160,7 +166,7 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = [...SCENARIOS.map((s) => s.name), ...TIMED_SCENARIOS.map((s) => s.name), ...EVENT_SCENARIOS];
+  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...TIMED_SCENARIOS.map((s) => s.name), ...EVENT_SCENARIOS];
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
   for (const s of scenarios) if (!known.includes(s)) throw new Error(`--scenario: unknown ${s} (known: ${known.join(", ")})`);
   return {
@@ -332,6 +338,8 @@ interface Measurement {
   context?: Record<string, unknown>;
   ratioToUws?: number;
   ratioToAdapter?: number;
+  /** The scenario's figures taken after the load run (Scenario.after). */
+  after?: AfterFigures;
 }
 
 /** A timed scenario's figures: wall time per request, and this process's CPU time per request. */
@@ -668,7 +676,7 @@ async function main(): Promise<number> {
         console.log(`${engine.node.store.engine} store, port ${engine.node.port}, ${fmt(engine.startupMs)} ms`);
         engineInfo.push({ name, describe: engine.describe, store: engine.node.store.engine, startupMs: engine.startupMs });
         const population = new Population(engine);
-        for (const scenario of SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
+        for (const scenario of HTTP_SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
           if (interrupted) break;
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
           const context = (await scenario.prepare(engine, { history: opts.history, population })) ?? undefined;
@@ -694,6 +702,12 @@ async function main(): Promise<number> {
           }
           const ctx = context ? ` [${Object.entries(context).map(([k, v]) => `${k}=${v}`).join(", ")}]` : "";
           console.log(`${fmt(m.load.reqPerSec)} req/s${ctx}${m.verification ? ` (${m.verification.note})` : ""}`);
+          if (scenario.after) {
+            process.stdout.write(`measuring ${name} / ${scenario.name} (after) … `);
+            m.after = await scenario.after(engine, { latencyP50Ms: uws?.load.latencyMs.p50 });
+            for (const p of m.after.problems) failures.push(`${name} / ${scenario.name}: ${p}`);
+            console.log(m.after.summary);
+          }
           results.push(m);
         }
         for (const scenario of TIMED_SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
@@ -786,6 +800,7 @@ async function main(): Promise<number> {
           `Redis ${fmt(m.services.redisMicros / Math.max(1, m.load.totalRequests), 1)} µs CPU`,
       );
     }
+    if (m.after) console.log(`${m.engine} / ${m.name}: ${m.after.summary}`);
     if (m.serverLog.count) console.log(`${m.engine ?? ""} / ${m.name}: the server logged ${m.serverLog.count} error/warn lines during the measured run`);
   }
   for (const m of timedResults) {

@@ -463,6 +463,14 @@ export interface Scenario {
   target(engine: Engine): Target;
   /** After the measured run: check the server's state against what the load generator saw. */
   verify?(engine: Engine, runs: RunCounts[]): Promise<Verification>;
+  /** After the measured run: figures autocannon cannot take (e.g. streams), given the ceiling measured in this run. */
+  after?(engine: Engine, ceiling: { latencyP50Ms?: number }): Promise<AfterFigures>;
+}
+
+export interface AfterFigures {
+  summary: string;
+  figures: Record<string, unknown>;
+  problems: string[];
 }
 
 async function channelId(engine: Engine, channel: string): Promise<number> {

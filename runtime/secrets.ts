@@ -15,10 +15,12 @@ const KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345
 export class Keyring {
   private readonly hmacKey: Buffer;
   private readonly aesKey: Buffer;
+  private readonly signKey: Buffer;
 
   constructor(secret: string) {
     this.hmacKey = crypto.createHash("sha256").update(`hmac:${secret}`).digest();
     this.aesKey = crypto.createHash("sha256").update(`aes:${secret}`).digest();
+    this.signKey = crypto.createHash("sha256").update(`sign:${secret}`).digest();
   }
 
   /** The secret from CHORUS_SECRET, else from DATA_DIR/secret.key, created on first use. */
@@ -53,6 +55,11 @@ export class Keyring {
     const a = Buffer.from(this.hashApiKey(key), "hex");
     const b = Buffer.from(storedHash, "hex");
     return a.length === b.length && crypto.timingSafeEqual(a, b);
+  }
+
+  /** A MAC of `data` for tokens the server issues and later verifies itself; `purpose` separates their kinds. */
+  sign(purpose: string, data: string): string {
+    return crypto.createHmac("sha256", this.signKey).update(`${purpose}\0${data}`).digest("base64url");
   }
 
   encrypt(text: string): string {

@@ -14,7 +14,7 @@ import type { ActorSystem } from "../../runtime/system.ts";
 import { type HttpRequest, type HttpResult, type HttpStream } from "../http.ts";
 import { ajv } from "../validate.ts";
 import { Router, traced } from "../router.ts";
-import type { OperatorAuth, Operator } from "./auth.ts";
+import type { MobileCaller, OperatorAuth, Operator } from "./auth.ts";
 import type { RateLimits } from "./limits.ts";
 import type { AssistantSockets } from "./sockets.ts";
 
@@ -37,6 +37,8 @@ export interface AssistantCall<B = any> {
   pathParams: Record<string, string>;
   /** The authenticated operator, for routes with `auth: "operator"`. */
   operator: Operator;
+  /** The authenticated caller, for routes with `auth: "mobile"`. */
+  caller: MobileCaller;
   services: AssistantServices;
 }
 
@@ -44,7 +46,8 @@ export interface AssistantRoute {
   method: "GET" | "POST" | "OPTIONS" | "PATCH" | "DELETE";
   /** The full path, with `{name}` segments. */
   path: string;
-  auth: "none" | "operator";
+  /** "mobile": an operator or an agent's end user with a user token. */
+  auth: "none" | "operator" | "mobile";
   /** JSON Schema of the body (POST): compiled with the one Ajv at registration. */
   body?: object;
   /** Smaller cap than the server's for this route (413 past it). */
@@ -108,20 +111,22 @@ export class AssistantApp {
       throw new ChorusError("NOT_FOUND", `No endpoint ${req.method} ${path}`, 404);
     }
     const spec = route.spec;
-    const operator = spec.auth === "operator" ? await this.services.operators.authenticate(req) : (undefined as unknown as Operator);
+    const operators = this.services.operators;
+    const operator = spec.auth === "operator" ? await operators.authenticate(req) : (undefined as unknown as Operator);
+    const caller = spec.auth === "mobile" ? await operators.authenticateMobile(req) : (undefined as unknown as MobileCaller);
     const limit = spec.maxBodyBytes ?? this.services.config.maxBodyBytes;
     if (req.body.length > limit) throw new ChorusError("PAYLOAD_TOO_LARGE", `Request body too large (limit: ${limit} bytes)`, 413);
     let body: unknown = undefined;
     if (route.validate) body = parseBody(req, route.validate);
-    const result = await spec.handle({ req, body, query: new URLSearchParams(req.query), pathParams, operator, services: this.services });
+    const result = await spec.handle({ req, body, query: new URLSearchParams(req.query), pathParams, operator, caller, services: this.services });
     return result;
   }
 }
 
 /** A JSON object body, validated by the route's schema; 415 for other content types, 400 for anything malformed. */
-function parseBody(req: HttpRequest, validate: ValidateFunction): unknown {
+export function parseBody(req: HttpRequest, validate: ValidateFunction, opts: { requireJsonType?: boolean } = {}): unknown {
   const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-  if (type && type !== "application/json") {
+  if ((type || opts.requireJsonType) && type !== "application/json") {
     throw new ChorusError("UNSUPPORTED_MEDIA_TYPE", "Send the body as application/json", 415);
   }
   let body: unknown;
@@ -131,11 +136,16 @@ function parseBody(req: HttpRequest, validate: ValidateFunction): unknown {
     throw new ChorusError("INVALID_JSON", "The body is not valid JSON", 400);
   }
   if (!body || typeof body !== "object" || Array.isArray(body)) throw new ChorusError("INVALID_JSON", "The body must be a JSON object", 400);
+  return checkBody(validate, body);
+}
+
+/** `body` if the schema accepts it; else 400 VALIDATION_ERROR naming the first offending field. */
+export function checkBody<T = any>(validate: ValidateFunction, body: unknown): T {
   if (!validate(body)) {
     const e = validate.errors![0]!;
     const where = e.instancePath ? e.instancePath.slice(1).replace(/\//g, ".") : e.keyword === "required" ? String(e.params.missingProperty) : "body";
     const message = e.keyword === "required" ? "is required" : e.message ?? "is invalid";
     throw new ChorusError("VALIDATION_ERROR", `${where}: ${message}`, 400);
   }
-  return body;
+  return body as T;
 }

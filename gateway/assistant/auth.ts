@@ -7,14 +7,16 @@
  *   authenticated request that changes state must also carry `X-CSRF-Token` equal to the session's CSRF token
  *   (returned by login, never in a cookie): a cross-site form or script cannot read it, so it cannot forge it.
  * The role is checked on every request (through a two-second cache), so a demoted operator loses access.
+ * The mobile endpoints also take an agent's end users, with a user token (user-tokens.ts).
  */
 import crypto from "node:crypto";
 import { sql, type Kysely } from "kysely";
 import { ChorusError } from "../../runtime/errors.ts";
-import type { Keyring } from "../../runtime/secrets.ts";
+import { Keyring } from "../../runtime/secrets.ts";
 import type { Database } from "../../runtime/store/schema.ts";
 import { ROLE } from "../../actors/realm.ts";
 import type { HttpRequest } from "../http.ts";
+import { isUserToken, verifyUserToken } from "./user-tokens.ts";
 
 export const SESSION_COOKIE = "chorus_console";
 export const SESSION_SECONDS = 12 * 3600;
@@ -27,6 +29,18 @@ export interface Operator {
   via: "key" | "cookie";
 }
 
+/**
+ * Who calls a mobile endpoint: an operator (API key or console session), who sees the organization's agents and
+ * sessions; or an agent's end user (a user token), who sees that agent and only their own sessions.
+ */
+export type MobileCaller = { kind: "operator"; operator: Operator } | { kind: "user"; agentId: string; userId: string };
+
+/** Whether the caller may read and write a session (404 otherwise: no existence oracle). */
+export function callerMayUse(caller: MobileCaller, session: { agent_id: string; user_id: string | null; realm_id: number }): boolean {
+  if (caller.kind === "operator") return session.realm_id === caller.operator.realmId;
+  return session.agent_id === caller.agentId && session.user_id === caller.userId;
+}
+
 interface Cached {
   operator: Operator;
   csrf?: string;
@@ -35,6 +49,12 @@ interface Cached {
 
 export function isOperatorRole(role: number): boolean {
   return role <= ROLE.administrator;
+}
+
+/** A new operator API key (shown once), its id, and the hash that is all the store keeps. */
+export function newOperatorApiKey(keyring: Keyring): { key: string; keyId: string; keyHash: string } {
+  const key = `chorus_${Keyring.newApiKey()}`;
+  return { key, keyId: crypto.randomUUID(), keyHash: keyring.hashApiKey(key) };
 }
 
 export function cookieValue(header: string | undefined, name: string): string | undefined {
@@ -79,7 +99,20 @@ export class OperatorAuth {
     return operator;
   }
 
-  /** For socket.io handshakes (`auth: {token}`). */
+  /** A mobile endpoint's caller: a user token (`Authorization: Bearer cut_…`), else an operator. */
+  async authenticateMobile(req: HttpRequest): Promise<MobileCaller> {
+    const [scheme, token] = (req.headers.authorization ?? "").trim().split(/\s+/, 2);
+    if (scheme?.toLowerCase() === "bearer" && token && isUserToken(token)) return this.byBearer(token);
+    return { kind: "operator", operator: await this.authenticate(req) };
+  }
+
+  /** A bearer token: a user token or an operator's API key (socket.io handshakes send it as `auth: {token}`). */
+  async byBearer(token: string): Promise<MobileCaller> {
+    if (!isUserToken(token)) return { kind: "operator", operator: await this.byApiKey(token) };
+    const { agentId, userId } = verifyUserToken(this.keyring, token);
+    return { kind: "user", agentId, userId };
+  }
+
   async byApiKey(key: string): Promise<Operator> {
     const hash = this.keyring.hashApiKey(key);
     const hit = this.cached(`k:${hash}`);

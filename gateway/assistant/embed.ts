@@ -17,10 +17,10 @@ import { ChorusError } from "../../runtime/errors.ts";
 import { agentByKey, type AgentSummary } from "../../actors/assistant-reads.ts";
 import { AGENT_SESSION, type Answered, type Prepared } from "../../actors/protocol.ts";
 import type { HttpResult, HttpStream } from "../http.ts";
-import { generateAnswer } from "./generate.ts";
-import { SSE_HEADERS, SseWriter, writeAnswerEvents } from "./sse.ts";
+import { answerAndRecord } from "./generate.ts";
+import { SSE_HEADERS, SseWriter } from "./sse.ts";
 import { ajv } from "../validate.ts";
-import { errorResult, fail, json, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
+import { errorResult, fail, json, parseBody, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
 import { safeEqual } from "./auth.ts";
 
 const AGENT_CACHE_MS = 2000;
@@ -84,7 +84,7 @@ export function expectedUserHash(secret: string, userId: string): string {
   return crypto.createHmac("sha256", secret).update(userId).digest("hex");
 }
 
-function userHashMatches(secret: string, userId: string, presented: string): boolean {
+export function userHashMatches(secret: string, userId: string, presented: string): boolean {
   return safeEqual(expectedUserHash(secret, userId), presented.toLowerCase());
 }
 
@@ -157,70 +157,44 @@ async function answer(call: AssistantCall, agent: AgentSummary, secret: string, 
   const sessionId = body.session_id?.toLowerCase() ?? crypto.randomUUID();
   const headers = { ...cors, ...allowance.headers };
   const create = body.session_id ? undefined : { userId: body.user_id ?? null };
-  if (services.assistant.llm) return generated(call, { agentId: agent.id, sessionId, create, question: body.question, stream: !!body.stream }, headers);
+  if (services.assistant.llm || body.stream) return streamed(call, { agentId: agent.id, sessionId, create, question: body.question, stream: !!body.stream }, headers);
 
+  // A JSON answer from the extractive answerer: made and committed in one turn of the session's actor.
   const answered = await services.system.ask<Answered>(actorId(AGENT_SESSION, sessionId), {
     op: "ask",
     agentId: agent.id,
-    create: body.session_id ? undefined : { userId: body.user_id ?? null },
+    create,
     question: body.question,
     questionId: crypto.randomUUID(),
     answerId: crypto.randomUUID(),
   });
   services.sockets?.publishAnswer(answered);
-  if (!body.stream) {
-    return json(200, { answer: answered.reply.content, session_id: answered.session_id, sources: answered.reply.sources }, headers);
-  }
-  return sseAnswer(answered, headers, services.assistant.ssePingMs);
+  return json(200, { answer: answered.reply.content, session_id: answered.session_id, sources: answered.reply.sources }, headers);
 }
 
 /** Parsed here rather than by the app, so that an allowed origin gets CORS headers on a 400 too. */
 const validateEmbed = ajv.compile(embedBody);
 function parseEmbedBody(req: AssistantCall["req"]): { question: string; session_id?: string; user_id?: string; user_hash?: string; stream?: boolean } {
-  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-  if (type !== "application/json") throw new ChorusError("UNSUPPORTED_MEDIA_TYPE", "Send the body as application/json", 415);
-  let body: unknown;
-  try {
-    body = JSON.parse(req.body.toString("utf8"));
-  } catch {
-    throw new ChorusError("INVALID_JSON", "The body is not valid JSON", 400);
-  }
-  if (!body || typeof body !== "object" || Array.isArray(body)) throw new ChorusError("INVALID_JSON", "The body must be a JSON object", 400);
-  if (!validateEmbed(body)) {
-    const e = validateEmbed.errors![0]!;
-    const where = e.instancePath ? e.instancePath.slice(1) : e.keyword === "required" ? String(e.params.missingProperty) : "body";
-    throw new ChorusError("VALIDATION_ERROR", `${where}: ${e.keyword === "required" ? "is required" : e.message}`, 400);
-  }
-  return body as never;
+  return parseBody(req, validateEmbed, { requireJsonType: true }) as never;
 }
 
 /**
- * The generator's path: the session's actor prepares the exchange (creating the session if needed), the answer
- * is generated here piece by piece (to the SSE stream and the session's sockets as it comes; stopped when the
- * client goes away), then the actor records it; the done event follows the commit.
+ * Streamed answers (and every answer of the generator): the session's actor says what to answer from, the
+ * answer is produced here piece by piece (to the SSE stream and the session's sockets as it comes; stopped when
+ * the client goes away), then the actor records it (creating the session if new); the done event follows the
+ * commit. The first event waits only for retrieval and the first sentence (or token).
  */
-async function generated(
+async function streamed(
   call: AssistantCall,
   q: { agentId: string; sessionId: string; create?: { userId: string | null }; question: string; stream: boolean },
   headers: Record<string, string>,
 ): Promise<HttpResult | HttpStream> {
   const { services, req } = call;
   const session = actorId(AGENT_SESSION, q.sessionId);
-  const prepared = await services.system.ask<Prepared>(session, { op: "prepare", agentId: q.agentId, create: q.create });
-  const questionId = crypto.randomUUID();
-  const answerId = crypto.randomUUID();
+  const prepared = await services.system.ask<Prepared>(session, { op: "prepare", agentId: q.agentId, create: q.create, withHistory: !!services.assistant.llm });
   const abort = new AbortController();
-  const produce = async (onDelta: (delta: string) => Promise<void> | void) => {
-    services.sockets?.typing(prepared.session_id);
-    let seq = 0;
-    const answer = await generateAnswer(services, prepared, q.question, abort.signal, (delta) => {
-      services.sockets?.publishDelta(prepared.session_id, answerId, delta, ++seq);
-      return onDelta(delta);
-    });
-    const answered = await services.system.ask<Answered>(session, { op: "record", question: q.question, questionId, answerId, answer: answer.text, sources: answer.sources });
-    services.sockets?.publishComplete(answered);
-    return answered;
-  };
+  const produce = (onDelta: (delta: string) => Promise<void> | void) =>
+    answerAndRecord(services, prepared, { agentId: q.agentId, create: q.create, question: q.question }, abort.signal, onDelta);
   if (!q.stream) {
     req.onAbort(() => abort.abort());
     const answered = await produce(() => {});
@@ -246,8 +220,4 @@ async function generated(
       );
     },
   };
-}
-
-function sseAnswer(answered: Answered, headers: Record<string, string>, pingMs: number): HttpStream {
-  return { status: 200, headers: { ...SSE_HEADERS, ...headers }, start: (sink) => writeAnswerEvents(sink, answered, pingMs) };
 }

@@ -1,16 +1,19 @@
 /**
- * The optional generator: any OpenAI-compatible `/chat/completions` with `stream: true` (LLM_BASE_URL,
- * LLM_API_KEY, LLM_MODEL), grounded on the retrieved chunks. It runs beside the request (not in the session's
- * actor) so that its tokens reach the client as they come and it stops when the client goes away; the session's
- * actor prepares the exchange first and records it after (see AgentSessionActor).
+ * Streamed answers, produced beside the request (not in the session's actor) so that each piece reaches the
+ * client as it comes and production stops when the client goes away; the session's actor prepares the exchange
+ * first and records it after (see AgentSessionActor). The extractive answer streams sentence by sentence as the
+ * sentences are picked. The optional generator is any OpenAI-compatible `/chat/completions` with `stream: true`
+ * (LLM_BASE_URL, LLM_API_KEY, LLM_MODEL), grounded on the retrieved chunks:
  *
  * - Nothing retrieved: no call; the answer is the extractive "I don't know".
  * - The call fails before its first token: the extractive answer instead (the client never sees the failure).
  * - It fails or is aborted after some tokens: what came is the answer (recorded as such).
  */
+import crypto from "node:crypto";
 import { answerExtractive, DONT_KNOW, retrieve, type RetrievedChunk } from "../../actors/answer.ts";
 import { answerSettings } from "../../actors/agent-session.ts";
-import type { Prepared, Source } from "../../actors/protocol.ts";
+import { actorId } from "../../runtime/actor.ts";
+import { AGENT_SESSION, type Answered, type Prepared, type RecordAnswer, type Source } from "../../actors/protocol.ts";
 import type { AssistantConfig } from "../../runtime/assistant-config.ts";
 import type { AssistantServices } from "./app.ts";
 import { answerPieces } from "./sse.ts";
@@ -83,7 +86,8 @@ export async function generateAnswer(
 ): Promise<{ text: string; sources: Source[] }> {
   const db = services.store.db;
   const settings = answerSettings(prepared.runtime.settings);
-  const chunks = await retrieve(db, prepared.runtime.version_id, question, settings.chunks);
+  const retrieved = await retrieve(db, prepared.runtime.version_id, question, settings.chunks);
+  const chunks = retrieved.chunks;
   const llm = services.assistant.llm;
   if (llm && chunks.length) {
     let text = "";
@@ -99,10 +103,52 @@ export async function generateAnswer(
       console.error(`generator failed before its first token; answering extractively: ${(err as Error).message}`);
     }
   }
-  const answer = chunks.length ? await answerExtractive(db, question, chunks, settings) : { text: DONT_KNOW, sources: [] };
-  for (const piece of answerPieces(answer.text)) {
-    if (signal.aborted) break;
-    await onDelta(piece);
-  }
+  // Each sentence goes out as soon as it is picked (in pieces of a few words), not once the answer is complete.
+  const send = async (text: string) => {
+    for (const piece of answerPieces(text)) {
+      if (signal.aborted) return;
+      await onDelta(piece);
+    }
+  };
+  let sent = false;
+  const answer = chunks.length
+    ? await answerExtractive(db, retrieved, settings, (sentence) => {
+        sent = true;
+        return send(sentence);
+      })
+    : { text: DONT_KNOW, sources: [] };
+  if (!sent) await send(answer.text);
   return { text: answer.text, sources: answer.sources };
+}
+
+/**
+ * One streamed exchange, after `prepare`: the session's room hears bot-typing, each piece and the completion,
+ * `onDelta` (an SSE stream) each piece too, and the session's actor records the answer (creating the session
+ * with it when `create` says it is new). The ids are chosen once here, so a redelivered record is answered once.
+ */
+export async function answerAndRecord(
+  services: AssistantServices,
+  prepared: Prepared,
+  exchange: { question: string; agentId?: string; create?: { userId: string | null } },
+  signal: AbortSignal,
+  onDelta: (delta: string) => Promise<void> | void = () => {},
+): Promise<Answered> {
+  const sessionId = prepared.session_id;
+  const answerId = crypto.randomUUID();
+  services.sockets?.typing(sessionId);
+  let seq = 0;
+  const answer = await generateAnswer(services, prepared, exchange.question, signal, (delta) => {
+    services.sockets?.publishDelta(sessionId, answerId, delta, ++seq);
+    return onDelta(delta);
+  });
+  const answered = await services.system.ask<Answered>(actorId(AGENT_SESSION, sessionId), {
+    op: "record",
+    ...exchange,
+    questionId: crypto.randomUUID(),
+    answerId,
+    answer: answer.text,
+    sources: answer.sources,
+  } satisfies RecordAnswer);
+  services.sockets?.publishComplete(answered);
+  return answered;
 }

@@ -6,13 +6,26 @@
 import crypto from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
-import { Keyring, verifyPassword } from "../../runtime/secrets.ts";
+import { verifyPassword } from "../../runtime/secrets.ts";
 import { findUserByEmail } from "../../actors/reads.ts";
 import { agentById } from "../../actors/assistant-reads.ts";
-import { AGENT, OPERATOR, type CreatedAgent, type Manifest, type Published, type SyncQueued } from "../../actors/protocol.ts";
+import type { VersionAdded } from "../../actors/agent-records.ts";
+import {
+  AGENT,
+  OPERATOR,
+  type AddVersion,
+  type AddWebhook,
+  type CreateAgent,
+  type CreatedAgent,
+  type KnowledgeDocument,
+  type Manifest,
+  type Published,
+  type SyncQueued,
+} from "../../actors/protocol.ts";
+import type { AssistantConfig } from "../../runtime/assistant-config.ts";
 import { checkWebhookUrl, WEBHOOK_EVENTS } from "../../actors/webhooks.ts";
 import { fail, isUuid, json, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
-import { isOperatorRole, SESSION_COOKIE, SESSION_SECONDS, type Operator } from "./auth.ts";
+import { isOperatorRole, newOperatorApiKey, SESSION_COOKIE, SESSION_SECONDS, type Operator } from "./auth.ts";
 
 /** scrypt of a random password: an unknown e-mail costs what a wrong password costs (no timing oracle). */
 const DUMMY_HASH = "scrypt$32768$8$1$AAAAAAAAAAAAAAAAAAAAAA==$3q2+7w3q2+7w3q2+7w3q2+7w3q2+7w3q2+7w3q2+7w8=";
@@ -34,6 +47,82 @@ const agentIdBody = {
 };
 
 const HOST_PATTERN = "^(\\*\\.)?[A-Za-z0-9.-]+(:[0-9]{1,5})?$|^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$";
+
+// The bodies of the create endpoints, and what they become, shared with the management CLI (gateway/manage.ts).
+
+export const AGENT_BODY = {
+  type: "object",
+  properties: {
+    name: { type: "string", minLength: 1, maxLength: 200 },
+    allowed_origins: { type: "array", maxItems: 100, items: { type: "string", maxLength: 260, pattern: HOST_PATTERN } },
+    rate_limit_per_minute: { type: "integer", minimum: 1, maximum: 100_000 },
+    mobile_webhook_url: { type: "string", maxLength: 2000 },
+  },
+  required: ["name"],
+};
+export interface AgentBody {
+  name: string;
+  allowed_origins?: string[];
+  rate_limit_per_minute?: number;
+  mobile_webhook_url?: string;
+}
+
+export function agentSpec(body: AgentBody, realmId: number, config: AssistantConfig): Omit<CreateAgent, "op"> {
+  if (body.mobile_webhook_url) checkWebhookUrl(body.mobile_webhook_url, config.webhookAllowHosts);
+  return {
+    realmId,
+    name: body.name.trim() || body.name,
+    allowedOrigins: (body.allowed_origins ?? []).map(normaliseOriginRule),
+    rateLimitPerMinute: body.rate_limit_per_minute ?? config.defaultRateLimitPerMinute,
+    mobileWebhookUrl: body.mobile_webhook_url ?? null,
+  };
+}
+
+export const VERSION_BODY = {
+  type: "object",
+  properties: {
+    instructions: { type: "string", maxLength: 20_000 },
+    settings: { type: "object" },
+    documents: {
+      type: "array",
+      maxItems: 1000,
+      items: {
+        type: "object",
+        properties: { title: { type: "string", minLength: 1, maxLength: 300 }, text: { type: "string", maxLength: 2_000_000 } },
+        required: ["title", "text"],
+      },
+    },
+  },
+  required: ["documents"],
+};
+export interface VersionBody {
+  instructions?: string;
+  settings?: Record<string, unknown>;
+  documents: KnowledgeDocument[];
+}
+
+export function versionSpec(body: VersionBody): Omit<AddVersion, "op"> {
+  return {
+    versionId: crypto.randomUUID(),
+    instructions: body.instructions ?? "",
+    settings: body.settings ?? {},
+    documents: body.documents.map((d) => ({ title: d.title, text: d.text })),
+  };
+}
+
+export const WEBHOOK_BODY = {
+  type: "object",
+  properties: {
+    url: { type: "string", minLength: 1, maxLength: 2000 },
+    events: { type: "array", minItems: 1, uniqueItems: true, items: { enum: [...WEBHOOK_EVENTS] } },
+  },
+  required: ["url", "events"],
+};
+
+export function webhookSpec(body: { url: string; events: string[] }, config: AssistantConfig): Omit<AddWebhook, "op"> {
+  checkWebhookUrl(body.url, config.webhookAllowHosts);
+  return { webhookId: crypto.randomUUID(), url: body.url, events: body.events };
+}
 
 export const internalRoutes: AssistantRoute[] = [
   {
@@ -71,9 +160,8 @@ export const internalRoutes: AssistantRoute[] = [
     auth: "operator",
     body: { type: "object", properties: {} },
     async handle({ operator, services }) {
-      const key = `chorus_${Keyring.newApiKey()}`;
-      const keyId = crypto.randomUUID();
-      await services.system.ask(actorId(OPERATOR, operator.userId), { op: "createApiKey", keyId, keyHash: services.keyring.hashApiKey(key) });
+      const { key, keyId, keyHash } = newOperatorApiKey(services.keyring);
+      await services.system.ask(actorId(OPERATOR, operator.userId), { op: "createApiKey", keyId, keyHash });
       return json(201, { key, key_id: keyId }, { "cache-control": "no-store" });
     },
   },
@@ -82,27 +170,9 @@ export const internalRoutes: AssistantRoute[] = [
     path: "/api/internal/rag/agents",
     auth: "operator",
     maxBodyBytes: 64 * 1024,
-    body: {
-      type: "object",
-      properties: {
-        name: { type: "string", minLength: 1, maxLength: 200 },
-        allowed_origins: { type: "array", maxItems: 100, items: { type: "string", maxLength: 260, pattern: HOST_PATTERN } },
-        rate_limit_per_minute: { type: "integer", minimum: 1, maximum: 100_000 },
-        mobile_webhook_url: { type: "string", maxLength: 2000 },
-      },
-      required: ["name"],
-    },
+    body: AGENT_BODY,
     async handle({ body, operator, services }) {
-      if (body.mobile_webhook_url) checkWebhookUrl(body.mobile_webhook_url, services.assistant.webhookAllowHosts);
-      const agentId = crypto.randomUUID();
-      const created = await services.system.ask<CreatedAgent>(actorId(AGENT, agentId), {
-        op: "create",
-        realmId: operator.realmId,
-        name: body.name.trim() || body.name,
-        allowedOrigins: (body.allowed_origins ?? []).map(normaliseOriginRule),
-        rateLimitPerMinute: body.rate_limit_per_minute ?? services.assistant.defaultRateLimitPerMinute,
-        mobileWebhookUrl: body.mobile_webhook_url ?? null,
-      });
+      const created = await services.system.ask<CreatedAgent>(actorId(AGENT, crypto.randomUUID()), { op: "create", ...agentSpec(body, operator.realmId, services.assistant) });
       return json(201, created, { "cache-control": "no-store" });
     },
   },
@@ -110,32 +180,10 @@ export const internalRoutes: AssistantRoute[] = [
     method: "POST",
     path: "/api/internal/rag/agents/{agent_id}/versions",
     auth: "operator",
-    body: {
-      type: "object",
-      properties: {
-        instructions: { type: "string", maxLength: 20_000 },
-        settings: { type: "object" },
-        documents: {
-          type: "array",
-          maxItems: 1000,
-          items: {
-            type: "object",
-            properties: { title: { type: "string", minLength: 1, maxLength: 300 }, text: { type: "string", maxLength: 2_000_000 } },
-            required: ["title", "text"],
-          },
-        },
-      },
-      required: ["documents"],
-    },
+    body: VERSION_BODY,
     async handle({ body, operator, services, pathParams }) {
       const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      const result = await services.system.ask<{ version_id: string; documents: number; chunks: number }>(actorId(AGENT, agent.id), {
-        op: "addVersion",
-        versionId: crypto.randomUUID(),
-        instructions: body.instructions ?? "",
-        settings: body.settings ?? {},
-        documents: body.documents.map((d: { title: string; text: string }) => ({ title: d.title, text: d.text })),
-      }, 60_000);
+      const result = await services.system.ask<VersionAdded>(actorId(AGENT, agent.id), { op: "addVersion", ...versionSpec(body) }, 60_000);
       return json(201, result);
     },
   },
@@ -144,18 +192,10 @@ export const internalRoutes: AssistantRoute[] = [
     path: "/api/internal/rag/agents/{agent_id}/webhooks",
     auth: "operator",
     maxBodyBytes: 16 * 1024,
-    body: {
-      type: "object",
-      properties: {
-        url: { type: "string", minLength: 1, maxLength: 2000 },
-        events: { type: "array", minItems: 1, uniqueItems: true, items: { enum: [...WEBHOOK_EVENTS] } },
-      },
-      required: ["url", "events"],
-    },
+    body: WEBHOOK_BODY,
     async handle({ body, operator, services, pathParams }) {
       const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      checkWebhookUrl(body.url, services.assistant.webhookAllowHosts);
-      const created = await services.system.ask(actorId(AGENT, agent.id), { op: "addWebhook", webhookId: crypto.randomUUID(), url: body.url, events: body.events });
+      const created = await services.system.ask(actorId(AGENT, agent.id), { op: "addWebhook", ...webhookSpec(body, services.assistant) });
       return json(201, created, { "cache-control": "no-store" });
     },
   },

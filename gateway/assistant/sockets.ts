@@ -1,9 +1,10 @@
 /**
  * The mobile chat's realtime events: socket.io attached to the same uWS app as HTTP (under /socket.io/).
- * Clients authenticate with `auth: {token: <operator API key>}` and `join-conversation` a session of their
- * organization (acknowledged with `{ok: true, session_id}` or `{error: {code, message}}`). While an answer is
- * produced the room gets `bot-typing`, then `message-streaming` pieces `{session_id, delta, seq}`, then
- * `message-complete` with the full text and sources.
+ * Clients authenticate with `auth: {token}`, an operator's API key or a user token, and `join-conversation` a
+ * session they may use (an operator: of their organization; a user token: their own), acknowledged with
+ * `{ok: true, session_id}` or `{error: {code, message}}`. While an answer is produced the room gets
+ * `bot-typing`, then `message-streaming` pieces `{session_id, delta, seq}`, then `message-complete` with the full
+ * text and sources.
  *
  * Rooms are per process, and the answer may be produced on another worker than the one a client is connected
  * to: with Redis configured, every room event is published on one Redis channel and each node emits what it
@@ -19,7 +20,7 @@ import { ChorusError } from "../../runtime/errors.ts";
 import type { HttpServer } from "../http.ts";
 import type { AssistantServices } from "./app.ts";
 import { isUuid } from "./app.ts";
-import type { Operator } from "./auth.ts";
+import { callerMayUse, type MobileCaller } from "./auth.ts";
 import { answerPieces } from "./sse.ts";
 
 export interface AssistantSockets {
@@ -80,13 +81,13 @@ export function attachSockets(app: HttpServer["app"], services: AssistantService
 
   io.use((socket, next) => {
     const token = socket.handshake.auth?.token;
-    if (typeof token !== "string" || !token) return next(new Error("unauthorized: send auth.token (an API key)"));
-    services.operators.byApiKey(token).then(
-      (operator) => {
-        socket.data.operator = operator;
+    if (typeof token !== "string" || !token) return next(new Error("unauthorized: send auth.token (an API key or a user token)"));
+    services.operators.byBearer(token).then(
+      (caller) => {
+        socket.data.caller = caller;
         next();
       },
-      () => next(new Error("unauthorized: invalid API key")),
+      () => next(new Error("unauthorized: invalid API key or user token")),
     );
   });
 
@@ -96,9 +97,8 @@ export function attachSockets(app: HttpServer["app"], services: AssistantService
       const sessionId = typeof payload === "string" ? payload : (payload as { session_id?: unknown } | null)?.session_id;
       try {
         if (!isUuid(sessionId)) throw new ChorusError("BAD_REQUEST", "session_id must be a UUID", 400);
-        const operator = socket.data.operator as Operator;
         const session = await sessionById(services.store.db, sessionId.toLowerCase());
-        if (!session || session.realm_id !== operator.realmId) throw new ChorusError("NOT_FOUND", "Session not found", 404);
+        if (!session || !callerMayUse(socket.data.caller as MobileCaller, session)) throw new ChorusError("NOT_FOUND", "Session not found", 404);
         await socket.join(room(session.id));
         reply({ ok: true, session_id: session.id });
       } catch (err) {

@@ -4,7 +4,6 @@
  * while the stream is open; writes wait for the socket to drain (backpressure); everything stops when the
  * client goes away.
  */
-import type { Answered } from "../../actors/protocol.ts";
 import type { StreamSink } from "../http.ts";
 
 /** The answer in pieces of a few words, each piece's leading space kept so that joining them gives the answer. */
@@ -28,40 +27,7 @@ export const SSE_HEADERS = {
   connection: "keep-alive",
 };
 
-/**
- * Write the events of one answer to a sink: each piece as `{answer, done: false}`, then `{answer: "", done: true,
- * session_id, sources}`. Honours backpressure (waits for drain), pings with a comment every `pingMs` while open,
- * and stops as soon as the client goes away.
- */
-export function writeAnswerEvents(sink: StreamSink, answered: Answered, pingMs: number): void {
-  const pieces = answerPieces(answered.reply.content);
-  let next = 0;
-  let id = 0;
-  const ping = setInterval(() => {
-    if (!sink.closed) sink.write(": ping\n\n");
-  }, pingMs);
-  ping.unref();
-  const finish = () => clearInterval(ping);
-  sink.onClose(finish);
-  const pump = () => {
-    while (!sink.closed) {
-      let writable: boolean;
-      if (next < pieces.length) writable = sink.write(sseEvent(++id, { answer: pieces[next++], done: false }));
-      else {
-        sink.write(sseEvent(++id, { answer: "", done: true, session_id: answered.session_id, sources: answered.reply.sources }));
-        finish();
-        sink.end();
-        return;
-      }
-      if (!writable) return sink.onDrain(pump);
-    }
-    finish();
-  };
-  pump();
-}
-
-
-/** For answers produced piece by piece (the generator): each `send` resolves once written, or once the client is gone. */
+/** An answer's events, sent as its pieces are produced: each `send` resolves once written, or once the client is gone. */
 export class SseWriter {
   private id = 0;
   private readonly ping: NodeJS.Timeout;
@@ -89,13 +55,18 @@ export class SseWriter {
     this.sink.onClose(cb);
   }
 
-  send(data: unknown): Promise<void> {
-    if (this.sink.closed) return Promise.resolve();
-    if (this.sink.write(sseEvent(++this.id, data))) return Promise.resolve();
-    return new Promise((resolve) => {
-      this.waiting = resolve;
-      this.sink.onDrain(() => this.release());
-    });
+  async send(data: unknown): Promise<void> {
+    if (this.sink.closed) return;
+    const drained = this.sink.write(sseEvent(++this.id, data))
+      ? undefined
+      : new Promise<void>((resolve) => {
+          this.waiting = resolve;
+          this.sink.onDrain(() => this.release());
+        });
+    // The sink hands queued events to the socket from setImmediate. Go on only after that: a producer whose next
+    // steps all complete in microtasks (PGlite answers so) would otherwise hold every event back until the end.
+    await new Promise((resolve) => setImmediate(resolve));
+    await drained;
   }
 
   end(): void {

@@ -8,7 +8,7 @@ import { EventSource } from "eventsource";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENGINES, startTestServer, type TestServer } from "../support/server.ts";
-import { call, createAgent, createVersion, operatorKey, publishedAgent } from "./support.ts";
+import { call, createAgent, createVersion, holdRecords, operatorKey, publishedAgent } from "./support.ts";
 
 interface SseEvent {
   id: string;
@@ -151,6 +151,31 @@ describe.each(ENGINES)("embed endpoint on %s", (engine) => {
       expect(history).toHaveLength(2); // committed before the done event
     });
 
+    it("sends the first sentence before the answer is complete and committed", async () => {
+      const question = `When is the support desk open? ${crypto.randomUUID()}`;
+      const held = holdRecords(server);
+      try {
+        const res = await fetch(`${server.url}/api/embed/${agent.agent_key}`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ question, stream: true }),
+        });
+        const reader = res.body!.getReader();
+        const first = new TextDecoder().decode((await reader.read()).value);
+        expect(first).toMatch(/^id: 1\ndata: \{"answer":"The support desk/);
+        const stored = await server.node.store.db.selectFrom("assistant_messages").select("id").where("content", "=", question).execute();
+        expect(stored).toEqual([]); // not committed yet: the first event did not wait for it
+        held.release();
+        let rest = "";
+        for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) rest += new TextDecoder().decode(chunk.value);
+        expect(rest).toContain('"done":true');
+        const after = await server.node.store.db.selectFrom("assistant_messages").select("id").where("content", "=", question).execute();
+        expect(after).toHaveLength(1);
+      } finally {
+        held.restore();
+      }
+    });
+
     it("sends the SSE headers", async () => {
       const res = await fetch(`${server.url}/api/embed/${agent.agent_key}`, {
         method: "POST",
@@ -206,13 +231,17 @@ describe.each(ENGINES)("embed endpoint on %s", (engine) => {
     });
 
     it("refuses other origins with 403, falls back to Referer, and lets non-browser clients through", async () => {
-      for (const origin of ["https://evil.example", "https://widgets.example.org", "https://shop.example.com.evil.io", "http://localhost:9999", "null"]) {
+      const forged = ["https://evilwidgets.example.org", "https://shop-example.com", "https://localhost:8081", "file://", "not a url"];
+      for (const origin of ["https://evil.example", "https://widgets.example.org", "https://shop.example.com.evil.io", "http://localhost:9999", "null", ...forged]) {
         const res = await ask(agent.agent_key, { question: "refunds" }, { origin });
         expect(res.status, origin).toBe(403);
         expect(res.body.error.code).toBe("ORIGIN_NOT_ALLOWED");
       }
       expect((await ask(agent.agent_key, { question: "refunds" }, { referer: "https://evil.example/page" })).status).toBe(403);
       expect((await ask(agent.agent_key, { question: "refunds" }, { referer: "https://shop.example.com/help?x=1" })).status).toBe(200);
+      // the browser's Origin wins over a Referer that names an allowed page; user info is not the host
+      expect((await ask(agent.agent_key, { question: "refunds" }, { origin: "https://evil.example", referer: "https://shop.example.com/" })).status).toBe(403);
+      expect((await ask(agent.agent_key, { question: "refunds" }, { referer: "https://shop.example.com@evil.example/" })).status).toBe(403);
       expect((await ask(agent.agent_key, { question: "refunds" })).status).toBe(200);
     });
 

@@ -127,3 +127,25 @@ export async function startReceiver(answer: (hook: ReceivedHook) => number = () 
     close: () => new Promise<void>((r) => server.close(() => r())),
   };
 }
+
+/**
+ * Hold the session actors' `record` asks (the commit of a streamed answer) until `release()`: what a client
+ * receives meanwhile was sent before the answer was complete and committed.
+ */
+export function holdRecords(server: TestServer) {
+  const system = server.node.system;
+  const ask = system.ask.bind(system);
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  system.ask = (async (id: string, body: any, timeoutMs?: number) => {
+    if (body?.op === "record") await released;
+    return ask(id, body, timeoutMs);
+  }) as typeof system.ask;
+  return {
+    release,
+    restore: () => {
+      release();
+      system.ask = ask;
+    },
+  };
+}

@@ -4,10 +4,9 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { chunkDocument, questionWords, sentences } from "../../actors/answer.ts";
-import type { Answered } from "../../actors/protocol.ts";
 import { canonicalJson } from "../../actors/agent.ts";
 import { originAllowed } from "../../gateway/assistant/embed.ts";
-import { answerPieces, writeAnswerEvents } from "../../gateway/assistant/sse.ts";
+import { answerPieces, SseWriter } from "../../gateway/assistant/sse.ts";
 import type { StreamSink } from "../../gateway/http.ts";
 
 class FakeSink implements StreamSink {
@@ -49,44 +48,50 @@ class FakeSink implements StreamSink {
   }
 }
 
-const answered = (content: string): Answered => ({
-  session_id: "s-1",
-  created: true,
-  message: { id: "q", role: "user", content: "?" },
-  reply: { id: "a", role: "assistant", content, sources: [{ document_id: 1, chunk_id: 2, title: "T", score: 0.9 }] },
-});
-
 describe("SSE answer events", () => {
-  beforeEach(() => vi.useFakeTimers());
+  // Only the ping's clock is faked: each send waits a real setImmediate (for the sink's flush).
+  beforeEach(() => vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] }));
   afterEach(() => vi.useRealTimers());
+  const done = { answer: "", done: true, session_id: "s-1", sources: [{ document_id: 1, chunk_id: 2, title: "T", score: 0.9 }] };
 
-  it("writes id'd data events, then the done event, and ends", () => {
+  it("writes id'd data events as they are sent, then the done event, and ends", async () => {
     const sink = new FakeSink();
-    writeAnswerEvents(sink, answered("one two three four five six"), 15_000);
-    expect(sink.written).toEqual([
-      'id: 1\ndata: {"answer":"one two three four","done":false}\n\n',
+    const writer = new SseWriter(sink, 15_000);
+    await writer.send({ answer: "one two three four", done: false });
+    expect(sink.written).toEqual(['id: 1\ndata: {"answer":"one two three four","done":false}\n\n']); // before the rest exists
+    await writer.send({ answer: " five six", done: false });
+    await writer.send(done);
+    writer.end();
+    expect(sink.written.slice(1)).toEqual([
       'id: 2\ndata: {"answer":" five six","done":false}\n\n',
       'id: 3\ndata: {"answer":"","done":true,"session_id":"s-1","sources":[{"document_id":1,"chunk_id":2,"title":"T","score":0.9}]}\n\n',
     ]);
     expect(sink.ended).toBe(true);
   });
 
-  it("waits for drain when the socket is full, pings every interval meanwhile, and stops when the client goes away", () => {
+  it("waits for drain when the socket is full, pings every interval meanwhile, and stops when the client goes away", async () => {
     const sink = new FakeSink();
     sink.capacity = 1;
-    writeAnswerEvents(sink, answered("a b c d e f g h i j k l m n o p"), 15_000);
-    expect(sink.written).toHaveLength(1);
+    const writer = new SseWriter(sink, 15_000);
+    let sent = false;
+    const first = writer.send({ answer: "a", done: false }).then(() => (sent = true));
+    await Promise.resolve();
+    expect(sent).toBe(false); // the producer waits: backpressure
     vi.advanceTimersByTime(15_000);
     expect(sink.written.at(-1)).toBe(": ping\n\n");
     vi.advanceTimersByTime(15_000);
     expect(sink.written.filter((w) => w === ": ping\n\n")).toHaveLength(2);
     sink.drain();
-    const afterDrain = sink.written.length;
-    expect(afterDrain).toBe(4); // one more event, then full again
+    await first;
+    expect(sent).toBe(true);
+    const second = writer.send({ answer: " b", done: false });
     sink.disconnect();
-    sink.drain();
+    await second; // released by the disconnect
+    expect(writer.closed).toBe(true);
+    const written = sink.written.length;
+    await writer.send({ answer: " c", done: false });
     vi.advanceTimersByTime(60_000);
-    expect(sink.written).toHaveLength(afterDrain);
+    expect(sink.written).toHaveLength(written);
     expect(sink.ended).toBe(false);
   });
 });

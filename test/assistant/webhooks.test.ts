@@ -105,6 +105,33 @@ describe.each(ENGINES)("webhooks on %s", (engine) => {
     expect(row).toMatchObject({ status: "delivered", attempts: 3, last_status: 200 });
   });
 
+  it("signs a retry made an hour later with its own time, so receivers refusing replayed timestamps accept it", async () => {
+    const agent = await publishedAgent(server, key);
+    const path = `/hooks/${crypto.randomUUID()}`;
+    const hook = await addWebhook(agent.agent_id, path, ["conversation.created"]);
+    await call(server, "POST", "/chat/sessions", { key, body: { agent_id: agent.agent_id } });
+    const [first] = (await receiver.until((all) => all.some((h) => h.path === path))).filter((h) => h.path === path);
+    // the same delivery, as if its first attempts had failed an hour ago and it were due again now
+    const hourAgo = Date.now() - 3600_000;
+    await eventually(
+      () => server.node.store.db.selectFrom("webhook_outbox").select("status").where("msg_id", "=", first!.headers["webhook-id"]!).executeTakeFirstOrThrow(),
+      (r) => r.status === "delivered",
+    );
+    await server.node.store.db
+      .updateTable("webhook_outbox")
+      .set({ status: "pending", attempts: 2, next_attempt_at: Date.now(), created_at: Math.floor(hourAgo / 1000) })
+      .where("msg_id", "=", first!.headers["webhook-id"]!)
+      .execute();
+    const again = (await receiver.until((all) => all.filter((h) => h.path === path).length >= 2)).filter((h) => h.path === path)[1]!;
+    expect(again.headers["webhook-id"]).toBe(first!.headers["webhook-id"]);
+    expect(again.body).toBe(first!.body);
+    expect(() => new Webhook(hook.body.secret).verify(again.body, again.headers)).not.toThrow();
+    // while the first request, replayed later with its old timestamp, would be refused by the receiver
+    const then = Math.floor(hourAgo / 1000);
+    const replayed = { ...first!.headers, "webhook-timestamp": String(then), "webhook-signature": signWebhook(hook.body.secret, first!.headers["webhook-id"]!, then, first!.body) };
+    expect(() => new Webhook(hook.body.secret).verify(first!.body, replayed)).toThrow(/timestamp/i);
+  });
+
   it("gives up after the last attempt", async () => {
     const agent = await publishedAgent(server, key);
     const path = `/hooks/${crypto.randomUUID()}`;
