@@ -158,12 +158,15 @@ export class Invitations {
     return {};
   }
 
-  /** Each channel must be one the caller can see; naming any needs permission to subscribe others. */
+  /**
+   * Each channel must be one the caller can see; naming any but the realm's default channels needs permission to
+   * subscribe others (Zulip's rule: a new user joins the default channels anyway).
+   */
   private async checkStreams(acting: { id: number; role: number }, streamIds: number[], settings: Record<string, unknown>): Promise<void> {
     if (!streamIds.length) return;
     const db = this.db;
     const mayAddRealmWide = await inGroupSetting(db, settings.realm_can_add_subscribers_group as GroupSettingValue, acting.id);
-    const streams = await db.selectFrom("streams").select(["id", "invite_only", "settings"]).where("realm_id", "=", this.realmId).where("id", "in", streamIds).execute();
+    const streams = await db.selectFrom("streams").select(["id", "invite_only", "settings", "is_default"]).where("realm_id", "=", this.realmId).where("id", "in", streamIds).execute();
     let mayAddAll = true;
     for (const id of streamIds) {
       const stream = streams.find((s) => s.id === id);
@@ -173,7 +176,7 @@ export class Invitations {
           (await db.selectFrom("subscriptions").select("user_id").where("stream_id", "=", id).where("user_id", "=", acting.id).where("active", "=", true).executeTakeFirst()));
       if (!visible) throw errors.badRequest(`Invalid channel ID ${id}. No invites were sent.`);
       const channelSetting = (stream.settings as Record<string, GroupSettingValue>).can_add_subscribers_group;
-      if (!mayAddRealmWide && !(await inGroupSetting(db, channelSetting, acting.id))) mayAddAll = false;
+      if (!stream.is_default && !mayAddRealmWide && !(await inGroupSetting(db, channelSetting, acting.id))) mayAddAll = false;
     }
     if (!mayAddAll) throw errors.badRequest("You do not have permission to subscribe other users to channels.");
   }
@@ -228,11 +231,14 @@ export class Invitations {
     const userId = created.account.user_id;
     await this.realm.announceUser(userId);
     for (const group_id of created.groups) await this.realm.tellRealm({ type: "user_group", op: "add_members", group_id, user_ids: [userId] });
-    // Channels deleted since the invitation are skipped. Chorus has no realm default channels yet, so
-    // include_realm_default_subscriptions adds none.
-    const streams = (invite.stream_ids as number[]).length
-      ? await this.db.selectFrom("streams").select("id").where("realm_id", "=", this.realmId).where("id", "in", invite.stream_ids as number[]).execute()
-      : [];
+    // The invited channels that still exist, and the realm's default channels when the invitation asked for them.
+    const invited = invite.stream_ids as number[];
+    const streams = await this.db
+      .selectFrom("streams")
+      .select("id")
+      .where("realm_id", "=", this.realmId)
+      .where((eb) => eb.or([eb("id", "in", [...invited, -1]), ...(invite.include_realm_default_subscriptions ? [eb("is_default", "=", true)] : [])]))
+      .execute();
     for (const s of streams) await this.deps.system().ask(actorId(CHANNEL, s.id), { op: "subscribe", userIds: [userId] });
     if (invite.welcome_message_custom_text) {
       await this.botMessage(WELCOME_BOT, userId, invite.welcome_message_custom_text, `invite-welcome:${invite.id}`);

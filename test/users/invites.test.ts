@@ -146,6 +146,20 @@ describe.each(ENGINES)("invitations on %s", (engine) => {
     expect((await accept({ key, full_name: "Again", password: "x" })).body.msg).toBe("This invitation has already been used");
   });
 
+  it("joins the realm's default channels when the invitation asks for them", async () => {
+    await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "lobby" }], is_default_stream: true } });
+    const lobby = (await api(server, "GET", "/users/me/subscriptions", { as: owner })).body.subscriptions.find((s: any) => s.name === "lobby").stream_id;
+    await invite(owner, { invitee_emails: "with-defaults@example.com", stream_ids: [channelId], include_realm_default_subscriptions: true });
+    await invite(owner, { invitee_emails: "without-defaults@example.com", stream_ids: [channelId] });
+    const channelsOf = async (email: string) => {
+      const joined = await accept({ key: await keyFor(email), full_name: "New Person", password: "s3cret-pass" });
+      const subs = (await api(server, "GET", "/users/me/subscriptions", { as: { email, key: joined.body.api_key } })).body.subscriptions;
+      return subs.map((s: any) => s.stream_id).sort();
+    };
+    expect(await channelsOf("with-defaults@example.com")).toEqual([channelId, lobby].sort());
+    expect(await channelsOf("without-defaults@example.com")).toEqual([channelId]);
+  });
+
   it("refuses revoked, expired and unknown keys", async () => {
     await invite(owner, { invitee_emails: "revoked@example.com", notify_referrer_on_join: false });
     const revokedKey = await keyFor("revoked@example.com");
