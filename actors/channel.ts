@@ -13,7 +13,21 @@ import { isModerator, messageRules, pastLimit, type MessageRules } from "./messa
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
 import { subscriptionsOf } from "./reads.ts";
-import { CHANNEL, USER, type ChannelMessage, type EditMessage, type MovedIn, type Notify, type SubscribeResult } from "./protocol.ts";
+import {
+  CHANNEL,
+  USER,
+  USER_TOPICS,
+  type ChannelMessage,
+  type EditMessage,
+  type MovedIn,
+  type Notify,
+  type SendToChannel,
+  type SetTopicVisibility,
+  type SubscribeResult,
+  type TopicVisibilitySet,
+} from "./protocol.ts";
+import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
+import { VISIBILITY, visibilityAfterSend } from "./user-topics.ts";
 import { ensureSystemBot } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
@@ -85,7 +99,7 @@ export class ChannelActor extends Conversation {
         if (this.state.inviteOnly && !this.state.subscribers.has(msg.senderId)) {
           throw errors.badRequest(`Not authorized to send to channel '${this.state.name}'`);
         }
-        return this.checkTopic(msg.topic).then(() => this.send(msg, msg.topic));
+        return this.checkTopic(msg.topic).then(() => this.sendAs(msg));
       case "movedIn":
         return this.movedIn(msg);
       case "notify":
@@ -178,6 +192,42 @@ export class ChannelActor extends Conversation {
       policy = rules.topics_policy;
     }
     if (policy === "disable_empty_topic") throw errors.badRequest("Sending messages to the general chat is not allowed in this channel.");
+  }
+
+  /** A person's send: the message, then the topic visibility Zulip's automatic policies give the sender. */
+  private async sendAs(msg: SendToChannel): Promise<unknown> {
+    const policy = msg.automaticVisibility ? await this.visibilityAfterSend(msg.senderId, msg.topic) : undefined;
+    if (policy === undefined) return this.send(msg, msg.topic);
+    return this.send(msg, msg.topic, async () => {
+      const set: SetTopicVisibility = { op: "setVisibility", streamId: this.state.id, topic: msg.topic, policy, automatic: true };
+      const { changed } = await this.deps.system().ask<TopicVisibilitySet>(actorId(USER_TOPICS, msg.senderId), set);
+      return changed ? { automatic_new_visibility_policy: policy } : {};
+    });
+  }
+
+  /**
+   * What the sender's automatic follow / unmute settings make of this send, from one query: their settings, their
+   * current policy for the topic, whether they muted the channel, and whether the topic has messages they can
+   * see (in a channel with protected history, only those they received count, so nothing leaks).
+   */
+  private async visibilityAfterSend(senderId: number, topic: string): Promise<number | undefined> {
+    const key = topic.toLowerCase();
+    const received = this.state.historyPublic ? sql`` : sql`and exists (select 1 from user_messages um where um.message_id = m.id and um.user_id = ${senderId})`;
+    const { rows } = await sql<{ settings: Partial<UserSettings> | null; current: number | null; stream_muted: boolean | null; topic_exists: boolean }>`
+      select
+        (select state from actor_snapshots where kind = ${USER_SETTINGS} and key = ${String(senderId)}) as settings,
+        (select visibility_policy from user_topics where user_id = ${senderId} and stream_id = ${this.state.id} and topic_key = ${key}) as current,
+        (select is_muted from subscriptions where user_id = ${senderId} and stream_id = ${this.state.id} and active) as stream_muted,
+        exists (select 1 from messages m where m.stream_id = ${this.state.id} and lower(m.topic) = ${key} ${received}) as topic_exists`.execute(this.deps.store.db);
+    const row = rows[0]!;
+    const settings = { ...USER_SETTINGS_DEFAULTS, ...row.settings };
+    return visibilityAfterSend({
+      followPolicy: settings.automatically_follow_topics_policy,
+      unmutePolicy: settings.automatically_unmute_topics_in_muted_streams_policy,
+      streamMuted: row.stream_muted === true,
+      current: row.current ?? VISIBILITY.inherit,
+      startsTopic: !row.topic_exists && !this.committing.has(key),
+    });
   }
 
   private async notify(msg: Notify): Promise<unknown> {

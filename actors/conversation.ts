@@ -94,7 +94,14 @@ export abstract class Conversation implements Actor {
 
   // ---- send ---------------------------------------------------------------------------------------------------
 
-  protected async send(msg: SendToDm, topic: string): Promise<typeof PARKED> {
+  /**
+   * Topics (lower-cased) with a send still committing, and how many: a later send in the same topic is not its
+   * first message even before the first one is in the store.
+   */
+  protected readonly committing = new Map<string, number>();
+
+  /** `after` runs once the message is committed and delivered, before the reply; it may add fields to it. */
+  protected async send(msg: SendToDm, topic: string, after?: (id: number) => Promise<Partial<Sent>>): Promise<typeof PARKED> {
     const rendered = await this.render(msg.content);
     const recipients = this.recipients();
     // Refusals (wildcard mentions) come before the id is taken and the reply parked.
@@ -121,6 +128,8 @@ export abstract class Conversation implements Actor {
     const flagsOf = (user: number) => (user === msg.senderId ? senderFlags : (mentions.get(user) ?? 0));
     const rows = recipients.map((user_id) => ({ user_id, flags: flagsOf(user_id) }));
     // The turn ends here: the next send may take its id while this one commits (the store batches them).
+    const topicKey = topic.toLowerCase();
+    this.committing.set(topicKey, (this.committing.get(topicKey) ?? 0) + 1);
     void this.deps.store
       .appendMessage(
         {
@@ -151,9 +160,14 @@ export abstract class Conversation implements Actor {
           localId: msg.localId,
         };
         await this.deps.system().broadcast(recipients.map((u) => actorId(USER, u)), delivery);
-        reply.resolve({ id: storedId });
+        reply.resolve({ id: storedId, ...(after ? await after(storedId) : {}) });
       })
-      .catch((err) => reply.reject(ChorusError.wrap(err)));
+      .catch((err) => reply.reject(ChorusError.wrap(err)))
+      .finally(() => {
+        const left = (this.committing.get(topicKey) ?? 1) - 1;
+        if (left) this.committing.set(topicKey, left);
+        else this.committing.delete(topicKey);
+      });
     return PARKED;
   }
 

@@ -67,9 +67,13 @@ export interface SendToChannel {
   queueId?: string;
   localId?: string;
   readBySender: boolean;
+  /** The sender is a person, not a bot: Zulip's automatic follow / unmute settings apply to their topic. */
+  automaticVisibility?: boolean;
 }
 export interface Sent {
   id: number;
+  /** The sender's new visibility policy for the topic, when the send changed it (Zulip's POST /messages field). */
+  automatic_new_visibility_policy?: number;
 }
 
 /** Who acts, as the gateway authenticated them: permission checks happen in the owning actor. */
@@ -176,6 +180,11 @@ export interface SetTopicVisibility {
   topic: string;
   policy: number;
   require?: { policy: number; error: string };
+  /** Set by a send (Zulip's automatic follow / unmute): never lowers a followed topic. */
+  automatic?: boolean;
+}
+export interface TopicVisibilitySet {
+  changed: boolean;
 }
 
 // ---- flags:<user id> ----------------------------------------------------------------------------------------

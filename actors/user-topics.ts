@@ -5,10 +5,35 @@
 import { actorId, type Actor, type ActorContext } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
 import type { ActorDeps } from "./deps.ts";
-import { USER, type SetTopicVisibility } from "./protocol.ts";
+import { USER, type SetTopicVisibility, type TopicVisibilitySet } from "./protocol.ts";
 
 /** Zulip's visibility policies. */
 export const VISIBILITY = { inherit: 0, muted: 1, unmuted: 2, followed: 3 } as const;
+
+/**
+ * Zulip's values of the `automatically_follow_topics_policy` and `automatically_unmute_topics_in_muted_streams_policy`
+ * user settings (UserProfile.AUTOMATICALLY_CHANGE_VISIBILITY_POLICY_*).
+ */
+export const AUTOMATIC_POLICY = { onParticipation: 1, onSend: 2, onInitiation: 3, never: 4 } as const;
+
+/**
+ * The policy a send gives the sender's topic, as Zulip decides it (zerver/lib/message.py
+ * visibility_policy_for_send_message): following beats unmuting; sending is participating; starting the topic is
+ * both; unmuting applies only in a muted channel. Undefined when the send changes nothing.
+ */
+export function visibilityAfterSend(s: {
+  followPolicy: number;
+  unmutePolicy: number;
+  streamMuted: boolean;
+  current: number;
+  startsTopic: boolean;
+}): number | undefined {
+  if (s.current === VISIBILITY.followed) return undefined;
+  const applies = (setting: number) =>
+    setting === AUTOMATIC_POLICY.onSend || setting === AUTOMATIC_POLICY.onParticipation || (s.startsTopic && setting === AUTOMATIC_POLICY.onInitiation);
+  const policy = applies(s.followPolicy) ? VISIBILITY.followed : s.streamMuted && applies(s.unmutePolicy) ? VISIBILITY.unmuted : undefined;
+  return policy === s.current ? undefined : policy;
+}
 
 export class UserTopicsActor implements Actor {
   private readonly userId: number;
@@ -20,7 +45,7 @@ export class UserTopicsActor implements Actor {
     this.userId = Number(ctx.key);
   }
 
-  async receive(msg: SetTopicVisibility): Promise<Record<string, never>> {
+  async receive(msg: SetTopicVisibility): Promise<TopicVisibilitySet> {
     const key = msg.topic.toLowerCase();
     const now = Math.floor(Date.now() / 1000);
     const changed = await this.deps.store.write(this.ctx.fence(), async (trx) => {
@@ -34,6 +59,8 @@ export class UserTopicsActor implements Actor {
       const policy = current?.visibility_policy ?? VISIBILITY.inherit;
       if (msg.require && policy !== msg.require.policy) throw errors.badRequest(msg.require.error);
       if (policy === msg.policy) return false;
+      // Automatic changes only ever raise visibility: a topic followed meanwhile stays followed.
+      if (msg.automatic && policy === VISIBILITY.followed) return false;
       if (msg.policy === VISIBILITY.inherit) {
         await trx.deleteFrom("user_topics").where("user_id", "=", this.userId).where("stream_id", "=", msg.streamId).where("topic_key", "=", key).execute();
       } else {
@@ -50,6 +77,6 @@ export class UserTopicsActor implements Actor {
       const event = { type: "user_topic", stream_id: msg.streamId, topic_name: msg.topic, last_updated: now, visibility_policy: msg.policy };
       await this.deps.system().broadcast([actorId(USER, this.userId)], { op: "deliverEvent", event }); // in the queue before success
     }
-    return {};
+    return { changed };
   }
 }

@@ -115,8 +115,12 @@ export const messageRoutes: RouteSpec[] = [
         return { id: sent.id };
       }
       const stream = await requireStream(services.store.db, user.realm_id, channelRef(params.to));
-      const sent = await services.system.ask<Sent>(actorId(CHANNEL, stream.id), { ...common, topic: normaliseTopic(params.topic ?? params.subject) });
-      return { id: sent.id };
+      const sent = await services.system.ask<Sent>(actorId(CHANNEL, stream.id), {
+        ...common,
+        topic: normaliseTopic(params.topic ?? params.subject),
+        automaticVisibility: !user.is_bot,
+      });
+      return { ...sent };
     },
   },
   {

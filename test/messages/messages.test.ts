@@ -5,20 +5,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import crypto from "node:crypto";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
+import { eventually, ids, messageApi, NOTIFICATION_BOT as BOT } from "../support/messages.ts";
 
 type User = Credentials & { id: number };
-
-const BOT = "notification-bot@zulip.com";
-
-/** Poll until `check` returns something truthy (Notification Bot's notices are posted just after the reply). */
-async function eventually<T>(check: () => Promise<T>, ms = 5000): Promise<T> {
-  const until = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value || Date.now() > until) return value;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describe.each(ENGINES)("messages on %s", (engine) => {
   let server: TestServer;
@@ -30,21 +19,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
   let general: number;
   let other: number;
 
-  const send = (as: Credentials, params: Record<string, unknown>) => api(server, "POST", "/messages", { as, params });
-  const toChannel = async (as: Credentials, topic: string, content: string, to = "general") => {
-    const res = await send(as, { type: "stream", to, topic, content });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-    return res.body.id as number;
-  };
-  const get = (as: Credentials, params: Record<string, unknown>) =>
-    api(server, "GET", "/messages", { as, params: { anchor: "newest", num_before: 100, num_after: 0, apply_markdown: false, ...params } });
-  const ids = (res: { body: any }) => res.body.messages.map((m: any) => m.id);
-  const patch = (as: Credentials, id: number, params: Record<string, unknown>) =>
-    api(server, "PATCH", `/messages/${id}`, { as, params, template: "/messages/{message_id}" });
-  const register = async (as: Credentials, types: string[]) =>
-    (await api(server, "POST", "/register", { as, params: { event_types: types } })).body.queue_id as string;
-  const events = async (as: Credentials, queue: string) =>
-    (await api(server, "GET", "/events", { as, params: { queue_id: queue, last_event_id: -1, dont_block: true } })).body.events as any[];
+  const { send, toChannel, get, patch, register, events, setRealm } = messageApi(() => server);
 
   beforeAll(async () => {
     server = await startTestServer(engine);
@@ -360,15 +335,6 @@ describe.each(ENGINES)("messages on %s", (engine) => {
   });
 
   describe("send rules", () => {
-    const setRealm = async (settings: Record<string, unknown>) => {
-      const realm = await server.node.store.db.selectFrom("realms").select(["id", "settings"]).executeTakeFirstOrThrow();
-      await server.node.store.db
-        .updateTable("realms")
-        .set({ settings: JSON.stringify({ ...(realm.settings as object), ...settings }) })
-        .where("id", "=", realm.id)
-        .execute();
-    };
-
     it("applies the realm's topic rules to the empty topic", async () => {
       const empty = await send(alice, { type: "stream", to: "general", topic: "(no topic)", content: "x" });
       expect(empty.status).toBe(200);
@@ -488,11 +454,13 @@ describe.each(ENGINES)("messages on %s", (engine) => {
       expect(long.status).toBe(400);
       const badPolicy = await api(server, "POST", "/user_topics", { as: alice, params: { stream_id: general, topic: "x", visibility_policy: 7 } });
       expect(badPolicy.status).toBe(400);
-      // The narrows follow. A topic has one policy whatever its case: the mute above replaced the follow.
+      // The narrows follow. A topic has one policy whatever its case: the mute above replaced the follow. (Alice
+      // follows the topics she started herself: Zulip's default automatically_follow_topics_policy.)
       const lunch = await toChannel(bob, "LUNCH", "soup");
-      expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "followed" }] }))).toEqual([]);
+      const inLunch = (operand: string) => get(alice, { narrow: [{ operator: "topic", operand: "lunch" }, { operator: "is", operand }] });
+      expect(ids(await inLunch("followed"))).toEqual([]);
       await api(server, "POST", "/user_topics", { as: alice, params: { stream_id: general, topic: "Lunch", visibility_policy: 3 } });
-      expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "followed" }] }))).toEqual([lunch]);
+      expect(ids(await inLunch("followed"))).toEqual([lunch]);
       expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "muted" }] }))).toEqual([]);
       await api(server, "POST", "/user_topics", { as: alice, params: { stream_id: general, topic: "lunch", visibility_policy: 1 } });
       expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "muted" }] }))).toEqual([lunch]);
