@@ -8,8 +8,9 @@ import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
 import { actorId } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
-import { Conversation, type MovePlan, type StoredMessage } from "./conversation.ts";
-import { isModerator, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
+import { Conversation, type AccessChange, type MovePlan, type StoredMessage } from "./conversation.ts";
+import { ROLE } from "./groups.ts";
+import { isModerator, messageRules, pastLimit, topicPolicyError, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
 import { subscriptionsOf } from "./reads.ts";
@@ -28,11 +29,16 @@ import {
 } from "./protocol.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 import { VISIBILITY, visibilityAfterSend } from "./user-topics.ts";
-import { ensureSystemBot } from "./system-bots.ts";
+import { ensureSystemBot, NOTIFICATION_BOT } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
 const COLORS = ["#76ce90", "#fae589", "#a6c7e5", "#e79ab5", "#bfd56f", "#f4ae55", "#b0a5fd", "#addfe5", "#f5ce6e", "#c2726a", "#94c849", "#bd86e5"];
 
+
+/** Zulip's RESOLVE_TOPIC_UNDO_GRACE_PERIOD_SECONDS. */
+const RESOLVE_UNDO_GRACE_SECONDS = 60;
+/** Notification Bot's (un)resolve notice, as moveNotices words it. */
+const RESOLVE_NOTICE = /^@_\*\*[^*]+\*\* has marked this topic as (?:un)?resolved\.$/;
 
 /** Zulip's recipient type for a channel. */
 export const RECIPIENT_STREAM = 2;
@@ -137,6 +143,7 @@ export class ChannelActor extends Conversation {
     const notify = (streamId: number, topic: string, content: string) =>
       this.deps.system().tell(actorId(CHANNEL, streamId), { op: "notify", topic, content } satisfies Notify);
     if (to.resolveOnly) {
+      if (await this.undoResolveNotice(to.topic)) return;
       const resolved = to.topic.startsWith(RESOLVED_TOPIC_PREFIX);
       await notify(this.state.id, to.topic, `${user} has marked this topic as ${resolved ? "resolved" : "unresolved"}.`);
       return;
@@ -175,23 +182,33 @@ export class ChannelActor extends Conversation {
   }
 
   /**
-   * The channel's topics_policy (or, when it inherits, the realm's topics_policy / mandatory_topics): whether the
-   * empty topic ("general chat") may, must or must not be used.
+   * Zulip's grace period for an accidental (un)resolve (maybe_delete_previous_resolve_topic_notification): when the
+   * topic's last message is the (un)resolved notice, less than a minute old, toggling back deletes that notice
+   * instead of adding another. Zulip marks those notices with a message type; here they are Notification Bot's
+   * messages with the notice's wording.
    */
+  private async undoResolveNotice(topic: string): Promise<boolean> {
+    const last = await this.deps.store.db
+      .selectFrom("messages")
+      .innerJoin("users", "users.id", "messages.sender_id")
+      .select(["messages.id", "messages.stream_id", "messages.topic", "messages.content", "messages.date_sent", "users.delivery_email"])
+      .where("messages.stream_id", "=", this.state.id)
+      .where(sql`lower(messages.topic)`, "=", topic.toLowerCase())
+      .orderBy("messages.id", "desc")
+      .limit(1)
+      .executeTakeFirst();
+    const isNotice = last?.delivery_email === NOTIFICATION_BOT.email && RESOLVE_NOTICE.test(last.content);
+    if (!last || !isNotice || Date.now() / 1000 - last.date_sent > RESOLVE_UNDO_GRACE_SECONDS) return false;
+    await this.removeMessage(last);
+    return true;
+  }
+
+  /** The channel's topic policy for a send; the realm's settings are read only when they can matter. */
   private async checkTopic(topic: string): Promise<void> {
-    const own = String(this.state.settings.topics_policy ?? "inherit");
-    if (own === "empty_topic_only") {
-      if (topic !== "") throw errors.badRequest("Only the general chat topic is allowed in this channel.");
-      return;
-    }
-    if (topic !== "") return;
-    let policy = own;
-    if (policy === "inherit") {
-      const rules = await messageRules(this.deps.store.db, this.realmId);
-      if (rules.mandatory_topics) throw errors.badRequest("Topics are required in this organization.");
-      policy = rules.topics_policy;
-    }
-    if (policy === "disable_empty_topic") throw errors.badRequest("Sending messages to the general chat is not allowed in this channel.");
+    const own = this.state.settings.topics_policy;
+    if (topic !== "" && own !== "empty_topic_only") return;
+    const refused = topicPolicyError(topic, own, await messageRules(this.deps.store.db, this.realmId));
+    if (refused) throw refused;
   }
 
   /** A person's send: the message, then the topic visibility Zulip's automatic policies give the sender. */
@@ -298,6 +315,28 @@ export class ChannelActor extends Conversation {
   }
 
   /**
+   * Who loses and who gains the moved messages when they go to another channel (Zulip's do_update_message): everyone
+   * ever subscribed here but not subscribed there loses their flag rows; of them, those who can no longer read the
+   * messages (all of them for a private destination, guests for a public one) see the messages deleted. The
+   * destination's subscribers get read flag rows when its history is protected, since that is how they read them.
+   */
+  private async accessChange(destination: { invite_only: boolean; history_public_to_subscribers: boolean }, destinationSubscribers: number[]): Promise<AccessChange> {
+    const everSubscribed = await this.deps.store.db
+      .selectFrom("subscriptions")
+      .innerJoin("users", "users.id", "subscriptions.user_id")
+      .select(["users.id", "users.role"])
+      .where("subscriptions.stream_id", "=", this.state.id)
+      .execute();
+    const staying = new Set(destinationSubscribers);
+    const leaving = everSubscribed.filter((u) => !staying.has(u.id));
+    return {
+      dropFlagsOf: leaving.map((u) => u.id),
+      losingAccess: leaving.filter((u) => destination.invite_only || u.role === ROLE.guest).map((u) => u.id),
+      readFlagsFor: destination.history_public_to_subscribers ? [] : destinationSubscribers,
+    };
+  }
+
+  /**
    * A topic and/or channel move, checked as Zulip checks it (zerver/actions/message_edit.py): the permission
    * group of the kind of move, then its time limit for everyone below moderator. `change_all` past the limit is
    * MOVE_MESSAGES_TIME_LIMIT_EXCEEDED with what the caller may move instead.
@@ -313,9 +352,14 @@ export class ChannelActor extends Conversation {
     // The prefix alone (trimmed to "✔" by the gateway, as Zulip strips topics) would resolve the empty topic.
     if (row.topic === "" && RESOLVED_TOPIC_PREFIX.startsWith(topic) && topic) throw errors.badRequest("General chat cannot be marked as resolved");
 
-    let destination = { id: this.state.id, recipientId: this.recipientId, subscribers: [] as number[] };
+    let destination = { id: this.state.id, recipientId: this.recipientId, subscribers: [] as number[], topicsPolicy: this.state.settings.topics_policy };
+    let access: AccessChange = { dropFlagsOf: [], readFlagsFor: [], losingAccess: [] };
     if (changesStream) {
-      const stream = await db.selectFrom("streams").select(["id", "invite_only", "realm_id"]).where("id", "=", streamId).executeTakeFirst();
+      const stream = await db
+        .selectFrom("streams")
+        .select(["id", "invite_only", "history_public_to_subscribers", "realm_id", "settings"])
+        .where("id", "=", streamId)
+        .executeTakeFirst();
       if (!stream || stream.realm_id !== this.realmId) throw errors.badRequest("Invalid channel ID");
       const subs = await db.selectFrom("subscriptions").select("user_id").where("stream_id", "=", streamId).where("active", "=", true).execute();
       const subscribers = subs.map((s) => s.user_id);
@@ -323,10 +367,16 @@ export class ChannelActor extends Conversation {
       // The destination's recipient row exists once its actor has activated: wake it first (a no-op move-in).
       await this.deps.system().ask(actorId(CHANNEL, streamId), { op: "movedIn", maxId: 0 });
       const recipient = await db.selectFrom("recipients").select("id").where("type", "=", RECIPIENT_STREAM).where("type_id", "=", streamId).executeTakeFirstOrThrow();
-      destination = { id: streamId, recipientId: recipient.id, subscribers };
+      const settings = (stream.settings ?? {}) as Record<string, unknown>;
+      destination = { id: streamId, recipientId: recipient.id, subscribers, topicsPolicy: settings.topics_policy };
       if (!(await this.allowed(rules, "can_move_messages_between_channels_group", "can_move_messages_out_of_channel_group", msg.acting))) {
         throw errors.badRequest("You don't have permission to move this message");
       }
+      access = await this.accessChange(stream, subscribers);
+    }
+    if (changesTopic || changesStream) {
+      const refused = topicPolicyError(topic, destination.topicsPolicy, rules);
+      if (refused) throw refused;
     }
     if (changesTopic) {
       const setting = resolveOnly ? "can_resolve_topics_group" : "can_move_messages_between_topics_group";
@@ -380,6 +430,7 @@ export class ChannelActor extends Conversation {
       recipientId: destination.recipientId,
       resolveOnly,
       alsoNotify: destination.subscribers,
+      ...access,
       afterCommit: async () => {
         if (changesStream) await this.deps.system().ask(actorId(CHANNEL, destination.id), { op: "movedIn", maxId: Math.max(...messageIds) });
       },

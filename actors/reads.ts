@@ -7,7 +7,7 @@ import type { Database, StreamTable, UserTable } from "../runtime/store/schema.t
 import { formatMessage, gravatarUrl, type FormatOptions, type MessageRecord } from "./message-format.ts";
 import { ROLE } from "./groups.ts";
 import { dmKey, RECIPIENT_DM } from "./dm.ts";
-import { FLAG_BITS, flagList, HISTORICAL_FLAGS } from "./flags.ts";
+import { FLAG_BITS, flagList, HISTORICAL_FLAGS, MENTION_FLAGS } from "./flags.ts";
 import { VISIBILITY } from "./user-topics.ts";
 import { badNarrow, operandUsers, RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { Narrow } from "./protocol.ts";
@@ -207,7 +207,6 @@ export const EMPTY_TOPIC_DISPLAY_NAME = "general chat";
 
 type Cond = RawBuilder<SqlBool>;
 const FALSE: Cond = sql<SqlBool>`false`;
-const MENTION_BITS = FLAG_BITS.mentioned | FLAG_BITS.stream_wildcard_mentioned | FLAG_BITS.topic_wildcard_mentioned;
 
 /** Users named in a narrow, resolved in the caller's realm; an unknown one is Zulip's BAD_NARROW. */
 async function narrowUsers(db: DB, user: UserRow, refs: Array<number | string>): Promise<number[]> {
@@ -324,7 +323,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
           dm: sql<SqlBool>`m.stream_id is null`,
           starred: sql<SqlBool>`coalesce(um.flags & ${FLAG_BITS.starred}, 0) <> 0`,
           unread: sql<SqlBool>`(um.flags is not null and (um.flags & ${FLAG_BITS.read}) = 0)`,
-          mentioned: sql<SqlBool>`coalesce(um.flags & ${MENTION_BITS}, 0) <> 0`,
+          mentioned: sql<SqlBool>`coalesce(um.flags & ${MENTION_FLAGS}, 0) <> 0`,
           alerted: sql<SqlBool>`coalesce(um.flags & ${FLAG_BITS.has_alert_word}, 0) <> 0`,
           resolved: sql<SqlBool>`m.topic like ${RESOLVED_TOPIC_PREFIX + "%"}`,
           followed: sql<SqlBool>`${topicPolicy(user.id, VISIBILITY.followed)}`,
