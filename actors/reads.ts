@@ -9,7 +9,7 @@ import { ROLE } from "./groups.ts";
 import { dmKey, RECIPIENT_DM } from "./dm.ts";
 import { FLAG_BITS, flagList, HISTORICAL_FLAGS, MENTION_FLAGS } from "./flags.ts";
 import { VISIBILITY } from "./user-topics.ts";
-import { badNarrow, operandUsers, RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
+import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { Narrow } from "./protocol.ts";
 
 type DB = Kysely<Database>;
@@ -338,9 +338,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
       case "has":
         cond = {
           reaction: sql<SqlBool>`exists (select 1 from reactions r where r.message_id = m.id)`,
-          link: sql<SqlBool>`m.rendered_content like '%<a href%'`,
-          image: sql<SqlBool>`m.rendered_content like '%message_inline_image%'`,
-          attachment: sql<SqlBool>`m.content like '%/user_uploads/%'`,
+          link: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.link}`,
+          image: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.image}`,
+          attachment: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.attachment}`,
         }[String(term.operand)];
         break;
     }
