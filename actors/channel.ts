@@ -9,6 +9,7 @@ import { sql } from "kysely";
 import { actorId } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
 import { Conversation, type AccessChange, type MovePlan, type StoredMessage } from "./conversation.ts";
+import { FLAG_BITS } from "./flags.ts";
 import { ROLE } from "./groups.ts";
 import { isModerator, messageRules, pastLimit, topicPolicyError, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
@@ -211,15 +212,37 @@ export class ChannelActor extends Conversation {
     if (refused) throw refused;
   }
 
-  /** A person's send: the message, then the topic visibility Zulip's automatic policies give the sender. */
+  /**
+   * A send, then the topic visibility Zulip's automatic policies give: the sender's (a person's) per their follow /
+   * unmute settings, and the mentioned users' (followed, per automatically_follow_topics_where_mentioned).
+   */
   private async sendAs(msg: SendToChannel): Promise<unknown> {
     const policy = msg.automaticVisibility ? await this.visibilityAfterSend(msg.senderId, msg.topic) : undefined;
-    if (policy === undefined) return this.send(msg, msg.topic);
-    return this.send(msg, msg.topic, async () => {
-      const set: SetTopicVisibility = { op: "setVisibility", streamId: this.state.id, topic: msg.topic, policy, automatic: true };
-      const { changed } = await this.deps.system().ask<TopicVisibilitySet>(actorId(USER_TOPICS, msg.senderId), set);
+    return this.send(msg, msg.topic, async (_id, mentions) => {
+      const mentioned = [...mentions].filter(([, bits]) => bits & FLAG_BITS.mentioned).map(([user]) => user);
+      const [changed] = await Promise.all([
+        policy === undefined ? false : this.setVisibility(msg.senderId, msg.topic, policy),
+        mentioned.length ? this.followWhereMentioned(mentioned, msg.topic) : undefined,
+      ]);
       return changed ? { automatic_new_visibility_policy: policy } : {};
     });
+  }
+
+  private async setVisibility(userId: number, topic: string, policy: number): Promise<boolean> {
+    const set: SetTopicVisibility = { op: "setVisibility", streamId: this.state.id, topic, policy, automatic: true };
+    return (await this.deps.system().ask<TopicVisibilitySet>(actorId(USER_TOPICS, userId), set)).changed;
+  }
+
+  /** The mentioned people who want to follow where they are mentioned, unless they muted or follow the topic. */
+  private async followWhereMentioned(userIds: number[], topic: string): Promise<void> {
+    const { rows } = await sql<{ id: number }>`
+      select u.id from users u
+      left join actor_snapshots s on s.kind = ${USER_SETTINGS} and s.key = u.id::text
+      left join user_topics ut on ut.user_id = u.id and ut.stream_id = ${this.state.id} and ut.topic_key = ${topic.toLowerCase()}
+      where u.id in (${sql.join(userIds)}) and not u.is_bot
+        and coalesce((s.state ->> 'automatically_follow_topics_where_mentioned')::boolean, ${USER_SETTINGS_DEFAULTS.automatically_follow_topics_where_mentioned})
+        and coalesce(ut.visibility_policy, ${VISIBILITY.inherit}) not in (${VISIBILITY.muted}, ${VISIBILITY.followed})`.execute(this.deps.store.db);
+    await Promise.all(rows.map((r) => this.setVisibility(r.id, topic, VISIBILITY.followed)));
   }
 
   /**

@@ -110,8 +110,11 @@ export abstract class Conversation implements Actor {
    */
   protected readonly committing = new Map<string, number>();
 
-  /** `after` runs once the message is committed and delivered, before the reply; it may add fields to it. */
-  protected async send(msg: SendToDm, topic: string, after?: (id: number) => Promise<Partial<Sent>>): Promise<typeof PARKED> {
+  /**
+   * `after` runs once the message is committed and delivered, before the reply, with each recipient's mention
+   * flags; it may add fields to the reply.
+   */
+  protected async send(msg: SendToDm, topic: string, after?: (id: number, mentions: Map<number, number>) => Promise<Partial<Sent>>): Promise<typeof PARKED> {
     const rendered = await this.render(msg.content);
     const recipients = this.recipients();
     // Refusals (wildcard mentions) come before the id is taken and the reply parked.
@@ -170,7 +173,7 @@ export abstract class Conversation implements Actor {
           localId: msg.localId,
         };
         await this.deps.system().broadcast(recipients.map((u) => actorId(USER, u)), delivery);
-        reply.resolve({ id: storedId, ...(after ? await after(storedId) : {}) });
+        reply.resolve({ id: storedId, ...(after ? await after(storedId, mentions) : {}) });
       })
       .catch((err) => reply.reject(ChorusError.wrap(err)))
       .finally(() => {

@@ -154,4 +154,20 @@ describe.each(ENGINES)("unreads and automatic topic visibility on %s", (engine) 
     expect(await policyOf(alice, room, "kept")).toBe(3);
     expect((await api(server, "PATCH", "/settings", { as: alice, params: { automatically_follow_topics_policy: 9 } })).status).toBe(400);
   });
+
+  it("makes the people mentioned follow the topic, unless they opted out or muted it", async () => {
+    const q = await register(carol, ["user_topic"]);
+    await toChannel(bob, "call for carol", `@**Carol** please look`);
+    expect(await policyOf(carol, general, "call for carol")).toBe(3);
+    expect((await events(carol, q)).map((e) => [e.topic_name, e.visibility_policy])).toEqual([["call for carol", 3]]);
+    // Silent mentions and wildcards do not count.
+    await toChannel(bob, "silent", `@_**Carol** fyi, and @**all**`);
+    expect(await policyOf(carol, general, "silent")).toBeUndefined();
+    await setTopic(carol, general, "muted call", 1);
+    await toChannel(bob, "muted call", `@**Carol** again`);
+    expect(await policyOf(carol, general, "muted call")).toBe(1);
+    await setSettings(carol, { automatically_follow_topics_where_mentioned: false });
+    await toChannel(bob, "opted out", `@**Carol** once more`);
+    expect(await policyOf(carol, general, "opted out")).toBeUndefined();
+  });
 });
