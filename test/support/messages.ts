@@ -9,8 +9,11 @@ import { api, type Credentials, type TestServer } from "./server.ts";
 /** Notification Bot's e-mail: the sender of move, resolve and report notices. */
 export const NOTIFICATION_BOT = "notification-bot@zulip.com";
 
-/** Poll until `check` returns something truthy (Notification Bot's notices are posted just after the reply). */
-export async function eventually<T>(check: () => Promise<T>, ms = 5000): Promise<T> {
+/**
+ * Poll until `check` returns something truthy: Notification Bot's notices are posted just after the reply, and
+ * scheduled messages on the scheduler's timer.
+ */
+export async function eventually<T>(check: () => Promise<T>, ms = 8000): Promise<T> {
   const until = Date.now() + ms;
   for (;;) {
     const value = await check();
