@@ -29,7 +29,7 @@ import {
   type TopicVisibilitySet,
 } from "./protocol.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
-import { VISIBILITY, visibilityAfterSend } from "./user-topics.ts";
+import { mostVisible, VISIBILITY, visibilityAfterSend } from "./user-topics.ts";
 import { ensureSystemBot, NOTIFICATION_BOT } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
@@ -138,7 +138,11 @@ export class ChannelActor extends Conversation {
    * `send_notification_to_new_thread` is false) and in the old one (if `send_notification_to_old_thread`).
    * They are told, not asked: a notice to this very channel is a later turn of this actor.
    */
-  private async moveNotices(msg: EditMessage, oldTopic: string, to: { streamId: number; topic: string; messageIds: number[]; resolveOnly: boolean }): Promise<void> {
+  private async moveNotices(
+    msg: EditMessage,
+    oldTopic: string,
+    to: { streamId: number; topic: string; messageIds: number[]; resolveOnly: boolean; wholeTopic: boolean },
+  ): Promise<void> {
     const db = this.deps.store.db;
     const user = `@_**${msg.acting.full_name}|${msg.acting.id}**`;
     const notify = (streamId: number, topic: string, content: string) =>
@@ -153,7 +157,6 @@ export class ChannelActor extends Conversation {
     const oldLocation = `#**${this.state.name}>${oldTopic}**`;
     const newLocation = `#**${destName}>${to.topic}**`;
     const count = to.messageIds.length;
-    const left = await db.selectFrom("messages").select("id").where("recipient_id", "=", this.recipientId).where(sql`lower(topic)`, "=", oldTopic.toLowerCase()).limit(1).execute();
     const already = await db
       .selectFrom("messages")
       .select("id")
@@ -162,7 +165,7 @@ export class ChannelActor extends Conversation {
       .where("id", "not in", to.messageIds)
       .limit(1)
       .execute();
-    const wholeTopic = left.length === 0;
+    const wholeTopic = to.wholeTopic;
     if (msg.notifyNewThread) {
       const text =
         wholeTopic && !already.length
@@ -337,6 +340,72 @@ export class ChannelActor extends Conversation {
     await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
   }
 
+  /** Whether the topic has messages the user can see (in a channel with protected history: ones they received). */
+  private async hasVisibleMessages(topic: string, userId: number): Promise<boolean> {
+    let query = this.deps.store.db
+      .selectFrom("messages")
+      .select("id")
+      .where("stream_id", "=", this.state.id)
+      .where(sql`lower(topic)`, "=", topic.toLowerCase());
+    if (!this.state.historyPublic) {
+      query = query.where(({ exists, selectFrom }) =>
+        exists(selectFrom("user_messages").select("user_messages.user_id").whereRef("user_messages.message_id", "=", "messages.id").where("user_messages.user_id", "=", userId)),
+      );
+    }
+    return (await query.limit(1).execute()).length > 0;
+  }
+
+  /**
+   * A whole topic moved: its visibility policies go with it, as in Zulip. Each user with a policy for the old or
+   * the new topic ends with the old topic's policy at the destination, or, where the destination already had
+   * messages, the more visible of the two; the old topic's policy is dropped. Those who lost access to the
+   * messages only lose the old topic's policy.
+   */
+  private async moveTopicPolicies(oldTopic: string, to: { streamId: number; topic: string; messageIds: number[] }, losingAccess: number[]): Promise<void> {
+    const db = this.deps.store.db;
+    const [oldKey, newKey] = [oldTopic.toLowerCase(), to.topic.toLowerCase()];
+    if (to.streamId === this.state.id && oldKey === newKey) return; // a change of case keeps the same row
+    const [rows, targetHadMessages] = await Promise.all([
+      db
+        .selectFrom("user_topics")
+        .select(["user_id", "stream_id", "topic_key", "visibility_policy"])
+        .where((eb) =>
+          eb.or([
+            eb.and([eb("stream_id", "=", this.state.id), eb("topic_key", "=", oldKey)]),
+            eb.and([eb("stream_id", "=", to.streamId), eb("topic_key", "=", newKey)]),
+          ]),
+        )
+        .execute(),
+      db
+        .selectFrom("messages")
+        .select("id")
+        .where("stream_id", "=", to.streamId)
+        .where(sql`lower(topic)`, "=", newKey)
+        .where("id", "not in", to.messageIds)
+        .limit(1)
+        .execute()
+        .then((found) => found.length > 0),
+    ]);
+    const policies = new Map<number, { old: number; target: number }>();
+    for (const r of rows) {
+      const entry = policies.get(r.user_id) ?? { old: VISIBILITY.inherit, target: VISIBILITY.inherit };
+      if (r.stream_id === this.state.id && r.topic_key === oldKey) entry.old = r.visibility_policy;
+      else entry.target = r.visibility_policy;
+      policies.set(r.user_id, entry);
+    }
+    const losing = new Set(losingAccess);
+    const set = (userId: number, streamId: number, topic: string, policy: number) =>
+      this.deps.system().ask<TopicVisibilitySet>(actorId(USER_TOPICS, userId), { op: "setVisibility", streamId, topic, policy } satisfies SetTopicVisibility);
+    await Promise.all(
+      [...policies].map(async ([userId, { old, target }]) => {
+        if (old !== VISIBILITY.inherit) await set(userId, this.state.id, oldTopic, VISIBILITY.inherit);
+        if (losing.has(userId)) return;
+        const next = targetHadMessages ? mostVisible(old, target) : old;
+        if (next !== target) await set(userId, to.streamId, to.topic, next);
+      }),
+    );
+  }
+
   /**
    * Who loses and who gains the moved messages when they go to another channel (Zulip's do_update_message): everyone
    * ever subscribed here but not subscribed there loses their flag rows; of them, those who can no longer read the
@@ -446,6 +515,7 @@ export class ChannelActor extends Conversation {
       }
     }
     const messageIds = rows.map((r) => r.id);
+    let wholeTopic = false;
     return {
       messageIds,
       topic,
@@ -456,8 +526,11 @@ export class ChannelActor extends Conversation {
       ...access,
       afterCommit: async () => {
         if (changesStream) await this.deps.system().ask(actorId(CHANNEL, destination.id), { op: "movedIn", maxId: Math.max(...messageIds) });
+        // As Zulip decides it: change_all moves the whole topic; otherwise, whether the caller sees any message left.
+        wholeTopic = msg.propagateMode === "change_all" || !(await this.hasVisibleMessages(row.topic, msg.acting.id));
+        if (wholeTopic) await this.moveTopicPolicies(row.topic, { streamId: destination.id, topic, messageIds }, access.losingAccess);
       },
-      notices: () => this.moveNotices(msg, row.topic, { streamId: destination.id, topic, messageIds, resolveOnly }),
+      notices: () => this.moveNotices(msg, row.topic, { streamId: destination.id, topic, messageIds, resolveOnly, wholeTopic }),
     };
   }
 }

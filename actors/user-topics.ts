@@ -35,6 +35,12 @@ export function visibilityAfterSend(s: {
   return policy === s.current ? undefined : policy;
 }
 
+/** The more visible of two policies (Zulip's get_visibility_policy_after_merge): followed, unmuted, inherit, muted. */
+export function mostVisible(a: number, b: number): number {
+  for (const policy of [VISIBILITY.followed, VISIBILITY.unmuted, VISIBILITY.inherit]) if (a === policy || b === policy) return policy;
+  return VISIBILITY.muted;
+}
+
 export class UserTopicsActor implements Actor {
   private readonly userId: number;
 

@@ -130,6 +130,41 @@ describe.each(ENGINES)("edits and moves on %s", (engine) => {
     ]);
   });
 
+  it("moves topic visibility with a whole topic, merging into a topic that has messages", async () => {
+    const policies = async (user: User) =>
+      (await api(server, "POST", "/register", { as: user, params: { event_types: ["user_topic"] } })).body.user_topics
+        .filter((t: any) => ["carry", "carried", "dest", "src"].includes(t.topic_name))
+        .map((t: any) => [t.topic_name, t.visibility_policy])
+        .sort();
+    const setTopic = (user: User, topic: string, visibility_policy: number) =>
+      api(server, "POST", "/user_topics", { as: user, params: { stream_id: channels.general, topic, visibility_policy } });
+    const first = await toChannel(alice, "carry", "1");
+    await toChannel(alice, "carry", "2");
+    await setTopic(bob, "carry", 3);
+    const q = await register(bob, ["user_topic"]);
+    // Moving one message of two moves no policy.
+    await patch(alice, first, { topic: "carried", send_notification_to_new_thread: false });
+    expect(await policies(bob)).toEqual([["carry", 3]]);
+    await patch(alice, first, { topic: "carry", send_notification_to_new_thread: false });
+    await patch(alice, first, { topic: "carried", propagate_mode: "change_all", send_notification_to_new_thread: false });
+    expect(await policies(bob)).toEqual([["carried", 3]]);
+    expect((await events(bob, q)).map((e) => [e.topic_name, e.visibility_policy])).toEqual([
+      ["carry", 0],
+      ["carried", 3],
+    ]);
+
+    // Into a topic with messages: the more visible policy wins (followed over muted).
+    const src = await toChannel(bob, "src", "s");
+    await toChannel(bob, "dest", "d");
+    await setTopic(bob, "src", 3);
+    await setTopic(bob, "dest", 1);
+    await setTopic(guest, "src", 1);
+    await patch(alice, src, { topic: "dest", propagate_mode: "change_all", send_notification_to_new_thread: false });
+    expect(await policies(bob)).toEqual([["carried", 3], ["dest", 3]]);
+    // The guest's mute meets no policy in a topic that has messages: the merge keeps it visible (inherit).
+    expect(await policies(guest)).toEqual([]);
+  });
+
   it("takes moved messages away from those who lose access, and hands read rows to a protected destination", async () => {
     await subscribe(["secret"], [ownerId, alice.id], { invite_only: true });
     await subscribe(["vault"], [ownerId, alice.id, carol.id], { invite_only: true, history_public_to_subscribers: false });
