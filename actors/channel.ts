@@ -18,6 +18,7 @@ import { subscriptionsOf } from "./reads.ts";
 import {
   CHANNEL,
   USER,
+  type Acting,
   USER_TOPICS,
   type ChannelMessage,
   type EditMessage,
@@ -29,7 +30,7 @@ import {
   type TopicVisibilitySet,
 } from "./protocol.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
-import { mostVisible, VISIBILITY, visibilityAfterSend } from "./user-topics.ts";
+import { mostVisible, VISIBILITY, visibilityAfterParticipation, visibilityAfterSend } from "./user-topics.ts";
 import { ensureSystemBot, NOTIFICATION_BOT } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
@@ -248,29 +249,47 @@ export class ChannelActor extends Conversation {
     await Promise.all(rows.map((r) => this.setVisibility(r.id, topic, VISIBILITY.followed)));
   }
 
-  /**
-   * What the sender's automatic follow / unmute settings make of this send, from one query: their settings, their
-   * current policy for the topic, whether they muted the channel, and whether the topic has messages they can
-   * see (in a channel with protected history, only those they received count, so nothing leaks).
-   */
+  /** What the sender's automatic follow / unmute settings make of this send. */
   private async visibilityAfterSend(senderId: number, topic: string): Promise<number | undefined> {
+    const standing = await this.topicStanding(senderId, topic);
+    return visibilityAfterSend({ ...standing, streamMuted: standing.streamMuted === true, startsTopic: !standing.topicExists && !this.committing.has(topic.toLowerCase()) });
+  }
+
+  /**
+   * A reaction is participation (Zulip's do_add_reaction): a subscribed person's automatic settings may follow or
+   * unmute the topic.
+   */
+  protected override async afterReaction(acting: Acting, row: StoredMessage): Promise<void> {
+    if (acting.is_bot) return;
+    const standing = await this.topicStanding(acting.id, row.topic);
+    if (standing.streamMuted === null) return;
+    const policy = visibilityAfterParticipation({ ...standing, streamMuted: standing.streamMuted });
+    if (policy !== undefined) await this.setVisibility(acting.id, row.topic, policy);
+  }
+
+  /**
+   * Where a user stands with a topic, in one query: their automatic follow / unmute settings, their policy for the
+   * topic, whether they muted the channel (null: not subscribed), and whether the topic has messages they can see
+   * (in a channel with protected history only those they received count, so nothing leaks).
+   */
+  private async topicStanding(userId: number, topic: string) {
     const key = topic.toLowerCase();
-    const received = this.state.historyPublic ? sql`` : sql`and exists (select 1 from user_messages um where um.message_id = m.id and um.user_id = ${senderId})`;
+    const received = this.state.historyPublic ? sql`` : sql`and exists (select 1 from user_messages um where um.message_id = m.id and um.user_id = ${userId})`;
     const { rows } = await sql<{ settings: Partial<UserSettings> | null; current: number | null; stream_muted: boolean | null; topic_exists: boolean }>`
       select
-        (select state from actor_snapshots where kind = ${USER_SETTINGS} and key = ${String(senderId)}) as settings,
-        (select visibility_policy from user_topics where user_id = ${senderId} and stream_id = ${this.state.id} and topic_key = ${key}) as current,
-        (select is_muted from subscriptions where user_id = ${senderId} and stream_id = ${this.state.id} and active) as stream_muted,
+        (select state from actor_snapshots where kind = ${USER_SETTINGS} and key = ${String(userId)}) as settings,
+        (select visibility_policy from user_topics where user_id = ${userId} and stream_id = ${this.state.id} and topic_key = ${key}) as current,
+        (select is_muted from subscriptions where user_id = ${userId} and stream_id = ${this.state.id} and active) as stream_muted,
         exists (select 1 from messages m where m.stream_id = ${this.state.id} and lower(m.topic) = ${key} ${received}) as topic_exists`.execute(this.deps.store.db);
     const row = rows[0]!;
     const settings = { ...USER_SETTINGS_DEFAULTS, ...row.settings };
-    return visibilityAfterSend({
+    return {
       followPolicy: settings.automatically_follow_topics_policy,
       unmutePolicy: settings.automatically_unmute_topics_in_muted_streams_policy,
-      streamMuted: row.stream_muted === true,
       current: row.current ?? VISIBILITY.inherit,
-      startsTopic: !row.topic_exists && !this.committing.has(key),
-    });
+      streamMuted: row.stream_muted,
+      topicExists: row.topic_exists,
+    };
   }
 
   private async notify(msg: Notify): Promise<unknown> {

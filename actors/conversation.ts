@@ -410,8 +410,12 @@ export abstract class Conversation implements Actor {
       reaction_type,
     };
     await this.deps.system().broadcast(this.recipients().map((u) => actorId(USER, u)), { op: "deliverEvent", event });
+    if (msg.add) await this.afterReaction(msg.acting, row);
     return {};
   }
+
+  /** What else adding a reaction does (channels: Zulip's automatic topic policies). */
+  protected async afterReaction(_acting: Acting, _row: StoredMessage): Promise<void> {}
 
   // ---- events -------------------------------------------------------------------------------------------------
 

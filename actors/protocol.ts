@@ -82,6 +82,7 @@ export interface Acting {
   role: number;
   email: string;
   full_name: string;
+  is_bot: boolean;
 }
 
 export type PropagateMode = "change_one" | "change_later" | "change_all";

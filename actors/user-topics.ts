@@ -35,6 +35,18 @@ export function visibilityAfterSend(s: {
   return policy === s.current ? undefined : policy;
 }
 
+/** What reacting (participating without sending) does to a topic's policy: Zulip's visibility_policy_for_participation. */
+export function visibilityAfterParticipation(s: { followPolicy: number; unmutePolicy: number; streamMuted: boolean; current: number }): number | undefined {
+  if (s.current === VISIBILITY.followed) return undefined;
+  const policy =
+    s.followPolicy === AUTOMATIC_POLICY.onParticipation
+      ? VISIBILITY.followed
+      : s.streamMuted && s.unmutePolicy === AUTOMATIC_POLICY.onParticipation
+        ? VISIBILITY.unmuted
+        : undefined;
+  return policy === s.current ? undefined : policy;
+}
+
 /** The more visible of two policies (Zulip's get_visibility_policy_after_merge): followed, unmuted, inherit, muted. */
 export function mostVisible(a: number, b: number): number {
   for (const policy of [VISIBILITY.followed, VISIBILITY.unmuted, VISIBILITY.inherit]) if (a === policy || b === policy) return policy;

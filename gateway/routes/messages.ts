@@ -68,7 +68,7 @@ export function normaliseContent(raw: string): string {
 
 /** Who acts, for the owning actor's permission checks. */
 export function acting(user: UserRow): Acting {
-  return { id: user.id, role: user.role, email: user.email, full_name: user.full_name };
+  return { id: user.id, role: user.role, email: user.email, full_name: user.full_name, is_bot: user.is_bot };
 }
 
 /** The actor that owns a readable message's conversation. */

@@ -155,6 +155,22 @@ describe.each(ENGINES)("unreads and automatic topic visibility on %s", (engine) 
     expect((await api(server, "PATCH", "/settings", { as: alice, params: { automatically_follow_topics_policy: 9 } })).status).toBe(400);
   });
 
+  it("follows on reacting when following on participation, not otherwise", async () => {
+    const react = (as: Credentials, id: number) =>
+      api(server, "POST", `/messages/${id}/reactions`, { as, params: { emoji_name: "octopus" }, template: "/messages/{message_id}/reactions" });
+    const one = await toChannel(alice, "reactions", "react to me");
+    expect((await react(bob, one)).status).toBe(200);
+    expect(await policyOf(bob, general, "reactions")).toBeUndefined();
+    await setSettings(bob, { automatically_follow_topics_policy: 1 });
+    const q = await register(bob, ["user_topic"]);
+    expect((await react(bob, one)).status).toBe(400); // already there: nothing changes
+    const two = await toChannel(alice, "reactions", "and me");
+    expect((await react(bob, two)).status).toBe(200);
+    expect(await policyOf(bob, general, "reactions")).toBe(3);
+    expect((await events(bob, q)).map((e) => [e.topic_name, e.visibility_policy])).toEqual([["reactions", 3]]);
+    await setSettings(bob, { automatically_follow_topics_policy: 3 });
+  });
+
   it("makes the people mentioned follow the topic, unless they opted out or muted it", async () => {
     const q = await register(carol, ["user_topic"]);
     await toChannel(bob, "call for carol", `@**Carol** please look`);
