@@ -19,18 +19,14 @@ import {
   CHANNEL,
   USER,
   type Acting,
-  USER_TOPICS,
   type ChannelMessage,
   type EditMessage,
   type MovedIn,
   type Notify,
   type SendToChannel,
-  type SetTopicVisibility,
   type SubscribeResult,
-  type TopicVisibilitySet,
 } from "./protocol.ts";
-import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
-import { mostVisible, VISIBILITY, visibilityAfterParticipation, visibilityAfterSend } from "./user-topics.ts";
+import { TopicPolicies, visibilityAfterParticipation, visibilityAfterSend } from "./topic-policies.ts";
 import { ensureSystemBot, NOTIFICATION_BOT } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
@@ -56,6 +52,7 @@ interface ChannelState {
 
 export class ChannelActor extends Conversation {
   private state!: ChannelState;
+  private readonly topicPolicies = new TopicPolicies(this.deps, () => ({ id: this.state.id, historyPublic: this.state.historyPublic }));
 
   async activate(): Promise<void> {
     const db = this.deps.store.db;
@@ -225,34 +222,17 @@ export class ChannelActor extends Conversation {
     return this.send(msg, msg.topic, async (_id, mentions) => {
       const mentioned = [...mentions].filter(([, bits]) => bits & FLAG_BITS.mentioned).map(([user]) => user);
       const [changed] = await Promise.all([
-        policy === undefined ? false : this.setVisibility(msg.senderId, msg.topic, policy),
-        mentioned.length ? this.followWhereMentioned(mentioned, msg.topic) : undefined,
+        policy === undefined ? false : this.topicPolicies.raise(msg.senderId, msg.topic, policy),
+        mentioned.length ? this.topicPolicies.followWhereMentioned(mentioned, msg.topic) : undefined,
       ]);
       return changed ? { automatic_new_visibility_policy: policy } : {};
     });
   }
 
-  private async setVisibility(userId: number, topic: string, policy: number): Promise<boolean> {
-    const set: SetTopicVisibility = { op: "setVisibility", streamId: this.state.id, topic, policy, automatic: true };
-    return (await this.deps.system().ask<TopicVisibilitySet>(actorId(USER_TOPICS, userId), set)).changed;
-  }
-
-  /** The mentioned people who want to follow where they are mentioned, unless they muted or follow the topic. */
-  private async followWhereMentioned(userIds: number[], topic: string): Promise<void> {
-    const { rows } = await sql<{ id: number }>`
-      select u.id from users u
-      left join actor_snapshots s on s.kind = ${USER_SETTINGS} and s.key = u.id::text
-      left join user_topics ut on ut.user_id = u.id and ut.stream_id = ${this.state.id} and ut.topic_key = ${topic.toLowerCase()}
-      where u.id in (${sql.join(userIds)}) and not u.is_bot
-        and coalesce((s.state ->> 'automatically_follow_topics_where_mentioned')::boolean, ${USER_SETTINGS_DEFAULTS.automatically_follow_topics_where_mentioned})
-        and coalesce(ut.visibility_policy, ${VISIBILITY.inherit}) not in (${VISIBILITY.muted}, ${VISIBILITY.followed})`.execute(this.deps.store.db);
-    await Promise.all(rows.map((r) => this.setVisibility(r.id, topic, VISIBILITY.followed)));
-  }
-
-  /** What the sender's automatic follow / unmute settings make of this send. */
+  /** What the sender's automatic follow / unmute settings make of this send (decided before it is stored). */
   private async visibilityAfterSend(senderId: number, topic: string): Promise<number | undefined> {
-    const standing = await this.topicStanding(senderId, topic);
-    return visibilityAfterSend({ ...standing, streamMuted: standing.streamMuted === true, startsTopic: !standing.topicExists && !this.committing.has(topic.toLowerCase()) });
+    const standing = await this.topicPolicies.standing(senderId, topic);
+    return visibilityAfterSend({ ...standing, startsTopic: !standing.topicExists && !this.committing.has(topic.toLowerCase()) });
   }
 
   /**
@@ -261,35 +241,10 @@ export class ChannelActor extends Conversation {
    */
   protected override async afterReaction(acting: Acting, row: StoredMessage): Promise<void> {
     if (acting.is_bot) return;
-    const standing = await this.topicStanding(acting.id, row.topic);
+    const standing = await this.topicPolicies.standing(acting.id, row.topic);
     if (standing.streamMuted === null) return;
-    const policy = visibilityAfterParticipation({ ...standing, streamMuted: standing.streamMuted });
-    if (policy !== undefined) await this.setVisibility(acting.id, row.topic, policy);
-  }
-
-  /**
-   * Where a user stands with a topic, in one query: their automatic follow / unmute settings, their policy for the
-   * topic, whether they muted the channel (null: not subscribed), and whether the topic has messages they can see
-   * (in a channel with protected history only those they received count, so nothing leaks).
-   */
-  private async topicStanding(userId: number, topic: string) {
-    const key = topic.toLowerCase();
-    const received = this.state.historyPublic ? sql`` : sql`and exists (select 1 from user_messages um where um.message_id = m.id and um.user_id = ${userId})`;
-    const { rows } = await sql<{ settings: Partial<UserSettings> | null; current: number | null; stream_muted: boolean | null; topic_exists: boolean }>`
-      select
-        (select state from actor_snapshots where kind = ${USER_SETTINGS} and key = ${String(userId)}) as settings,
-        (select visibility_policy from user_topics where user_id = ${userId} and stream_id = ${this.state.id} and topic_key = ${key}) as current,
-        (select is_muted from subscriptions where user_id = ${userId} and stream_id = ${this.state.id} and active) as stream_muted,
-        exists (select 1 from messages m where m.stream_id = ${this.state.id} and lower(m.topic) = ${key} ${received}) as topic_exists`.execute(this.deps.store.db);
-    const row = rows[0]!;
-    const settings = { ...USER_SETTINGS_DEFAULTS, ...row.settings };
-    return {
-      followPolicy: settings.automatically_follow_topics_policy,
-      unmutePolicy: settings.automatically_unmute_topics_in_muted_streams_policy,
-      current: row.current ?? VISIBILITY.inherit,
-      streamMuted: row.stream_muted,
-      topicExists: row.topic_exists,
-    };
+    const policy = visibilityAfterParticipation(standing);
+    if (policy !== undefined) await this.topicPolicies.raise(acting.id, row.topic, policy);
   }
 
   private async notify(msg: Notify): Promise<unknown> {
@@ -357,72 +312,6 @@ export class ChannelActor extends Conversation {
       : (await db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true).execute()).map((u) => u.id);
     const peers = watchers.filter((id) => !newcomers.has(id)).map((id) => actorId(USER, id));
     await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
-  }
-
-  /** Whether the topic has messages the user can see (in a channel with protected history: ones they received). */
-  private async hasVisibleMessages(topic: string, userId: number): Promise<boolean> {
-    let query = this.deps.store.db
-      .selectFrom("messages")
-      .select("id")
-      .where("stream_id", "=", this.state.id)
-      .where(sql`lower(topic)`, "=", topic.toLowerCase());
-    if (!this.state.historyPublic) {
-      query = query.where(({ exists, selectFrom }) =>
-        exists(selectFrom("user_messages").select("user_messages.user_id").whereRef("user_messages.message_id", "=", "messages.id").where("user_messages.user_id", "=", userId)),
-      );
-    }
-    return (await query.limit(1).execute()).length > 0;
-  }
-
-  /**
-   * A whole topic moved: its visibility policies go with it, as in Zulip. Each user with a policy for the old or
-   * the new topic ends with the old topic's policy at the destination, or, where the destination already had
-   * messages, the more visible of the two; the old topic's policy is dropped. Those who lost access to the
-   * messages only lose the old topic's policy.
-   */
-  private async moveTopicPolicies(oldTopic: string, to: { streamId: number; topic: string; messageIds: number[] }, losingAccess: number[]): Promise<void> {
-    const db = this.deps.store.db;
-    const [oldKey, newKey] = [oldTopic.toLowerCase(), to.topic.toLowerCase()];
-    if (to.streamId === this.state.id && oldKey === newKey) return; // a change of case keeps the same row
-    const [rows, targetHadMessages] = await Promise.all([
-      db
-        .selectFrom("user_topics")
-        .select(["user_id", "stream_id", "topic_key", "visibility_policy"])
-        .where((eb) =>
-          eb.or([
-            eb.and([eb("stream_id", "=", this.state.id), eb("topic_key", "=", oldKey)]),
-            eb.and([eb("stream_id", "=", to.streamId), eb("topic_key", "=", newKey)]),
-          ]),
-        )
-        .execute(),
-      db
-        .selectFrom("messages")
-        .select("id")
-        .where("stream_id", "=", to.streamId)
-        .where(sql`lower(topic)`, "=", newKey)
-        .where("id", "not in", to.messageIds)
-        .limit(1)
-        .execute()
-        .then((found) => found.length > 0),
-    ]);
-    const policies = new Map<number, { old: number; target: number }>();
-    for (const r of rows) {
-      const entry = policies.get(r.user_id) ?? { old: VISIBILITY.inherit, target: VISIBILITY.inherit };
-      if (r.stream_id === this.state.id && r.topic_key === oldKey) entry.old = r.visibility_policy;
-      else entry.target = r.visibility_policy;
-      policies.set(r.user_id, entry);
-    }
-    const losing = new Set(losingAccess);
-    const set = (userId: number, streamId: number, topic: string, policy: number) =>
-      this.deps.system().ask<TopicVisibilitySet>(actorId(USER_TOPICS, userId), { op: "setVisibility", streamId, topic, policy } satisfies SetTopicVisibility);
-    await Promise.all(
-      [...policies].map(async ([userId, { old, target }]) => {
-        if (old !== VISIBILITY.inherit) await set(userId, this.state.id, oldTopic, VISIBILITY.inherit);
-        if (losing.has(userId)) return;
-        const next = targetHadMessages ? mostVisible(old, target) : old;
-        if (next !== target) await set(userId, to.streamId, to.topic, next);
-      }),
-    );
   }
 
   /**
@@ -546,8 +435,8 @@ export class ChannelActor extends Conversation {
       afterCommit: async () => {
         if (changesStream) await this.deps.system().ask(actorId(CHANNEL, destination.id), { op: "movedIn", maxId: Math.max(...messageIds) });
         // As Zulip decides it: change_all moves the whole topic; otherwise, whether the caller sees any message left.
-        wholeTopic = msg.propagateMode === "change_all" || !(await this.hasVisibleMessages(row.topic, msg.acting.id));
-        if (wholeTopic) await this.moveTopicPolicies(row.topic, { streamId: destination.id, topic, messageIds }, access.losingAccess);
+        wholeTopic = msg.propagateMode === "change_all" || !(await this.topicPolicies.hasVisibleMessages(row.topic, msg.acting.id));
+        if (wholeTopic) await this.topicPolicies.moveWholeTopic(row.topic, { streamId: destination.id, topic, messageIds }, access.losingAccess);
       },
       notices: () => this.moveNotices(msg, row.topic, { streamId: destination.id, topic, messageIds, resolveOnly, wholeTopic }),
     };

@@ -7,7 +7,7 @@ import type { Kysely, Selectable, Transaction } from "kysely";
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { Database, DraftTable } from "../runtime/store/schema.ts";
 import { USER_SETTINGS_DEFAULTS } from "./settings.ts";
-import { AUTOMATIC_POLICY } from "./user-topics.ts";
+import { AUTOMATIC_POLICY } from "./topic-policies.ts";
 import { isSubscribed } from "./reads.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;

@@ -10,49 +10,6 @@ import { USER, type SetTopicVisibility, type TopicVisibilitySet } from "./protoc
 /** Zulip's visibility policies. */
 export const VISIBILITY = { inherit: 0, muted: 1, unmuted: 2, followed: 3 } as const;
 
-/**
- * Zulip's values of the `automatically_follow_topics_policy` and `automatically_unmute_topics_in_muted_streams_policy`
- * user settings (UserProfile.AUTOMATICALLY_CHANGE_VISIBILITY_POLICY_*).
- */
-export const AUTOMATIC_POLICY = { onParticipation: 1, onSend: 2, onInitiation: 3, never: 4 } as const;
-
-/**
- * The policy a send gives the sender's topic, as Zulip decides it (zerver/lib/message.py
- * visibility_policy_for_send_message): following beats unmuting; sending is participating; starting the topic is
- * both; unmuting applies only in a muted channel. Undefined when the send changes nothing.
- */
-export function visibilityAfterSend(s: {
-  followPolicy: number;
-  unmutePolicy: number;
-  streamMuted: boolean;
-  current: number;
-  startsTopic: boolean;
-}): number | undefined {
-  if (s.current === VISIBILITY.followed) return undefined;
-  const applies = (setting: number) =>
-    setting === AUTOMATIC_POLICY.onSend || setting === AUTOMATIC_POLICY.onParticipation || (s.startsTopic && setting === AUTOMATIC_POLICY.onInitiation);
-  const policy = applies(s.followPolicy) ? VISIBILITY.followed : s.streamMuted && applies(s.unmutePolicy) ? VISIBILITY.unmuted : undefined;
-  return policy === s.current ? undefined : policy;
-}
-
-/** What reacting (participating without sending) does to a topic's policy: Zulip's visibility_policy_for_participation. */
-export function visibilityAfterParticipation(s: { followPolicy: number; unmutePolicy: number; streamMuted: boolean; current: number }): number | undefined {
-  if (s.current === VISIBILITY.followed) return undefined;
-  const policy =
-    s.followPolicy === AUTOMATIC_POLICY.onParticipation
-      ? VISIBILITY.followed
-      : s.streamMuted && s.unmutePolicy === AUTOMATIC_POLICY.onParticipation
-        ? VISIBILITY.unmuted
-        : undefined;
-  return policy === s.current ? undefined : policy;
-}
-
-/** The more visible of two policies (Zulip's get_visibility_policy_after_merge): followed, unmuted, inherit, muted. */
-export function mostVisible(a: number, b: number): number {
-  for (const policy of [VISIBILITY.followed, VISIBILITY.unmuted, VISIBILITY.inherit]) if (a === policy || b === policy) return policy;
-  return VISIBILITY.muted;
-}
-
 export class UserTopicsActor implements Actor {
   private readonly userId: number;
 
