@@ -5,9 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
-import { eventually, ids, messageApi, NOTIFICATION_BOT } from "../support/messages.ts";
-
-type User = Credentials & { id: number };
+import { eventually, ids, messageApi, NOTIFICATION_BOT, type User } from "../support/messages.ts";
 
 describe.each(ENGINES)("edits and moves on %s", (engine) => {
   let server: TestServer;
@@ -20,13 +18,10 @@ describe.each(ENGINES)("edits and moves on %s", (engine) => {
   let crowd: User[];
   const channels: Record<string, number> = {};
 
-  const { send, toChannel, get, patch, register, events, setRealm } = messageApi(() => server);
-  const subscribe = async (names: string[], principals: number[], extra: Record<string, unknown> = {}) => {
-    const res = await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: names.map((name) => ({ name })), principals, ...extra } });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const streams = (await api(server, "GET", "/streams", { as: owner })).body.streams;
-    for (const s of streams) channels[s.name] = s.stream_id;
-  };
+  const messages = messageApi(() => server);
+  const { toChannel, get, patch, register, events, setRealm } = messages;
+  const subscribe = async (names: string[], principals: number[], extra: Record<string, unknown> = {}) =>
+    Object.assign(channels, await messages.subscribe(owner, names, { principals, ...extra }));
   /** Channel settings written before the channel's actor first wakes (it reads them once). */
   const setChannelSettings = async (name: string, settings: Record<string, unknown>) => {
     const db = server.node.store.db;

@@ -4,7 +4,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
-import { ids, messageApi } from "../support/messages.ts";
+import { ids, messageApi, type User } from "../support/messages.ts";
 
 /** One past Number.MAX_SAFE_INTEGER: JSON and Number() would round it onto another id. */
 const PAST_2_53 = "9007199254740993";
@@ -12,9 +12,9 @@ const PAST_2_53 = "9007199254740993";
 describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
   let server: TestServer;
   let owner: Credentials;
-  let alice: Credentials & { id: number };
+  let alice: User;
 
-  const { send, toChannel, get, register, events } = messageApi(() => server);
+  const { send, toChannel, get, events, subscribe } = messageApi(() => server);
   const expectError = (res: { status: number; body: any }, msg: string | RegExp, code = "BAD_REQUEST") => {
     expect(res.status, JSON.stringify(res.body)).toBe(400);
     expect(res.body.code).toBe(code);
@@ -26,7 +26,7 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     owner = server.owner;
     alice = await createUser(server, "alice@example.com", "Alice");
     const ownerId = (await api(server, "GET", "/users/me", { as: owner })).body.user_id;
-    await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "general" }], principals: [ownerId, alice.id] } });
+    await subscribe(owner, ["general"], { principals: [ownerId, alice.id] });
   });
   afterAll(async () => server?.close());
 

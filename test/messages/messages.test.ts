@@ -5,9 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import crypto from "node:crypto";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
-import { eventually, ids, messageApi, NOTIFICATION_BOT as BOT } from "../support/messages.ts";
-
-type User = Credentials & { id: number };
+import { eventually, ids, messageApi, NOTIFICATION_BOT as BOT, type User } from "../support/messages.ts";
 
 describe.each(ENGINES)("messages on %s", (engine) => {
   let server: TestServer;
@@ -19,7 +17,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
   let general: number;
   let other: number;
 
-  const { send, toChannel, get, patch, register, events, setRealm } = messageApi(() => server);
+  const { send, toChannel, get, patch, register, events, setRealm, subscribe } = messageApi(() => server);
 
   beforeAll(async () => {
     server = await startTestServer(engine);
@@ -28,14 +26,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
     alice = await createUser(server, "alice@example.com", "Alice");
     bob = await createUser(server, "bob@example.com", "Bob");
     carol = await createUser(server, "carol@example.com", "Carol");
-    const subs = await api(server, "POST", "/users/me/subscriptions", {
-      as: owner,
-      params: { subscriptions: [{ name: "general" }, { name: "other" }], principals: [ownerId, alice.id, bob.id] },
-    });
-    expect(subs.status).toBe(200);
-    const streams = (await api(server, "GET", "/streams", { as: owner })).body.streams;
-    general = streams.find((s: any) => s.name === "general").stream_id;
-    other = streams.find((s: any) => s.name === "other").stream_id;
+    ({ general, other } = await subscribe(owner, ["general", "other"], { principals: [ownerId, alice.id, bob.id] }));
   });
   afterAll(async () => server?.close());
 
@@ -352,10 +343,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
 
     it("refuses channel wildcard mentions in large channels to members, not to administrators", async () => {
       const crowd = await Promise.all(Array.from({ length: 15 }, (_, i) => createUser(server, `crowd${i}@example.com`)));
-      await api(server, "POST", "/users/me/subscriptions", {
-        as: owner,
-        params: { subscriptions: [{ name: "crowded" }], principals: [ownerId, alice.id, ...crowd.map((u) => u.id)] },
-      });
+      await subscribe(owner, ["crowded"], { principals: [ownerId, alice.id, ...crowd.map((u) => u.id)] });
       const refused = await send(alice, { type: "stream", to: "crowded", topic: "t", content: "hey @**all**" });
       expect(refused.body).toMatchObject({ code: "STREAM_WILDCARD_MENTION_NOT_ALLOWED" });
       expect((await send(alice, { type: "stream", to: "crowded", topic: "t", content: "hey @_**all**" })).status).toBe(200);
@@ -371,14 +359,8 @@ describe.each(ENGINES)("messages on %s", (engine) => {
       const id = await toChannel(bob, "rude", "something rude");
       const off = await report(alice, id, { report_type: "harassment" });
       expect(off.body).toMatchObject({ code: "BAD_REQUEST", msg: "Moderation request channel must be specified to enable message reporting." });
-      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "moderation" }], invite_only: true } });
-      const modId = (await api(server, "GET", "/streams", { as: owner })).body.streams.find((s: any) => s.name === "moderation").stream_id;
-      const realm = await server.node.store.db.selectFrom("realms").select(["id", "settings"]).executeTakeFirstOrThrow();
-      await server.node.store.db
-        .updateTable("realms")
-        .set({ settings: JSON.stringify({ ...(realm.settings as object), realm_moderation_request_channel_id: modId }) })
-        .where("id", "=", realm.id)
-        .execute();
+      const { moderation } = await subscribe(owner, ["moderation"], { invite_only: true });
+      await setRealm({ realm_moderation_request_channel_id: moderation });
       expect((await report(alice, id, { report_type: "other" })).body.msg).toBe("For reason=other, an explanation must be provided.");
       expect((await report(alice, id, { report_type: "bogus" })).status).toBe(400);
       expect((await report(alice, id, { report_type: "spam", description: "x".repeat(1001) })).status).toBe(400);
@@ -424,8 +406,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
     });
 
     it("lists a channel's topics by recency, with access rules", async () => {
-      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "topics" }] } });
-      const channel = (await api(server, "GET", "/streams", { as: owner })).body.streams.find((s: any) => s.name === "topics").stream_id;
+      const { topics: channel } = await subscribe(owner, ["topics"]);
       await toChannel(owner, "older", "1", "topics");
       const newer = await toChannel(owner, "newer", "2", "topics");
       // Topics match case-insensitively and show the name of their latest message.

@@ -4,9 +4,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
-import { messageApi } from "../support/messages.ts";
-
-type User = Credentials & { id: number };
+import { messageApi, type User } from "../support/messages.ts";
 
 describe.each(ENGINES)("unreads and automatic topic visibility on %s", (engine) => {
   let server: TestServer;
@@ -16,7 +14,7 @@ describe.each(ENGINES)("unreads and automatic topic visibility on %s", (engine) 
   let general: number;
   let quiet: number;
 
-  const { send, toChannel, register, events } = messageApi(() => server);
+  const { send, toChannel, register, events, subscribe } = messageApi(() => server);
   const unreads = async (as: Credentials, capabilities: Record<string, unknown> = {}) => {
     const res = await api(server, "POST", "/register", {
       as,
@@ -47,14 +45,7 @@ describe.each(ENGINES)("unreads and automatic topic visibility on %s", (engine) 
     alice = await createUser(server, "alice@example.com", "Alice");
     bob = await createUser(server, "bob@example.com", "Bob");
     carol = await createUser(server, "carol@example.com", "Carol");
-    const subs = await api(server, "POST", "/users/me/subscriptions", {
-      as: server.owner,
-      params: { subscriptions: [{ name: "general" }, { name: "quiet" }], principals: [alice.id, bob.id, carol.id] },
-    });
-    expect(subs.status).toBe(200);
-    const streams = (await api(server, "GET", "/streams", { as: server.owner })).body.streams;
-    general = streams.find((s: any) => s.name === "general").stream_id;
-    quiet = streams.find((s: any) => s.name === "quiet").stream_id;
+    ({ general, quiet } = await subscribe(server.owner, ["general", "quiet"], { principals: [alice.id, bob.id, carol.id] }));
   });
   afterAll(async () => server?.close());
 
@@ -138,9 +129,7 @@ describe.each(ENGINES)("unreads and automatic topic visibility on %s", (engine) 
 
     // In a muted channel, with following off: sending unmutes (the default ON_SEND).
     await setSettings(alice, { automatically_follow_topics_policy: 4 });
-    await api(server, "POST", "/users/me/subscriptions", { as: alice, params: { subscriptions: [{ name: "muted room" }] } });
-    const streams = (await api(server, "GET", "/streams", { as: alice })).body.streams;
-    const room = streams.find((s: any) => s.name === "muted room").stream_id;
+    const { "muted room": room } = await subscribe(alice, ["muted room"]);
     await muteChannel(alice, room);
     const unmuted = await send(alice, { type: "stream", to: "muted room", topic: "t", content: "x" });
     expect(unmuted.body.automatic_new_visibility_policy).toBe(2);

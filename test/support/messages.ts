@@ -6,6 +6,8 @@
 import { expect } from "vitest";
 import { api, type Credentials, type TestServer } from "./server.ts";
 
+export type User = Credentials & { id: number };
+
 /** Notification Bot's e-mail: the sender of move, resolve and report notices. */
 export const NOTIFICATION_BOT = "notification-bot@zulip.com";
 
@@ -29,6 +31,16 @@ export function messageApi(server: () => TestServer) {
   const send = (as: Credentials, params: Record<string, unknown>) => api(server(), "POST", "/messages", { as, params });
   return {
     send,
+    /**
+     * Subscribe (others too, with `principals` in `params`) to channels, created if new; the ids of every channel
+     * the caller can see, by name.
+     */
+    subscribe: async (as: Credentials, names: string[], params: Record<string, unknown> = {}): Promise<Record<string, number>> => {
+      const res = await api(server(), "POST", "/users/me/subscriptions", { as, params: { subscriptions: names.map((name) => ({ name })), ...params } });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      const streams = (await api(server(), "GET", "/streams", { as })).body.streams as Array<{ name: string; stream_id: number }>;
+      return Object.fromEntries(streams.map((s) => [s.name, s.stream_id]));
+    },
     /** A channel message that must succeed; its id. */
     toChannel: async (as: Credentials, topic: string, content: string, to = "general") => {
       const res = await send(as, { type: "stream", to, topic, content });
