@@ -218,21 +218,24 @@ export class ChannelActor extends Conversation {
    * unmute settings, and the mentioned users' (followed, per automatically_follow_topics_where_mentioned).
    */
   private async sendAs(msg: SendToChannel): Promise<unknown> {
-    const policy = msg.automaticVisibility ? await this.visibilityAfterSend(msg.senderId, msg.topic) : undefined;
-    return this.send(msg, msg.topic, async (_id, mentions) => {
+    // A send of this topic still committing means this one does not start the topic. Everything else is decided
+    // after the commit, off this actor's turn, so the next send need not wait for it.
+    const afterInFlight = this.committing.has(msg.topic.toLowerCase());
+    return this.send(msg, msg.topic, async (id, mentions) => {
       const mentioned = [...mentions].filter(([, bits]) => bits & FLAG_BITS.mentioned).map(([user]) => user);
-      const [changed] = await Promise.all([
-        policy === undefined ? false : this.topicPolicies.raise(msg.senderId, msg.topic, policy),
+      const [policy] = await Promise.all([
+        msg.automaticVisibility ? this.applySenderPolicies(msg.senderId, msg.topic, id, afterInFlight) : undefined,
         mentioned.length ? this.topicPolicies.followWhereMentioned(mentioned, msg.topic) : undefined,
       ]);
-      return changed ? { automatic_new_visibility_policy: policy } : {};
+      return policy === undefined ? {} : { automatic_new_visibility_policy: policy };
     });
   }
 
-  /** What the sender's automatic follow / unmute settings make of this send (decided before it is stored). */
-  private async visibilityAfterSend(senderId: number, topic: string): Promise<number | undefined> {
-    const standing = await this.topicPolicies.standing(senderId, topic);
-    return visibilityAfterSend({ ...standing, startsTopic: !standing.topicExists && !this.committing.has(topic.toLowerCase()) });
+  /** The sender's automatic follow / unmute settings applied to their message `id`; the policy if it changed. */
+  private async applySenderPolicies(senderId: number, topic: string, id: number, afterInFlight: boolean): Promise<number | undefined> {
+    const standing = await this.topicPolicies.standing(senderId, topic, id);
+    const policy = visibilityAfterSend({ ...standing, startsTopic: !standing.topicExists && !afterInFlight });
+    return policy !== undefined && (await this.topicPolicies.raise(senderId, topic, policy)) ? policy : undefined;
   }
 
   /**

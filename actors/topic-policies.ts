@@ -70,17 +70,19 @@ export class TopicPolicies {
 
   /**
    * Where a user stands with a topic, in one query: their automatic follow / unmute settings, their policy for the
-   * topic, whether they muted the channel, and whether the topic has messages they can see.
+   * topic, whether they muted the channel, and whether the topic has messages they can see (older than
+   * `before`, when given: the message that asks).
    */
-  async standing(userId: number, topic: string): Promise<Standing> {
+  async standing(userId: number, topic: string, before?: number): Promise<Standing> {
     const { id } = this.channel();
     const key = topic.toLowerCase();
+    const older = before === undefined ? sql`` : sql`and m.id < ${before}`;
     const { rows } = await sql<{ settings: Partial<UserSettings> | null; current: number | null; stream_muted: boolean | null; topic_exists: boolean }>`
       select
         (select state from actor_snapshots where kind = ${USER_SETTINGS} and key = ${String(userId)}) as settings,
         (select visibility_policy from user_topics where user_id = ${userId} and stream_id = ${id} and topic_key = ${key}) as current,
         (select is_muted from subscriptions where user_id = ${userId} and stream_id = ${id} and active) as stream_muted,
-        exists (select 1 from messages m where m.stream_id = ${id} and lower(m.topic) = ${key} ${this.seenBy(userId)}) as topic_exists`.execute(this.deps.store.db);
+        exists (select 1 from messages m where m.stream_id = ${id} and lower(m.topic) = ${key} ${older} ${this.seenBy(userId)}) as topic_exists`.execute(this.deps.store.db);
     const row = rows[0]!;
     const settings = { ...USER_SETTINGS_DEFAULTS, ...row.settings };
     return {

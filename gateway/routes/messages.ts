@@ -16,7 +16,8 @@ import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS, truncate } from "../zulip.ts";
 
-const COUNT = { type: "integer", minimum: 0, maximum: LIMITS.max_messages_per_fetch } as const;
+/** num_before / num_after: their sum is capped, as in Zulip, with one message for both ("Too many messages requested"). */
+const COUNT = { type: "integer", minimum: 0 } as const;
 const PROPAGATE = { type: "string", enum: ["change_one", "change_later", "change_all"] } as const;
 
 /** `to` for a channel: JSON first (an int is an id; a string or one-element list is a name), else the raw name. */

@@ -66,6 +66,7 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     expectError(await get(alice, { num_before: -1 }), "num_before is too small");
     expectError(await get(alice, { num_after: "-5" }), "num_after is too small");
     expectError(await get(alice, { num_before: 3000, num_after: 2001 }), "Too many messages requested (maximum 5000).");
+    expectError(await get(alice, { num_before: 0, num_after: 5001 }), "Too many messages requested (maximum 5000).");
     expectError(await get(alice, { num_before: "1e3" }), "num_before is not an integer");
     expectError(await get(alice, { num_before: "100000000000000000000" }), "num_before is not an integer");
     expect((await get(alice, { num_before: 2500, num_after: 2500 })).status).toBe(200);

@@ -160,6 +160,12 @@ describe.each(ENGINES)("unreads and automatic topic visibility on %s", (engine) 
     await setSettings(bob, { automatically_follow_topics_policy: 3 });
   });
 
+  it("gives the start of a topic to one sender only, however close the sends", async () => {
+    const sends = await Promise.all([bob, carol, bob, carol].map((u, i) => send(u, { type: "stream", to: "general", topic: "photo finish", content: `${i}` })));
+    const starters = sends.filter((r) => r.body.automatic_new_visibility_policy === 3);
+    expect(starters.map((r) => r.body.id)).toEqual([Math.min(...sends.map((r) => r.body.id))]);
+  });
+
   it("makes the people mentioned follow the topic, unless they opted out or muted it", async () => {
     const q = await register(carol, ["user_topic"]);
     await toChannel(bob, "call for carol", `@**Carol** please look`);
