@@ -70,6 +70,11 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     expectError(await get(alice, { num_before: "1e3" }), "num_before is not an integer");
     expectError(await get(alice, { num_before: "100000000000000000000" }), "num_before is not an integer");
     expect((await get(alice, { num_before: 2500, num_after: 2500 })).status).toBe(200);
+    for (const anchor of ["-1", "1.5", " 12", "0x10", ""]) expectError(await get(alice, { anchor }), "Invalid anchor");
+    expectError(await get(alice, { include_anchor: "yes" }), "include_anchor is not a boolean");
+    const tooMany = JSON.stringify(Array.from({ length: 5001 }, (_, i) => i + 1));
+    expectError(await api(server, "GET", "/messages", { as: alice, params: { message_ids: tooMany } }), /message_ids/);
+    expectError(await api(server, "GET", "/messages", { as: alice, params: { message_ids: '[1, "x"]' } }), /message_ids/);
   });
 
   it("answers a narrow of thousands of operators with a quick BAD_NARROW, in both forms", async () => {
@@ -88,6 +93,9 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     expectError(await send(alice, { type: "stream", to: "general", topic: "t", content: "a\u0000b" }), /NULL/);
     expectError(await send(alice, { type: "stream", to: "general", topic: "a\u0000b", content: "x" }), /NULL/);
     expectError(await send(alice, { type: "stream", to: "general", topic: "t", content: " \n " }), "Message must not be empty");
+    // Inside JSON a NUL is spelled \u0000: still refused, before any query sees it.
+    expectError(await get(alice, { narrow: [{ operator: "search", operand: "a\u0000b" }] }), /NULL/);
+    expectError(await send(alice, { type: "direct", to: ["nobody\u0000@example.com"], content: "x" }), /NULL/);
     const long = await send(alice, { type: "stream", to: "general", topic: "t".repeat(100), content: "c".repeat(20_000) });
     expect(long.status).toBe(200);
     const [m] = (await get(alice, { narrow: [{ operator: "id", operand: long.body.id }] })).body.messages;
@@ -97,6 +105,7 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     const id = long.body.id;
     const template = "/messages/{message_id}";
     expectError(await api(server, "PATCH", `/messages/${id}`, { as: alice, params: { content: "\u0000" }, template }), /NULL/);
+    expectError(await api(server, "PATCH", `/messages/${id}`, { as: alice, params: { topic: "a\u0000" }, template }), /NULL/);
     const edited = await api(server, "PATCH", `/messages/${id}`, { as: alice, params: { topic: "u".repeat(61) }, template });
     expect(edited.status).toBe(200);
     expect((await get(alice, { narrow: [{ operator: "id", operand: id }] })).body.messages[0].subject).toBe("u".repeat(57) + "...");
