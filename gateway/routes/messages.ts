@@ -3,7 +3,6 @@
  * decode and check the request, find the actor owning the conversation, and ask it; reads go to actors/reads.ts.
  */
 import { randomUUID } from "node:crypto";
-import { sql } from "kysely";
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { CHANNEL, DM, FLAGS, type Acting, type Edited, type PropagateMode, type Sent, type SendToDm, type UpdatedFlags } from "../../actors/protocol.ts";
@@ -11,7 +10,7 @@ import { dmKey } from "../../actors/dm.ts";
 import { checkEditableFlag } from "../../actors/flags.ts";
 import { parseNarrow } from "../../actors/narrow.ts";
 import { MAX_REPORT_DESCRIPTION, moderationChannel, REPORT_TYPES, reportNotice } from "../../actors/reports.ts";
-import { EMPTY_TOPIC_DISPLAY_NAME, fetchMessages, readableMessage, readableMessages, requireStream, type UserRow } from "../../actors/reads.ts";
+import { EMPTY_TOPIC_DISPLAY_NAME, fetchMessages, readableMessage, readableMessages, requireStream, usersByRef, type UserRow } from "../../actors/reads.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS, truncate } from "../zulip.ts";
@@ -38,16 +37,9 @@ function directRefs(to: unknown): Array<number | string> {
 
 /** The active users named, in the caller's realm; Zulip's errors for unknown ids and e-mails. */
 export async function directRecipients(services: Services, caller: UserRow, refs: Array<number | string>): Promise<number[]> {
-  const ids = refs.filter((r): r is number => typeof r === "number");
-  const emails = refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase());
-  const rows = await services.store.db
-    .selectFrom("users")
-    .select(["id", "delivery_email", "is_active"])
-    .where("realm_id", "=", caller.realm_id)
-    .where((eb) => eb.or([...(ids.length ? [eb("id", "in", ids)] : []), ...(emails.length ? [eb(sql`lower(delivery_email)`, "in", emails)] : []), eb.lit(false)]))
-    .execute();
-  return refs.map((r) => {
-    const row = rows.find((u) => (typeof r === "number" ? u.id === r : u.delivery_email.toLowerCase() === r.toLowerCase()));
+  const rows = await usersByRef(services.store.db, caller.realm_id, refs);
+  return refs.map((r, i) => {
+    const row = rows[i];
     if (!row || !row.is_active) throw errors.badRequest(typeof r === "number" ? `Invalid user ID ${r}` : `Invalid email '${r}'`);
     return row.id;
   });

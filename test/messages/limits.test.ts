@@ -77,6 +77,15 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     expectError(await api(server, "GET", "/messages", { as: alice, params: { message_ids: '[1, "x"]' } }), /message_ids/);
   });
 
+  it("answers recipient and user lists of any length without a 500", async () => {
+    const huge = Array.from({ length: 70_000 }, (_, i) => i + 1_000_000);
+    expectError(await send(alice, { type: "direct", to: huge, content: "x" }), "Invalid user ID 1000000");
+    const emails = huge.map((i) => `u${i}@example.com`);
+    expectError(await send(alice, { type: "direct", to: emails, content: "x" }), "Invalid email 'u1000000@example.com'");
+    const narrow = [{ operator: "dm", operand: huge.slice(0, 5000) }];
+    expectError(await get(alice, { narrow }), "Invalid narrow operator: unknown user", "BAD_NARROW");
+  });
+
   it("answers a narrow of thousands of operators with a quick BAD_NARROW, in both forms", async () => {
     const many = Array.from({ length: 5000 }, (_, i) => ({ operator: "search", operand: `word${i}` }));
     const started = Date.now();
