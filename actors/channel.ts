@@ -14,7 +14,7 @@ import { ROLE } from "./groups.ts";
 import { isModerator, messageRules, pastLimit, topicPolicyError, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
-import { subscriptionsOf } from "./reads.ts";
+import { subscriptionsOf, topicHasOtherMessages } from "./reads.ts";
 import {
   CHANNEL,
   USER,
@@ -155,18 +155,10 @@ export class ChannelActor extends Conversation {
     const oldLocation = `#**${this.state.name}>${oldTopic}**`;
     const newLocation = `#**${destName}>${to.topic}**`;
     const count = to.messageIds.length;
-    const already = await db
-      .selectFrom("messages")
-      .select("id")
-      .where("stream_id", "=", to.streamId)
-      .where(sql`lower(topic)`, "=", to.topic.toLowerCase())
-      .where("id", "not in", to.messageIds)
-      .limit(1)
-      .execute();
     const wholeTopic = to.wholeTopic;
     if (msg.notifyNewThread) {
       const text =
-        wholeTopic && !already.length
+        wholeTopic && !(await topicHasOtherMessages(db, to.streamId, to.topic, to.messageIds))
           ? `This topic was moved here from ${oldLocation} by ${user}.`
           : count === 1
             ? `A message was moved here from ${oldLocation} by ${user}.`

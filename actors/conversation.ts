@@ -468,14 +468,20 @@ async function setMentionFlags(trx: Transaction<Database>, messageId: number, me
   }
 }
 
-/** The flag rows a move to another channel takes away and hands out, in the move's transaction. */
+/**
+ * The flag rows a move to another channel takes away and hands out, in the move's transaction. Users and messages
+ * go as arrays: a large topic times a large channel stays one statement of two parameters.
+ */
 async function applyAccessChange(trx: Transaction<Database>, move: MovePlan): Promise<void> {
+  const messages = sql`${sql.val(move.messageIds)}::bigint[]`;
   if (move.dropFlagsOf.length) {
-    await trx.deleteFrom("user_messages").where("user_id", "in", move.dropFlagsOf).where("message_id", "in", move.messageIds).execute();
+    await sql`delete from user_messages where user_id = any(${sql.val(move.dropFlagsOf)}::int[]) and message_id = any(${messages})`.execute(trx);
   }
   if (move.readFlagsFor.length) {
-    const rows = move.readFlagsFor.flatMap((user_id) => move.messageIds.map((message_id) => ({ user_id, message_id, flags: FLAG_BITS.read })));
-    await trx.insertInto("user_messages").values(rows).onConflict((c) => c.columns(["user_id", "message_id"]).doNothing()).execute();
+    await sql`
+      insert into user_messages (user_id, message_id, flags)
+      select u, m, ${FLAG_BITS.read} from unnest(${sql.val(move.readFlagsFor)}::int[]) u cross join unnest(${messages}) m
+      on conflict (user_id, message_id) do nothing`.execute(trx);
   }
 }
 
@@ -484,6 +490,6 @@ async function prependHistory(trx: Transaction<Database>, ids: number[], entry: 
   await trx
     .updateTable("messages")
     .set({ ...set, edit_history: sql`jsonb_build_array(${JSON.stringify(entry)}::jsonb) || coalesce(edit_history, '[]'::jsonb)` } as any)
-    .where("id", "in", ids)
+    .where(sql<boolean>`id = any(${sql.val(ids)}::bigint[])`)
     .execute();
 }

@@ -548,6 +548,15 @@ export async function readableMessages(db: DB, user: UserRow, ids: number[]) {
     .execute();
 }
 
+/** Whether a channel's topic has messages besides `except` (say, the ones just moved into it). */
+export async function topicHasOtherMessages(db: DB, streamId: number, topic: string, except: number[]): Promise<boolean> {
+  const { rows } = await sql`
+    select 1 from messages
+    where stream_id = ${streamId} and lower(topic) = ${topic.toLowerCase()} and id <> all(${sql.val(except)}::bigint[])
+    limit 1`.execute(db);
+  return rows.length > 0;
+}
+
 /** Whether the user has an active subscription to the channel. */
 export async function isSubscribed(db: DB, userId: number, streamId: number): Promise<boolean> {
   const row = await db

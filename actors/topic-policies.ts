@@ -8,6 +8,7 @@ import { sql } from "kysely";
 import { actorId } from "../runtime/actor.ts";
 import type { ActorDeps } from "./deps.ts";
 import { USER_TOPICS, type SetTopicVisibility, type TopicVisibilitySet } from "./protocol.ts";
+import { topicHasOtherMessages } from "./reads.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 import { VISIBILITY } from "./user-topics.ts";
 
@@ -146,15 +147,7 @@ export class TopicPolicies {
           ]),
         )
         .execute(),
-      db
-        .selectFrom("messages")
-        .select("id")
-        .where("stream_id", "=", to.streamId)
-        .where(sql`lower(topic)`, "=", newKey)
-        .where("id", "not in", to.messageIds)
-        .limit(1)
-        .execute()
-        .then((found) => found.length > 0),
+      topicHasOtherMessages(db, to.streamId, to.topic, to.messageIds),
     ]);
     const policies = new Map<number, { old: number; target: number }>();
     for (const r of rows) {
