@@ -26,7 +26,9 @@ import {
   type SendToChannel,
   type SubscribeResult,
 } from "./protocol.ts";
+import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "./settings.ts";
 import { TopicPolicies, visibilityAfterParticipation, visibilityAfterSend } from "./topic-policies.ts";
+import { VISIBILITY } from "./user-topics.ts";
 import { ensureSystemBot, NOTIFICATION_BOT } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
@@ -143,12 +145,14 @@ export class ChannelActor extends Conversation {
   ): Promise<void> {
     const db = this.deps.store.db;
     const user = `@_**${msg.acting.full_name}|${msg.acting.id}**`;
-    const notify = (streamId: number, topic: string, content: string) =>
-      this.deps.system().tell(actorId(CHANNEL, streamId), { op: "notify", topic, content } satisfies Notify);
+    // Every notice starts read for the one who moved (Zulip's mark_as_read_for_acting_user).
+    const notify = (streamId: number, topic: string, content: string, unreadOnlyFor?: number[]) =>
+      this.deps.system().tell(actorId(CHANNEL, streamId), { op: "notify", topic, content, readFor: [msg.acting.id], unreadOnlyFor } satisfies Notify);
     if (to.resolveOnly) {
       if (await this.undoResolveNotice(to.topic)) return;
       const resolved = to.topic.startsWith(RESOLVED_TOPIC_PREFIX);
-      await notify(this.state.id, to.topic, `${user} has marked this topic as ${resolved ? "resolved" : "unresolved"}.`);
+      const text = `${user} has marked this topic as ${resolved ? "resolved" : "unresolved"}.`;
+      await notify(this.state.id, to.topic, text, await this.resolveNoticeUnreadFor(to.topic));
       return;
     }
     const destName = to.streamId === this.state.id ? this.state.name : (await db.selectFrom("streams").select("name").where("id", "=", to.streamId).executeTakeFirstOrThrow()).name;
@@ -195,6 +199,26 @@ export class ChannelActor extends Conversation {
     if (!last || !isNotice || Date.now() / 1000 - last.date_sent > RESOLVE_UNDO_GRACE_SECONDS) return false;
     await this.removeMessage(last);
     return true;
+  }
+
+  /**
+   * Who gets a resolve notice unread, per their resolved_topic_notice_auto_read_policy (Zulip's
+   * get_unread_user_ids_for_resolved_topic_notifications): "never" (auto-read), everyone; "except_followed", the
+   * default, those who follow the topic (its policies have moved with it by now); "always", nobody.
+   */
+  private async resolveNoticeUnreadFor(topic: string): Promise<number[]> {
+    const { rows } = await sql<{ id: number }>`
+      select s.user_id as id from subscriptions s
+      join users u on u.id = s.user_id
+      left join actor_snapshots a on a.kind = ${USER_SETTINGS} and a.key = s.user_id::text
+      left join user_topics ut on ut.user_id = s.user_id and ut.stream_id = s.stream_id and ut.topic_key = ${topic.toLowerCase()}
+      where s.stream_id = ${this.state.id} and s.active and u.is_active and not u.is_bot
+        and case coalesce(a.state ->> 'resolved_topic_notice_auto_read_policy', ${USER_SETTINGS_DEFAULTS.resolved_topic_notice_auto_read_policy})
+          when 'never' then true
+          when 'except_followed' then coalesce(ut.visibility_policy = ${VISIBILITY.followed}, false)
+          else false
+        end`.execute(this.deps.store.db);
+    return rows.map((r) => r.id);
   }
 
   /** The channel's topic policy for a send; the realm's settings are read only when they can matter. */
@@ -245,7 +269,17 @@ export class ChannelActor extends Conversation {
   private async notify(msg: Notify): Promise<unknown> {
     const bot = await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId);
     return this.send(
-      { op: "send", senderId: bot.id, sender: { email: bot.email, full_name: bot.full_name }, content: msg.content, client: "Internal", sendKey: randomUUID(), readBySender: true },
+      {
+        op: "send",
+        senderId: bot.id,
+        sender: { email: bot.email, full_name: bot.full_name },
+        content: msg.content,
+        client: "Internal",
+        sendKey: randomUUID(),
+        readBySender: true,
+        readFor: msg.readFor,
+        unreadOnlyFor: msg.unreadOnlyFor,
+      },
       msg.topic,
     );
   }

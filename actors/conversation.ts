@@ -138,7 +138,13 @@ export abstract class Conversation implements Actor {
       client: msg.client,
     };
     const senderFlags = (msg.readBySender ? FLAG_BITS.read : 0) | (mentions.get(msg.senderId) ?? 0);
-    const flagsOf = (user: number) => (user === msg.senderId ? senderFlags : (mentions.get(user) ?? 0));
+    // Notification Bot's notices start read for some (see SendToChannel): the usual recipient's flags, and theirs.
+    const readByDefault = msg.unreadOnlyFor !== undefined;
+    const readFor = new Set(msg.readFor);
+    const unreadFor = new Set(msg.unreadOnlyFor);
+    const startsRead = (user: number) => readFor.has(user) || (readByDefault && !unreadFor.has(user));
+    const flagsOf = (user: number) =>
+      user === msg.senderId ? senderFlags : (mentions.get(user) ?? 0) | (startsRead(user) ? FLAG_BITS.read : 0);
     const rows = recipients.map((user_id) => ({ user_id, flags: flagsOf(user_id) }));
     // The turn ends here: the next send may take its id while this one commits (the store batches them).
     const topicKey = topic.toLowerCase();
@@ -167,8 +173,10 @@ export abstract class Conversation implements Actor {
         const delivery: DeliverMessage = {
           op: "deliverMessage",
           message: storedId === id ? record : { ...record, id: storedId },
-          flags: [],
-          flagsFor: Object.fromEntries([...new Set([msg.senderId, ...mentions.keys()])].map((u) => [u, flagList(flagsOf(u))])),
+          flags: readByDefault ? ["read"] : [],
+          flagsFor: Object.fromEntries(
+            [...new Set([msg.senderId, ...mentions.keys(), ...readFor, ...unreadFor])].map((u) => [u, flagList(flagsOf(u))]),
+          ),
           queueId: msg.queueId,
           localId: msg.localId,
         };

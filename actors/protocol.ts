@@ -69,6 +69,10 @@ export interface SendToChannel {
   readBySender: boolean;
   /** The sender is a person, not a bot: Zulip's automatic follow / unmute settings apply to their topic. */
   automaticVisibility?: boolean;
+  /** Recipients for whom the message starts read (Zulip's mark_as_read_for_acting_user on notices). */
+  readFor?: number[];
+  /** When given, the only recipients for whom it starts unread (Zulip's limit_unread_user_ids). */
+  unreadOnlyFor?: number[];
 }
 export interface Sent {
   id: number;
@@ -135,6 +139,8 @@ export interface Notify {
   op: "notify";
   topic: string;
   content: string;
+  readFor?: number[];
+  unreadOnlyFor?: number[];
 }
 
 export type ConversationMessage = EditMessage | DeleteMessage | React;

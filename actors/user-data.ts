@@ -65,6 +65,7 @@ export const SETTING_RULES: Record<string, (v: unknown) => boolean> = {
   automatically_follow_topics_policy: oneOf(...Object.values(AUTOMATIC_POLICY)),
   automatically_unmute_topics_in_muted_streams_policy: oneOf(...Object.values(AUTOMATIC_POLICY)),
   automatically_follow_topics_where_mentioned: isBool,
+  resolved_topic_notice_auto_read_policy: oneOf("always", "except_followed", "never"),
   ...Object.fromEntries(
     [
       "enable_stream_desktop_notifications",

@@ -32,8 +32,15 @@ describe.each(ENGINES)("edits and moves on %s", (engine) => {
       .where("id", "=", channels[name]!)
       .execute();
   };
-  const flagsOf = async (user: User, messageId: number) =>
-    (await server.node.store.db.selectFrom("user_messages").select("flags").where("user_id", "=", user.id).where("message_id", "=", messageId).executeTakeFirst())?.flags;
+  const flagsOf = async (user: User | number, messageId: number) =>
+    (
+      await server.node.store.db
+        .selectFrom("user_messages")
+        .select("flags")
+        .where("user_id", "=", typeof user === "number" ? user : user.id)
+        .where("message_id", "=", messageId)
+        .executeTakeFirst()
+    )?.flags;
   const botMessages = async (channel: string, topic: string) =>
     (await get(owner, { narrow: [{ operator: "channel", operand: channel }, { operator: "topic", operand: topic }] })).body.messages.filter(
       (m: any) => m.sender_email === NOTIFICATION_BOT,
@@ -123,6 +130,24 @@ describe.each(ENGINES)("edits and moves on %s", (engine) => {
       `@_**Alice|${alice.id}** has marked this topic as resolved.`,
       `@_**Alice|${alice.id}** has marked this topic as unresolved.`,
     ]);
+  });
+
+  it("starts notices read for the mover, and resolve notices unread only for followers (or those who ask)", async () => {
+    const id = await toChannel(alice, "tidy", "x");
+    await api(server, "POST", "/user_topics", { as: bob, params: { stream_id: channels.general, topic: "tidy", visibility_policy: 3 } });
+    expect((await api(server, "PATCH", "/settings", { as: guest, params: { resolved_topic_notice_auto_read_policy: "never" } })).status).toBe(200);
+    expect((await patch(alice, id, { topic: "✔ tidy", propagate_mode: "change_all" })).status).toBe(200);
+    expect(await eventually(async () => (await botMessages("general", "✔ tidy")).length === 1)).toBe(true);
+    const [resolved] = await botMessages("general", "✔ tidy");
+    const READ = 1;
+    // Alice follows the topic she started, but she resolved it.
+    expect([await flagsOf(alice, resolved.id), await flagsOf(bob, resolved.id), await flagsOf(guest, resolved.id), await flagsOf(ownerId, resolved.id)]).toEqual([READ, 0, 0, READ]);
+    // A breadcrumb is unread for everyone but the mover.
+    expect((await patch(alice, id, { topic: "tidied", propagate_mode: "change_all", send_notification_to_new_thread: true })).status).toBe(200);
+    expect(await eventually(async () => (await botMessages("general", "tidied")).length === 2)).toBe(true);
+    const crumb = (await botMessages("general", "tidied"))[1];
+    expect([await flagsOf(alice, crumb.id), await flagsOf(ownerId, crumb.id)]).toEqual([READ, 0]);
+    expect((await api(server, "PATCH", "/settings", { as: guest, params: { resolved_topic_notice_auto_read_policy: "sometimes" } })).status).toBe(400);
   });
 
   it("moves topic visibility with a whole topic, merging into a topic that has messages", async () => {
