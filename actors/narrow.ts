@@ -61,6 +61,8 @@ export function parseNarrow(raw: unknown): Narrow {
     // dm takes a list of user ids too; every other operand is a string or an id.
     const listOk = op === "dm" && Array.isArray(operand) && operand.length > 0 && operand.every(isId);
     if (!listOk && typeof operand !== "string" && !isId(operand)) throw badNarrow(`Invalid narrow operand for ${operator}`);
+    // JSON can spell a NUL (\u0000), which no query may see.
+    if (typeof operand === "string" && operand.includes("\u0000")) throw badNarrow(`Invalid narrow operand for ${operator}: contains NULL (0x00) characters`);
     if (op === "is" && !IS_OPERANDS.has(String(operand))) throw badNarrow(`Invalid narrow operator: unknown 'is' operand ${operand}`);
     if (op === "has" && !HAS_OPERANDS.has(String(operand))) throw badNarrow(`Invalid narrow operator: unknown 'has' operand ${operand}`);
     if (op === "channels" && operand !== "public") throw badNarrow(`Invalid narrow operator: unknown 'channels' operand ${operand}`);

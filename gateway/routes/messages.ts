@@ -22,9 +22,16 @@ const PROPAGATE = { type: "string", enum: ["change_one", "change_later", "change
 /** `to` for a channel: JSON first (an int is an id; a string or one-element list is a name), else the raw name. */
 function channelRef(to: unknown): { id?: number; name?: string } {
   const value = Array.isArray(to) ? (to.length === 1 ? to[0] : undefined) : to;
+  refuseNullBytes(to);
   if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) return { id: value };
   if (typeof value === "string" && value.trim()) return { name: value.trim() };
   throw errors.badRequest("Invalid channel: 'to' must be one channel name or id");
+}
+
+/** A NUL inside JSON text (`\u0000`) passes the raw-text check; Postgres would refuse it in a query. */
+function refuseNullBytes(to: unknown): void {
+  const strings = Array.isArray(to) ? to : [to];
+  if (strings.some((s) => typeof s === "string" && s.includes("\u0000"))) throw errors.badRequest("to contains NULL (0x00) characters.");
 }
 
 /** `to` for a direct message: a JSON list of ids or e-mails, one id, or comma-separated e-mails. */
@@ -32,6 +39,7 @@ function directRefs(to: unknown): Array<number | string> {
   const list = Array.isArray(to) ? to : typeof to === "number" ? [to] : String(to).split(",");
   const refs = list.map((r) => (typeof r === "string" ? r.trim() : r)).filter((r) => r !== "");
   if (!refs.length) throw errors.badRequest("Message must have recipients");
+  refuseNullBytes(refs);
   return refs as Array<number | string>;
 }
 

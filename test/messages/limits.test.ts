@@ -103,8 +103,9 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     expectError(await send(alice, { type: "stream", to: "general", topic: "a\u0000b", content: "x" }), /NULL/);
     expectError(await send(alice, { type: "stream", to: "general", topic: "t", content: " \n " }), "Message must not be empty");
     // Inside JSON a NUL is spelled \u0000: still refused, before any query sees it.
-    expectError(await get(alice, { narrow: [{ operator: "search", operand: "a\u0000b" }] }), /NULL/);
+    expectError(await get(alice, { narrow: [{ operator: "search", operand: "a\u0000b" }] }), /NULL/, "BAD_NARROW");
     expectError(await send(alice, { type: "direct", to: ["nobody\u0000@example.com"], content: "x" }), /NULL/);
+    expectError(await send(alice, { type: "stream", to: ["gen\u0000eral"], topic: "t", content: "x" }), /NULL/);
     const long = await send(alice, { type: "stream", to: "general", topic: "t".repeat(100), content: "c".repeat(20_000) });
     expect(long.status).toBe(200);
     const [m] = (await get(alice, { narrow: [{ operator: "id", operand: long.body.id }] })).body.messages;
