@@ -8,16 +8,34 @@ import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
 import { actorId } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
-import { Conversation, type MovePlan, type StoredMessage } from "./conversation.ts";
-import { isModerator, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
+import { Conversation, type AccessChange, type MovePlan, type StoredMessage } from "./conversation.ts";
+import { FLAG_BITS } from "./flags.ts";
+import { ROLE } from "./groups.ts";
+import { isModerator, messageRules, pastLimit, topicPolicyError, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
-import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, type StreamRow, type SubscriptionColumns } from "./reads.ts";
+import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, topicHasOtherMessages, type StreamRow, type SubscriptionColumns } from "./reads.ts";
 import { lowestRoleSeeing, subscriberListWatchers } from "./channel-access.ts";
 import { inGroupSetting, systemGroups, type GroupSettingValue } from "./groups.ts";
-import { CHANNEL, USER, type ChannelMessage, type EditMessage, type SendToChannel, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateChannel, type UpdateSubscription } from "./protocol.ts";
+import {
+  CHANNEL,
+  USER,
+  type Acting,
+  type ChannelMessage,
+  type EditMessage,
+  type MovedIn,
+  type Notify,
+  type SendToChannel,
+  type SubscribeResult,
+  type UnsubscribeResult,
+  type UpdateChannel,
+  type UpdateSubscription,
+} from "./protocol.ts";
 import { renderMarkdown } from "./message-format.ts";
-import { ensureSystemBot } from "./system-bots.ts";
+import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "./settings.ts";
+import { TopicPolicies, visibilityAfterParticipation, visibilityAfterSend } from "./topic-policies.ts";
+import { VISIBILITY } from "./user-topics.ts";
+import { ensureSystemBot, NOTIFICATION_BOT } from "./system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
 const COLORS = ["#76ce90", "#fae589", "#a6c7e5", "#e79ab5", "#bfd56f", "#f4ae55", "#b0a5fd", "#addfe5", "#f5ce6e", "#c2726a", "#94c849", "#bd86e5"];
@@ -34,6 +52,10 @@ function sameGroupSetting(a: unknown, b: unknown): boolean {
       : JSON.stringify(v);
   return canonical(a) === canonical(b);
 }
+/** Zulip's RESOLVE_TOPIC_UNDO_GRACE_PERIOD_SECONDS. */
+const RESOLVE_UNDO_GRACE_SECONDS = 60;
+/** Notification Bot's (un)resolve notice, as moveNotices words it. */
+const RESOLVE_NOTICE = /^@_\*\*[^*]+\*\* has marked this topic as (?:un)?resolved\.$/;
 
 /** Zulip's recipient type for a channel. */
 export const RECIPIENT_STREAM = 2;
@@ -54,6 +76,7 @@ export class ChannelActor extends Conversation {
   private readonly publicListeners = new Set<number>();
   /** The realm's "role:everyone" group: a can_send_message_group that needs no membership check. */
   private everyoneGroup?: number;
+  private readonly topicPolicies = new TopicPolicies(this.deps, () => ({ id: this.state.id, historyPublic: this.state.historyPublic }));
 
   async activate(): Promise<void> {
     const db = this.deps.store.db;
@@ -120,7 +143,7 @@ export class ChannelActor extends Conversation {
       case "updateChannel":
         return this.updateChannel(msg);
       case "send":
-        return this.checkSend(msg).then(() => this.send(msg, msg.topic));
+        return this.checkSend(msg).then(() => this.sendAs(msg));
       case "movedIn":
         return this.movedIn(msg);
       case "notify":
@@ -160,33 +183,31 @@ export class ChannelActor extends Conversation {
    * `send_notification_to_new_thread` is false) and in the old one (if `send_notification_to_old_thread`).
    * They are told, not asked: a notice to this very channel is a later turn of this actor.
    */
-  private async moveNotices(msg: EditMessage, oldTopic: string, to: { streamId: number; topic: string; messageIds: number[]; resolveOnly: boolean }): Promise<void> {
+  private async moveNotices(
+    msg: EditMessage,
+    oldTopic: string,
+    to: { streamId: number; topic: string; messageIds: number[]; resolveOnly: boolean; wholeTopic: boolean },
+  ): Promise<void> {
     const db = this.deps.store.db;
     const user = `@_**${msg.acting.full_name}|${msg.acting.id}**`;
-    const notify = (streamId: number, topic: string, content: string) =>
-      this.deps.system().tell(actorId(CHANNEL, streamId), { op: "notify", topic, content } satisfies Notify);
+    // Every notice starts read for the one who moved (Zulip's mark_as_read_for_acting_user).
+    const notify = (streamId: number, topic: string, content: string, unreadOnlyFor?: number[]) =>
+      this.deps.system().tell(actorId(CHANNEL, streamId), { op: "notify", topic, content, readFor: [msg.acting.id], unreadOnlyFor } satisfies Notify);
     if (to.resolveOnly) {
+      if (await this.undoResolveNotice(to.topic)) return;
       const resolved = to.topic.startsWith(RESOLVED_TOPIC_PREFIX);
-      await notify(this.state.id, to.topic, `${user} has marked this topic as ${resolved ? "resolved" : "unresolved"}.`);
+      const text = `${user} has marked this topic as ${resolved ? "resolved" : "unresolved"}.`;
+      await notify(this.state.id, to.topic, text, await this.resolveNoticeUnreadFor(to.topic));
       return;
     }
     const destName = to.streamId === this.state.id ? this.state.name : (await db.selectFrom("streams").select("name").where("id", "=", to.streamId).executeTakeFirstOrThrow()).name;
     const oldLocation = `#**${this.state.name}>${oldTopic}**`;
     const newLocation = `#**${destName}>${to.topic}**`;
     const count = to.messageIds.length;
-    const left = await db.selectFrom("messages").select("id").where("recipient_id", "=", this.recipientId).where(sql`lower(topic)`, "=", oldTopic.toLowerCase()).limit(1).execute();
-    const already = await db
-      .selectFrom("messages")
-      .select("id")
-      .where("stream_id", "=", to.streamId)
-      .where(sql`lower(topic)`, "=", to.topic.toLowerCase())
-      .where("id", "not in", to.messageIds)
-      .limit(1)
-      .execute();
-    const wholeTopic = left.length === 0;
+    const wholeTopic = to.wholeTopic;
     if (msg.notifyNewThread) {
       const text =
-        wholeTopic && !already.length
+        wholeTopic && !(await topicHasOtherMessages(db, to.streamId, to.topic, to.messageIds))
           ? `This topic was moved here from ${oldLocation} by ${user}.`
           : count === 1
             ? `A message was moved here from ${oldLocation} by ${user}.`
@@ -221,29 +242,106 @@ export class ChannelActor extends Conversation {
   }
 
   /**
-   * The channel's topics_policy (or, when it inherits, the realm's topics_policy / mandatory_topics): whether the
-   * empty topic ("general chat") may, must or must not be used.
+   * Zulip's grace period for an accidental (un)resolve (maybe_delete_previous_resolve_topic_notification): when the
+   * topic's last message is the (un)resolved notice, less than a minute old, toggling back deletes that notice
+   * instead of adding another. Zulip marks those notices with a message type; here they are Notification Bot's
+   * messages with the notice's wording.
    */
+  private async undoResolveNotice(topic: string): Promise<boolean> {
+    const last = await this.deps.store.db
+      .selectFrom("messages")
+      .innerJoin("users", "users.id", "messages.sender_id")
+      .select(["messages.id", "messages.stream_id", "messages.topic", "messages.content", "messages.date_sent", "users.delivery_email"])
+      .where("messages.stream_id", "=", this.state.id)
+      .where(sql`lower(messages.topic)`, "=", topic.toLowerCase())
+      .orderBy("messages.id", "desc")
+      .limit(1)
+      .executeTakeFirst();
+    const isNotice = last?.delivery_email === NOTIFICATION_BOT.email && RESOLVE_NOTICE.test(last.content);
+    if (!last || !isNotice || Date.now() / 1000 - last.date_sent > RESOLVE_UNDO_GRACE_SECONDS) return false;
+    await this.removeMessage(last);
+    return true;
+  }
+
+  /**
+   * Who gets a resolve notice unread, per their resolved_topic_notice_auto_read_policy (Zulip's
+   * get_unread_user_ids_for_resolved_topic_notifications): "never" (auto-read), everyone; "except_followed", the
+   * default, those who follow the topic (its policies have moved with it by now); "always", nobody.
+   */
+  private async resolveNoticeUnreadFor(topic: string): Promise<number[]> {
+    const { rows } = await sql<{ id: number }>`
+      select s.user_id as id from subscriptions s
+      join users u on u.id = s.user_id
+      left join actor_snapshots a on a.kind = ${USER_SETTINGS} and a.key = s.user_id::text
+      left join user_topics ut on ut.user_id = s.user_id and ut.stream_id = s.stream_id and ut.topic_key = ${topic.toLowerCase()}
+      where s.stream_id = ${this.state.id} and s.active and u.is_active and not u.is_bot
+        and case coalesce(a.state ->> 'resolved_topic_notice_auto_read_policy', ${USER_SETTINGS_DEFAULTS.resolved_topic_notice_auto_read_policy})
+          when 'never' then true
+          when 'except_followed' then coalesce(ut.visibility_policy = ${VISIBILITY.followed}, false)
+          else false
+        end`.execute(this.deps.store.db);
+    return rows.map((r) => r.id);
+  }
+
+  /** The channel's topic policy for a send; the realm's settings are read only when they can matter. */
   private async checkTopic(topic: string): Promise<void> {
-    const own = String(this.state.settings.topics_policy ?? "inherit");
-    if (own === "empty_topic_only") {
-      if (topic !== "") throw errors.badRequest("Only the general chat topic is allowed in this channel.");
-      return;
-    }
-    if (topic !== "") return;
-    let policy = own;
-    if (policy === "inherit") {
-      const rules = await messageRules(this.deps.store.db, this.realmId);
-      if (rules.mandatory_topics) throw errors.badRequest("Topics are required in this organization.");
-      policy = rules.topics_policy;
-    }
-    if (policy === "disable_empty_topic") throw errors.badRequest("Sending messages to the general chat is not allowed in this channel.");
+    const own = this.state.settings.topics_policy;
+    if (topic !== "" && own !== "empty_topic_only") return;
+    const refused = topicPolicyError(topic, own, await messageRules(this.deps.store.db, this.realmId));
+    if (refused) throw refused;
+  }
+
+  /**
+   * A send, then the topic visibility Zulip's automatic policies give: the sender's (a person's) per their follow /
+   * unmute settings, and the mentioned users' (followed, per automatically_follow_topics_where_mentioned).
+   */
+  private async sendAs(msg: SendToChannel): Promise<unknown> {
+    // A send of this topic still committing means this one does not start the topic. Everything else is decided
+    // after the commit, off this actor's turn, so the next send need not wait for it.
+    const afterInFlight = this.committing.has(msg.topic.toLowerCase());
+    return this.send(msg, msg.topic, async (id, mentions) => {
+      const mentioned = [...mentions].filter(([, bits]) => bits & FLAG_BITS.mentioned).map(([user]) => user);
+      const [policy] = await Promise.all([
+        msg.automaticVisibility ? this.applySenderPolicies(msg.senderId, msg.topic, id, afterInFlight) : undefined,
+        mentioned.length ? this.topicPolicies.followWhereMentioned(mentioned, msg.topic) : undefined,
+      ]);
+      return policy === undefined ? {} : { automatic_new_visibility_policy: policy };
+    });
+  }
+
+  /** The sender's automatic follow / unmute settings applied to their message `id`; the policy if it changed. */
+  private async applySenderPolicies(senderId: number, topic: string, id: number, afterInFlight: boolean): Promise<number | undefined> {
+    const standing = await this.topicPolicies.standing(senderId, topic, id);
+    const policy = visibilityAfterSend({ ...standing, startsTopic: !standing.topicExists && !afterInFlight });
+    return policy !== undefined && (await this.topicPolicies.raise(senderId, topic, policy)) ? policy : undefined;
+  }
+
+  /**
+   * A reaction is participation (Zulip's do_add_reaction): a subscribed person's automatic settings may follow or
+   * unmute the topic.
+   */
+  protected override async afterReaction(acting: Acting, row: StoredMessage): Promise<void> {
+    if (acting.is_bot) return;
+    const standing = await this.topicPolicies.standing(acting.id, row.topic);
+    if (standing.streamMuted === null) return;
+    const policy = visibilityAfterParticipation(standing);
+    if (policy !== undefined) await this.topicPolicies.raise(acting.id, row.topic, policy);
   }
 
   private async notify(msg: Notify): Promise<unknown> {
     const bot = await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId);
     return this.send(
-      { op: "send", senderId: bot.id, sender: { email: bot.email, full_name: bot.full_name }, content: msg.content, client: "Internal", sendKey: randomUUID(), readBySender: true },
+      {
+        op: "send",
+        senderId: bot.id,
+        sender: { email: bot.email, full_name: bot.full_name },
+        content: msg.content,
+        client: "Internal",
+        sendKey: randomUUID(),
+        readBySender: true,
+        readFor: msg.readFor,
+        unreadOnlyFor: msg.unreadOnlyFor,
+      },
       msg.topic,
     );
   }
@@ -445,6 +543,28 @@ export class ChannelActor extends Conversation {
   }
 
   /**
+   * Who loses and who gains the moved messages when they go to another channel (Zulip's do_update_message): everyone
+   * ever subscribed here but not subscribed there loses their flag rows; of them, those who can no longer read the
+   * messages (all of them for a private destination, guests for a public one) see the messages deleted. The
+   * destination's subscribers get read flag rows when its history is protected, since that is how they read them.
+   */
+  private async accessChange(destination: { invite_only: boolean; history_public_to_subscribers: boolean }, destinationSubscribers: number[]): Promise<AccessChange> {
+    const everSubscribed = await this.deps.store.db
+      .selectFrom("subscriptions")
+      .innerJoin("users", "users.id", "subscriptions.user_id")
+      .select(["users.id", "users.role"])
+      .where("subscriptions.stream_id", "=", this.state.id)
+      .execute();
+    const staying = new Set(destinationSubscribers);
+    const leaving = everSubscribed.filter((u) => !staying.has(u.id));
+    return {
+      dropFlagsOf: leaving.map((u) => u.id),
+      losingAccess: leaving.filter((u) => destination.invite_only || u.role === ROLE.guest).map((u) => u.id),
+      readFlagsFor: destination.history_public_to_subscribers ? [] : destinationSubscribers,
+    };
+  }
+
+  /**
    * A topic and/or channel move, checked as Zulip checks it (zerver/actions/message_edit.py): the permission
    * group of the kind of move, then its time limit for everyone below moderator. `change_all` past the limit is
    * MOVE_MESSAGES_TIME_LIMIT_EXCEEDED with what the caller may move instead.
@@ -460,9 +580,14 @@ export class ChannelActor extends Conversation {
     // The prefix alone (trimmed to "✔" by the gateway, as Zulip strips topics) would resolve the empty topic.
     if (row.topic === "" && RESOLVED_TOPIC_PREFIX.startsWith(topic) && topic) throw errors.badRequest("General chat cannot be marked as resolved");
 
-    let destination = { id: this.state.id, recipientId: this.recipientId, subscribers: [] as number[] };
+    let destination = { id: this.state.id, recipientId: this.recipientId, subscribers: [] as number[], topicsPolicy: this.state.settings.topics_policy };
+    let access: AccessChange = { dropFlagsOf: [], readFlagsFor: [], losingAccess: [] };
     if (changesStream) {
-      const stream = await db.selectFrom("streams").select(["id", "invite_only", "realm_id"]).where("id", "=", streamId).executeTakeFirst();
+      const stream = await db
+        .selectFrom("streams")
+        .select(["id", "invite_only", "history_public_to_subscribers", "realm_id", "settings"])
+        .where("id", "=", streamId)
+        .executeTakeFirst();
       if (!stream || stream.realm_id !== this.realmId) throw errors.badRequest("Invalid channel ID");
       const subs = await db.selectFrom("subscriptions").select("user_id").where("stream_id", "=", streamId).where("active", "=", true).execute();
       const subscribers = subs.map((s) => s.user_id);
@@ -470,10 +595,16 @@ export class ChannelActor extends Conversation {
       // The destination's recipient row exists once its actor has activated: wake it first (a no-op move-in).
       await this.deps.system().ask(actorId(CHANNEL, streamId), { op: "movedIn", maxId: 0 });
       const recipient = await db.selectFrom("recipients").select("id").where("type", "=", RECIPIENT_STREAM).where("type_id", "=", streamId).executeTakeFirstOrThrow();
-      destination = { id: streamId, recipientId: recipient.id, subscribers };
+      const settings = (stream.settings ?? {}) as Record<string, unknown>;
+      destination = { id: streamId, recipientId: recipient.id, subscribers, topicsPolicy: settings.topics_policy };
       if (!(await this.allowed(rules, "can_move_messages_between_channels_group", "can_move_messages_out_of_channel_group", msg.acting))) {
         throw errors.badRequest("You don't have permission to move this message");
       }
+      access = await this.accessChange(stream, subscribers);
+    }
+    if (changesTopic || changesStream) {
+      const refused = topicPolicyError(topic, destination.topicsPolicy, rules);
+      if (refused) throw refused;
     }
     if (changesTopic) {
       const setting = resolveOnly ? "can_resolve_topics_group" : "can_move_messages_between_topics_group";
@@ -520,6 +651,7 @@ export class ChannelActor extends Conversation {
       }
     }
     const messageIds = rows.map((r) => r.id);
+    let wholeTopic = false;
     return {
       messageIds,
       topic,
@@ -527,10 +659,14 @@ export class ChannelActor extends Conversation {
       recipientId: destination.recipientId,
       resolveOnly,
       alsoNotify: destination.subscribers,
+      ...access,
       afterCommit: async () => {
         if (changesStream) await this.deps.system().ask(actorId(CHANNEL, destination.id), { op: "movedIn", maxId: Math.max(...messageIds) });
+        // As Zulip decides it: change_all moves the whole topic; otherwise, whether the caller sees any message left.
+        wholeTopic = msg.propagateMode === "change_all" || !(await this.topicPolicies.hasVisibleMessages(row.topic, msg.acting.id));
+        if (wholeTopic) await this.topicPolicies.moveWholeTopic(row.topic, { streamId: destination.id, topic, messageIds }, access.losingAccess);
       },
-      notices: () => this.moveNotices(msg, row.topic, { streamId: destination.id, topic, messageIds, resolveOnly }),
+      notices: () => this.moveNotices(msg, row.topic, { streamId: destination.id, topic, messageIds, resolveOnly, wholeTopic }),
     };
   }
 }

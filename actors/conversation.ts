@@ -12,7 +12,7 @@ import { actorId, PARKED, type Actor, type ActorContext } from "../runtime/actor
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { Database, MessageTable } from "../runtime/store/schema.ts";
 import type { ActorDeps } from "./deps.ts";
-import { FLAG_BITS, flagList } from "./flags.ts";
+import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
 import { inGroupSetting, type GroupSettingValue } from "./groups.ts";
 import { messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import type { MessageRecord } from "./message-format.ts";
@@ -36,8 +36,18 @@ export const invalidMessage = () => errors.badRequest("Invalid message(s)");
 /** The stored message a turn works on. */
 export type StoredMessage = Pick<MessageTable, "id" | "sender_id" | "recipient_id" | "stream_id" | "topic" | "content" | "rendered_content" | "date_sent">;
 
+/** What a move to another channel changes in who holds the messages (see ChannelActor.accessChange). */
+export interface AccessChange {
+  /** Users whose flag rows for the moved messages go. */
+  dropFlagsOf: number[];
+  /** Users who get read flag rows for them (already having one changes nothing). */
+  readFlagsFor: number[];
+  /** Users who can no longer read them: a delete_message event instead of update_message. */
+  losingAccess: number[];
+}
+
 /** A move decided by a channel: which messages go where. */
-export interface MovePlan {
+export interface MovePlan extends AccessChange {
   messageIds: number[];
   topic: string;
   streamId: number;
@@ -99,7 +109,17 @@ export abstract class Conversation implements Actor {
 
   // ---- send ---------------------------------------------------------------------------------------------------
 
-  protected async send(msg: SendToDm, topic: string): Promise<typeof PARKED> {
+  /**
+   * Topics (lower-cased) with a send still committing, and how many: a later send in the same topic is not its
+   * first message even before the first one is in the store.
+   */
+  protected readonly committing = new Map<string, number>();
+
+  /**
+   * `after` runs once the message is committed and delivered, before the reply, with each recipient's mention
+   * flags; it may add fields to the reply.
+   */
+  protected async send(msg: SendToDm, topic: string, after?: (id: number, mentions: Map<number, number>) => Promise<Partial<Sent>>): Promise<typeof PARKED> {
     const rendered = await this.render(msg.content);
     const recipients = this.recipients();
     // Refusals (wildcard mentions) come before the id is taken and the reply parked.
@@ -123,9 +143,17 @@ export abstract class Conversation implements Actor {
       client: msg.client,
     };
     const senderFlags = (msg.readBySender ? FLAG_BITS.read : 0) | (mentions.get(msg.senderId) ?? 0);
-    const flagsOf = (user: number) => (user === msg.senderId ? senderFlags : (mentions.get(user) ?? 0));
+    // Notification Bot's notices start read for some (see SendToChannel): the usual recipient's flags, and theirs.
+    const readByDefault = msg.unreadOnlyFor !== undefined;
+    const readFor = new Set(msg.readFor);
+    const unreadFor = new Set(msg.unreadOnlyFor);
+    const startsRead = (user: number) => readFor.has(user) || (readByDefault && !unreadFor.has(user));
+    const flagsOf = (user: number) =>
+      user === msg.senderId ? senderFlags : (mentions.get(user) ?? 0) | (startsRead(user) ? FLAG_BITS.read : 0);
     const rows = recipients.map((user_id) => ({ user_id, flags: flagsOf(user_id) }));
     // The turn ends here: the next send may take its id while this one commits (the store batches them).
+    const topicKey = topic.toLowerCase();
+    this.committing.set(topicKey, (this.committing.get(topicKey) ?? 0) + 1);
     void this.deps.store
       .appendMessage(
         {
@@ -150,8 +178,10 @@ export abstract class Conversation implements Actor {
         const delivery: DeliverMessage = {
           op: "deliverMessage",
           message: storedId === id ? record : { ...record, id: storedId },
-          flags: [],
-          flagsFor: Object.fromEntries([...new Set([msg.senderId, ...mentions.keys()])].map((u) => [u, flagList(flagsOf(u))])),
+          flags: readByDefault ? ["read"] : [],
+          flagsFor: Object.fromEntries(
+            [...new Set([msg.senderId, ...mentions.keys(), ...readFor, ...unreadFor])].map((u) => [u, flagList(flagsOf(u))]),
+          ),
           queueId: msg.queueId,
           localId: msg.localId,
         };
@@ -159,9 +189,14 @@ export abstract class Conversation implements Actor {
         const observers = this.observers().filter((u) => !recipientSet.has(u));
         if (observers.length) delivery.observers = observers;
         await this.deps.system().broadcast([...recipients, ...observers].map((u) => actorId(USER, u)), delivery);
-        reply.resolve({ id: storedId });
+        reply.resolve({ id: storedId, ...(after ? await after(storedId, mentions) : {}) });
       })
-      .catch((err) => reply.reject(ChorusError.wrap(err)));
+      .catch((err) => reply.reject(ChorusError.wrap(err)))
+      .finally(() => {
+        const left = (this.committing.get(topicKey) ?? 1) - 1;
+        if (left) this.committing.set(topicKey, left);
+        else this.committing.delete(topicKey);
+      });
     return PARKED;
   }
 
@@ -174,7 +209,7 @@ export abstract class Conversation implements Actor {
    * The mention bits each recipient gets: named users (and members of named groups) `mentioned`; a channel
    * wildcard flags every recipient, a topic wildcard those who took part in the topic (Zulip's rule).
    */
-  private async mentionFlags(r: RenderResult, topic: string, recipients: number[], senderId: number): Promise<Map<number, number>> {
+  protected async mentionFlags(r: RenderResult, topic: string, recipients: number[], senderId: number): Promise<Map<number, number>> {
     const out = new Map<number, number>();
     await this.checkWildcard(r, topic, recipients, senderId);
     const add = (u: number, bit: number) => out.set(u, (out.get(u) ?? 0) | bit);
@@ -252,7 +287,11 @@ export abstract class Conversation implements Actor {
     const wantsMove = (msg.topic !== undefined && msg.topic !== row.topic) || (msg.streamId !== undefined && msg.streamId !== row.stream_id);
     if (!contentChanged && !wantsMove) throw errors.badRequest("Nothing to change");
     const move = wantsMove ? await this.planMove(msg, row, rules, now) : undefined;
-    const rendered = contentChanged ? (await this.render(msg.content!)).html : undefined;
+    const rendering = contentChanged ? await this.render(msg.content!) : undefined;
+    const rendered = rendering?.html;
+    // As Zulip does: the wildcard rules of a send hold for the edited content, and every recipient's mention
+    // flags follow the new content.
+    const mentions = rendering ? await this.mentionFlags(rendering, move?.topic ?? row.topic, this.recipients(), row.sender_id) : undefined;
 
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       const entry: Record<string, unknown> = { user_id: msg.acting.id, timestamp: now };
@@ -267,6 +306,8 @@ export abstract class Conversation implements Actor {
       });
       const others = move?.messageIds.filter((id) => id !== row.id) ?? [];
       if (others.length) await prependHistory(trx, others, { user_id: msg.acting.id, timestamp: now, ...moveEntry }, moveColumns(move!, now));
+      if (mentions) await setMentionFlags(trx, row.id, mentions);
+      if (move) await applyAccessChange(trx, move);
     });
     await move?.afterCommit();
 
@@ -293,7 +334,14 @@ export abstract class Conversation implements Actor {
       if (move.topic !== row.topic) Object.assign(event, { subject: move.topic, topic_links: [] });
       if (move.streamId !== row.stream_id) event.new_stream_id = move.streamId;
     }
-    await this.deliverWithFlags([...new Set([...this.recipients(), ...(move?.alsoNotify ?? [])])], row.id, event);
+    const losing = new Set(move?.losingAccess);
+    const notified = [...new Set([...this.recipients(), ...(move?.alsoNotify ?? [])])].filter((u) => !losing.has(u));
+    await this.deliverWithFlags(notified, row.id, event);
+    if (losing.size) {
+      // For them the messages are gone, as if deleted where they were.
+      const gone = { type: "delete_message", message_ids: event.message_ids, message_type: "stream", stream_id: row.stream_id, topic: row.topic };
+      await this.deps.system().broadcast([...losing].map((u) => actorId(USER, u)), { op: "deliverEvent", event: gone });
+    }
     if (move) await move.notices();
     return { detached_uploads: [] };
   }
@@ -321,6 +369,12 @@ export abstract class Conversation implements Actor {
       if (!own) throw errors.badRequest("You don't have permission to delete this message");
       if (pastLimit(rules.message_content_delete_limit_seconds, row.date_sent, now)) throw errors.badRequest("The time limit for deleting this message has passed");
     }
+    await this.removeMessage(row);
+    return {};
+  }
+
+  /** Delete a message of this conversation, with its flags and reactions, and tell the recipients. */
+  protected async removeMessage(row: Pick<StoredMessage, "id" | "stream_id" | "topic">): Promise<void> {
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await trx.deleteFrom("reactions").where("message_id", "=", row.id).execute();
       await trx.deleteFrom("user_messages").where("message_id", "=", row.id).execute();
@@ -331,7 +385,6 @@ export abstract class Conversation implements Actor {
     if (row.stream_id !== null) Object.assign(event, { message_type: "stream", stream_id: row.stream_id, topic: row.topic });
     else event.message_type = "private";
     await this.deps.system().broadcast(this.recipients().map((u) => actorId(USER, u)), { op: "deliverEvent", event });
-    return {};
   }
 
   // ---- reactions ----------------------------------------------------------------------------------------------
@@ -373,8 +426,12 @@ export abstract class Conversation implements Actor {
       reaction_type,
     };
     await this.deps.system().broadcast(this.recipients().map((u) => actorId(USER, u)), { op: "deliverEvent", event });
+    if (msg.add) await this.afterReaction(msg.acting, row);
     return {};
   }
+
+  /** What else adding a reaction does (channels: Zulip's automatic topic policies). */
+  protected async afterReaction(_acting: Acting, _row: StoredMessage): Promise<void> {}
 
   // ---- events -------------------------------------------------------------------------------------------------
 
@@ -408,11 +465,47 @@ function moveColumns(move: MovePlan, now: number) {
   return { topic: move.topic, stream_id: move.streamId, recipient_id: move.recipientId, ...(move.resolveOnly ? {} : { last_moved_time: now }) };
 }
 
+/** Replace one message's mention flags with those of its new content (Zulip's update_user_message_flags). */
+async function setMentionFlags(trx: Transaction<Database>, messageId: number, mentions: Map<number, number>): Promise<void> {
+  await trx
+    .updateTable("user_messages")
+    .set({ flags: sql`flags & ${~MENTION_FLAGS}` })
+    .where("message_id", "=", messageId)
+    .where(sql`flags & ${MENTION_FLAGS}`, "<>", 0)
+    .execute();
+  const byBits = new Map<number, number[]>();
+  for (const [user, bits] of mentions) {
+    const users = byBits.get(bits);
+    if (users) users.push(user);
+    else byBits.set(bits, [user]);
+  }
+  for (const [bits, users] of byBits) {
+    await trx.updateTable("user_messages").set({ flags: sql`flags | ${bits}` }).where("message_id", "=", messageId).where("user_id", "in", users).execute();
+  }
+}
+
+/**
+ * The flag rows a move to another channel takes away and hands out, in the move's transaction. Users and messages
+ * go as arrays: a large topic times a large channel stays one statement of two parameters.
+ */
+async function applyAccessChange(trx: Transaction<Database>, move: MovePlan): Promise<void> {
+  const messages = sql`${sql.val(move.messageIds)}::bigint[]`;
+  if (move.dropFlagsOf.length) {
+    await sql`delete from user_messages where user_id = any(${sql.val(move.dropFlagsOf)}::int[]) and message_id = any(${messages})`.execute(trx);
+  }
+  if (move.readFlagsFor.length) {
+    await sql`
+      insert into user_messages (user_id, message_id, flags)
+      select u, m, ${FLAG_BITS.read} from unnest(${sql.val(move.readFlagsFor)}::int[]) u cross join unnest(${messages}) m
+      on conflict (user_id, message_id) do nothing`.execute(trx);
+  }
+}
+
 /** Record an edit_history entry (newest first) and apply the changed columns, in the caller's transaction. */
 async function prependHistory(trx: Transaction<Database>, ids: number[], entry: Record<string, unknown>, set: Record<string, unknown>): Promise<void> {
   await trx
     .updateTable("messages")
     .set({ ...set, edit_history: sql`jsonb_build_array(${JSON.stringify(entry)}::jsonb) || coalesce(edit_history, '[]'::jsonb)` } as any)
-    .where("id", "in", ids)
+    .where(sql<boolean>`id = any(${sql.val(ids)}::bigint[])`)
     .execute();
 }

@@ -26,6 +26,9 @@ export const FLAG_BITS = {
 } as const;
 export type FlagName = keyof typeof FLAG_BITS;
 
+/** The flags a message's content decides for each recipient: recomputed when the content is edited. */
+export const MENTION_FLAGS = FLAG_BITS.mentioned | FLAG_BITS.stream_wildcard_mentioned | FLAG_BITS.topic_wildcard_mentioned;
+
 /** What clients may change through POST /messages/flags; the rest follow from the content. */
 const EDITABLE = new Set<string>(["read", "starred", "collapsed"]);
 

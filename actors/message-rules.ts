@@ -2,10 +2,10 @@
  * Who may edit, move, delete: the realm's message settings with Zulip's defaults, and group-setting membership.
  * Read by the actor owning the conversation at the moment it decides, so a settings change applies at once.
  */
-import type { Kysely, Transaction } from "kysely";
+import { sql, type Kysely, type Transaction } from "kysely";
+import { errors, type ChorusError } from "../runtime/errors.ts";
 import type { Database } from "../runtime/store/schema.ts";
 import { ROLE, type GroupSettingValue } from "./groups.ts";
-
 import { realmSettings } from "./settings.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
@@ -54,6 +54,20 @@ export async function messageRules(db: DB, realmId: number): Promise<MessageRule
 /** One of the realm's group settings (`can_add_subscribers_group`, ...), without its `realm_` prefix. */
 export async function realmGroupSetting(db: DB, realmId: number, name: string): Promise<GroupSettingValue> {
   return (await realmSettings(db, realmId))[`realm_${name}`] as GroupSettingValue;
+}
+
+/**
+ * What a channel's topics_policy (its own, or when it inherits, the realm's topics_policy and mandatory_topics)
+ * says of a topic: whether the empty topic ("general chat") may, must or must not be used. Applies to sends and
+ * to the destination of moves (Zulip's build_message_edit_request).
+ */
+export function topicPolicyError(topic: string, channelPolicy: unknown, rules: MessageRules): ChorusError | undefined {
+  const own = String(channelPolicy ?? "inherit");
+  if (own === "empty_topic_only") return topic === "" ? undefined : errors.badRequest("Only the general chat topic is allowed in this channel.");
+  if (topic !== "") return undefined;
+  if (own === "inherit" && rules.mandatory_topics) return errors.badRequest("Topics are required in this organization.");
+  const policy = own === "inherit" ? rules.topics_policy : own;
+  return policy === "disable_empty_topic" ? errors.badRequest("Sending messages to the general chat is not allowed in this channel.") : undefined;
 }
 
 /** Zulip allows edits this long past a limit, for the round trip of a client that started in time. */

@@ -23,6 +23,19 @@ const MAX_TERMS = 100;
 /** Zulip's resolved-topic marker (zerver/lib/topic.py RESOLVED_TOPIC_PREFIX). */
 export const RESOLVED_TOPIC_PREFIX = "✔ ";
 
+/**
+ * `has:` operands read from the rendered content (case-insensitive patterns, run in SQL by reads.ts and here for
+ * events), so a URL inside a code block is no link. A link is an anchor to the web or to an upload (not Zulip's own
+ * channel and topic links, not mailto); an attachment, a link to an upload; an image, an inline image preview or a
+ * link to an image file (which Zulip previews).
+ */
+export const HAS_CONTENT = {
+  link: '<a [^>]*href="(https?://|/user_uploads/)',
+  attachment: '<a [^>]*href="/user_uploads/',
+  image: 'message_inline_image|<a [^>]*href="[^"]+\\.(bmp|gif|jpe?g|png|webp)(\\?[^"]*)?"',
+} as const;
+const HAS_REGEX = Object.fromEntries(Object.entries(HAS_CONTENT).map(([k, v]) => [k, new RegExp(v, "i")]));
+
 export const badNarrow = (msg: string) => new ChorusError("BAD_NARROW", msg, 400);
 
 const isId = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
@@ -48,10 +61,14 @@ export function parseNarrow(raw: unknown): Narrow {
     // dm takes a list of user ids too; every other operand is a string or an id.
     const listOk = op === "dm" && Array.isArray(operand) && operand.length > 0 && operand.every(isId);
     if (!listOk && typeof operand !== "string" && !isId(operand)) throw badNarrow(`Invalid narrow operand for ${operator}`);
+    // JSON can spell a NUL (\u0000), which no query may see.
+    if (typeof operand === "string" && operand.includes("\u0000")) throw badNarrow(`Invalid narrow operand for ${operator}: contains NULL (0x00) characters`);
     if (op === "is" && !IS_OPERANDS.has(String(operand))) throw badNarrow(`Invalid narrow operator: unknown 'is' operand ${operand}`);
     if (op === "has" && !HAS_OPERANDS.has(String(operand))) throw badNarrow(`Invalid narrow operator: unknown 'has' operand ${operand}`);
     if (op === "channels" && operand !== "public") throw badNarrow(`Invalid narrow operator: unknown 'channels' operand ${operand}`);
-    if ((op === "id" || op === "near") && !isId(operand) && !/^\d{1,16}$/.test(String(operand))) throw badNarrow(`Invalid narrow operand for ${operator}`);
+    // An id as text too, but never one past 2^53 (which Number() would round onto another id).
+    const asId = typeof operand === "string" && /^\d{1,16}$/.test(operand) ? Number(operand) : operand;
+    if ((op === "id" || op === "near") && !isId(asId)) throw badNarrow(`Invalid narrow operand for ${operator}`);
     const normalised = op === "is" && operand === "private" ? "dm" : op === "id" || op === "near" ? Number(operand) : operand;
     return { operator: op, operand: normalised, negated };
   });
@@ -111,6 +128,10 @@ export function matchesNarrow(narrow: Narrow, m: MessageRecord): boolean {
       case "channels":
         match = m.type === "stream";
         break;
+      case "has":
+        // A message just sent has no reactions yet.
+        match = HAS_REGEX[String(term.operand)]?.test(m.rendered_content) ?? false;
+        break;
       default:
         match = true;
     }
@@ -120,5 +141,5 @@ export function matchesNarrow(narrow: Narrow, m: MessageRecord): boolean {
 }
 
 function isUndecided(term: Narrow[number]): boolean {
-  return term.operator === "has" || term.operator === "near" || term.operator === "search" || (term.operator === "is" && !["dm", "resolved"].includes(String(term.operand)));
+  return term.operator === "near" || term.operator === "search" || (term.operator === "is" && !["dm", "resolved"].includes(String(term.operand)));
 }

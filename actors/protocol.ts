@@ -169,9 +169,17 @@ export interface SendToChannel {
   readBySender: boolean;
   /** Guests need a subscription even to public channels. */
   senderIsGuest?: boolean;
+  /** The sender is a person, not a bot: Zulip's automatic follow / unmute settings apply to their topic. */
+  automaticVisibility?: boolean;
+  /** Recipients for whom the message starts read (Zulip's mark_as_read_for_acting_user on notices). */
+  readFor?: number[];
+  /** When given, the only recipients for whom it starts unread (Zulip's limit_unread_user_ids). */
+  unreadOnlyFor?: number[];
 }
 export interface Sent {
   id: number;
+  /** The sender's new visibility policy for the topic, when the send changed it (Zulip's POST /messages field). */
+  automatic_new_visibility_policy?: number;
 }
 
 /** Who acts, as the gateway authenticated them: permission checks happen in the owning actor. */
@@ -180,6 +188,7 @@ export interface Acting {
   role: number;
   email: string;
   full_name: string;
+  is_bot: boolean;
 }
 
 export type PropagateMode = "change_one" | "change_later" | "change_all";
@@ -232,6 +241,8 @@ export interface Notify {
   op: "notify";
   topic: string;
   content: string;
+  readFor?: number[];
+  unreadOnlyFor?: number[];
 }
 
 export type ConversationMessage = EditMessage | DeleteMessage | React;
@@ -285,6 +296,11 @@ export interface SetTopicVisibility {
   topic: string;
   policy: number;
   require?: { policy: number; error: string };
+  /** Set by a send (Zulip's automatic follow / unmute): never lowers a followed topic. */
+  automatic?: boolean;
+}
+export interface TopicVisibilitySet {
+  changed: boolean;
 }
 
 // ---- flags:<user id> ----------------------------------------------------------------------------------------

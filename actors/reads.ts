@@ -7,9 +7,9 @@ import type { Database, StreamTable, SubscriptionTable, UserTable } from "../run
 import { formatMessage, gravatarUrl, type FormatOptions, type MessageRecord } from "./message-format.ts";
 import { ROLE } from "./groups.ts";
 import { dmKey, RECIPIENT_DM } from "./dm.ts";
-import { FLAG_BITS, flagList, HISTORICAL_FLAGS } from "./flags.ts";
+import { FLAG_BITS, flagList, HISTORICAL_FLAGS, MENTION_FLAGS } from "./flags.ts";
 import { VISIBILITY } from "./user-topics.ts";
-import { badNarrow, operandUsers, RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
+import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { Narrow } from "./protocol.ts";
 
 type DB = Kysely<Database>;
@@ -249,20 +249,28 @@ export const EMPTY_TOPIC_DISPLAY_NAME = "general chat";
 
 type Cond = RawBuilder<SqlBool>;
 const FALSE: Cond = sql<SqlBool>`false`;
-const MENTION_BITS = FLAG_BITS.mentioned | FLAG_BITS.stream_wildcard_mentioned | FLAG_BITS.topic_wildcard_mentioned;
+
+/**
+ * Users of a realm named by id or e-mail (case-insensitive), in the order named; undefined where none. One query
+ * whatever the length of the list: the names go as two arrays, not one bind parameter each.
+ */
+export async function usersByRef(db: DB, realmId: number, refs: Array<number | string>) {
+  const ids = [...new Set(refs.filter((r): r is number => typeof r === "number"))];
+  const emails = [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))];
+  const rows = await db
+    .selectFrom("users")
+    .select(["id", "delivery_email", "is_active"])
+    .where("realm_id", "=", realmId)
+    .where(sql<SqlBool>`(id = any(${sql.val(ids)}::int[]) or lower(delivery_email) = any(${sql.val(emails)}::text[]))`)
+    .execute();
+  const byId = new Map(rows.map((u) => [u.id, u]));
+  const byEmail = new Map(rows.map((u) => [u.delivery_email.toLowerCase(), u]));
+  return refs.map((r) => (typeof r === "number" ? byId.get(r) : byEmail.get(r.toLowerCase())));
+}
 
 /** Users named in a narrow, resolved in the caller's realm; an unknown one is Zulip's BAD_NARROW. */
 async function narrowUsers(db: DB, user: UserRow, refs: Array<number | string>): Promise<number[]> {
-  const ids = refs.filter((r): r is number => typeof r === "number");
-  const emails = refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase());
-  const rows = await db
-    .selectFrom("users")
-    .select(["id", "delivery_email"])
-    .where("realm_id", "=", user.realm_id)
-    .where((eb) => eb.or([...(ids.length ? [eb("id", "in", ids)] : []), ...(emails.length ? [eb(sql`lower(delivery_email)`, "in", emails)] : []), eb.lit(false)]))
-    .execute();
-  return refs.map((r) => {
-    const row = rows.find((u) => (typeof r === "number" ? u.id === r : u.delivery_email.toLowerCase() === r.toLowerCase()));
+  return (await usersByRef(db, user.realm_id, refs)).map((row) => {
     if (!row) throw badNarrow("Invalid narrow operator: unknown user");
     return row.id;
   });
@@ -369,7 +377,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
           dm: sql<SqlBool>`m.stream_id is null`,
           starred: sql<SqlBool>`coalesce(um.flags & ${FLAG_BITS.starred}, 0) <> 0`,
           unread: sql<SqlBool>`(um.flags is not null and (um.flags & ${FLAG_BITS.read}) = 0)`,
-          mentioned: sql<SqlBool>`coalesce(um.flags & ${MENTION_BITS}, 0) <> 0`,
+          mentioned: sql<SqlBool>`coalesce(um.flags & ${MENTION_FLAGS}, 0) <> 0`,
           alerted: sql<SqlBool>`coalesce(um.flags & ${FLAG_BITS.has_alert_word}, 0) <> 0`,
           resolved: sql<SqlBool>`m.topic like ${RESOLVED_TOPIC_PREFIX + "%"}`,
           followed: sql<SqlBool>`${topicPolicy(user.id, VISIBILITY.followed)}`,
@@ -384,9 +392,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
       case "has":
         cond = {
           reaction: sql<SqlBool>`exists (select 1 from reactions r where r.message_id = m.id)`,
-          link: sql<SqlBool>`m.rendered_content like '%<a href%'`,
-          image: sql<SqlBool>`m.rendered_content like '%message_inline_image%'`,
-          attachment: sql<SqlBool>`m.content like '%/user_uploads/%'`,
+          link: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.link}`,
+          image: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.image}`,
+          attachment: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.attachment}`,
         }[String(term.operand)];
         break;
     }
@@ -618,6 +626,15 @@ export async function readableMessages(db: DB, user: UserRow, ids: number[]) {
     .execute();
 }
 
+/** Whether a channel's topic has messages besides `except` (say, the ones just moved into it). */
+export async function topicHasOtherMessages(db: DB, streamId: number, topic: string, except: number[]): Promise<boolean> {
+  const { rows } = await sql`
+    select 1 from messages
+    where stream_id = ${streamId} and lower(topic) = ${topic.toLowerCase()} and id <> all(${sql.val(except)}::bigint[])
+    limit 1`.execute(db);
+  return rows.length > 0;
+}
+
 /** Whether the user has an active subscription to the channel. */
 export async function isSubscribed(db: DB, userId: number, streamId: number): Promise<boolean> {
   const row = await db
@@ -659,4 +676,81 @@ export async function requireStream(db: DB, realmId: number, ref: { id?: number;
   }
   if (!stream) throw errors.streamNotFound(ref.id !== undefined ? { stream_id: ref.id } : { stream: ref.name });
   return stream;
+}
+
+// ---- unread_msgs (POST /register) -----------------------------------------------------------------------------
+
+/** Zulip's MAX_UNREAD_MESSAGES: the most recent unreads considered; older ones set old_unreads_missing. */
+export const MAX_UNREAD_MESSAGES = 50_000;
+
+interface UnreadRow {
+  id: number;
+  flags: number;
+  stream_id: number | null;
+  topic: string;
+  dm_key: string | null;
+  muted: boolean;
+}
+
+/**
+ * Zulip's `unread_msgs` (zerver/lib/message.py, get_raw_unread_data and aggregate_unread_data) from the user's
+ * flag rows, in one query: the newest MAX_UNREAD_MESSAGES unread rows, leaving out channels the user unsubscribed
+ * from, each with whether it is muted (a muted topic, or a muted channel's topic not unmuted or followed).
+ * Muted messages stay listed under `streams` but count neither in `count` nor, for wildcard mentions, in `mentions`.
+ */
+export async function unreadMessages(db: DB, userId: number, opts: { emptyTopicName: boolean }) {
+  const { rows } = await sql<UnreadRow>`
+    select um.message_id as id, um.flags, m.stream_id, m.topic, r.dm_key,
+      case
+        when m.stream_id is null then false
+        when ut.visibility_policy in (${VISIBILITY.unmuted}, ${VISIBILITY.followed}) then false
+        when coalesce(s.is_muted, false) then true
+        else coalesce(ut.visibility_policy = ${VISIBILITY.muted}, false)
+      end as muted
+    from user_messages um
+    join messages m on m.id = um.message_id
+    left join recipients r on r.id = m.recipient_id and m.stream_id is null
+    left join subscriptions s on s.user_id = um.user_id and s.stream_id = m.stream_id
+    left join user_topics ut on ut.user_id = um.user_id and ut.stream_id = m.stream_id and ut.topic_key = lower(m.topic)
+    where um.user_id = ${userId} and (um.flags & ${FLAG_BITS.read}) = 0 and coalesce(s.active, true)
+    order by um.message_id desc
+    limit ${MAX_UNREAD_MESSAGES + 1}`.execute(db);
+  const kept = rows.slice(0, MAX_UNREAD_MESSAGES).reverse();
+  const pms = new Map<number, number[]>();
+  const huddles = new Map<string, number[]>();
+  const streams = new Map<string, { stream_id: number; topic: string; unread_message_ids: number[] }>();
+  const mentions: number[] = [];
+  let count = 0;
+  const push = <K>(map: Map<K, number[]>, key: K, id: number) => {
+    const list = map.get(key);
+    if (list) list.push(id);
+    else map.set(key, [id]);
+  };
+  for (const row of kept) {
+    const id = Number(row.id);
+    if (row.stream_id === null) {
+      const people = row.dm_key!.split(",").map(Number);
+      // A conversation of one or two people is Zulip's one-on-one (with oneself: other_user_id is oneself).
+      if (people.length <= 2) push(pms, people.find((u) => u !== userId) ?? userId, id);
+      else push(huddles, row.dm_key!, id);
+      count++;
+    } else {
+      const topic = row.topic === "" && !opts.emptyTopicName ? EMPTY_TOPIC_DISPLAY_NAME : row.topic;
+      const key = `${row.stream_id}\u0000${row.topic.toLowerCase()}`;
+      const entry = streams.get(key) ?? { stream_id: row.stream_id, topic, unread_message_ids: [] };
+      entry.unread_message_ids.push(id);
+      streams.set(key, entry);
+      if (!row.muted) count++;
+    }
+    const wildcard = row.flags & (FLAG_BITS.stream_wildcard_mentioned | FLAG_BITS.topic_wildcard_mentioned);
+    if (row.flags & FLAG_BITS.mentioned || (wildcard && !row.muted)) mentions.push(id);
+  }
+  return {
+    pms: [...pms].sort(([a], [b]) => a - b).map(([other, ids]) => ({ other_user_id: other, sender_id: other, unread_message_ids: ids })),
+    streams: [...streams.values()].sort((a, b) => a.stream_id - b.stream_id || a.topic.toLowerCase().localeCompare(b.topic.toLowerCase())),
+    huddles: [...huddles].sort(([a], [b]) => a.localeCompare(b)).map(([key, ids]) => ({ user_ids_string: key, unread_message_ids: ids })),
+    mentions,
+    count,
+    old_unreads_missing: rows.length > MAX_UNREAD_MESSAGES,
+  };
 }

@@ -169,7 +169,7 @@ export class SchedulerActor implements Actor {
   private async deliver(row: Row): Promise<void> {
     let outcome: { status: "delivered"; messageId: number } | { status: "failed"; error: string };
     try {
-      const sender = await this.deps.store.db.selectFrom("users").select(["email", "full_name", "is_active"]).where("id", "=", row.sender_id).executeTakeFirst();
+      const sender = await this.deps.store.db.selectFrom("users").select(["email", "full_name", "is_active", "is_bot"]).where("id", "=", row.sender_id).executeTakeFirst();
       if (!sender?.is_active) throw errors.badRequest("Sender is deactivated");
       const send: SendToDm = {
         op: "send",
@@ -182,7 +182,7 @@ export class SchedulerActor implements Actor {
       };
       const sent =
         row.type === "stream"
-          ? await this.deps.system().ask<Sent>(actorId(CHANNEL, row.stream_id!), { ...send, topic: row.topic })
+          ? await this.deps.system().ask<Sent>(actorId(CHANNEL, row.stream_id!), { ...send, topic: row.topic, automaticVisibility: !sender.is_bot })
           : await this.deps.system().ask<Sent>(actorId(DM, dmKey([row.sender_id, ...row.to_user_ids])), send);
       outcome = { status: "delivered", messageId: sent.id };
     } catch (err) {

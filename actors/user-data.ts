@@ -7,6 +7,7 @@ import type { Kysely, Selectable, Transaction } from "kysely";
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { Database, DraftTable } from "../runtime/store/schema.ts";
 import { USER_SETTINGS_DEFAULTS } from "./settings.ts";
+import { AUTOMATIC_POLICY } from "./topic-policies.ts";
 import { isSubscribed } from "./reads.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
@@ -61,6 +62,10 @@ export const SETTING_RULES: Record<string, (v: unknown) => boolean> = {
   email_notifications_batching_period_seconds: intIn(120, 7 * 24 * 3600),
   enter_sends: isBool,
   email_address_visibility: oneOf(1, 2, 3, 4, 5),
+  automatically_follow_topics_policy: oneOf(...Object.values(AUTOMATIC_POLICY)),
+  automatically_unmute_topics_in_muted_streams_policy: oneOf(...Object.values(AUTOMATIC_POLICY)),
+  automatically_follow_topics_where_mentioned: isBool,
+  resolved_topic_notice_auto_read_policy: oneOf("always", "except_followed", "never"),
   ...Object.fromEntries(
     [
       "enable_stream_desktop_notifications",

@@ -5,7 +5,7 @@
 import { actorId, type Actor, type ActorContext } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
 import type { ActorDeps } from "./deps.ts";
-import { USER, type SetTopicVisibility } from "./protocol.ts";
+import { USER, type SetTopicVisibility, type TopicVisibilitySet } from "./protocol.ts";
 
 /** Zulip's visibility policies. */
 export const VISIBILITY = { inherit: 0, muted: 1, unmuted: 2, followed: 3 } as const;
@@ -20,7 +20,7 @@ export class UserTopicsActor implements Actor {
     this.userId = Number(ctx.key);
   }
 
-  async receive(msg: SetTopicVisibility): Promise<Record<string, never>> {
+  async receive(msg: SetTopicVisibility): Promise<TopicVisibilitySet> {
     const key = msg.topic.toLowerCase();
     const now = Math.floor(Date.now() / 1000);
     const changed = await this.deps.store.write(this.ctx.fence(), async (trx) => {
@@ -34,6 +34,8 @@ export class UserTopicsActor implements Actor {
       const policy = current?.visibility_policy ?? VISIBILITY.inherit;
       if (msg.require && policy !== msg.require.policy) throw errors.badRequest(msg.require.error);
       if (policy === msg.policy) return false;
+      // Automatic changes only ever raise visibility: a topic followed meanwhile stays followed.
+      if (msg.automatic && policy === VISIBILITY.followed) return false;
       if (msg.policy === VISIBILITY.inherit) {
         await trx.deleteFrom("user_topics").where("user_id", "=", this.userId).where("stream_id", "=", msg.streamId).where("topic_key", "=", key).execute();
       } else {
@@ -50,6 +52,6 @@ export class UserTopicsActor implements Actor {
       const event = { type: "user_topic", stream_id: msg.streamId, topic_name: msg.topic, last_updated: now, visibility_policy: msg.policy };
       await this.deps.system().broadcast([actorId(USER, this.userId)], { op: "deliverEvent", event }); // in the queue before success
     }
-    return {};
+    return { changed };
   }
 }

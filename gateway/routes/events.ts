@@ -5,7 +5,7 @@ import { ChorusError, errors } from "../../runtime/errors.ts";
 import type { StreamSink } from "../http.ts";
 import { USER, type Polled, type Registered } from "../../actors/protocol.ts";
 import { parseNarrow } from "../../actors/narrow.ts";
-import { realmUsers, streamObjects, subscriptionsOf, userObject, visibleStreams, type UserRow } from "../../actors/reads.ts";
+import { realmUsers, streamObjects, subscriptionsOf, unreadMessages, userObject, visibleStreams, type UserRow } from "../../actors/reads.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
@@ -17,8 +17,16 @@ import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../acto
 
 const StrList = { type: "array", items: Str } as const;
 
+interface InitialStateOptions {
+  clientGravatar: boolean;
+  includeSubscribers: boolean;
+  slimPresence: boolean;
+  /** The `empty_topic_name` client capability: the empty topic is sent as "" rather than its display name. */
+  emptyTopicName: boolean;
+}
+
 /** The initial state of each event type we serve; types not listed contribute nothing. */
-const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar: boolean; includeSubscribers: boolean; slimPresence: boolean }) => Promise<Record<string, unknown>>> = {
+const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOptions) => Promise<Record<string, unknown>>> = {
   async message(s, u) {
     const row = await s.store.db
       .selectFrom("messages")
@@ -64,8 +72,8 @@ const initialState: Record<string, (s: Services, u: UserRow, o: { clientGravatar
   async realm_user_groups(s, u) {
     return { realm_user_groups: await userGroupObjects(s.store.db, u.realm_id) };
   },
-  async update_message_flags() {
-    return { unread_msgs: { count: 0, pms: [], streams: [], huddles: [], mentions: [], old_unreads_missing: false } };
+  async update_message_flags(s, u, o) {
+    return { unread_msgs: await unreadMessages(s.store.db, u.id, { emptyTopicName: o.emptyTopicName }) };
   },
   async presence(s, u, o) {
     const state = await s.system.ask<PresenceReply>(actorId(PRESENCE, u.realm_id), { op: "state", modern: o.slimPresence, historyLimitDays: 14 });
@@ -140,11 +148,16 @@ export const eventRoutes: RouteSpec[] = [
         clientCapabilities: params.client_capabilities ?? {},
       });
       const stateTypes: string[] = params.fetch_event_types ?? eventTypes ?? Object.keys(initialState);
-      const includeSubscribers = params.include_subscribers === true || params.include_subscribers === "true";
+      const options: InitialStateOptions = {
+        clientGravatar: params.client_gravatar,
+        includeSubscribers: params.include_subscribers === true || params.include_subscribers === "true",
+        slimPresence: params.slim_presence,
+        emptyTopicName: params.client_capabilities?.empty_topic_name === true,
+      };
       const parts = await Promise.all(
         stateTypes
           .filter((t) => t in initialState)
-          .map((t) => initialState[t]!(services, user, { clientGravatar: params.client_gravatar, includeSubscribers, slimPresence: params.slim_presence })),
+          .map((t) => initialState[t]!(services, user, options)),
       );
       return {
         queue_id: queue.queue_id,

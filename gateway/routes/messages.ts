@@ -3,7 +3,6 @@
  * decode and check the request, find the actor owning the conversation, and ask it; reads go to actors/reads.ts.
  */
 import { randomUUID } from "node:crypto";
-import { sql } from "kysely";
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { CHANNEL, DM, FLAGS, type Acting, type Edited, type PropagateMode, type Sent, type SendToDm, type UpdatedFlags } from "../../actors/protocol.ts";
@@ -11,21 +10,29 @@ import { dmKey } from "../../actors/dm.ts";
 import { checkEditableFlag } from "../../actors/flags.ts";
 import { parseNarrow } from "../../actors/narrow.ts";
 import { MAX_REPORT_DESCRIPTION, moderationChannel, REPORT_TYPES, reportNotice } from "../../actors/reports.ts";
-import { EMPTY_TOPIC_DISPLAY_NAME, fetchMessages, readableMessage, readableMessages, requireStream, type UserRow } from "../../actors/reads.ts";
+import { EMPTY_TOPIC_DISPLAY_NAME, fetchMessages, readableMessage, readableMessages, requireStream, usersByRef, type UserRow } from "../../actors/reads.ts";
 import { ROLE } from "../../actors/groups.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS, truncate } from "../zulip.ts";
 
-const COUNT = { type: "integer", minimum: 0, maximum: LIMITS.max_messages_per_fetch } as const;
+/** num_before / num_after: their sum is capped, as in Zulip, with one message for both ("Too many messages requested"). */
+const COUNT = { type: "integer", minimum: 0 } as const;
 const PROPAGATE = { type: "string", enum: ["change_one", "change_later", "change_all"] } as const;
 
 /** `to` for a channel: JSON first (an int is an id; a string or one-element list is a name), else the raw name. */
 function channelRef(to: unknown): { id?: number; name?: string } {
   const value = Array.isArray(to) ? (to.length === 1 ? to[0] : undefined) : to;
+  refuseNullBytes(to);
   if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) return { id: value };
   if (typeof value === "string" && value.trim()) return { name: value.trim() };
   throw errors.badRequest("Invalid channel: 'to' must be one channel name or id");
+}
+
+/** A NUL inside JSON text (`\u0000`) passes the raw-text check; Postgres would refuse it in a query. */
+function refuseNullBytes(to: unknown): void {
+  const strings = Array.isArray(to) ? to : [to];
+  if (strings.some((s) => typeof s === "string" && s.includes("\u0000"))) throw errors.badRequest("to contains NULL (0x00) characters.");
 }
 
 /** `to` for a direct message: a JSON list of ids or e-mails, one id, or comma-separated e-mails. */
@@ -33,21 +40,15 @@ function directRefs(to: unknown): Array<number | string> {
   const list = Array.isArray(to) ? to : typeof to === "number" ? [to] : String(to).split(",");
   const refs = list.map((r) => (typeof r === "string" ? r.trim() : r)).filter((r) => r !== "");
   if (!refs.length) throw errors.badRequest("Message must have recipients");
+  refuseNullBytes(refs);
   return refs as Array<number | string>;
 }
 
 /** The active users named, in the caller's realm; Zulip's errors for unknown ids and e-mails. */
 export async function directRecipients(services: Services, caller: UserRow, refs: Array<number | string>): Promise<number[]> {
-  const ids = refs.filter((r): r is number => typeof r === "number");
-  const emails = refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase());
-  const rows = await services.store.db
-    .selectFrom("users")
-    .select(["id", "delivery_email", "is_active"])
-    .where("realm_id", "=", caller.realm_id)
-    .where((eb) => eb.or([...(ids.length ? [eb("id", "in", ids)] : []), ...(emails.length ? [eb(sql`lower(delivery_email)`, "in", emails)] : []), eb.lit(false)]))
-    .execute();
-  return refs.map((r) => {
-    const row = rows.find((u) => (typeof r === "number" ? u.id === r : u.delivery_email.toLowerCase() === r.toLowerCase()));
+  const rows = await usersByRef(services.store.db, caller.realm_id, refs);
+  return refs.map((r, i) => {
+    const row = rows[i];
     if (!row || !row.is_active) throw errors.badRequest(typeof r === "number" ? `Invalid user ID ${r}` : `Invalid email '${r}'`);
     return row.id;
   });
@@ -69,7 +70,7 @@ export function normaliseContent(raw: string): string {
 
 /** Who acts, for the owning actor's permission checks. */
 export function acting(user: UserRow): Acting {
-  return { id: user.id, role: user.role, email: user.email, full_name: user.full_name };
+  return { id: user.id, role: user.role, email: user.email, full_name: user.full_name, is_bot: user.is_bot };
 }
 
 /** The actor that owns a readable message's conversation. */
@@ -116,8 +117,13 @@ export const messageRoutes: RouteSpec[] = [
         return { id: sent.id };
       }
       const stream = await requireStream(services.store.db, user.realm_id, channelRef(params.to));
-      const sent = await services.system.ask<Sent>(actorId(CHANNEL, stream.id), { ...common, topic: normaliseTopic(params.topic ?? params.subject), senderIsGuest: user.role === ROLE.guest });
-      return { id: sent.id };
+      const sent = await services.system.ask<Sent>(actorId(CHANNEL, stream.id), {
+        ...common,
+        topic: normaliseTopic(params.topic ?? params.subject),
+        senderIsGuest: user.role === ROLE.guest,
+        automaticVisibility: !user.is_bot,
+      });
+      return { ...sent };
     },
   },
   {

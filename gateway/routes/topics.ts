@@ -50,7 +50,8 @@ export const topicRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const stream = await readableStream(services.store.db, user, { id: params.stream_id });
       const msg: SetTopicVisibility = { op: "setVisibility", streamId: stream.id, topic: normaliseTopic(params.topic), policy: params.visibility_policy };
-      return services.system.ask(actorId(USER_TOPICS, user.id), msg);
+      await services.system.ask(actorId(USER_TOPICS, user.id), msg);
+      return {};
     },
   },
   {
@@ -70,7 +71,8 @@ export const topicRoutes: RouteSpec[] = [
         params.op === "add"
           ? { op: "setVisibility", streamId: stream.id, topic, policy: VISIBILITY.muted }
           : { op: "setVisibility", streamId: stream.id, topic, policy: VISIBILITY.inherit, require: { policy: VISIBILITY.muted, error: "Topic is not muted" } };
-      return services.system.ask(actorId(USER_TOPICS, user.id), msg);
+      await services.system.ask(actorId(USER_TOPICS, user.id), msg);
+      return {};
     },
   },
 ];

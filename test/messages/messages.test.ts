@@ -5,20 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import crypto from "node:crypto";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
-
-type User = Credentials & { id: number };
-
-const BOT = "notification-bot@zulip.com";
-
-/** Poll until `check` returns something truthy (Notification Bot's notices are posted just after the reply). */
-async function eventually<T>(check: () => Promise<T>, ms = 5000): Promise<T> {
-  const until = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value || Date.now() > until) return value;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+import { eventually, ids, messageApi, NOTIFICATION_BOT as BOT, type User } from "../support/messages.ts";
 
 describe.each(ENGINES)("messages on %s", (engine) => {
   let server: TestServer;
@@ -30,21 +17,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
   let general: number;
   let other: number;
 
-  const send = (as: Credentials, params: Record<string, unknown>) => api(server, "POST", "/messages", { as, params });
-  const toChannel = async (as: Credentials, topic: string, content: string, to = "general") => {
-    const res = await send(as, { type: "stream", to, topic, content });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-    return res.body.id as number;
-  };
-  const get = (as: Credentials, params: Record<string, unknown>) =>
-    api(server, "GET", "/messages", { as, params: { anchor: "newest", num_before: 100, num_after: 0, apply_markdown: false, ...params } });
-  const ids = (res: { body: any }) => res.body.messages.map((m: any) => m.id);
-  const patch = (as: Credentials, id: number, params: Record<string, unknown>) =>
-    api(server, "PATCH", `/messages/${id}`, { as, params, template: "/messages/{message_id}" });
-  const register = async (as: Credentials, types: string[], capabilities: Record<string, boolean> = {}) =>
-    (await api(server, "POST", "/register", { as, params: { event_types: types, client_capabilities: capabilities } })).body.queue_id as string;
-  const events = async (as: Credentials, queue: string) =>
-    (await api(server, "GET", "/events", { as, params: { queue_id: queue, last_event_id: -1, dont_block: true } })).body.events as any[];
+  const { send, toChannel, get, patch, register, events, setRealm, subscribe } = messageApi(() => server);
 
   beforeAll(async () => {
     server = await startTestServer(engine);
@@ -53,14 +26,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
     alice = await createUser(server, "alice@example.com", "Alice");
     bob = await createUser(server, "bob@example.com", "Bob");
     carol = await createUser(server, "carol@example.com", "Carol");
-    const subs = await api(server, "POST", "/users/me/subscriptions", {
-      as: owner,
-      params: { subscriptions: [{ name: "general" }, { name: "other" }], principals: [ownerId, alice.id, bob.id] },
-    });
-    expect(subs.status).toBe(200);
-    const streams = (await api(server, "GET", "/streams", { as: owner })).body.streams;
-    general = streams.find((s: any) => s.name === "general").stream_id;
-    other = streams.find((s: any) => s.name === "other").stream_id;
+    ({ general, other } = await subscribe(owner, ["general", "other"], { principals: [ownerId, alice.id, bob.id] }));
   });
   afterAll(async () => server?.close());
 
@@ -365,15 +331,6 @@ describe.each(ENGINES)("messages on %s", (engine) => {
   });
 
   describe("send rules", () => {
-    const setRealm = async (settings: Record<string, unknown>) => {
-      const realm = await server.node.store.db.selectFrom("realms").select(["id", "settings"]).executeTakeFirstOrThrow();
-      await server.node.store.db
-        .updateTable("realms")
-        .set({ settings: JSON.stringify({ ...(realm.settings as object), ...settings }) })
-        .where("id", "=", realm.id)
-        .execute();
-    };
-
     it("applies the realm's topic rules to the empty topic", async () => {
       const empty = await send(alice, { type: "stream", to: "general", topic: "(no topic)", content: "x" });
       expect(empty.status).toBe(200);
@@ -391,10 +348,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
 
     it("refuses channel wildcard mentions in large channels to members, not to administrators", async () => {
       const crowd = await Promise.all(Array.from({ length: 15 }, (_, i) => createUser(server, `crowd${i}@example.com`)));
-      await api(server, "POST", "/users/me/subscriptions", {
-        as: owner,
-        params: { subscriptions: [{ name: "crowded" }], principals: [ownerId, alice.id, ...crowd.map((u) => u.id)] },
-      });
+      await subscribe(owner, ["crowded"], { principals: [ownerId, alice.id, ...crowd.map((u) => u.id)] });
       const refused = await send(alice, { type: "stream", to: "crowded", topic: "t", content: "hey @**all**" });
       expect(refused.body).toMatchObject({ code: "STREAM_WILDCARD_MENTION_NOT_ALLOWED" });
       expect((await send(alice, { type: "stream", to: "crowded", topic: "t", content: "hey @_**all**" })).status).toBe(200);
@@ -410,14 +364,8 @@ describe.each(ENGINES)("messages on %s", (engine) => {
       const id = await toChannel(bob, "rude", "something rude");
       const off = await report(alice, id, { report_type: "harassment" });
       expect(off.body).toMatchObject({ code: "BAD_REQUEST", msg: "Moderation request channel must be specified to enable message reporting." });
-      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "moderation" }], invite_only: true } });
-      const modId = (await api(server, "GET", "/streams", { as: owner })).body.streams.find((s: any) => s.name === "moderation").stream_id;
-      const realm = await server.node.store.db.selectFrom("realms").select(["id", "settings"]).executeTakeFirstOrThrow();
-      await server.node.store.db
-        .updateTable("realms")
-        .set({ settings: JSON.stringify({ ...(realm.settings as object), realm_moderation_request_channel_id: modId }) })
-        .where("id", "=", realm.id)
-        .execute();
+      const { moderation } = await subscribe(owner, ["moderation"], { invite_only: true });
+      await setRealm({ realm_moderation_request_channel_id: moderation });
       expect((await report(alice, id, { report_type: "other" })).body.msg).toBe("For reason=other, an explanation must be provided.");
       expect((await report(alice, id, { report_type: "bogus" })).status).toBe(400);
       expect((await report(alice, id, { report_type: "spam", description: "x".repeat(1001) })).status).toBe(400);
@@ -463,8 +411,7 @@ describe.each(ENGINES)("messages on %s", (engine) => {
     });
 
     it("lists a channel's topics by recency, with access rules", async () => {
-      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "topics" }] } });
-      const channel = (await api(server, "GET", "/streams", { as: owner })).body.streams.find((s: any) => s.name === "topics").stream_id;
+      const { topics: channel } = await subscribe(owner, ["topics"]);
       await toChannel(owner, "older", "1", "topics");
       const newer = await toChannel(owner, "newer", "2", "topics");
       // Topics match case-insensitively and show the name of their latest message.
@@ -493,11 +440,13 @@ describe.each(ENGINES)("messages on %s", (engine) => {
       expect(long.status).toBe(400);
       const badPolicy = await api(server, "POST", "/user_topics", { as: alice, params: { stream_id: general, topic: "x", visibility_policy: 7 } });
       expect(badPolicy.status).toBe(400);
-      // The narrows follow. A topic has one policy whatever its case: the mute above replaced the follow.
+      // The narrows follow. A topic has one policy whatever its case: the mute above replaced the follow. (Alice
+      // follows the topics she started herself: Zulip's default automatically_follow_topics_policy.)
       const lunch = await toChannel(bob, "LUNCH", "soup");
-      expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "followed" }] }))).toEqual([]);
+      const inLunch = (operand: string) => get(alice, { narrow: [{ operator: "topic", operand: "lunch" }, { operator: "is", operand }] });
+      expect(ids(await inLunch("followed"))).toEqual([]);
       await api(server, "POST", "/user_topics", { as: alice, params: { stream_id: general, topic: "Lunch", visibility_policy: 3 } });
-      expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "followed" }] }))).toEqual([lunch]);
+      expect(ids(await inLunch("followed"))).toEqual([lunch]);
       expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "muted" }] }))).toEqual([]);
       await api(server, "POST", "/user_topics", { as: alice, params: { stream_id: general, topic: "lunch", visibility_policy: 1 } });
       expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "muted" }] }))).toEqual([lunch]);

@@ -6,18 +6,9 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNode } from "../../gateway/main.ts";
 import { api, createUser, engineConfig, ENGINES, readZuliprc, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
+import { eventually } from "../support/messages.ts";
 
 const now = () => Math.floor(Date.now() / 1000);
-
-/** Poll until `check` returns something truthy (delivery happens on the scheduler's timer). */
-async function eventually<T>(check: () => Promise<T>, ms = 8000): Promise<T> {
-  const until = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value || Date.now() > until) return value;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe.each(ENGINES)("scheduled messages on %s", (engine) => {
   let server: TestServer;
