@@ -94,8 +94,8 @@ export class SqlStore implements Store {
   }
 
   /**
-   * Group commit: whatever accumulated while the previous transaction ran goes into the next one. Under load a
-   * batch grows to what arrives during one commit; idle, a message commits alone with no added delay.
+   * Group commit: whatever accumulated while the previous commit ran goes into the next one. Under load a batch
+   * grows to what arrives during one commit; idle, a message commits alone with no added delay.
    */
   private async flush(): Promise<void> {
     this.flushing = true;
@@ -105,45 +105,7 @@ export class SqlStore implements Store {
         await tracer.startActiveSpan("store.commit appends", async (span) => {
           span.setAttribute("chorus.batch_size", batch.length);
           try {
-            const outcome = await this.db.transaction().execute(async (trx) => {
-              const isStale = await fenceChecker(trx, batch.map((p) => p.fence));
-              const ok = batch.filter((p): p is PendingAppend & { message: NewMessage } => !isStale(p.fence) && !!p.message);
-              const events = batch.filter((p) => !isStale(p.fence) && p.event).map((p) => p.event!);
-              // Rows as column arrays (unnest): one small statement whatever the batch size, nothing built per row.
-              if (events.length) {
-                await sql`insert into user_events (user_id, seq, payload)
-                  select * from unnest(${events.map((e) => e.user_id)}::integer[], ${events.map((e) => e.seq)}::bigint[], ${events.map((e) => JSON.stringify(e.payload))}::jsonb[])
-                  on conflict (user_id, seq) do nothing`.execute(trx);
-              }
-              const ids = new Map<string, number>();
-              if (ok.length) {
-                const rows = await trx
-                  .insertInto("messages")
-                  .values(ok.map((p) => p.message))
-                  .onConflict((c) => c.column("send_key").doNothing())
-                  .returning(["id", "send_key"])
-                  .execute();
-                const inserted = new Set(rows.map((r) => r.id));
-                const recipientRows = ok
-                  .filter((p) => p.recipients?.length && inserted.has(p.message.id))
-                  .flatMap((p) => p.recipients!.map((r) => ({ user_id: r.user_id, message_id: p.message.id, flags: r.flags })));
-                if (recipientRows.length) {
-                  await sql`insert into user_messages (user_id, message_id, flags)
-                    select * from unnest(${recipientRows.map((r) => r.user_id)}::integer[], ${recipientRows.map((r) => r.message_id)}::bigint[], ${recipientRows.map((r) => r.flags)}::integer[])
-                    on conflict do nothing`.execute(trx);
-                }
-                const repeated = ok.filter((p) => p.message.send_key && !inserted.has(p.message.id));
-                if (repeated.length) {
-                  const earlier = await trx
-                    .selectFrom("messages")
-                    .select(["id", "send_key"])
-                    .where("send_key", "in", repeated.map((p) => p.message.send_key!))
-                    .execute();
-                  for (const row of earlier) ids.set(row.send_key!, row.id);
-                }
-              }
-              return { isStale, ids };
-            });
+            const outcome = await commitAppends(this.db, batch);
             for (const p of batch) {
               if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
               else if (p.message) p.resolve((p.message.send_key && outcome.ids.get(p.message.send_key)) || p.message.id);
@@ -290,6 +252,72 @@ export class SqlStore implements Store {
  * the shard's). Locks those lease rows for the rest of the transaction, so a takeover (which bumps the epoch)
  * waits until this write has committed.
  */
+/**
+ * One batch of appends as one statement, so one round trip and one commit (a transaction of separate statements
+ * took five round trips; with fsync each commit is most of a send's latency). Its parts, as data-modifying CTEs:
+ * - `lease`: the batch's shard leases, locked FOR SHARE until the commit, so a takeover (which updates the row)
+ *   waits for this batch and a batch that read an old epoch is refused; only rows whose fence matches are written;
+ * - `new_messages`: the messages, skipping a send_key already stored (a redelivered send);
+ * - their recipients' flag rows, for the messages this statement inserted;
+ * - the user events.
+ * It answers the leases it read, the messages it inserted, and those stored before with the batch's send_keys (the
+ * statement's snapshot does not see its own inserts).
+ * Rows travel as column arrays (unnest): nothing is built per row.
+ */
+async function commitAppends(db: Kysely<Database>, batch: PendingAppend[]): Promise<{ isStale(fence: Fence): boolean; ids: Map<string, number> }> {
+  const messages = batch.filter((p): p is PendingAppend & { message: NewMessage } => !!p.message);
+  const events = batch.filter((p): p is PendingAppend & { event: UserEvent } => !!p.event);
+  const recipients = messages.flatMap((p) => (p.recipients ?? []).map((r) => ({ ...r, message_id: p.message.id })));
+  const column = <T, V>(rows: T[], f: (row: T) => V) => rows.map(f);
+  const m = (f: (p: PendingAppend & { message: NewMessage }) => unknown) => column(messages, f);
+  const e = (f: (p: PendingAppend & { event: UserEvent }) => unknown) => column(events, f);
+  const sendKeys = messages.map((p) => p.message.send_key).filter((k): k is string => !!k);
+  const { rows } = await sql<{ kind: "lease" | "inserted" | "earlier"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>`
+    with lease as (
+      select shard, owner, epoch from shard_leases where shard = any(${[...new Set(batch.map((p) => p.fence.shard))]}::integer[]) for share
+    ),
+    message_rows as (
+      select t.* from unnest(
+        ${m((p) => p.message.id)}::bigint[], ${m((p) => p.message.realm_id)}::integer[], ${m((p) => p.message.sender_id)}::integer[],
+        ${m((p) => p.message.recipient_type)}::text[], ${m((p) => p.message.recipient_id)}::integer[], ${m((p) => p.message.stream_id ?? null)}::integer[],
+        ${m((p) => p.message.topic)}::text[], ${m((p) => p.message.content)}::text[], ${m((p) => p.message.rendered_content)}::text[],
+        ${m((p) => p.message.date_sent)}::bigint[], ${m((p) => p.message.sending_client)}::text[], ${m((p) => p.message.send_key ?? null)}::text[],
+        ${m((p) => p.fence.shard)}::integer[], ${m((p) => p.fence.epoch)}::bigint[], ${m((p) => p.fence.node)}::text[]
+      ) as t(id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content, rendered_content, date_sent, sending_client, send_key, f_shard, f_epoch, f_node)
+      join lease l on l.shard = t.f_shard and l.epoch = t.f_epoch and l.owner = t.f_node
+    ),
+    new_messages as (
+      insert into messages (id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content, rendered_content, date_sent, sending_client, send_key)
+      select id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content, rendered_content, date_sent, sending_client, send_key from message_rows
+      on conflict (send_key) do nothing
+      returning id, send_key
+    ),
+    new_flags as (
+      insert into user_messages (user_id, message_id, flags)
+      select r.user_id, r.message_id, r.flags
+      from unnest(${column(recipients, (r) => r.user_id)}::integer[], ${column(recipients, (r) => r.message_id)}::bigint[], ${column(recipients, (r) => r.flags)}::integer[]) as r(user_id, message_id, flags)
+      where r.message_id in (select id from new_messages)
+      on conflict do nothing
+    ),
+    new_events as (
+      insert into user_events (user_id, seq, payload)
+      select t.user_id, t.seq, t.payload
+      from unnest(
+        ${e((p) => p.event.user_id)}::integer[], ${e((p) => p.event.seq)}::bigint[], ${e((p) => JSON.stringify(p.event.payload))}::jsonb[],
+        ${e((p) => p.fence.shard)}::integer[], ${e((p) => p.fence.epoch)}::bigint[], ${e((p) => p.fence.node)}::text[]
+      ) as t(user_id, seq, payload, f_shard, f_epoch, f_node)
+      join lease l on l.shard = t.f_shard and l.epoch = t.f_epoch and l.owner = t.f_node
+      on conflict (user_id, seq) do nothing
+    )
+    select 'lease' as kind, shard, owner, epoch, null::bigint as id, null::text as send_key from lease
+    union all select 'inserted', null, null, null, id, send_key from new_messages
+    union all select 'earlier', null, null, null, id, send_key from messages where send_key = any(${sendKeys}::text[])`.execute(db);
+  // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
+  const ids = new Map<string, number>();
+  for (const r of rows) if (r.kind !== "lease" && r.send_key) ids.set(r.send_key, Number(r.id));
+  return { isStale: staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]), ids };
+}
+
 async function fenceChecker(trx: Transaction<Database>, fences: Fence[]): Promise<(fence: Fence) => boolean> {
   const shards = [...new Set(fences.map((f) => f.shard))];
   const rows = await trx
@@ -298,7 +326,18 @@ async function fenceChecker(trx: Transaction<Database>, fences: Fence[]): Promis
     .where("shard", "in", shards)
     .forShare()
     .execute();
-  const current = new Map(rows.map((r) => [r.shard, r]));
+  return staleAgainst(rows);
+}
+
+interface LeaseRow {
+  shard: number | null;
+  owner: string | null;
+  epoch: number | null;
+}
+
+/** A fence is stale unless its shard's lease, as read under the commit's lock, is still its node's at its epoch. */
+function staleAgainst(leases: LeaseRow[]): (fence: Fence) => boolean {
+  const current = new Map(leases.map((r) => [r.shard, r]));
   return (fence) => {
     const row = current.get(fence.shard);
     return !row || row.owner !== fence.node || Number(row.epoch) !== fence.epoch;
