@@ -7,6 +7,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 import { eventually, ids, messageApi, NOTIFICATION_BOT, type User } from "../support/messages.ts";
 
+/** A modern client: deletions come as one event listing every message id. */
+const BULK_DELETION = { bulk_message_deletion: true };
+
 describe.each(ENGINES)("edits and moves on %s", (engine) => {
   let server: TestServer;
   let owner: Credentials;
@@ -114,7 +117,7 @@ describe.each(ENGINES)("edits and moves on %s", (engine) => {
     expect((await patch(alice, id, { topic: "✔ fix", propagate_mode: "change_all" })).status).toBe(200);
     expect(await eventually(async () => (await botMessages("general", "✔ fix")).length === 1)).toBe(true);
     const [notice] = await botMessages("general", "✔ fix");
-    const q = await register(bob, ["delete_message"]);
+    const q = await register(bob, ["delete_message"], BULK_DELETION);
     expect((await patch(alice, id, { topic: "fix", propagate_mode: "change_all" })).status).toBe(200);
     expect(await botMessages("general", "fix")).toEqual([]);
     expect(ids(await get(owner, { narrow: [{ operator: "topic", operand: "fix" }] }))).toEqual([id]);
@@ -189,7 +192,7 @@ describe.each(ENGINES)("edits and moves on %s", (engine) => {
     await subscribe(["secret"], [ownerId, alice.id], { invite_only: true });
     await subscribe(["vault"], [ownerId, alice.id, carol.id], { invite_only: true, history_public_to_subscribers: false });
     await subscribe(["open"], [ownerId, alice.id]);
-    const qBob = await register(bob, ["update_message", "delete_message"]);
+    const qBob = await register(bob, ["update_message", "delete_message"], BULK_DELETION);
     const qAlice = await register(alice, ["update_message", "delete_message"]);
 
     const [a, b] = [await toChannel(alice, "leak", "1"), await toChannel(alice, "leak", "2")];
@@ -208,7 +211,7 @@ describe.each(ENGINES)("edits and moves on %s", (engine) => {
 
     // Into a public channel, only guests lose access.
     const c = await toChannel(alice, "public move", "3");
-    const qGuest = await register(guest, ["delete_message"]);
+    const qGuest = await register(guest, ["delete_message"], BULK_DELETION);
     const qBob2 = await register(bob, ["update_message", "delete_message"]);
     await patch(alice, c, { stream_id: channels.open, send_notification_to_new_thread: false });
     expect((await events(guest, qGuest))[0]).toMatchObject({ type: "delete_message", message_ids: [c] });
