@@ -70,6 +70,10 @@ interface ChannelState {
   subscribers: Set<number>;
 }
 
+/** How long a sender's settled topic policies are trusted, and how many are remembered. */
+const SETTLED_MS = 30_000;
+const MAX_SETTLED = 10_000;
+
 export class ChannelActor extends Conversation {
   private state!: ChannelState;
   /** Users of the realm with a queue that follows every public channel (read at activation, then told). */
@@ -77,6 +81,13 @@ export class ChannelActor extends Conversation {
   /** The realm's "role:everyone" group: a can_send_message_group that needs no membership check. */
   private everyoneGroup?: number;
   private readonly topicPolicies = new TopicPolicies(this.deps, () => ({ id: this.state.id, historyPublic: this.state.historyPublic }));
+  /**
+   * Senders whose automatic topic policies a recent send of theirs to the topic left with nothing to do
+   * ("userId:topic" → until when): their next sends there skip the read that decides it (a query per send halved
+   * the send rate). Any other operation on the channel clears it; a change of the user's own settings or topic
+   * visibility made elsewhere applies to their sends after at most SETTLED_MS.
+   */
+  private readonly settledSenders = new Map<string, number>();
 
   async activate(): Promise<void> {
     const db = this.deps.store.db;
@@ -133,6 +144,8 @@ export class ChannelActor extends Conversation {
   }
 
   receive(msg: ChannelMessage): unknown {
+    // Anything but a send may change what a sender's topic policies depend on (subscriptions, moves, deletions).
+    if (msg.op !== "send" && msg.op !== "publicListener") this.settledSenders.clear();
     switch (msg.op) {
       case "subscribe":
         return this.subscribe(msg.userIds);
@@ -299,12 +312,18 @@ export class ChannelActor extends Conversation {
     // A send of this topic still committing means this one does not start the topic. Everything else is decided
     // after the commit, off this actor's turn, so the next send need not wait for it.
     const afterInFlight = this.committing.has(msg.topic.toLowerCase());
+    const settledKey = `${msg.senderId}:${msg.topic.toLowerCase()}`;
+    const settled = (this.settledSenders.get(settledKey) ?? 0) > Date.now();
     return this.send(msg, msg.topic, async (id, mentions) => {
       const mentioned = [...mentions].filter(([, bits]) => bits & FLAG_BITS.mentioned).map(([user]) => user);
       const [policy] = await Promise.all([
-        msg.automaticVisibility ? this.applySenderPolicies(msg.senderId, msg.topic, id, afterInFlight) : undefined,
+        msg.automaticVisibility && !settled ? this.applySenderPolicies(msg.senderId, msg.topic, id, afterInFlight) : undefined,
         mentioned.length ? this.topicPolicies.followWhereMentioned(mentioned, msg.topic) : undefined,
       ]);
+      if (msg.automaticVisibility && !settled) {
+        if (this.settledSenders.size >= MAX_SETTLED) this.settledSenders.clear();
+        this.settledSenders.set(settledKey, Date.now() + SETTLED_MS);
+      }
       return policy === undefined ? {} : { automatic_new_visibility_policy: policy };
     });
   }
