@@ -21,6 +21,12 @@ import { USER, type ConfirmEmailChange, type EmailChanged, type StartEmailChange
 /** Zulip's CONFIRMATION_LINK_DEFAULT_VALIDITY_DAYS for e-mail changes: one day. */
 export const EMAIL_CHANGE_VALIDITY_SECONDS = 86400;
 
+/** Zulip's email_change_by_user rate limits: (seconds, requests) — two an hour, five a day. */
+const REQUEST_LIMITS: Array<[number, number]> = [
+  [3600, 2],
+  [86400, 5],
+];
+
 /** email_address_visibility: everyone. Only then is the API `email` the real address, and changes with it. */
 const VISIBLE_TO_EVERYONE = 1;
 
@@ -47,6 +53,7 @@ export class EmailChanges {
     if (!EMAIL.test(email)) throw errors.badRequest("Invalid address.");
     await this.checkAddressFree(email);
     const now = Math.floor(Date.now() / 1000);
+    await this.checkRequestRate(user.id, now);
     const realmName = (await this.db.selectFrom("realms").select("name").where("id", "=", this.realmId).executeTakeFirstOrThrow()).name;
     const { key, hash } = newEmailKey();
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
@@ -122,6 +129,16 @@ export class EmailChanges {
   private async checkAddressFree(email: string): Promise<void> {
     const taken = await accountWithEmail(this.db, this.realmId, email);
     if (taken) throw errors.badRequest(taken.is_active ? "Already has an account." : "Account has been deactivated.");
+  }
+
+  /** Each request e-mails an address the requester chooses: limited, as Zulip does, so it cannot be used to spam. */
+  private async checkRequestRate(userId: number, now: number): Promise<void> {
+    const longest = Math.max(...REQUEST_LIMITS.map(([seconds]) => seconds));
+    const recent = await this.db.selectFrom("email_changes").select("created_at").where("user_id", "=", userId).where("created_at", ">", now - longest).orderBy("created_at", "desc").execute();
+    for (const [seconds, limit] of REQUEST_LIMITS) {
+      const inWindow = recent.filter((r) => Number(r.created_at) > now - seconds);
+      if (inWindow.length >= limit) throw errors.rateLimited(Number(inWindow[limit - 1]!.created_at) + seconds - now);
+    }
   }
 
   private async emailVisibility(userId: number): Promise<number> {
