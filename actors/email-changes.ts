@@ -7,8 +7,7 @@
  * the key is only in the e-mail, the table keeps its SHA-256. Confirming changes the address, tells the old
  * address, and sends the `realm_user` update events.
  */
-import type { ActorContext } from "../runtime/actor.ts";
-import { actorId } from "../runtime/actor.ts";
+import { actorId, type ActorContext } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
 import { hashEmailKey, newEmailKey, queueEmail } from "../runtime/mail.ts";
 import type { ActorDeps } from "./deps.ts";
@@ -151,13 +150,12 @@ export class EmailChanges {
    * user), the new API email to everyone when it is the real address, and the new Gravatar to everyone.
    */
   private async announce(user: { id: number; avatar_version: number }, newEmail: string, visibility: number): Promise<void> {
-    const userId = user.id;
     const active = await this.db.selectFrom("users").select(["id", "role"]).where("realm_id", "=", this.realmId).where("is_active", "=", true).execute();
     const tell = (ids: number[], person: Record<string, unknown>) =>
-      this.deps.system().broadcast(ids.map((id) => actorId(USER, id)), { op: "deliverEvent", event: { type: "realm_user", op: "update", person: { user_id: userId, ...person } } });
+      this.deps.system().broadcast(ids.map((id) => actorId(USER, id)), { op: "deliverEvent", event: { type: "realm_user", op: "update", person: { user_id: user.id, ...person } } });
     const everyone = active.map((u) => u.id);
     await tell(
-      active.filter((u) => u.id === userId || canSeeDeliveryEmail(u.role, visibility)).map((u) => u.id),
+      active.filter((u) => u.id === user.id || canSeeDeliveryEmail(u.role, visibility)).map((u) => u.id),
       { delivery_email: newEmail },
     );
     if (visibility === VISIBLE_TO_EVERYONE) await tell(everyone, { new_email: newEmail });
