@@ -1,9 +1,9 @@
 /** Accounts: the one place a users row is created, and the rules of an account's fields. */
-import { sql, type Transaction } from "kysely";
+import { sql, type Kysely, type Transaction } from "kysely";
 import { errors } from "../runtime/errors.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import type { Database } from "../runtime/store/schema.ts";
-import { addToRoleGroups } from "./groups.ts";
+import { addToRoleGroups, ROLE } from "./groups.ts";
 import type { CreatedUser } from "./protocol.ts";
 
 /** Deliberately simple: one @, something on each side, a dot in the domain, no spaces. */
@@ -19,18 +19,17 @@ export interface NewAccount {
   role: number;
 }
 
+/** The realm's account (active or not) with this address, compared case-insensitively. */
+export function accountWithEmail(db: Kysely<Database> | Transaction<Database>, realmId: number, email: string) {
+  return db.selectFrom("users").select(["id", "is_active"]).where("realm_id", "=", realmId).where(sql`lower(delivery_email)`, "=", email.toLowerCase()).executeTakeFirst();
+}
+
 /**
  * Create an account with a fresh API key, inside the caller's transaction: the realm actor's, the first-start
  * bootstrap's, or the management CLI's. E-mail addresses are unique per realm, compared case-insensitively.
  */
 export async function insertAccount(trx: Transaction<Database>, realmId: number, account: NewAccount, keyring: Keyring): Promise<CreatedUser> {
-  const taken = await trx
-    .selectFrom("users")
-    .select("id")
-    .where("realm_id", "=", realmId)
-    .where(sql`lower(delivery_email)`, "=", account.email.toLowerCase())
-    .executeTakeFirst();
-  if (taken) throw errors.badRequest(`Email '${account.email}' already in use`);
+  if (await accountWithEmail(trx, realmId, account.email)) throw errors.badRequest(`Email '${account.email}' already in use`);
   const apiKey = Keyring.newApiKey();
   const row = await trx
     .insertInto("users")
@@ -55,4 +54,23 @@ export async function insertAccount(trx: Transaction<Database>, realmId: number,
     .executeTakeFirstOrThrow();
   await addToRoleGroups(trx, realmId, row.id, account.role);
   return { user_id: row.id, api_key: apiKey };
+}
+
+/**
+ * Whether a viewer of this role may see the real e-mail of a user with this email_address_visibility setting
+ * (1 everyone, 2 members, 3 administrators, 4 nobody, 5 moderators), as Zulip decides it.
+ */
+export function canSeeDeliveryEmail(viewerRole: number, visibility: number): boolean {
+  switch (visibility) {
+    case 1:
+      return true;
+    case 2:
+      return viewerRole <= ROLE.member;
+    case 3:
+      return viewerRole <= ROLE.administrator;
+    case 5:
+      return viewerRole <= ROLE.moderator;
+    default:
+      return false;
+  }
 }

@@ -6,10 +6,10 @@
  * mail sender (runtime/mail.ts) drains when SMTP is configured. The key is only in the e-mail; the table keeps
  * its SHA-256.
  */
-import { createHash, randomBytes } from "node:crypto";
 import { sql } from "kysely";
 import { actorId, type ActorContext } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
+import { hashEmailKey, newEmailKey, queueEmail } from "../runtime/mail.ts";
 import type { ActorDeps } from "./deps.ts";
 import { inGroupSetting, ROLE, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "./settings.ts";
@@ -23,8 +23,6 @@ export const DEFAULT_INVITE_EXPIRY_MINUTES = 14400;
 /** Zulip's settings.INVITES_DEFAULT_REALM_DAILY_MAX. */
 export const DAILY_INVITE_LIMIT = 100;
 export const MAX_WELCOME_MESSAGE_LENGTH = 8000;
-
-export const hashInviteKey = (key: string) => createHash("sha256").update(key).digest("hex");
 
 /** Zulip's InvitationError: a 400 with the per-address failures. */
 function invitationFailed(msg: string, failures: [string, string, boolean][], sent: boolean, dailyLimitReached = false): ChorusError {
@@ -122,7 +120,7 @@ export class Invitations {
     const realmName = (await db.selectFrom("realms").select("name").where("id", "=", this.realmId).executeTakeFirstOrThrow()).name;
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       for (const email of toInvite) {
-        const key = randomBytes(24).toString("base64url");
+        const { key, hash } = newEmailKey();
         await trx
           .insertInto("invitations")
           .values({
@@ -135,16 +133,13 @@ export class Invitations {
             include_realm_default_subscriptions: msg.includeRealmDefaultSubscriptions,
             notify_referrer_on_join: msg.notifyReferrerOnJoin,
             welcome_message_custom_text: welcome,
-            key_hash: hashInviteKey(key),
+            key_hash: hash,
             created_at: now,
             expires_at: msg.expiresInMinutes === null ? null : now + msg.expiresInMinutes * 60,
             request_key: msg.requestKey,
           })
           .execute();
-        await trx
-          .insertInto("email_outbox")
-          .values({ to_address: email, ...invitationEmail(acting.full_name, realmName, msg.siteUrl, key, welcome), created_at: now, next_attempt_at: Date.now() })
-          .execute();
+        await queueEmail(trx, { to: email, ...invitationEmail(acting.full_name, realmName, msg.siteUrl, key, welcome) });
       }
     });
     await this.invitesChanged(acting.id);
@@ -214,7 +209,7 @@ export class Invitations {
 
   private async accept(msg: AcceptInvite): Promise<CreatedUser> {
     const now = Math.floor(Date.now() / 1000);
-    const invite = await this.db.selectFrom("invitations").selectAll().where("key_hash", "=", hashInviteKey(msg.key)).where("realm_id", "=", this.realmId).executeTakeFirst();
+    const invite = await this.db.selectFrom("invitations").selectAll().where("key_hash", "=", hashEmailKey(msg.key)).where("realm_id", "=", this.realmId).executeTakeFirst();
     if (!invite) throw errors.badRequest("Invalid invitation key");
     if (invite.status === "accepted") throw errors.badRequest("This invitation has already been used");
     if (invite.status === "revoked") throw errors.badRequest("This invitation has been revoked");

@@ -111,7 +111,37 @@ export interface AcceptInvite {
   passwordHash: string;
 }
 
-export type RealmMessage = CreateUser | EnsureChannels | UpdateRealm | UpdateUser | CreateGroup | Invite | RevokeInvite | AcceptInvite;
+/** PATCH /settings with a new `email`: a pending change, and a confirmation e-mail to the new address. */
+export interface StartEmailChange {
+  op: "startEmailChange";
+  userId: number;
+  email: string;
+  siteUrl: string;
+}
+
+/** POST /settings/email/confirm: the key from that e-mail. */
+export interface ConfirmEmailChange {
+  op: "confirmEmailChange";
+  key: string;
+}
+
+export type EmailChanged = {
+  user_id: number;
+  old_email: string;
+  new_email: string;
+};
+
+export type RealmMessage =
+  | CreateUser
+  | EnsureChannels
+  | UpdateRealm
+  | UpdateUser
+  | CreateGroup
+  | Invite
+  | RevokeInvite
+  | AcceptInvite
+  | StartEmailChange
+  | ConfirmEmailChange;
 
 // ---- channel:<id> -------------------------------------------------------------------------------------------
 

@@ -29,6 +29,11 @@ export function findUserByEmail(db: DB, email: string): Promise<UserRow | undefi
   return usersWithRealm(db).where(sql`lower(users.delivery_email)`, "=", email.toLowerCase()).executeTakeFirst();
 }
 
+/** The server's organization for unauthenticated links (one per server: the first realm, as /server_settings reports it). */
+export async function serverRealmId(db: DB): Promise<number> {
+  return (await db.selectFrom("realms").select("id").orderBy("id").executeTakeFirstOrThrow()).id;
+}
+
 export function findUserById(db: DB, realmId: number, id: number): Promise<UserRow | undefined> {
   return usersWithRealm(db).where("users.id", "=", id).where("users.realm_id", "=", realmId).executeTakeFirst();
 }

@@ -14,6 +14,7 @@ import { planRealmSettings } from "./realm-settings.ts";
 import { realmSettings } from "./settings.ts";
 import { checkNewGroup, insertGroup } from "./user-groups.ts";
 import { Invitations } from "./invites.ts";
+import { EmailChanges } from "./email-changes.ts";
 import { renderMarkdown } from "./message-format.ts";
 import { insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import {
@@ -38,6 +39,7 @@ export { EMAIL, insertAccount, type NewAccount } from "./accounts.ts";
 export class RealmActor implements Actor {
   private readonly realmId: number;
   private readonly invitations: Invitations;
+  private readonly emailChanges: EmailChanges;
 
   constructor(
     private readonly ctx: ActorContext,
@@ -45,6 +47,7 @@ export class RealmActor implements Actor {
   ) {
     this.realmId = Number(ctx.key);
     this.invitations = new Invitations(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event), announceUser: (id) => this.announceUser(id) });
+    this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
   }
 
   receive(msg: RealmMessage): Promise<unknown> {
@@ -63,6 +66,9 @@ export class RealmActor implements Actor {
       case "revokeInvite":
       case "acceptInvite":
         return this.invitations.receive(msg);
+      case "startEmailChange":
+      case "confirmEmailChange":
+        return this.emailChanges.receive(msg);
     }
   }
 

@@ -106,6 +106,7 @@ export function realmSettingsDefaults(groups: SystemGroups) {
     realm_enable_read_receipts: true,
     realm_presence_disabled: false,
     realm_email_auth_enabled: true,
+    realm_email_changes_disabled: false,
     realm_password_auth_enabled: true,
     realm_push_notifications_enabled: false,
     realm_enable_spectator_access: false,

@@ -12,6 +12,8 @@ declare module "autocannon" {
     headers?: Record<string, string>;
     body?: string;
     title?: string;
+    /** Requests each connection cycles through; setupRequest may change a request before it is sent. */
+    requests?: Array<{ setupRequest?: (request: { headers: Record<string, string> }, context: object) => { headers: Record<string, string> } }>;
   }
 
   /** Percentiles autocannon reports (hdr-histogram-percentiles-obj). */

@@ -16,6 +16,8 @@ export interface LoadRequest {
   method: "GET" | "POST";
   headers?: Record<string, string>;
   body?: string;
+  /** Authorization headers taken in turn, one per request (see Target.authorizations). */
+  authorizations?: string[];
   connections: number;
   pipelining: number;
   /** Seconds. */
@@ -54,6 +56,15 @@ export type LoadReply = { id: number; ok: true; figures: LoadFigures } | { id: n
 let current: { stop(): void } | undefined;
 const watched = new Map<string, Resource>();
 
+/** A setupRequest giving each request the next Authorization header of the list (all connections share the turn). */
+function takeInTurn(authorizations: string[]) {
+  let next = 0;
+  return (request: { headers: Record<string, string> }) => {
+    request.headers.authorization = authorizations[next++ % authorizations.length]!;
+    return request;
+  };
+}
+
 async function run(req: LoadRequest): Promise<LoadFigures> {
   const cpu = process.cpuUsage();
   const t0 = performance.now();
@@ -62,6 +73,7 @@ async function run(req: LoadRequest): Promise<LoadFigures> {
     method: req.method,
     headers: req.headers,
     body: req.body,
+    requests: req.authorizations?.length ? [{ setupRequest: takeInTurn(req.authorizations) }] : undefined,
     connections: req.connections,
     pipelining: req.pipelining,
     duration: req.duration,

@@ -5,7 +5,7 @@
  *    ratio of) and the same hello-world through gateway/http.ts (what the adapter itself costs).
  * 2. For each engine (embedded: memory + PGlite; redis+postgres: Redis Streams + a fresh Postgres database), a
  *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, fetch1m, send,
- *    send10, send1000, subscribe) and the assistant's (bench/assistant.ts: embed JSON answers/s, then SSE time to
+ *    send10, send1000, presence, subscribe) and the assistant's (bench/assistant.ts: embed JSON answers/s, then SSE time to
  *    first event), then
  *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
  *    own child process (bench/event-client.ts).
@@ -80,7 +80,7 @@ interface Options {
 const USAGE = `usage: npm run bench -- [options]
   --engine <embedded|redis+postgres|both>   engines to run (default both; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send10,send1000,
-                                            assistant,subscribe,wake,fanout,register,queues;
+                                            presence,assistant,subscribe,wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -402,6 +402,7 @@ async function measure(
     method: target.method,
     headers: target.headers,
     body: target.body,
+    authorizations: target.authorizations,
     connections: opts.connections,
     pipelining: opts.pipelining,
     timeout: opts.timeout,

@@ -30,6 +30,8 @@ export interface Target {
   path: string;
   headers?: Record<string, string>;
   body?: string;
+  /** Authorization headers taken in turn, one per request: the load acts as many users instead of one. */
+  authorizations?: string[];
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -634,8 +636,59 @@ export const fetchBig: Scenario = {
   }),
 };
 
+const PRESENCE_USERS = 10_000;
+/** What clients send every minute while open, without asking for everyone's presence back (ping_only). */
+const PRESENCE_BODY = "status=active&ping_only=true&new_user_input=false&slim_presence=true";
+/** Pings in flight while the population comes online. */
+const PRESENCE_SETUP_CONCURRENCY = 32;
+
+/**
+ * POST /users/me/presence with 10,000 users online, each request as the next of them in turn: the presence
+ * heartbeat every open client sends. Every user pings once while preparing (through the API, as a client coming
+ * online does), so the measured pings update users already online rather than announce new ones.
+ */
+const presenceAuth = new Map<EngineName, string[]>();
+export const presence: Scenario = {
+  name: "presence",
+  describe: `POST /api/v1/users/me/presence (${PRESENCE_BODY}) as ${PRESENCE_USERS.toLocaleString("en")} online users in turn`,
+  async prepare(engine, options) {
+    const users = await options.population.users("members", PRESENCE_USERS);
+    presenceAuth.set(engine.name, users.map((u) => u.auth));
+    const t0 = performance.now();
+    let next = 0;
+    const pingAll = async () => {
+      while (next < users.length) {
+        const user = users[next++]!;
+        const res = await fetch(`${engine.baseUrl}/api/v1/users/me/presence`, {
+          method: "POST",
+          headers: { authorization: user.auth, "content-type": "application/x-www-form-urlencoded" },
+          body: PRESENCE_BODY,
+        });
+        if (!res.ok) throw new Error(`presence ping as ${user.email} → ${res.status}: ${(await res.text()).slice(0, 300)}`);
+        await res.arrayBuffer();
+      }
+    };
+    await Promise.all(Array.from({ length: PRESENCE_SETUP_CONCURRENCY }, pingAll));
+    // The owner's own ping, asking for everyone's presence back: all of them must be there.
+    const online = await api(engine, "POST", "/api/v1/users/me/presence", { status: "active", slim_presence: "true" });
+    const count = Object.keys(online.presences as Record<string, unknown>).length;
+    if (count < PRESENCE_USERS) throw new Error(`presence: ${count} users online after every one pinged, expected ${PRESENCE_USERS + 1}`);
+    return {
+      onlineUsers: count,
+      comeOnlineSeconds: Math.round((performance.now() - t0) / 100) / 10,
+    };
+  },
+  target: (engine) => ({
+    method: "POST",
+    path: "/api/v1/users/me/presence",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: PRESENCE_BODY,
+    authorizations: presenceAuth.get(engine.name),
+  }),
+};
+
 /** In the order they run against each engine. */
-export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, send10, send1000];
+export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, send10, send1000, presence];
 
 // ---------------------------------------------------------------------------------------------------------------
 // Timed scenarios: operations too heavy, or changing too much state, to repeat under autocannon. Each measured

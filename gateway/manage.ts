@@ -19,7 +19,7 @@ import type { Store } from "../runtime/store/store.ts";
 import { createdAgent, insertAgent, insertVersion, insertWebhook, publishVersion, readAgent, rollbackAgent, type AgentRow } from "../actors/agent-records.ts";
 import { insertApiKey } from "../actors/operator.ts";
 import type { KnowledgeDocument, Published } from "../actors/protocol.ts";
-import { findUserByEmail } from "../actors/reads.ts";
+import { findUserByEmail, serverRealmId } from "../actors/reads.ts";
 import { insertAccount, ROLE } from "../actors/realm.ts";
 import { EMAIL } from "../actors/realm.ts";
 import { WEBHOOK_EVENTS } from "../actors/webhooks.ts";
@@ -98,10 +98,6 @@ class UsageError extends Error {}
 
 const KNOWLEDGE_EXTENSIONS = new Set([".txt", ".md", ".markdown"]);
 
-async function realmId(db: Store["db"]): Promise<number> {
-  return (await db.selectFrom("realms").select("id").orderBy("id").executeTakeFirstOrThrow()).id;
-}
-
 async function account(db: Store["db"], email: string | undefined) {
   const user = email ? await findUserByEmail(db, email) : undefined;
   if (!user) throw new UsageError(`no account with e-mail ${email ?? "(missing --email)"}`);
@@ -170,7 +166,7 @@ const COMMANDS: Record<string, (ctx: Context) => Promise<void>> = {
     if (!EMAIL.test(email)) throw new UsageError("--email must be an e-mail address");
     if (!name) throw new UsageError("--name is required");
     if (!role) throw new UsageError(`--role must be one of ${Object.keys(ROLE).join(", ")}`);
-    const realm = await realmId(store.db);
+    const realm = await serverRealmId(store.db);
     const passwordHash = values.password ? await hashPassword(values.password) : null;
     const created = await store.db.transaction().execute((trx) => insertAccount(trx, realm, { email, fullName: name, passwordHash, role }, keyring));
     console.log(`created user ${created.user_id} (${email}, role ${role})\nAPI key: ${created.api_key}`);
@@ -205,7 +201,7 @@ const COMMANDS: Record<string, (ctx: Context) => Promise<void>> = {
       ...(values["rate-limit"] !== undefined ? { rate_limit_per_minute: Number(values["rate-limit"]) } : {}),
       ...(values["mobile-webhook-url"] !== undefined ? { mobile_webhook_url: values["mobile-webhook-url"] } : {}),
     });
-    const spec = agentSpec(body, await realmId(ctx.store.db), loadAssistantConfig());
+    const spec = agentSpec(body, await serverRealmId(ctx.store.db), loadAssistantConfig());
     const row = await transaction(ctx, (trx) => insertAgent(trx, ctx.keyring, crypto.randomUUID(), spec));
     const created = createdAgent(row, ctx.keyring);
     console.log(`agent_id: ${created.agent_id}\nagent_key: ${created.agent_key}\nsecret: ${created.secret}`);

@@ -57,6 +57,8 @@ export const errors = {
   timeout: (what: string) => new ChorusError("REQUEST_TIMEOUT", `Timed out waiting for ${what}`, 503),
   /** A write by a worker whose shard lease was taken over: refused so two owners never both write. */
   fenced: (shard: number) => new ChorusError("FENCED", `Shard ${shard} is owned by another worker`, 503),
+  /** Zulip's RateLimitedError: the client may try again after `retryAfter` seconds. */
+  rateLimited: (retryAfter: number) => new ChorusError("RATE_LIMIT_HIT", "API usage exceeded rate limit", 429, { "retry-after": retryAfter }),
   conflict: (what: string) => new ChorusError("CONFLICT", `Concurrent update of ${what}`, 409),
   shuttingDown: () => new ChorusError("SHUTTING_DOWN", "The server is shutting down", 503),
 };

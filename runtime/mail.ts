@@ -4,9 +4,28 @@
  * sender: a row is claimed for a while with `for update skip locked` before it is sent, so each e-mail goes out
  * once unless a sender dies between sending and recording it (then it goes out again: at least once).
  */
+import { createHash, randomBytes } from "node:crypto";
 import nodemailer, { type Transporter } from "nodemailer";
-import { sql } from "kysely";
+import { sql, type Transaction } from "kysely";
 import type { Store } from "./store/store.ts";
+import type { Database } from "./store/schema.ts";
+
+/** What the store keeps of a key sent by e-mail (invitations, e-mail changes): its SHA-256, never the key. */
+export const hashEmailKey = (key: string) => createHash("sha256").update(key).digest("hex");
+
+/** A fresh key for a link in an e-mail, and the hash to store. */
+export function newEmailKey(): { key: string; hash: string } {
+  const key = randomBytes(24).toString("base64url");
+  return { key, hash: hashEmailKey(key) };
+}
+
+/** Queue an e-mail in the caller's transaction: it goes out if, and only if, that transaction commits. */
+export async function queueEmail(trx: Transaction<Database>, mail: { to: string; subject: string; body: string }): Promise<void> {
+  await trx
+    .insertInto("email_outbox")
+    .values({ to_address: mail.to, subject: mail.subject, body: mail.body, created_at: Math.floor(Date.now() / 1000), next_attempt_at: Date.now() })
+    .execute();
+}
 
 const POLL_MS = 2000;
 const CLAIM_MS = 60_000;

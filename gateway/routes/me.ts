@@ -2,7 +2,8 @@
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { hashPassword, verifyPassword } from "../../runtime/secrets.ts";
-import { USER, type DraftFields } from "../../actors/protocol.ts";
+import { REALM, USER, type DraftFields, type EmailChanged } from "../../actors/protocol.ts";
+import { serverRealmId } from "../../actors/reads.ts";
 import { checkSetting, draftsOf, SETTING_RULES, viewsOf } from "../../actors/user-data.ts";
 import { USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 import type { Call, RouteSpec } from "../app.ts";
@@ -143,12 +144,27 @@ export const meRoutes: RouteSpec[] = [
         if (!params.new_password) throw errors.badRequest("New password cannot be empty.");
         passwordHash = await hashPassword(params.new_password);
       }
-      if (params.email !== undefined && params.email.toLowerCase() !== user.delivery_email.toLowerCase()) {
-        throw errors.badRequest("Changing the e-mail address needs a confirmation e-mail, which this server does not send yet.");
+      // Zulip ignores an unchanged (or empty) address; a new one takes effect when the e-mail sent to it is confirmed.
+      const newEmail = params.email?.trim();
+      if (newEmail && newEmail !== user.delivery_email) {
+        await call.services.system.ask(actorId(REALM, user.realm_id), { op: "startEmailChange", userId: user.id, email: newEmail, siteUrl: call.services.siteUrl(call.req.headers.host) });
       }
       await askUser(call, { op: "updateSettings", settings, fullName, passwordHash });
       if (fullName !== undefined || passwordHash !== undefined) call.services.auth.forget();
       return {};
+    },
+  },
+  {
+    // Zulip confirms through a web page (/accounts/confirm_new_email/<key>); Chorus has this JSON endpoint instead.
+    method: "POST",
+    path: "/settings/email/confirm",
+    auth: false,
+    params: { type: "object", properties: { key: { type: "string", minLength: 1, maxLength: 200 } }, required: ["key"] },
+    async handle({ params, services }) {
+      const changed = await services.system.ask<EmailChanged>(actorId(REALM, await serverRealmId(services.store.db)), { op: "confirmEmailChange", key: params.key });
+      // The old address must stop authenticating now (this worker's cache; other workers' expire within seconds).
+      services.auth.forget();
+      return changed;
     },
   },
   {

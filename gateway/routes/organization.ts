@@ -10,6 +10,7 @@ import { hashPassword } from "../../runtime/secrets.ts";
 import { REALM, type CreatedUser, type GroupCreated, type RealmUpdated } from "../../actors/protocol.ts";
 import { REALM_SETTINGS } from "../../actors/realm-settings.ts";
 import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/invites.ts";
+import { serverRealmId } from "../../actors/reads.ts";
 import { ROLE } from "../../actors/groups.ts";
 import type { Call, RouteSpec } from "../app.ts";
 import { Bool, Id, Str, type JsonSchema } from "../params.ts";
@@ -176,9 +177,7 @@ export const organizationRoutes: RouteSpec[] = [
     async handle({ params, services }) {
       const fullName = String(params.full_name).trim();
       if (!fullName) throw errors.badRequest("Name too short!");
-      // One organization per server (the first realm), as POST /server_settings reports it.
-      const realm = await services.store.db.selectFrom("realms").select("id").orderBy("id").executeTakeFirstOrThrow();
-      const created = await services.system.ask<CreatedUser>(actorId(REALM, realm.id), {
+      const created = await services.system.ask<CreatedUser>(actorId(REALM, await serverRealmId(services.store.db)), {
         op: "acceptInvite",
         key: params.key,
         fullName,

@@ -5,30 +5,11 @@ import { hashPassword } from "../../runtime/secrets.ts";
 import { ownUserObject, realmUsers, userObject } from "../../actors/reads.ts";
 import { REALM, type CreatedUser } from "../../actors/protocol.ts";
 import { EMAIL, ROLE } from "../../actors/realm.ts";
+import { canSeeDeliveryEmail } from "../../actors/accounts.ts";
 import type { RouteSpec } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { userGroupObjects } from "../../actors/groups.ts";
 import { USER_SETTINGS } from "../../actors/settings.ts";
-
-/**
- * Whether a viewer of this role may see the real e-mail of a user with this email_address_visibility setting
- * (1 everyone, 2 members, 3 administrators, 4 nobody, 5 moderators), as Zulip decides it.
- */
-function canSeeDeliveryEmail(viewerRole: number, visibility: number): boolean {
-  switch (visibility) {
-    case 1:
-      return true;
-    case 2:
-      return viewerRole <= ROLE.member;
-    case 3:
-      return viewerRole <= ROLE.administrator;
-    case 5:
-      return viewerRole <= ROLE.moderator;
-    default:
-      return false;
-  }
-}
-
 
 export const userRoutes: RouteSpec[] = [
   {

@@ -394,6 +394,20 @@ export interface EmailOutboxTable {
   last_error: string | null;
 }
 
+export interface EmailChangeTable {
+  id: Generated<number>;
+  realm_id: number;
+  user_id: number;
+  old_email: string;
+  new_email: string;
+  /** SHA-256 of the key in the confirmation e-mail: the key itself is only in the e-mail. */
+  key_hash: string;
+  created_at: number;
+  expires_at: number;
+  /** pending, confirmed, or superseded (by a later request of the same user). */
+  status: Generated<string>;
+}
+
 export interface Database {
   realms: RealmTable;
   users: UserTable;
@@ -429,4 +443,5 @@ export interface Database {
   webhook_outbox: WebhookOutboxTable;
   invitations: InvitationTable;
   email_outbox: EmailOutboxTable;
+  email_changes: EmailChangeTable;
 }

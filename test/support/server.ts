@@ -163,6 +163,8 @@ const ERROR_EXTRAS: Record<string, string[]> = {
   STREAM_DOES_NOT_EXIST: ["stream", "stream_id"],
   REQUEST_VARIABLE_MISSING: ["var_name"],
   BAD_EVENT_QUEUE_ID: ["queue_id"],
+  // RateLimitedError.
+  RATE_LIMIT_HIT: ["retry-after"],
   // Named in the spec and in Zulip's description text; the re-serialized schema lost the properties.
   MOVE_MESSAGES_TIME_LIMIT_EXCEEDED: ["first_message_id_allowed_to_move", "total_messages_in_topic", "total_messages_allowed_to_move"],
 };

@@ -3,6 +3,7 @@ import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 import { openQueue } from "../support/queues.ts";
+import { emailKeyFor } from "../support/mail.ts";
 import { MailSender } from "../../runtime/mail.ts";
 import { actorId } from "../../runtime/actor.ts";
 import { REALM, type Invite } from "../../actors/protocol.ts";
@@ -19,11 +20,7 @@ describe.each(ENGINES)("invitations on %s", (engine) => {
 
   const invite = (as: Credentials, params: Record<string, unknown>) => api(server, "POST", "/invites", { as, params: { stream_ids: [], ...params } });
   const accept = (params: Record<string, unknown>) => api(server, "POST", "/invites/accept", { params, validate: false });
-  /** The key in the e-mail most recently queued for this address. */
-  const keyFor = async (email: string) => {
-    const mail = await server.node.store.db.selectFrom("email_outbox").selectAll().where("to_address", "=", email).orderBy("id", "desc").executeTakeFirstOrThrow();
-    return /key=([\w-]+)/.exec(mail.body)![1]!;
-  };
+  const keyFor = (email: string) => emailKeyFor(server, email);
   const inviteIdFor = async (email: string) => (await api(server, "GET", "/invites", { as: owner })).body.invites.find((i: any) => i.email === email)?.id;
 
   beforeAll(async () => {

@@ -9,6 +9,8 @@ import * as presence from "./2026-11-22T0710-presence.ts";
 import * as pushDevices from "./2026-11-22T0720-push-devices.ts";
 import * as invitations from "./2026-11-22T0800-invitations.ts";
 import * as subscriptionProperties from "./2026-11-22T0800-subscription-properties.ts";
+import * as emailChanges from "./2026-11-22T0900-email-changes.ts";
+import * as userEmailLookup from "./2026-11-22T0910-user-email-lookup.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -20,4 +22,6 @@ export const migrations: Record<string, Migration> = {
   "2026-11-22T0720-push-devices": pushDevices,
   "2026-11-22T0800-invitations": invitations,
   "2026-11-22T0800-subscription-properties": subscriptionProperties,
+  "2026-11-22T0900-email-changes": emailChanges,
+  "2026-11-22T0910-user-email-lookup": userEmailLookup,
 };
