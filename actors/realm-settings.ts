@@ -42,6 +42,8 @@ export const REALM_SETTINGS: Record<string, Rule> = {
   can_move_messages_between_channels_group: group(false),
   can_move_messages_between_topics_group: group(true),
   can_resolve_topics_group: group(true),
+  can_set_delete_message_policy_group: group(false),
+  can_set_topics_policy_group: group(true),
   can_create_groups: group(false),
   can_manage_all_groups: group(false, { nobody: false }),
   can_create_public_channel_group: group(false),

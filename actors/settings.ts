@@ -118,6 +118,8 @@ export function realmSettingsDefaults(groups: SystemGroups) {
     realm_can_move_messages_between_channels_group: id("role:members"),
     realm_can_move_messages_between_topics_group: id("role:everyone"),
     realm_can_resolve_topics_group: id("role:everyone"),
+    realm_can_set_delete_message_policy_group: id("role:moderators"),
+    realm_can_set_topics_policy_group: id("role:members"),
     realm_can_create_groups: id("role:members"),
     realm_can_manage_all_groups: id("role:administrators"),
     realm_can_create_public_channel_group: id("role:members"),

@@ -342,6 +342,15 @@ export const channelRoutes: RouteSpec[] = [
       }
       const settings: Record<string, unknown> = {};
       const expected: Record<string, unknown> = {};
+      // Two channel settings need a realm permission besides administering the channel (administrators have both).
+      const needs = [
+        ...(params.topics_policy !== undefined ? ["realm_can_set_topics_policy_group"] : []),
+        ...(params.can_delete_any_message_group || params.can_delete_own_message_group ? ["realm_can_set_delete_message_policy_group"] : []),
+      ];
+      if (needs.length && user.role > ROLE.administrator) {
+        const realm = await realmSettings(db, user.realm_id);
+        for (const group of needs) if (!(await inGroupSetting(db, realm[group] as GroupSettingValue, user.id))) throw errors.badRequest("Insufficient permission");
+      }
       if (params.topics_policy !== undefined) settings.topics_policy = params.topics_policy;
       for (const setting of Object.keys(CHANNEL_GROUP_SETTINGS)) {
         const change = params[setting] as { new: GroupSettingValue; old?: GroupSettingValue } | undefined;

@@ -358,6 +358,23 @@ describe.each(ENGINES)("subscriptions on %s", (engine) => {
       ok(await patch(alice, await streamId("fresh"), { description: "my channel" }));
     });
 
+    it("needs the realm's permissions to change the topics policy and the delete-message groups", async () => {
+      const fresh = await streamId("fresh"); // Alice, a member, administers it
+      const moderators = { new: groups.get("role:moderators") };
+      // Members may set topics policies by default (can_set_topics_policy_group), only moderators the delete groups.
+      ok(await patch(alice, fresh, { topics_policy: "disable_empty_topic" }));
+      expectError(await patch(alice, fresh, { can_delete_own_message_group: moderators }), "Insufficient permission");
+      ok(await patch(admin, fresh, { can_delete_own_message_group: moderators }));
+      const realm = (params: Record<string, unknown>) => api(server, "PATCH", "/realm", { as: owner, params, validate: false });
+      ok(await realm({ can_set_topics_policy_group: { new: groups.get("role:administrators") } }));
+      try {
+        expectError(await patch(alice, fresh, { topics_policy: "allow_empty_topic" }), "Insufficient permission");
+        ok(await patch(alice, fresh, { description: "still mine" }));
+      } finally {
+        ok(await realm({ can_set_topics_policy_group: { new: groups.get("role:members") } }));
+      }
+    });
+
     it("makes a channel private, with stream delete for those who no longer see it", async () => {
       const id = await streamId("new-name");
       const [aliceQueue, carolQueue, adminQueue] = await Promise.all([alice, carol, admin].map((u) => eventQueue(server, u, ["stream"])));
