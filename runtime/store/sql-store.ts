@@ -10,10 +10,11 @@ import type { Lease, MessageRecipient, NewMessage, Store, UserEvent } from "./st
 
 const tracer = trace.getTracer("chorus.store");
 const ID_BLOCK = 256; // must match the sequence's increment in the initial migration
-/** Messages are inserted row by row (a dozen parameters each, under Postgres's 65535 per statement)... */
-const MAX_BATCH_MESSAGES = 1000;
-/** ...user events as column arrays, so a whole fan-out fits one commit. */
-const MAX_BATCH = 20_000;
+/**
+ * Rows of one group commit at most (a message counts with its flag rows). Rows travel as column arrays, so no
+ * parameter limit applies; this keeps one statement's arrays modest while a whole 10,000-queue fan-out still fits.
+ */
+const MAX_BATCH_ROWS = 20_000;
 
 /** One row waiting for the next group commit: a message, or an event of a user's durable event stream. */
 type PendingAppend = { fence: Fence; resolve(id: number): void; reject(err: unknown): void } & (
@@ -123,10 +124,16 @@ export class SqlStore implements Store {
     }
   }
 
+  /** The oldest appends up to MAX_BATCH_ROWS rows, and always at least one. */
   private takeBatch(): PendingAppend[] {
-    let messages = 0;
+    let rows = 0;
     let n = 0;
-    while (n < this.pending.length && n < MAX_BATCH && (!this.pending[n]!.message || ++messages <= MAX_BATCH_MESSAGES)) n++;
+    while (n < this.pending.length) {
+      const p = this.pending[n]!;
+      rows += p.message ? 1 + (p.recipients?.length ?? 0) : 1;
+      if (n > 0 && rows > MAX_BATCH_ROWS) break;
+      n++;
+    }
     return this.pending.splice(0, n);
   }
 
