@@ -15,7 +15,7 @@
  */
 import type { Kysely } from "kysely";
 import type { Database } from "../runtime/store/schema.ts";
-import { inGroupSetting, ROLE, type GroupSettingValue } from "./groups.ts";
+import { CONTENT_ACCESS_SETTINGS, groupSettingMembers, inGroupSetting, METADATA_ACCESS_SETTINGS, ROLE, type GroupSettingValue } from "./groups.ts";
 import { realmGroupSetting } from "./message-rules.ts";
 import type { StreamRow } from "./reads.ts";
 
@@ -31,7 +31,7 @@ const isAdmin = (user: Caller) => user.role <= ROLE.administrator;
 const isGuest = (user: Caller) => user.role === ROLE.guest;
 
 /** A channel's group-setting value, as stored among its settings. */
-export function channelGroupSetting(stream: StreamRow, name: string): GroupSettingValue | undefined {
+export function channelGroupSetting(stream: Pick<StreamRow, "settings">, name: string): GroupSettingValue | undefined {
   return ((stream.settings ?? {}) as Record<string, GroupSettingValue>)[name];
 }
 
@@ -46,14 +46,14 @@ export async function hasContentAccess(db: DB, user: Caller, stream: StreamRow, 
   if (stream.is_web_public || subscribed) return true;
   if (isGuest(user)) return false;
   if (!stream.invite_only) return true;
-  return inChannelGroup(db, user, stream, "can_add_subscribers_group", "can_subscribe_group");
+  return inChannelGroup(db, user, stream, ...CONTENT_ACCESS_SETTINGS);
 }
 
 export async function hasMetadataAccess(db: DB, user: Caller, stream: StreamRow, subscribed: boolean): Promise<boolean> {
   if (stream.is_web_public || subscribed) return true;
   if (isGuest(user)) return false;
   if (!stream.invite_only || isAdmin(user)) return true;
-  return inChannelGroup(db, user, stream, "can_administer_channel_group", "can_add_subscribers_group", "can_subscribe_group");
+  return inChannelGroup(db, user, stream, ...METADATA_ACCESS_SETTINGS);
 }
 
 /** Adding others to a channel the caller has content access to. */
@@ -83,12 +83,21 @@ export function lowestRoleSeeing(stream: Pick<StreamRow, "invite_only" | "is_web
 }
 
 /**
- * Who sees a channel's subscriber list, and so gets its peer_add / peer_remove events: everyone for a web-public
- * channel, non-guests and subscribed guests for a public one, subscribers and administrators for a private one.
+ * Who has metadata access to a channel (sees it listed, its subscriber list, and so gets its stream and peer_add /
+ * peer_remove events), given its subscribers: everyone for a web-public channel, non-guests and subscribed guests
+ * for a public one; for a private one its subscribers, administrators, and the non-guest members of its
+ * can_administer_channel_group, can_add_subscribers_group and can_subscribe_group (Zulip's
+ * bulk_get_subscriber_peer_info with users_with_metadata_access_via_permission_groups).
  */
-export async function subscriberListWatchers(db: DB, stream: Pick<StreamRow, "realm_id" | "invite_only" | "is_web_public">, subscribers: Iterable<number>): Promise<number[]> {
-  const query = db.selectFrom("users").select("id").where("realm_id", "=", stream.realm_id).where("is_active", "=", true).where("role", "<=", lowestRoleSeeing(stream));
-  const ids = new Set((await query.execute()).map((u) => u.id));
+export async function metadataWatchers(db: DB, stream: Pick<StreamRow, "realm_id" | "invite_only" | "is_web_public" | "settings">, subscribers: Iterable<number>): Promise<Set<number>> {
+  const active = db.selectFrom("users").select("id").where("realm_id", "=", stream.realm_id).where("is_active", "=", true);
+  const ids = new Set((await active.where("role", "<=", lowestRoleSeeing(stream)).execute()).map((u) => u.id));
   for (const id of subscribers) ids.add(id);
-  return [...ids];
+  if (stream.invite_only && !stream.is_web_public) {
+    const members = new Set<number>();
+    for (const name of METADATA_ACCESS_SETTINGS) for (const id of await groupSettingMembers(db, channelGroupSetting(stream, name))) members.add(id);
+    const granted = members.size ? await active.where("id", "in", [...members]).where("role", "<", ROLE.guest).execute() : [];
+    for (const u of granted) ids.add(u.id);
+  }
+  return ids;
 }

@@ -15,7 +15,7 @@ import { isModerator, messageRules, pastLimit, topicPolicyError, type MessageRul
 import { RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import type { MessageRecord } from "./message-format.ts";
 import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, topicHasOtherMessages, type StreamRow, type SubscriptionColumns } from "./reads.ts";
-import { lowestRoleSeeing, subscriberListWatchers } from "./channel-access.ts";
+import { metadataWatchers } from "./channel-access.ts";
 import { inGroupSetting, systemGroups, type GroupSettingValue } from "./groups.ts";
 import {
   CHANNEL,
@@ -412,10 +412,10 @@ export class ChannelActor extends Conversation {
     return { row, object: streamObject(row, this.state.subscribers.size) };
   }
 
-  /** Those who see the subscriber list, but for `except`. */
+/** Those who see the subscriber list as it is now, but for `except`. */
   private async watchers(row: StreamRow, except: Set<number>): Promise<string[]> {
-    const ids = await subscriberListWatchers(this.deps.store.db, row, this.state.subscribers);
-    return ids.filter((id) => !except.has(id)).map((id) => actorId(USER, id));
+    const ids = await metadataWatchers(this.deps.store.db, row, this.state.subscribers);
+    return [...ids].filter((id) => !except.has(id)).map((id) => actorId(USER, id));
   }
 
   /**
@@ -428,7 +428,9 @@ export class ChannelActor extends Conversation {
     const system = this.deps.system();
     const { row, object } = await this.channelObject();
     const added = rows.map((r) => r.user_id);
-    const newcomers = (await this.deps.store.db.selectFrom("users").select("id").where("id", "in", added).where("role", ">", lowestRoleSeeing(row)).execute()).map((u) => actorId(USER, u.id));
+    const addedSet = new Set(added);
+    const sawBefore = await metadataWatchers(this.deps.store.db, row, [...this.state.subscribers].filter((u) => !addedSet.has(u)));
+    const newcomers = added.filter((u) => !sawBefore.has(u)).map((u) => actorId(USER, u));
     if (newcomers.length) await system.broadcast(newcomers, { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
     const subscribers = [...this.state.subscribers].sort((a, b) => a - b);
     const alike = new Map<string, { event: Record<string, unknown>; users: string[] }>();
@@ -439,7 +441,7 @@ export class ChannelActor extends Conversation {
       group.users.push(actorId(USER, sub.user_id));
     }
     await Promise.all([...alike.values()].map(({ event, users }) => system.broadcast(users, { op: "deliverEvent", event })));
-    const peers = await this.watchers(row, new Set(added));
+    const peers = await this.watchers(row, addedSet);
     await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
   }
 
@@ -462,11 +464,13 @@ export class ChannelActor extends Conversation {
     const { row } = await this.channelObject();
     const gone = removed.map((id) => actorId(USER, id));
     await system.broadcast(gone, { op: "deliverEvent", event: { type: "subscription", op: "remove", subscriptions: [{ name: this.state.name, stream_id: this.state.id }] } });
-    const peers = await this.watchers(row, new Set(removed));
+    const removedSet = new Set(removed);
+    const seeing = await metadataWatchers(db, row, this.state.subscribers);
+    const peers = [...seeing].filter((id) => !removedSet.has(id)).map((id) => actorId(USER, id));
     await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_remove", stream_ids: [this.state.id], user_ids: removed } });
-    const blind = await db.selectFrom("users").select("id").where("id", "in", removed).where("role", ">", lowestRoleSeeing(row)).execute();
+    const blind = removed.filter((id) => !seeing.has(id));
     const event = { type: "stream", op: "delete", streams: [{ stream_id: this.state.id }], stream_ids: [this.state.id] };
-    if (blind.length) await system.broadcast(blind.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
+    if (blind.length) await system.broadcast(blind.map((id) => actorId(USER, id)), { op: "deliverEvent", event });
     return { removed, notSubscribed };
   }
 
@@ -528,15 +532,15 @@ export class ChannelActor extends Conversation {
       if (!sameGroupSetting((before.settings as Record<string, unknown>)[name], value)) events.push({ ...base, property: name, value });
     }
     const [seeing, saw] = await Promise.all([
-      subscriberListWatchers(db, after, this.state.subscribers),
-      subscriberListWatchers(db, before, this.state.subscribers),
+      metadataWatchers(db, after, this.state.subscribers),
+      metadataWatchers(db, before, this.state.subscribers),
     ]);
     const system = this.deps.system();
     const users = (ids: number[]) => ids.map((id) => actorId(USER, id));
     // Those who just gained sight of the channel get it whole, in its new state, instead of its changes.
-    const kept = seeing.filter((id) => saw.includes(id));
-    const lost = saw.filter((id) => !seeing.includes(id));
-    const gained = seeing.filter((id) => !saw.includes(id));
+    const kept = [...seeing].filter((id) => saw.has(id));
+    const lost = [...saw].filter((id) => !seeing.has(id));
+    const gained = [...seeing].filter((id) => !saw.has(id));
     for (const event of events) await system.broadcast(users(kept), { op: "deliverEvent", event });
     if (lost.length) await system.broadcast(users(lost), { op: "deliverEvent", event: { type: "stream", op: "delete", streams: [{ stream_id: after.id }], stream_ids: [after.id] } });
     if (gained.length) await system.broadcast(users(gained), { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });

@@ -106,6 +106,43 @@ export async function inGroupSetting(db: DB, value: GroupSettingValue | undefine
   return rows.length > 0;
 }
 
+/** Everyone a group-setting value reaches: its direct members and the members of its subgroups, recursively. */
+export async function groupSettingMembers(db: DB, value: GroupSettingValue | undefined): Promise<number[]> {
+  if (value === undefined || value === null) return [];
+  const direct = typeof value === "number" ? [] : value.direct_members;
+  const roots = typeof value === "number" ? [value] : value.direct_subgroups;
+  if (!roots.length) return direct;
+  const { rows } = await sql<{ user_id: number }>`
+    with recursive g(id) as (
+      select unnest(${sql.val(roots)}::int[])
+      union select s.subgroup_id from user_group_subgroups s join g on s.group_id = g.id
+    )
+    select distinct user_id from user_group_members where group_id in (select id from g)`.execute(db);
+  return [...new Set([...direct, ...rows.map((r) => r.user_id)])];
+}
+
+/** The groups the user belongs to, directly or as a member of a subgroup (Zulip's get_recursive_membership_groups). */
+export async function userGroupIds(db: DB, userId: number): Promise<Set<number>> {
+  const { rows } = await sql<{ id: number }>`
+    with recursive g(id) as (
+      select group_id from user_group_members where user_id = ${userId}
+      union select s.group_id from user_group_subgroups s join g on s.subgroup_id = g.id
+    )
+    select id from g`.execute(db);
+  return new Set(rows.map((r) => r.id));
+}
+
+/** inGroupSetting for a user whose groups (userGroupIds) are already known: no query per setting. */
+export function inGroupSettingOf(value: GroupSettingValue | undefined, userId: number, groups: Set<number>): boolean {
+  if (value === undefined || value === null) return false;
+  if (typeof value === "number") return groups.has(value);
+  return value.direct_members.includes(userId) || value.direct_subgroups.some((g) => groups.has(g));
+}
+
+/** The channel settings whose members see a private channel's metadata, and those whose members may also read it. */
+export const METADATA_ACCESS_SETTINGS = ["can_administer_channel_group", "can_add_subscribers_group", "can_subscribe_group"];
+export const CONTENT_ACCESS_SETTINGS = ["can_add_subscribers_group", "can_subscribe_group"];
+
 /** Which system groups a group setting may not name (Zulip's GroupPermissionSetting flags). */
 export interface GroupSettingRule {
   /** role:everyone allowed (role:internet never is). */

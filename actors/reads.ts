@@ -5,7 +5,7 @@ import { sql, type Kysely, type RawBuilder, type Selectable, type SqlBool } from
 import { errors } from "../runtime/errors.ts";
 import type { Database, StreamTable, SubscriptionTable, UserTable } from "../runtime/store/schema.ts";
 import { formatMessage, gravatarUrl, type FormatOptions, type MessageRecord } from "./message-format.ts";
-import { ROLE } from "./groups.ts";
+import { CONTENT_ACCESS_SETTINGS, inGroupSettingOf, METADATA_ACCESS_SETTINGS, ROLE, userGroupIds, type GroupSettingValue } from "./groups.ts";
 import { dmKey, RECIPIENT_DM } from "./dm.ts";
 import { FLAG_BITS, flagList, HISTORICAL_FLAGS, MENTION_FLAGS } from "./flags.ts";
 import { VISIBILITY } from "./user-topics.ts";
@@ -84,17 +84,20 @@ export interface StreamListing {
   subscribed?: boolean;
   defaults?: boolean;
   all?: boolean;
+  /** Every channel the user may read (include_can_access_content). */
+  canAccessContent?: boolean;
 }
 
 /**
  * Channels listed to the user: by default the ones they are subscribed to and, unless they are a guest, the public
- * ones. `all` adds web-public channels, and for administrators every channel of the realm.
+ * ones. `all` adds web-public channels and the private ones the user sees the metadata of (every channel of the
+ * realm for administrators); `canAccessContent`, the private ones a permission group lets them read or join.
  */
 export async function visibleStreams(db: DB, user: UserRow, listing: StreamListing = {}): Promise<StreamRow[]> {
-  const { public: pub = true, subscribed = true, defaults = false, all = false } = listing;
-  const webPublic = listing.webPublic || all;
+  const { public: pub = true, subscribed = true, defaults = false, all = false, canAccessContent = false } = listing;
+  const webPublic = listing.webPublic || all || canAccessContent;
   const everything = all && user.role <= ROLE.administrator;
-  return db
+  const rows = await db
     .selectFrom("streams")
     .selectAll()
     .where("realm_id", "=", user.realm_id)
@@ -103,10 +106,10 @@ export async function visibleStreams(db: DB, user: UserRow, listing: StreamListi
         ? eb.lit(true)
         : eb.or([
             eb.lit(false),
-            ...((pub || all) && user.role !== ROLE.guest ? [eb("invite_only", "=", false)] : []),
+            ...((pub || all || canAccessContent) && user.role !== ROLE.guest ? [eb("invite_only", "=", false)] : []),
             ...(webPublic ? [eb("is_web_public", "=", true)] : []),
             ...(defaults ? [eb("is_default", "=", true)] : []),
-            ...(subscribed || all
+            ...(subscribed || all || canAccessContent
               ? [
                   eb.exists(
                     eb
@@ -122,6 +125,14 @@ export async function visibleStreams(db: DB, user: UserRow, listing: StreamListi
     )
     .orderBy("id")
     .execute();
+  const grantedBy = all ? METADATA_ACCESS_SETTINGS : canAccessContent ? CONTENT_ACCESS_SETTINGS : [];
+  if (everything || !grantedBy.length || user.role === ROLE.guest) return rows;
+  // Private channels a permission group opens to the user; guests are never granted access this way.
+  const listed = new Set(rows.map((r) => r.id));
+  const groups = await userGroupIds(db, user.id);
+  const privates = await db.selectFrom("streams").selectAll().where("realm_id", "=", user.realm_id).where("invite_only", "=", true).execute();
+  const granted = privates.filter((s) => !listed.has(s.id) && grantedBy.some((name) => inGroupSettingOf((s.settings as Record<string, GroupSettingValue>)[name], user.id, groups)));
+  return granted.length ? [...rows, ...granted].sort((a, b) => a.id - b.id) : rows;
 }
 
 /** Zulip's channel object (`streams` in /register, GET /streams); settings hold topics_policy and the can_*_group values. */

@@ -9,6 +9,7 @@ import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { ActorDeps } from "./deps.ts";
 import { streamObject, userObject } from "./reads.ts";
+import { metadataWatchers } from "./channel-access.ts";
 import { channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
 import { planRealmSettings } from "./realm-settings.ts";
 import { realmSettings } from "./settings.ts";
@@ -155,12 +156,9 @@ export class RealmActor implements Actor {
     await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false }) });
   }
 
-  /**
-   * An event for every active user of the realm whose role is at least `lowestRole` (their user actors drop it if
-   * they have no queue).
-   */
-  private async tellRealm(event: Record<string, unknown>, lowestRole: number = ROLE.guest): Promise<void> {
-    const query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true).where("role", "<=", lowestRole);
+  /** An event for every active user of the realm (their user actors drop it if they have no queue). */
+  private async tellRealm(event: Record<string, unknown>): Promise<void> {
+    const query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
     const users = await query.execute();
     await this.deps.system().broadcast(users.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
   }
@@ -168,13 +166,16 @@ export class RealmActor implements Actor {
   private async ensureChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
     const channels = await this.createChannels(msg);
     // New channels are announced to those who may see them (Zulip's create_stream_if_needed): everyone for a
-    // web-public channel, non-guests for a public one, administrators for a private one (its subscribers learn of
-    // it through their subscription events).
+    // web-public channel, non-guests for a public one, administrators and the channel's permission groups for a
+    // private one (its subscribers learn of it through their subscription events).
     const created = channels.filter((c) => c.created).map((c) => c.id);
     if (created.length) {
       const rows = await this.deps.store.db.selectFrom("streams").selectAll().where("id", "in", created).execute();
-      const event = { type: "stream", op: "create", streams: rows.map((r) => streamObject(r, 0)) };
-      await this.tellRealm(event, msg.isWebPublic ? ROLE.guest : msg.inviteOnly ? ROLE.administrator : ROLE.member);
+      const system = this.deps.system();
+      for (const row of rows) {
+        const seeing = await metadataWatchers(this.deps.store.db, row, []);
+        await system.broadcast([...seeing].map((id) => actorId(USER, id)), { op: "deliverEvent", event: { type: "stream", op: "create", streams: [streamObject(row, 0)] } });
+      }
     }
     return channels;
   }

@@ -390,6 +390,7 @@ export const channelRoutes: RouteSpec[] = [
         include_all: { ...Bool, default: false },
         include_all_active: { ...Bool, default: false },
         include_default: { ...Bool, default: false },
+        include_can_access_content: { ...Bool, default: false },
       },
     },
     async handle({ params, user, services }) {
@@ -400,6 +401,7 @@ export const channelRoutes: RouteSpec[] = [
         subscribed: params.include_subscribed,
         defaults: params.include_default,
         all: params.include_all || params.include_all_active,
+        canAccessContent: params.include_can_access_content,
       });
       return { streams: await streamObjects(db, rows) };
     },

@@ -422,6 +422,47 @@ describe.each(ENGINES)("subscriptions on %s", (engine) => {
     });
   });
 
+  describe("access through permission groups", () => {
+    // A private channel opened to a group's members: they see its metadata (listed, its subscribers, its events)
+    // without being subscribed or administrators; members outside the group do not.
+    it("lists the channel to members of its groups and sends them its peer and stream events", async () => {
+      const steward = await createUser(server, "steward@example.com");
+      const keeper = await createUser(server, "keeper@example.com");
+      const group = ok(await api(server, "POST", "/user_groups/create", { as: owner, params: { name: "stewards", description: "", members: [steward.id] } })).group_id;
+      ok(await subscribe(owner, { subscriptions: [{ name: "vault" }], invite_only: true, can_subscribe_group: group }));
+      const vault = await streamId("vault");
+      const listed = async (as: Credentials, params: Record<string, unknown>) => ok(await api(server, "GET", "/streams", { as, params })).streams.map((s: any) => s.name);
+      expect(await listed(steward, { include_all: true })).toContain("vault");
+      expect(await listed(steward, { include_can_access_content: true })).toContain("vault");
+      expect(await listed(steward, {})).not.toContain("vault");
+      expect(await listed(alice, { include_all: true })).not.toContain("vault");
+      const never = (await eventQueue(server, steward, ["subscription"])).state.never_subscribed.map((s: any) => s.name);
+      expect(never).toContain("vault");
+
+      const [stewardQueue, aliceQueue, bobQueue, keeperQueue] = await Promise.all([steward, alice, bob, keeper].map((u) => eventQueue(server, u, ["subscription", "stream"])));
+      ok(await subscribe(owner, { subscriptions: [{ name: "vault" }], principals: [bob.id] }));
+      expect((await stewardQueue.events()).filter((e) => e.op === "peer_add")).toEqual([expect.objectContaining({ stream_ids: [vault], user_ids: [bob.id] })]);
+      expect((await aliceQueue.events()).some((e) => e.stream_ids?.includes(vault) || e.streams?.some((x: any) => x.stream_id === vault))).toBe(false);
+      expect((await bobQueue.events()).some((e) => e.type === "stream" && e.op === "create")).toBe(true);
+
+      // Already seeing the channel, the steward gets no stream create on joining it, nor stream delete on leaving.
+      ok(await subscribe(steward, { subscriptions: [{ name: "vault" }] }));
+      ok(await unsubscribe(steward, { subscriptions: ["vault"] }));
+      const stewardOps = (await stewardQueue.events()).map((e) => `${e.type}:${e.op}`);
+      expect(stewardOps).toEqual(expect.arrayContaining(["subscription:add", "subscription:remove"]));
+      expect(stewardOps.filter((op) => op.startsWith("stream:"))).toEqual([]);
+
+      // Granting metadata access by a channel setting is a stream create for the newcomer; taking it back, a delete.
+      const patch = (params: Record<string, unknown>) => api(server, "PATCH", `/streams/${vault}`, { as: owner, params, template: "/streams/{stream_id}" });
+      ok(await patch({ can_administer_channel_group: { new: { direct_members: [owner.id, keeper.id], direct_subgroups: [] } } }));
+      expect((await keeperQueue.events()).filter((e) => e.type === "stream").map((e) => e.op)).toEqual(["create"]);
+      expect(await listed(keeper, { include_all: true })).toContain("vault");
+      expect(await listed(keeper, { include_can_access_content: true })).not.toContain("vault");
+      ok(await patch({ can_administer_channel_group: { new: { direct_members: [owner.id], direct_subgroups: [] } } }));
+      expect((await keeperQueue.events()).filter((e) => e.type === "stream").map((e) => e.op)).toEqual(["create", "delete"]);
+    });
+  });
+
   describe("register", () => {
     it("lists unsubscribed and never subscribed channels", async () => {
       const dave = await createUser(server, "dave@example.com");
