@@ -93,7 +93,7 @@ export interface StreamListing {
  * ones. `all` adds web-public channels and the private ones the user sees the metadata of (every channel of the
  * realm for administrators); `canAccessContent`, the private ones a permission group lets them read or join.
  */
-export async function visibleStreams(db: DB, user: UserRow, listing: StreamListing = {}): Promise<StreamRow[]> {
+export async function visibleStreams(db: DB, user: Pick<UserRow, "id" | "role" | "realm_id">, listing: StreamListing = {}): Promise<StreamRow[]> {
   const { public: pub = true, subscribed = true, defaults = false, all = false, canAccessContent = false } = listing;
   const webPublic = listing.webPublic || all || canAccessContent;
   const everything = all && user.role <= ROLE.administrator;

@@ -8,7 +8,7 @@ import { errors } from "../runtime/errors.ts";
 import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { ActorDeps } from "./deps.ts";
-import { streamObject, userObject } from "./reads.ts";
+import { streamObject, streamObjects, userObject, visibleStreams, type StreamRow } from "./reads.ts";
 import { metadataWatchers } from "./channel-access.ts";
 import { channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
 import { planRealmSettings } from "./realm-settings.ts";
@@ -118,6 +118,7 @@ export class RealmActor implements Actor {
     }
     const nameChanges = fullName !== undefined && fullName !== target.full_name;
     if (!roleChanges && !nameChanges) return {};
+    const sawBefore = roleChanges ? await visibleStreams(db, target, { all: true }) : [];
     const groups = await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await trx
         .updateTable("users")
@@ -131,8 +132,23 @@ export class RealmActor implements Actor {
       await this.tellRealm({ type: "realm_user", op: "update", person: { user_id: target.id, role } });
       for (const group_id of groups.left) await this.tellRealm({ type: "user_group", op: "remove_members", group_id, user_ids: [target.id] });
       for (const group_id of groups.joined) await this.tellRealm({ type: "user_group", op: "add_members", group_id, user_ids: [target.id] });
+      await this.tellChannelsSeen(target.id, sawBefore, await visibleStreams(db, { ...target, role: role! }, { all: true }));
     }
     return {};
+  }
+
+  /**
+   * A role change can show or hide channels (a guest becoming a member sees the public ones, an administrator
+   * every private one): stream create for those the user now sees, stream delete for those they no longer do.
+   */
+  private async tellChannelsSeen(userId: number, before: StreamRow[], after: StreamRow[]): Promise<void> {
+    const beforeIds = new Set(before.map((s) => s.id));
+    const afterIds = new Set(after.map((s) => s.id));
+    const gained = after.filter((s) => !beforeIds.has(s.id));
+    const lost = before.filter((s) => !afterIds.has(s.id)).map((s) => s.id);
+    const user = [actorId(USER, userId)];
+    if (gained.length) await this.deps.system().broadcast(user, { op: "deliverEvent", event: { type: "stream", op: "create", streams: await streamObjects(this.deps.store.db, gained) } });
+    if (lost.length) await this.deps.system().broadcast(user, { op: "deliverEvent", event: { type: "stream", op: "delete", streams: lost.map((stream_id) => ({ stream_id })), stream_ids: lost } });
   }
 
   private async createGroup(msg: CreateGroup): Promise<GroupCreated> {

@@ -173,6 +173,22 @@ describe.each(ENGINES)("organization on %s", (engine) => {
       expect((await setRole(target, member.id, 300)).body.msg).toBe("Insufficient permission");
     });
 
+    it("shows and hides channels as a role change opens or closes them, with stream create and delete", async () => {
+      const target = await createUser(server, "climber@example.com", "Climber");
+      const subscribe = (params: Record<string, unknown>) => api(server, "POST", "/users/me/subscriptions", { as: owner, params });
+      expect((await subscribe({ subscriptions: [{ name: "open-plaza" }] })).status).toBe(200);
+      expect((await subscribe({ subscriptions: [{ name: "back-office" }], invite_only: true })).status).toBe(200);
+      const ids = new Map((await server.node.store.db.selectFrom("streams").select(["id", "name"]).execute()).map((r) => [r.name, r.id]));
+      const queue = await openQueue(server, target, ["stream"]);
+      const streamEvents = async () => (await queue.events()).map((e: any) => [e.op, (e.streams as any[]).map((x) => x.stream_id).filter((id) => id === ids.get("open-plaza") || id === ids.get("back-office"))]);
+      expect((await setRole(owner, target.id, 600)).status).toBe(200);
+      expect(await streamEvents()).toEqual([["delete", [ids.get("open-plaza")]]]);
+      expect((await setRole(owner, target.id, 200)).status).toBe(200);
+      expect((await streamEvents()).slice(1)).toEqual([["create", [ids.get("open-plaza"), ids.get("back-office")]]]);
+      expect((await setRole(owner, target.id, 400)).status).toBe(200);
+      expect((await streamEvents()).slice(2)).toEqual([["delete", [ids.get("back-office")]]]);
+    });
+
     it("changes the full name", async () => {
       const queue = await openQueue(server, owner, ["realm_user"]);
       expect((await api(server, "PATCH", `/users/${member.id}`, { as: admin, params: { full_name: " Mo Renamed " }, template: "/users/{user_id}" })).status).toBe(200);
