@@ -18,7 +18,8 @@ export interface HttpRequest {
   query: string;
   /** Lower-cased header names. */
   headers: Record<string, string>;
-  remoteAddress: string;
+  /** The client's address; read from the socket on first use (most routes never ask). Empty once aborted. */
+  readonly remoteAddress: string;
   body: Buffer;
   /** True once the client went away; register with onAbort to hear of it. */
   readonly aborted: boolean;
@@ -110,7 +111,7 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
     const query = req.getQuery() ?? "";
     const headers: Record<string, string> = {};
     req.forEach((k, v) => (headers[k] = v));
-    const remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
+    let remoteAddress: string | undefined;
 
     let aborted = false;
     const abortListeners: Array<() => void> = [];
@@ -218,7 +219,11 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
         path,
         query,
         headers,
-        remoteAddress,
+        get remoteAddress() {
+          // uWS forbids touching a response after it was aborted or ended.
+          remoteAddress ??= aborted ? "" : Buffer.from(res.getRemoteAddressAsText()).toString();
+          return remoteAddress;
+        },
         body,
         get aborted() {
           return aborted;
