@@ -128,7 +128,12 @@ describe.each(ENGINES)("invitation links and resending on %s", (engine) => {
     // Only owners decide who may create links.
     const byAdmin = await api(server, "PATCH", "/realm", { as: admin, params: { create_multiuse_invite_group: { new: systemGroups["role:members"] } }, validate: false });
     expect(byAdmin.body.msg).toBe("Must be an organization owner");
+    const realmQueue = await openQueue(server, member, ["realm"]);
     await allowMembersToCreateLinks(true);
+    expect(await realmQueue.events()).toEqual([
+      { type: "realm", op: "update_dict", property: "default", data: { create_multiuse_invite_group: systemGroups["role:members"] } },
+    ]);
+    expect((await api(server, "POST", "/register", { as: member })).body.realm_create_multiuse_invite_group).toBe(systemGroups["role:members"]);
     try {
       const cases: Array<[Credentials, Record<string, unknown>, string]> = [
         [member, { invite_as: 200 }, "Must be an organization administrator"],
