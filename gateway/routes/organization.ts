@@ -14,7 +14,7 @@ import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/invites
 import { serverRealmId } from "../../actors/reads.ts";
 import { ROLE } from "../../actors/groups.ts";
 import type { Call, RouteSpec } from "../app.ts";
-import { Bool, Id, Str, type JsonSchema } from "../params.ts";
+import { Bool, Id, Str, type JsonSchema, type ParamsSchema } from "../params.ts";
 
 const IdList = { type: "array", items: Id } as const;
 const Roles = Object.values(ROLE);
@@ -81,6 +81,21 @@ function inviteTerms({ params, user, req, services }: Call): InviteTerms {
     welcomeMessageCustomText: params.welcome_message_custom_text ?? null,
     siteUrl: services.siteUrl(req.headers.host),
     requestKey: randomUUID(),
+  };
+}
+
+const InviteIdParams: ParamsSchema = { type: "object", properties: { invite_id: Id }, required: ["invite_id"] };
+
+/** Revoking an e-mail invitation or a link: Zulip keeps the two kinds apart, their ids too. */
+function revokeRoute(path: string, multiuse: boolean): RouteSpec {
+  return {
+    method: "DELETE",
+    path,
+    params: InviteIdParams,
+    async handle(call) {
+      await askRealm(call, { op: "revokeInvite", actingId: call.user.id, inviteId: call.params.invite_id, multiuse });
+      return {};
+    },
   };
 }
 
@@ -174,28 +189,12 @@ export const organizationRoutes: RouteSpec[] = [
       return { invites: await listInvites(services.store.db, services.keyring, services.siteUrl(req.headers.host), user.realm_id, user) };
     },
   },
-  {
-    method: "DELETE",
-    path: "/invites/{invite_id}",
-    params: { type: "object", properties: { invite_id: Id }, required: ["invite_id"] },
-    async handle(call) {
-      await askRealm(call, { op: "revokeInvite", actingId: call.user.id, inviteId: call.params.invite_id, multiuse: false });
-      return {};
-    },
-  },
-  {
-    method: "DELETE",
-    path: "/invites/multiuse/{invite_id}",
-    params: { type: "object", properties: { invite_id: Id }, required: ["invite_id"] },
-    async handle(call) {
-      await askRealm(call, { op: "revokeInvite", actingId: call.user.id, inviteId: call.params.invite_id, multiuse: true });
-      return {};
-    },
-  },
+  revokeRoute("/invites/{invite_id}", false),
+  revokeRoute("/invites/multiuse/{invite_id}", true),
   {
     method: "POST",
     path: "/invites/{invite_id}/resend",
-    params: { type: "object", properties: { invite_id: Id }, required: ["invite_id"] },
+    params: InviteIdParams,
     async handle(call) {
       await askRealm(call, {
         op: "resendInvite",

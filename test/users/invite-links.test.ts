@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, createUserWithRole, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 import { openQueue } from "../support/queues.ts";
 import { emailKeyFor } from "../support/mail.ts";
+import { invitationRealm } from "../support/invites.ts";
 
 type User = Credentials & { id: number };
 
@@ -46,16 +47,9 @@ describe.each(ENGINES)("invitation links and resending on %s", (engine) => {
 
   beforeAll(async () => {
     server = await startTestServer(engine);
-    owner = { ...server.owner, id: (await api(server, "GET", "/users/me", { as: server.owner })).body.user_id };
+    ({ owner, member, channelId, privateId, groupId } = await invitationRealm(server));
     admin = await createUserWithRole(server, "admin@example.com", 200, "Ada");
-    member = await createUser(server, "member@example.com", "Mo");
     otherMember = await createUser(server, "other@example.com", "Oz");
-    await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "welcome" }] } });
-    await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "secret" }], invite_only: true } });
-    const subs = (await api(server, "GET", "/users/me/subscriptions", { as: owner })).body.subscriptions;
-    channelId = subs.find((s: any) => s.name === "welcome").stream_id;
-    privateId = subs.find((s: any) => s.name === "secret").stream_id;
-    groupId = (await api(server, "POST", "/user_groups/create", { as: owner, params: { name: "newcomers", description: "", members: [] } })).body.group_id;
     const groups = (await api(server, "GET", "/user_groups", { as: owner })).body.user_groups;
     systemGroups = Object.fromEntries(groups.filter((g: any) => g.is_system_group).map((g: any) => [g.name, g.id]));
   });
