@@ -23,6 +23,7 @@ import { realmSettings } from "./settings.ts";
 import { dmKey } from "./dm.ts";
 import { ensureSystemBot, NOTIFICATION_BOT, WELCOME_BOT } from "./system-bots.ts";
 import { EMAIL, insertAccount } from "./accounts.ts";
+import { EMAIL_REQUEST_LIMITS, longestWindow, refuseOverLimits } from "./rate-limits.ts";
 import {
   CHANNEL,
   DM,
@@ -369,8 +370,18 @@ export class Invitations {
     if (!EMAIL.test(msg.email)) throw errors.badRequest(`Invalid address: ${msg.email}`);
     const conflict = (await this.accountConflicts([msg.email])).get(msg.email.toLowerCase());
     if (conflict) throw errors.badRequest(`${msg.email}: ${conflict.reason}`);
-    const realmName = await this.realmName();
     const now = nowSeconds();
+    // Anyone with the link may ask: an address gets these e-mails as often as it would e-mail-change ones.
+    const earlier = await db
+      .selectFrom("invitations")
+      .select("created_at")
+      .where("realm_id", "=", this.realmId)
+      .where("link_id", "is not", null)
+      .where(sql`lower(email)`, "=", msg.email.toLowerCase())
+      .where("created_at", ">", now - longestWindow(EMAIL_REQUEST_LIMITS))
+      .execute();
+    refuseOverLimits(earlier.map((r) => Number(r.created_at)), EMAIL_REQUEST_LIMITS, now);
+    const realmName = await this.realmName();
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       const key = await insertInvitation(trx, {
         realm_id: this.realmId,

@@ -115,6 +115,14 @@ describe.each(ENGINES)("invitation links and resending on %s", (engine) => {
     expect((await api(server, "POST", "/invites/join", { params: { key: linkKey(link) }, validate: false })).body.code).toBe("REQUEST_VARIABLE_MISSING");
     expect((await join(linkKey(link), "")).body).toMatchObject({ code: "BAD_REQUEST", msg: "email cannot be blank" });
     expect(await outboxTo("fresh@example.com")).toEqual([]);
+    // An address gets at most two such e-mails an hour, whoever asks.
+    expect((await join(linkKey(link), "often@example.com")).status).toBe(200);
+    expect((await join(linkKey(link), "Often@example.com")).status).toBe(200);
+    const third = await join(linkKey(link), "often@example.com");
+    expect(third.status).toBe(429);
+    expect(third.body).toMatchObject({ result: "error", code: "RATE_LIMIT_HIT" });
+    expect(third.body["retry-after"]).toBeGreaterThan(3500);
+    expect(await outboxTo("often@example.com")).toHaveLength(1);
   });
 
   it("checks who may create links, and the role, channels, groups and expiry asked for", async () => {
