@@ -15,16 +15,11 @@ import { ROLE } from "./groups.ts";
 import { accountWithEmail, canSeeDeliveryEmail, EMAIL } from "./accounts.ts";
 import { gravatarUrl } from "./message-format.ts";
 import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "./settings.ts";
+import { EMAIL_REQUEST_LIMITS, longestWindow, refuseOverLimits } from "./rate-limits.ts";
 import { USER, type ConfirmEmailChange, type EmailChanged, type StartEmailChange } from "./protocol.ts";
 
 /** Zulip's CONFIRMATION_LINK_DEFAULT_VALIDITY_DAYS for e-mail changes: one day. */
 export const EMAIL_CHANGE_VALIDITY_SECONDS = 86400;
-
-/** Zulip's email_change_by_user rate limits: (seconds, requests) — two an hour, five a day. */
-const REQUEST_LIMITS: Array<[number, number]> = [
-  [3600, 2],
-  [86400, 5],
-];
 
 /** email_address_visibility: everyone. Only then is the API `email` the real address, and changes with it. */
 const VISIBLE_TO_EVERYONE = 1;
@@ -132,12 +127,9 @@ export class EmailChanges {
 
   /** Each request e-mails an address the requester chooses: limited, as Zulip does, so it cannot be used to spam. */
   private async checkRequestRate(userId: number, now: number): Promise<void> {
-    const longest = Math.max(...REQUEST_LIMITS.map(([seconds]) => seconds));
-    const recent = await this.db.selectFrom("email_changes").select("created_at").where("user_id", "=", userId).where("created_at", ">", now - longest).orderBy("created_at", "desc").execute();
-    for (const [seconds, limit] of REQUEST_LIMITS) {
-      const inWindow = recent.filter((r) => Number(r.created_at) > now - seconds);
-      if (inWindow.length >= limit) throw errors.rateLimited(Number(inWindow[limit - 1]!.created_at) + seconds - now);
-    }
+    const since = now - longestWindow(EMAIL_REQUEST_LIMITS);
+    const recent = await this.db.selectFrom("email_changes").select("created_at").where("user_id", "=", userId).where("created_at", ">", since).execute();
+    refuseOverLimits(recent.map((r) => Number(r.created_at)), EMAIL_REQUEST_LIMITS, now);
   }
 
   private async emailVisibility(userId: number): Promise<number> {

@@ -78,29 +78,61 @@ export interface GroupCreated {
   group_id: number;
 }
 
-/** POST /invites, with the addresses already split. */
-export interface Invite {
-  op: "invite";
+/** What an invitation (e-mail or link) gives the person who accepts it, as POST /invites and /invites/multiuse take it. */
+export interface InviteTerms {
   actingId: number;
-  emails: string[];
   inviteAs: number;
   streamIds: number[];
   groupIds: number[];
   /** null: never expires. */
   expiresInMinutes: number | null;
   includeRealmDefaultSubscriptions: boolean;
-  notifyReferrerOnJoin: boolean;
   welcomeMessageCustomText: string | null;
-  /** For the link in the e-mail. */
+  /** For the link in the e-mail, or the reusable link. */
   siteUrl: string;
   /** One per HTTP request: a redelivered request invites nobody twice. */
   requestKey: string;
 }
 
+/** POST /invites, with the addresses already split. */
+export interface Invite extends InviteTerms {
+  op: "invite";
+  emails: string[];
+  notifyReferrerOnJoin: boolean;
+}
+
+/** POST /invites/multiuse: a reusable invitation link. */
+export interface CreateInviteLink extends InviteTerms {
+  op: "createInviteLink";
+}
+export interface InviteLinkCreated {
+  invite_link: string;
+}
+
+/** DELETE /invites/{id} (`multiuse` false) and DELETE /invites/multiuse/{id} (`multiuse` true). */
 export interface RevokeInvite {
   op: "revokeInvite";
   actingId: number;
   inviteId: number;
+  multiuse: boolean;
+}
+
+/** POST /invites/{id}/resend. */
+export interface ResendInvite {
+  op: "resendInvite";
+  actingId: number;
+  inviteId: number;
+  siteUrl: string;
+  requestKey: string;
+}
+
+/** Sign up through a reusable link: an e-mail to the address, whose key then accepts as an e-mail invitation's does. */
+export interface JoinInviteLink {
+  op: "joinInviteLink";
+  key: string;
+  email: string;
+  siteUrl: string;
+  requestKey: string;
 }
 
 /** Accept an invitation: create the invited account. */
@@ -138,7 +170,10 @@ export type RealmMessage =
   | UpdateUser
   | CreateGroup
   | Invite
+  | CreateInviteLink
   | RevokeInvite
+  | ResendInvite
+  | JoinInviteLink
   | AcceptInvite
   | StartEmailChange
   | ConfirmEmailChange;

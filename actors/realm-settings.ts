@@ -38,6 +38,7 @@ export const REALM_SETTINGS: Record<string, Rule> = {
   can_delete_any_message_group: group(false),
   can_delete_own_message_group: group(true),
   can_invite_users_group: group(false),
+  create_multiuse_invite_group: group(false),
   can_mention_many_users_group: group(true),
   can_move_messages_between_channels_group: group(false),
   can_move_messages_between_topics_group: group(true),
@@ -55,7 +56,7 @@ export const REALM_SETTINGS: Record<string, Rule> = {
 };
 
 /** Administrators may change the others; these only owners (Zulip's update_realm). */
-const OWNER_ONLY = new Set(["can_create_groups", "can_invite_users_group", "can_manage_all_groups"]);
+const OWNER_ONLY = new Set(["can_create_groups", "can_invite_users_group", "can_manage_all_groups", "create_multiuse_invite_group"]);
 
 /** Zulip's realm topics policies (the channel-level ones add `inherit` and `empty_topic_only`). */
 const TOPICS_POLICIES = ["allow_empty_topic", "disable_empty_topic"];

@@ -64,7 +64,10 @@ export class RealmActor implements Actor {
       case "createGroup":
         return this.createGroup(msg);
       case "invite":
+      case "createInviteLink":
       case "revokeInvite":
+      case "resendInvite":
+      case "joinInviteLink":
       case "acceptInvite":
         return this.invitations.receive(msg);
       case "startEmailChange":

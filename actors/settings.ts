@@ -114,6 +114,7 @@ export function realmSettingsDefaults(groups: SystemGroups) {
     realm_can_delete_any_message_group: id("role:administrators"),
     realm_can_delete_own_message_group: id("role:everyone"),
     realm_can_invite_users_group: id("role:members"),
+    realm_create_multiuse_invite_group: id("role:administrators"),
     realm_can_mention_many_users_group: id("role:administrators"),
     realm_can_move_messages_between_channels_group: id("role:members"),
     realm_can_move_messages_between_topics_group: id("role:everyone"),

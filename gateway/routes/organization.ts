@@ -1,19 +1,20 @@
 /**
  * Running the organization: PATCH /realm, PATCH /users/{user_id} (role, name), POST /user_groups/create, and
- * invitations (POST/GET /invites, DELETE /invites/{invite_id}, and accepting one). Every change is a realm actor
- * turn; permission checks happen there, against the caller's current role.
+ * invitations (POST/GET /invites, POST /invites/multiuse, DELETE /invites/{invite_id} and
+ * /invites/multiuse/{invite_id}, POST /invites/{invite_id}/resend, signing up through a link and accepting).
+ * Every change is a realm actor turn; permission checks happen there, against the caller's current role.
  */
 import { randomUUID } from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
-import { REALM, type CreatedUser, type GroupCreated, type RealmUpdated } from "../../actors/protocol.ts";
+import { REALM, type CreatedUser, type GroupCreated, type InviteLinkCreated, type InviteTerms, type RealmUpdated } from "../../actors/protocol.ts";
 import { REALM_SETTINGS } from "../../actors/realm-settings.ts";
 import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/invites.ts";
 import { serverRealmId } from "../../actors/reads.ts";
 import { ROLE } from "../../actors/groups.ts";
 import type { Call, RouteSpec } from "../app.ts";
-import { Bool, Id, Str, type JsonSchema } from "../params.ts";
+import { Bool, Id, Str, type JsonSchema, type ParamsSchema } from "../params.ts";
 
 const IdList = { type: "array", items: Id } as const;
 const Roles = Object.values(ROLE);
@@ -53,6 +54,49 @@ export function inviteeEmails(raw: string): string[] {
     if (email && !seen.has(email.toLowerCase())) seen.set(email.toLowerCase(), email);
   }
   return [...seen.values()];
+}
+
+/** The parameters POST /invites and POST /invites/multiuse share. */
+const inviteTermParams: Record<string, JsonSchema> = {
+  invite_expires_in_minutes: { anyOf: [{ type: "integer", minimum: 1, maximum: 2 ** 31 }, { type: "null" }] },
+  invite_as: { type: "integer", enum: Roles },
+  stream_ids: IdList,
+  group_ids: IdList,
+  include_realm_default_subscriptions: Bool,
+  welcome_message_custom_text: Str,
+};
+
+/** An e-mailed or link key. */
+const InviteKey = { type: "string", minLength: 1, maxLength: 200 };
+
+/** The terms of an invitation or link from those parameters, with Zulip's defaults. */
+function inviteTerms({ params, user, req, services }: Call): InviteTerms {
+  return {
+    actingId: user.id,
+    inviteAs: params.invite_as ?? ROLE.member,
+    streamIds: [...new Set<number>(params.stream_ids ?? [])],
+    groupIds: [...new Set<number>(params.group_ids ?? [])],
+    expiresInMinutes: params.invite_expires_in_minutes === undefined ? DEFAULT_INVITE_EXPIRY_MINUTES : params.invite_expires_in_minutes,
+    includeRealmDefaultSubscriptions: params.include_realm_default_subscriptions ?? false,
+    welcomeMessageCustomText: params.welcome_message_custom_text ?? null,
+    siteUrl: services.siteUrl(req.headers.host),
+    requestKey: randomUUID(),
+  };
+}
+
+const InviteIdParams: ParamsSchema = { type: "object", properties: { invite_id: Id }, required: ["invite_id"] };
+
+/** Revoking an e-mail invitation or a link: Zulip keeps the two kinds apart, their ids too. */
+function revokeRoute(path: string, multiuse: boolean): RouteSpec {
+  return {
+    method: "DELETE",
+    path,
+    params: InviteIdParams,
+    async handle(call) {
+      await askRealm(call, { op: "revokeInvite", actingId: call.user.id, inviteId: call.params.invite_id, multiuse });
+      return {};
+    },
+  };
 }
 
 export const organizationRoutes: RouteSpec[] = [
@@ -115,51 +159,72 @@ export const organizationRoutes: RouteSpec[] = [
     path: "/invites",
     params: {
       type: "object",
-      properties: {
-        invitee_emails: Str,
-        invite_expires_in_minutes: { anyOf: [{ type: "integer", minimum: 1, maximum: 2 ** 31 }, { type: "null" }] },
-        invite_as: { type: "integer", enum: Roles },
-        stream_ids: IdList,
-        group_ids: IdList,
-        include_realm_default_subscriptions: Bool,
-        notify_referrer_on_join: Bool,
-        welcome_message_custom_text: Str,
-      },
+      properties: { ...inviteTermParams, invitee_emails: Str, notify_referrer_on_join: Bool },
       required: ["invitee_emails", "stream_ids"],
     },
     async handle(call) {
-      const { params, req } = call;
       await askRealm(call, {
         op: "invite",
-        actingId: call.user.id,
-        emails: inviteeEmails(params.invitee_emails),
-        inviteAs: params.invite_as ?? ROLE.member,
-        streamIds: [...new Set<number>(params.stream_ids)],
-        groupIds: [...new Set<number>(params.group_ids ?? [])],
-        expiresInMinutes: params.invite_expires_in_minutes === undefined ? DEFAULT_INVITE_EXPIRY_MINUTES : params.invite_expires_in_minutes,
-        includeRealmDefaultSubscriptions: params.include_realm_default_subscriptions ?? false,
-        notifyReferrerOnJoin: params.notify_referrer_on_join ?? true,
-        welcomeMessageCustomText: params.welcome_message_custom_text ?? null,
-        siteUrl: call.services.siteUrl(req.headers.host),
-        requestKey: randomUUID(),
+        ...inviteTerms(call),
+        emails: inviteeEmails(call.params.invitee_emails),
+        notifyReferrerOnJoin: call.params.notify_referrer_on_join ?? true,
       });
       return {};
+    },
+  },
+  {
+    method: "POST",
+    path: "/invites/multiuse",
+    params: { type: "object", properties: inviteTermParams },
+    async handle(call) {
+      const created = await askRealm<InviteLinkCreated>(call, { op: "createInviteLink", ...inviteTerms(call) });
+      return { invite_link: created.invite_link };
     },
   },
   {
     method: "GET",
     path: "/invites",
     params: { type: "object", properties: {} },
-    async handle({ user, services }) {
-      return { invites: await listInvites(services.store.db, user.realm_id, user) };
+    async handle({ user, services, req }) {
+      return { invites: await listInvites(services.store.db, services.keyring, services.siteUrl(req.headers.host), user.realm_id, user) };
+    },
+  },
+  revokeRoute("/invites/{invite_id}", false),
+  revokeRoute("/invites/multiuse/{invite_id}", true),
+  {
+    method: "POST",
+    path: "/invites/{invite_id}/resend",
+    params: InviteIdParams,
+    async handle(call) {
+      await askRealm(call, {
+        op: "resendInvite",
+        actingId: call.user.id,
+        inviteId: call.params.invite_id,
+        siteUrl: call.services.siteUrl(call.req.headers.host),
+        requestKey: randomUUID(),
+      });
+      return {};
     },
   },
   {
-    method: "DELETE",
-    path: "/invites/{invite_id}",
-    params: { type: "object", properties: { invite_id: Id }, required: ["invite_id"] },
-    async handle(call) {
-      await askRealm(call, { op: "revokeInvite", actingId: call.user.id, inviteId: call.params.invite_id });
+    // Beyond Zulip's JSON API (Zulip signs people up through a link with its web form): someone with a reusable
+    // link gives their address, and gets an e-mail whose key POST /invites/accept takes. Unauthenticated.
+    method: "POST",
+    path: "/invites/join",
+    auth: false,
+    params: {
+      type: "object",
+      properties: { key: InviteKey, email: { type: "string", minLength: 1, maxLength: 254 } },
+      required: ["key", "email"],
+    },
+    async handle({ params, services, req }) {
+      await services.system.ask(actorId(REALM, await serverRealmId(services.store.db)), {
+        op: "joinInviteLink",
+        key: params.key,
+        email: String(params.email).trim(),
+        siteUrl: services.siteUrl(req.headers.host),
+        requestKey: randomUUID(),
+      });
       return {};
     },
   },
@@ -171,7 +236,7 @@ export const organizationRoutes: RouteSpec[] = [
     auth: false,
     params: {
       type: "object",
-      properties: { key: { type: "string", minLength: 1, maxLength: 200 }, full_name: { type: "string", maxLength: 100 }, password: { type: "string", minLength: 1 } },
+      properties: { key: InviteKey, full_name: { type: "string", maxLength: 100 }, password: { type: "string", minLength: 1 } },
       required: ["key", "full_name", "password"],
     },
     async handle({ params, services }) {

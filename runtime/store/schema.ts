@@ -379,6 +379,40 @@ export interface InvitationTable {
   user_id: number | null;
   /** The POST /invites request that created it: a redelivered request invites nobody twice. */
   request_key: string;
+  /** Set when someone signed up through this reusable link: the invitation confirms their address. */
+  link_id: number | null;
+}
+
+/** A reusable invitation link (POST /invites/multiuse). */
+export interface InviteLinkTable {
+  id: Generated<number>;
+  realm_id: number;
+  referrer_id: number;
+  invited_as: number;
+  stream_ids: Json;
+  group_ids: Json;
+  include_realm_default_subscriptions: boolean;
+  welcome_message_custom_text: string | null;
+  /** SHA-256 of the key in the link, to find it. */
+  key_hash: string;
+  /** The key itself, encrypted: GET /invites shows the link again. */
+  key_enc: string;
+  created_at: number;
+  /** null: never expires. */
+  expires_at: number | null;
+  /** active or revoked. */
+  status: Generated<string>;
+  /** The request that created it: a redelivered request creates one link. */
+  request_key: string;
+}
+
+/** Each re-sent invitation e-mail: they count towards the realm's daily invitation limit. */
+export interface InvitationResendTable {
+  id: Generated<number>;
+  realm_id: number;
+  invitation_id: number;
+  created_at: number;
+  request_key: string;
 }
 
 export interface EmailOutboxTable {
@@ -442,6 +476,8 @@ export interface Database {
   webhook_endpoints: WebhookEndpointTable;
   webhook_outbox: WebhookOutboxTable;
   invitations: InvitationTable;
+  invite_links: InviteLinkTable;
+  invitation_resends: InvitationResendTable;
   email_outbox: EmailOutboxTable;
   email_changes: EmailChangeTable;
 }

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 import { openQueue } from "../support/queues.ts";
 import { emailKeyFor } from "../support/mail.ts";
+import { invitationRealm } from "../support/invites.ts";
 import { MailSender } from "../../runtime/mail.ts";
 import { actorId } from "../../runtime/actor.ts";
 import { REALM, type Invite } from "../../actors/protocol.ts";
@@ -25,14 +26,7 @@ describe.each(ENGINES)("invitations on %s", (engine) => {
 
   beforeAll(async () => {
     server = await startTestServer(engine);
-    owner = { ...server.owner, id: (await api(server, "GET", "/users/me", { as: server.owner })).body.user_id };
-    member = await createUser(server, "member@example.com", "Mo");
-    await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "welcome" }] } });
-    await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "secret" }], invite_only: true } });
-    const subs = (await api(server, "GET", "/users/me/subscriptions", { as: owner })).body.subscriptions;
-    channelId = subs.find((s: any) => s.name === "welcome").stream_id;
-    privateId = subs.find((s: any) => s.name === "secret").stream_id;
-    groupId = (await api(server, "POST", "/user_groups/create", { as: owner, params: { name: "newcomers", description: "", members: [] } })).body.group_id;
+    ({ owner, member, channelId, privateId, groupId } = await invitationRealm(server));
   });
   afterAll(async () => server?.close());
 
