@@ -304,7 +304,8 @@ type Cond = RawBuilder<SqlBool>;
 const FALSE: Cond = sql<SqlBool>`false`;
 
 /**
- * Users of a realm named by id or e-mail (case-insensitive), in the order named; undefined where none. One query
+ * Users of a realm named by id or API e-mail (case-insensitive), in the order named; undefined where none. As in
+ * Zulip, a hidden address does not name its user (that would tell who owns it); the placeholder does. One query
  * whatever the length of the list: the names go as two arrays, not one bind parameter each.
  */
 export async function usersByRef(db: DB, realmId: number, refs: Array<number | string>) {
@@ -312,12 +313,12 @@ export async function usersByRef(db: DB, realmId: number, refs: Array<number | s
   const emails = [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))];
   const rows = await db
     .selectFrom("users")
-    .select(["id", "delivery_email", "is_active"])
+    .select(["id", "email", "is_active"])
     .where("realm_id", "=", realmId)
-    .where(sql<SqlBool>`(id = any(${sql.val(ids)}::int[]) or lower(delivery_email) = any(${sql.val(emails)}::text[]))`)
+    .where(sql<SqlBool>`(id = any(${sql.val(ids)}::int[]) or lower(email) = any(${sql.val(emails)}::text[]))`)
     .execute();
   const byId = new Map(rows.map((u) => [u.id, u]));
-  const byEmail = new Map(rows.map((u) => [u.delivery_email.toLowerCase(), u]));
+  const byEmail = new Map(rows.map((u) => [u.email.toLowerCase(), u]));
   return refs.map((r) => (typeof r === "number" ? byId.get(r) : byEmail.get(r.toLowerCase())));
 }
 

@@ -127,5 +127,12 @@ describe.each(ENGINES)("e-mail visibility on %s", (engine) => {
     const sent = (await queues.get(member)!.events()).filter((e) => e.type === "message").at(-1)!.message;
     expect(sent.sender_email).toBe(placeholder(cat.id));
     expect(sent.display_recipient.find((p: any) => p.id === cat.id).email).toBe(placeholder(cat.id));
+
+    // Others name the user by the placeholder; the hidden address names nobody (it would tell who owns it).
+    const toCat = (to: string) => api(server, "POST", "/messages", { as: member, params: { type: "direct", to: JSON.stringify([to]), content: "hi" } });
+    expect((await toCat(placeholder(cat.id))).status).toBe(200);
+    const refused = await toCat(cat.email);
+    expect(refused.status).toBe(400);
+    expect(refused.body.msg).toBe(`Invalid email '${cat.email}'`);
   });
 });
