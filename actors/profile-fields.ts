@@ -7,7 +7,7 @@
  * Events: every change to the fields sends the whole list (`custom_profile_fields`) to the realm; every changed
  * value sends `realm_user` update with `custom_profile_field` {id, value, rendered_value?} (value null: removed).
  */
-import type { Kysely, Selectable, Transaction } from "kysely";
+import { sql, type Kysely, type Selectable, type SqlBool, type Transaction } from "kysely";
 import type { ActorContext } from "../runtime/actor.ts";
 import { errors } from "../runtime/errors.ts";
 import type { CustomProfileFieldTable, Database } from "../runtime/store/schema.ts";
@@ -86,7 +86,7 @@ export async function profileDataOf(db: DB, userIds: number[]): Promise<Map<numb
   const rows = await db
     .selectFrom("custom_profile_field_values")
     .select(["user_id", "field_id", "value", "rendered_value"])
-    .where("user_id", "in", userIds)
+    .where(sql<SqlBool>`user_id = any(${sql.val(userIds)}::int[])`)
     .orderBy("field_id")
     .execute();
   for (const r of rows) {

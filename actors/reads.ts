@@ -91,7 +91,8 @@ export async function emailVisibilities(db: DB, userIds: number[]): Promise<Map<
     .selectFrom("actor_snapshots")
     .select(["key", sql<number | null>`(state->>'email_address_visibility')::int`.as("visibility")])
     .where("kind", "=", USER_SETTINGS)
-    .where("key", "in", userIds.map(String))
+    // One array, not one bind parameter per user: the whole realm's list is one query.
+    .where(sql<SqlBool>`key = any(${sql.val(userIds.map(String))}::text[])`)
     .execute();
   for (const r of rows) if (r.visibility !== null) out.set(Number(r.key), Number(r.visibility));
   return out;
