@@ -5,6 +5,7 @@ import { Keyring } from "../runtime/secrets.ts";
 import type { Database } from "../runtime/store/schema.ts";
 import { addToRoleGroups, ROLE } from "./groups.ts";
 import type { CreatedUser } from "./protocol.ts";
+import { gravatarUrl } from "./message-format.ts";
 
 /** Deliberately simple: one @, something on each side, a dot in the domain, no spaces. */
 export const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
@@ -56,21 +57,55 @@ export async function insertAccount(trx: Transaction<Database>, realmId: number,
   return { user_id: row.id, api_key: apiKey };
 }
 
+/** Zulip's email_address_visibility values (a per-user setting; bots always "everyone"). */
+export const EMAIL_VISIBILITY = { everyone: 1, members: 2, administrators: 3, nobody: 4, moderators: 5 } as const;
+
 /**
  * Whether a viewer of this role may see the real e-mail of a user with this email_address_visibility setting
  * (1 everyone, 2 members, 3 administrators, 4 nobody, 5 moderators), as Zulip decides it.
  */
 export function canSeeDeliveryEmail(viewerRole: number, visibility: number): boolean {
   switch (visibility) {
-    case 1:
+    case EMAIL_VISIBILITY.everyone:
       return true;
-    case 2:
+    case EMAIL_VISIBILITY.members:
       return viewerRole <= ROLE.member;
-    case 3:
+    case EMAIL_VISIBILITY.administrators:
       return viewerRole <= ROLE.administrator;
-    case 5:
+    case EMAIL_VISIBILITY.moderators:
       return viewerRole <= ROLE.moderator;
     default:
       return false;
   }
+}
+
+/** Zulip's can_access_delivery_email: one's own address always; a bot's to everyone; otherwise the owner's setting. */
+export function deliveryEmailVisibleTo(viewer: { id: number; role: number }, user: { id: number; is_bot: boolean }, visibility: number): boolean {
+  return viewer.id === user.id || user.is_bot || canSeeDeliveryEmail(viewer.role, visibility);
+}
+
+/**
+ * Zulip's API `email` (get_display_email_address): the real address while it is visible to everyone, otherwise a
+ * placeholder `user{id}@{server host}`. Zulip falls back to a fixed domain when the host is no e-mail domain
+ * (localhost, an IP address, a port); so does this.
+ */
+export function apiEmail(user: { id: number; delivery_email: string }, visibility: number, siteUrl: string): string {
+  if (visibility === EMAIL_VISIBILITY.everyone) return user.delivery_email;
+  let host = "";
+  try {
+    host = new URL(siteUrl).hostname;
+  } catch {
+    // not a URL: the fallback domain
+  }
+  const domain = /^(?=.*[a-z])[a-z0-9-]+(\.[a-z0-9-]+)+$/i.test(host) ? host : PLACEHOLDER_EMAIL_DOMAIN;
+  return `user${user.id}@${domain}`;
+}
+
+/** Zulip's FAKE_EMAIL_DOMAIN, for servers whose host is no e-mail domain. */
+export const PLACEHOLDER_EMAIL_DOMAIN = "chorus.invalid";
+
+/** The `person` of Zulip's realm_user update for a new avatar (notify_avatar_url_change): the Gravatar of the address. */
+export function avatarUpdate(user: { id: number; delivery_email: string; avatar_version: number }) {
+  const avatar = gravatarUrl(user.delivery_email);
+  return { user_id: user.id, avatar_source: "G", avatar_url: avatar, avatar_url_medium: `${avatar}&s=500`, avatar_version: user.avatar_version };
 }

@@ -16,24 +16,37 @@ export function dmKey(userIds: number[]): string {
   return [...new Set(userIds)].sort((a, b) => a - b).join(",");
 }
 
+/**
+ * How long the participants' names and API e-mails (a message's display_recipient) are trusted. They change rarely
+ * (a rename, an e-mail visibility change) and the credential cache keeps a sender's own for as long.
+ */
+const PARTICIPANTS_MS = 2000;
+
 export class DmActor extends Conversation {
   private participants: Array<{ id: number; email: string; full_name: string; is_mirror_dummy: boolean }> = [];
+  private participantsReadAt = 0;
 
-  async activate(): Promise<void> {
-    const ids = this.ctx.key.split(",").map(Number);
-    if (!ids.length || ids.some((n) => !Number.isSafeInteger(n)) || dmKey(ids) !== this.ctx.key) throw errors.badRequest("Invalid direct-message conversation");
-    const db = this.deps.store.db;
-    const users = await db
+  private async readParticipants(ids: number[]) {
+    const users = await this.deps.store.db
       .selectFrom("users")
       .innerJoin("realms", "realms.id", "users.realm_id")
       .select(["users.id", "users.email", "users.full_name", "users.realm_id", "realms.string_id"])
       .where("users.id", "in", ids)
       .orderBy("users.id")
       .execute();
+    this.participants = users.map((u) => ({ id: u.id, email: u.email, full_name: u.full_name, is_mirror_dummy: false }));
+    this.participantsReadAt = Date.now();
+    return users;
+  }
+
+  async activate(): Promise<void> {
+    const ids = this.ctx.key.split(",").map(Number);
+    if (!ids.length || ids.some((n) => !Number.isSafeInteger(n)) || dmKey(ids) !== this.ctx.key) throw errors.badRequest("Invalid direct-message conversation");
+    const db = this.deps.store.db;
+    const users = await this.readParticipants(ids);
     if (users.length !== ids.length || new Set(users.map((u) => u.realm_id)).size !== 1) throw errors.badRequest("Invalid direct-message conversation");
     this.realmId = users[0]!.realm_id;
     this.realmStr = users[0]!.string_id;
-    this.participants = users.map((u) => ({ id: u.id, email: u.email, full_name: u.full_name, is_mirror_dummy: false }));
     this.recipientId = await this.ensureRecipient(ids);
     const last = await db.selectFrom("messages").select((eb) => eb.fn.coalesce(eb.fn.max("id"), eb.lit(0)).as("max")).where("recipient_id", "=", this.recipientId).executeTakeFirst();
     this.lastMessageId = Number(last?.max ?? 0);
@@ -62,8 +75,13 @@ export class DmActor extends Conversation {
   }
 
   receive(msg: DmMessage): unknown {
-    if (msg.op === "send") return this.send(msg, "");
+    if (msg.op === "send") return this.sendWithFreshParticipants(msg);
     return this.receiveConversation(msg);
+  }
+
+  private async sendWithFreshParticipants(msg: Extract<DmMessage, { op: "send" }>) {
+    if (Date.now() - this.participantsReadAt >= PARTICIPANTS_MS) await this.readParticipants(this.participants.map((p) => p.id));
+    return this.send(msg, "");
   }
 
   protected recipients(): number[] {

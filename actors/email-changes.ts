@@ -12,8 +12,7 @@ import { errors } from "../runtime/errors.ts";
 import { hashEmailKey, newEmailKey, queueEmail } from "../runtime/mail.ts";
 import type { ActorDeps } from "./deps.ts";
 import { ROLE } from "./groups.ts";
-import { accountWithEmail, canSeeDeliveryEmail, EMAIL } from "./accounts.ts";
-import { gravatarUrl } from "./message-format.ts";
+import { accountWithEmail, avatarUpdate, canSeeDeliveryEmail, EMAIL, EMAIL_VISIBILITY } from "./accounts.ts";
 import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "./settings.ts";
 import { EMAIL_REQUEST_LIMITS, longestWindow, refuseOverLimits } from "./rate-limits.ts";
 import { USER, type ConfirmEmailChange, type EmailChanged, type StartEmailChange } from "./protocol.ts";
@@ -21,8 +20,6 @@ import { USER, type ConfirmEmailChange, type EmailChanged, type StartEmailChange
 /** Zulip's CONFIRMATION_LINK_DEFAULT_VALIDITY_DAYS for e-mail changes: one day. */
 export const EMAIL_CHANGE_VALIDITY_SECONDS = 86400;
 
-/** email_address_visibility: everyone. Only then is the API `email` the real address, and changes with it. */
-const VISIBLE_TO_EVERYONE = 1;
 
 export class EmailChanges {
   constructor(
@@ -93,7 +90,8 @@ export class EmailChanges {
     await this.checkAddressFree(change.new_email);
 
     const visibility = await this.emailVisibility(user.id);
-    const publicEmail = visibility === VISIBLE_TO_EVERYONE;
+    // Only while the address is visible to everyone is the API `email` the real address, and changes with it.
+    const publicEmail = visibility === EMAIL_VISIBILITY.everyone;
     const realmName = (await this.db.selectFrom("realms").select("name").where("id", "=", this.realmId).executeTakeFirstOrThrow()).name;
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await trx
@@ -150,8 +148,7 @@ export class EmailChanges {
       active.filter((u) => u.id === user.id || canSeeDeliveryEmail(u.role, visibility)).map((u) => u.id),
       { delivery_email: newEmail },
     );
-    if (visibility === VISIBLE_TO_EVERYONE) await tell(everyone, { new_email: newEmail });
-    const avatar = gravatarUrl(newEmail);
-    await tell(everyone, { avatar_source: "G", avatar_url: avatar, avatar_url_medium: `${avatar}&s=500`, avatar_version: user.avatar_version });
+    if (visibility === EMAIL_VISIBILITY.everyone) await tell(everyone, { new_email: newEmail });
+    await tell(everyone, avatarUpdate({ ...user, delivery_email: newEmail }));
   }
 }

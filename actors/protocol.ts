@@ -55,13 +55,14 @@ export interface UpdateRealm {
 /** What changed, as Zulip's PATCH /realm answers it. */
 export type RealmUpdated = Record<string, unknown>;
 
-/** PATCH /users/{user_id}: an administrator changes another user's role or name. */
+/** PATCH /users/{user_id}: an administrator changes another user's role, name or custom profile values. */
 export interface UpdateUser {
   op: "updateUser";
   actingId: number;
   userId: number;
   role?: number;
   fullName?: string;
+  profileData?: ProfileDataEntry[];
 }
 
 /** POST /user_groups/create. Group-setting values are as the client sent them; the actor checks them. */
@@ -163,7 +164,52 @@ export type EmailChanged = {
   new_email: string;
 };
 
+// Custom profile fields (actors/profile-fields.ts). The realm actor checks the permissions and values.
+
+/** POST /realm/profile_fields. */
+export interface CreateProfileField {
+  op: "createProfileField";
+  actingId: number;
+  name: string;
+  hint: string;
+  fieldType: number;
+  fieldData?: Record<string, unknown>;
+  displayInProfileSummary: boolean;
+  required: boolean;
+  editableByUser: boolean;
+}
+
+/** PATCH /realm/profile_fields/{field_id}: what the request gave; the rest stays. */
+export interface UpdateProfileField {
+  op: "updateProfileField";
+  actingId: number;
+  fieldId: number;
+  name?: string;
+  hint?: string;
+  fieldData?: Record<string, unknown>;
+  displayInProfileSummary?: boolean;
+  required?: boolean;
+  editableByUser?: boolean;
+}
+
+/** One value: text, a users field's ids, or null to remove the value. */
+export interface ProfileDataEntry {
+  id: number;
+  value: string | number[] | null;
+}
+
+export type ProfileFieldMessage =
+  | CreateProfileField
+  | UpdateProfileField
+  | { op: "reorderProfileFields"; actingId: number; order: number[] }
+  | { op: "deleteProfileField"; actingId: number; fieldId: number }
+  /** PATCH /users/me/profile_data, or an administrator's PATCH /users/{user_id} with profile_data. */
+  | { op: "setProfileData"; actingId: number; userId: number; data: ProfileDataEntry[] }
+  /** DELETE /users/me/profile_data. */
+  | { op: "removeProfileData"; actingId: number; userId: number; fieldIds: number[] };
+
 export type RealmMessage =
+  | ProfileFieldMessage
   | CreateUser
   | EnsureChannels
   | UpdateRealm
@@ -445,6 +491,8 @@ export interface UpdateSettings {
   settings: Record<string, unknown>;
   fullName?: string;
   passwordHash?: string;
+  /** The server's site URL: its host names the placeholder e-mail of a user hiding their address. */
+  siteUrl: string;
 }
 
 export interface DraftFields {

@@ -10,6 +10,9 @@ import { dmKey, RECIPIENT_DM } from "./dm.ts";
 import { FLAG_BITS, flagList, HISTORICAL_FLAGS, MENTION_FLAGS } from "./flags.ts";
 import { VISIBILITY } from "./user-topics.ts";
 import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
+import { deliveryEmailVisibleTo, EMAIL_VISIBILITY } from "./accounts.ts";
+import { profileDataOf, type ProfileValue } from "./profile-fields.ts";
+import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "./settings.ts";
 import type { Narrow } from "./protocol.ts";
 
 type DB = Kysely<Database>;
@@ -38,18 +41,31 @@ export function findUserById(db: DB, realmId: number, id: number): Promise<UserR
   return usersWithRealm(db).where("users.id", "=", id).where("users.realm_id", "=", realmId).executeTakeFirst();
 }
 
-/** GET /users/me: the caller, without the bot fields Zulip leaves out there. */
-export function ownUserObject(u: Selectable<UserTable>) {
-  const { bot_type, bot_owner_id, ...rest } = userObject(u, { clientGravatar: false });
+/** GET /users/me: the caller (their own address and custom profile values), without the bot fields Zulip leaves out there. */
+export async function ownUserObject(db: DB, u: Selectable<UserTable>) {
+  const [me] = await userObjectsFor(db, u, [u], { clientGravatar: false, includeProfileData: true });
+  const { bot_type, bot_owner_id, ...rest } = me!;
   return rest;
 }
 
-/** Zulip's user object (GET /users, GET /users/{id}, realm_users in /register). */
-export function userObject(u: Selectable<UserTable>, opts: { clientGravatar: boolean }) {
+export interface UserObjectOptions {
+  clientGravatar: boolean;
+  /** The user's email_address_visibility setting. */
+  emailVisibility: number;
+  /** Whether the viewer may see the real address (delivery_email is null otherwise). */
+  deliveryEmailVisible: boolean;
+  /** The user's custom profile values; absent when not asked for. Bots never have any. */
+  profileData?: Record<string, ProfileValue>;
+}
+
+/** Zulip's user object (format_user_row): GET /users, GET /users/{id}, realm_users in /register, realm_user events. */
+export function userObject(u: Selectable<UserTable>, opts: UserObjectOptions) {
+  // Zulip: a client computes the Gravatar itself only from an address everyone sees.
+  const clientGravatar = opts.clientGravatar && opts.emailVisibility === EMAIL_VISIBILITY.everyone;
   return {
     user_id: u.id,
     email: u.email,
-    delivery_email: u.delivery_email,
+    delivery_email: opts.deliveryEmailVisible ? u.delivery_email : null,
     full_name: u.full_name,
     date_joined: new Date(u.date_joined * 1000).toISOString(),
     is_active: u.is_active,
@@ -61,10 +77,43 @@ export function userObject(u: Selectable<UserTable>, opts: { clientGravatar: boo
     bot_owner_id: u.bot_owner_id,
     role: u.role,
     timezone: u.timezone,
-    avatar_url: opts.clientGravatar ? null : gravatarUrl(u.delivery_email),
+    avatar_url: clientGravatar ? null : gravatarUrl(u.delivery_email),
     avatar_version: u.avatar_version,
-    ...(u.is_bot ? {} : { profile_data: {} }),
+    ...(u.is_bot || !opts.profileData ? {} : { profile_data: opts.profileData }),
   };
+}
+
+/** Each user's email_address_visibility (kept with their settings; Zulip's default, everyone, when never set). */
+export async function emailVisibilities(db: DB, userIds: number[]): Promise<Map<number, number>> {
+  const out = new Map(userIds.map((id) => [id, USER_SETTINGS_DEFAULTS.email_address_visibility as number]));
+  if (!userIds.length) return out;
+  const rows = await db
+    .selectFrom("actor_snapshots")
+    .select(["key", sql<number | null>`(state->>'email_address_visibility')::int`.as("visibility")])
+    .where("kind", "=", USER_SETTINGS)
+    // One array, not one bind parameter per user: the whole realm's list is one query.
+    .where(sql<SqlBool>`key = any(${sql.val(userIds.map(String))}::text[])`)
+    .execute();
+  for (const r of rows) if (r.visibility !== null) out.set(Number(r.key), Number(r.visibility));
+  return out;
+}
+
+/**
+ * Users as `viewer` may see them: the real address only where its owner's setting lets the viewer see it, and
+ * (`includeProfileData`) the custom profile values. A few queries whatever the number of users.
+ */
+export async function userObjectsFor(db: DB, viewer: { id: number; role: number }, rows: Selectable<UserTable>[], opts: { clientGravatar: boolean; includeProfileData: boolean }) {
+  const ids = rows.map((u) => u.id);
+  const [visibility, profiles] = await Promise.all([emailVisibilities(db, ids), opts.includeProfileData ? profileDataOf(db, ids) : undefined]);
+  return rows.map((u) => {
+    const emailVisibility = visibility.get(u.id)!;
+    return userObject(u, {
+      clientGravatar: opts.clientGravatar,
+      emailVisibility,
+      deliveryEmailVisible: deliveryEmailVisibleTo(viewer, u, emailVisibility),
+      profileData: profiles ? (profiles.get(u.id) ?? {}) : undefined,
+    });
+  });
 }
 
 export function realmUsers(db: DB, realmId: number) {
@@ -267,7 +316,8 @@ type Cond = RawBuilder<SqlBool>;
 const FALSE: Cond = sql<SqlBool>`false`;
 
 /**
- * Users of a realm named by id or e-mail (case-insensitive), in the order named; undefined where none. One query
+ * Users of a realm named by id or API e-mail (case-insensitive), in the order named; undefined where none. As in
+ * Zulip, a hidden address does not name its user (that would tell who owns it); the placeholder does. One query
  * whatever the length of the list: the names go as two arrays, not one bind parameter each.
  */
 export async function usersByRef(db: DB, realmId: number, refs: Array<number | string>) {
@@ -275,12 +325,12 @@ export async function usersByRef(db: DB, realmId: number, refs: Array<number | s
   const emails = [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))];
   const rows = await db
     .selectFrom("users")
-    .select(["id", "delivery_email", "is_active"])
+    .select(["id", "email", "is_active"])
     .where("realm_id", "=", realmId)
-    .where(sql<SqlBool>`(id = any(${sql.val(ids)}::int[]) or lower(delivery_email) = any(${sql.val(emails)}::text[]))`)
+    .where(sql<SqlBool>`(id = any(${sql.val(ids)}::int[]) or lower(email) = any(${sql.val(emails)}::text[]))`)
     .execute();
   const byId = new Map(rows.map((u) => [u.id, u]));
-  const byEmail = new Map(rows.map((u) => [u.delivery_email.toLowerCase(), u]));
+  const byEmail = new Map(rows.map((u) => [u.email.toLowerCase(), u]));
   return refs.map((r) => (typeof r === "number" ? byId.get(r) : byEmail.get(r.toLowerCase())));
 }
 

@@ -16,8 +16,9 @@ import { realmSettings } from "./settings.ts";
 import { checkNewGroup, insertGroup } from "./user-groups.ts";
 import { Invitations } from "./invites.ts";
 import { EmailChanges } from "./email-changes.ts";
+import { ProfileFields } from "./profile-fields.ts";
 import { renderMarkdown } from "./message-format.ts";
-import { insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
+import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import {
   USER,
   type CreatedUser,
@@ -41,6 +42,7 @@ export class RealmActor implements Actor {
   private readonly realmId: number;
   private readonly invitations: Invitations;
   private readonly emailChanges: EmailChanges;
+  private readonly profileFields: ProfileFields;
 
   constructor(
     private readonly ctx: ActorContext,
@@ -49,6 +51,7 @@ export class RealmActor implements Actor {
     this.realmId = Number(ctx.key);
     this.invitations = new Invitations(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event), announceUser: (id) => this.announceUser(id) });
     this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
+    this.profileFields = new ProfileFields(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event) });
   }
 
   receive(msg: RealmMessage): Promise<unknown> {
@@ -73,6 +76,13 @@ export class RealmActor implements Actor {
       case "startEmailChange":
       case "confirmEmailChange":
         return this.emailChanges.receive(msg);
+      case "createProfileField":
+      case "updateProfileField":
+      case "reorderProfileFields":
+      case "deleteProfileField":
+      case "setProfileData":
+      case "removeProfileData":
+        return this.profileFields.receive(msg);
     }
   }
 
@@ -97,7 +107,10 @@ export class RealmActor implements Actor {
     return plan.data;
   }
 
-  /** Zulip's update_user_backend for role and name: administrators only; owners alone touch the owner role. */
+  /**
+   * Zulip's update_user_backend for role, name and custom profile values: administrators only; owners alone touch
+   * the owner role.
+   */
   private async updateUser(msg: UpdateUser): Promise<Record<string, never>> {
     const acting = await this.actingUser(msg.actingId);
     if (acting.role > ROLE.administrator) throw errors.badRequest("Insufficient permission");
@@ -120,6 +133,8 @@ export class RealmActor implements Actor {
       }
     }
     const nameChanges = fullName !== undefined && fullName !== target.full_name;
+    // After the role and name are checked, before they are written: a bad value changes nothing of those.
+    if (msg.profileData?.length) await this.profileFields.receive({ op: "setProfileData", actingId: acting.id, userId: target.id, data: msg.profileData });
     if (!roleChanges && !nameChanges) return {};
     const sawBefore = roleChanges ? await visibleStreams(db, target, { all: true }) : [];
     const groups = await this.deps.store.write(this.ctx.fence(), async (trx) => {
@@ -172,7 +187,9 @@ export class RealmActor implements Actor {
 
   private async announceUser(userId: number): Promise<void> {
     const person = await this.deps.store.db.selectFrom("users").selectAll().where("id", "=", userId).executeTakeFirstOrThrow();
-    await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false }) });
+    // A new account shows its address to everyone (the default email_address_visibility) and has no values yet.
+    const visible = { emailVisibility: EMAIL_VISIBILITY.everyone, deliveryEmailVisible: true, profileData: {} };
+    await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false, ...visible }) });
   }
 
   /** An event for every active user of the realm (their user actors drop it if they have no queue). */

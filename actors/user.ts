@@ -35,6 +35,7 @@ import {
 import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft } from "./user-data.ts";
 import type { ActorDeps } from "./deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
+import { apiEmail, avatarUpdate, deliveryEmailVisibleTo } from "./accounts.ts";
 
 /** An event as a queue holds it: queue-independent (each queue renders it with its own options). */
 type StoredEvent =
@@ -356,8 +357,38 @@ export class UserActor implements Actor {
     // Zulip sends one realm_user update per changed field of the person.
     if (msg.fullName !== undefined) await this.tellRealmUsers({ type: "realm_user", op: "update", person: { user_id: this.userId, full_name: msg.fullName } });
     if (changed.some(([k]) => k === "timezone")) await this.tellRealmUsers({ type: "realm_user", op: "update", person: { user_id: this.userId, timezone } });
+    const visibility = changed.find(([k]) => k === "email_address_visibility");
+    if (visibility) await this.changeEmailVisibility(Number(current.email_address_visibility), Number(visibility[1]), msg.siteUrl);
     if (changed.some(([k, v]) => k === "enable_drafts_synchronization" && v === false)) await this.deleteAllDrafts();
     return {};
+  }
+
+  /**
+   * Zulip's do_change_user_setting for email_address_visibility: delivery_email to those who now see the address,
+   * null to those who no longer do; and when the API `email` changes between the real address and the placeholder,
+   * the new one (new_email) and the avatar (a client computing Gravatars can no longer, or now can) to everyone.
+   */
+  private async changeEmailVisibility(before: number, after: number, siteUrl: string): Promise<void> {
+    const db = this.deps.store.db;
+    const me = await db.selectFrom("users").select(["id", "realm_id", "email", "delivery_email", "is_bot", "avatar_version"]).where("id", "=", this.userId).executeTakeFirstOrThrow();
+    const active = await db.selectFrom("users").select(["id", "role"]).where("realm_id", "=", me.realm_id).where("is_active", "=", true).execute();
+    const gained: number[] = [];
+    const lost: number[] = [];
+    for (const viewer of active) {
+      const saw = deliveryEmailVisibleTo(viewer, me, before);
+      const sees = deliveryEmailVisibleTo(viewer, me, after);
+      if (saw !== sees) (sees ? gained : lost).push(viewer.id);
+    }
+    const tell = (ids: number[], person: Record<string, unknown>) =>
+      this.deps.system().broadcast(ids.map((id) => actorId(USER, id)), { op: "deliverEvent", event: { type: "realm_user", op: "update", person: { user_id: me.id, ...person } } });
+    // The user always sees their own address, so is in neither list (no self-ask).
+    await tell(gained, { delivery_email: me.delivery_email });
+    await tell(lost, { delivery_email: null });
+    const email = apiEmail(me, after, siteUrl);
+    if (email === me.email) return;
+    await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("users").set({ email }).where("id", "=", me.id).execute());
+    await this.tellRealmUsers({ type: "realm_user", op: "update", person: { user_id: me.id, new_email: email } });
+    await this.tellRealmUsers({ type: "realm_user", op: "update", person: avatarUpdate(me) });
   }
 
   /** An event for every active user of the realm, this one included (delivered here directly: no self-ask). */

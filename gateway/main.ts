@@ -42,6 +42,7 @@ import { serverRoutes } from "./routes/server.ts";
 import { userRoutes } from "./routes/users.ts";
 import { typingRoutes } from "./routes/typing.ts";
 import { meRoutes } from "./routes/me.ts";
+import { profileFieldRoutes } from "./routes/profile-fields.ts";
 import { organizationRoutes } from "./routes/organization.ts";
 
 export interface RunningNode {
@@ -125,7 +126,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes);
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig });
   const http = await startHttpServer({
     host: config.host,

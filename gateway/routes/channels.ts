@@ -45,21 +45,21 @@ function channelName(raw: string): string {
   return name;
 }
 
-/** Users named by id or e-mail (bots included), all active members of the caller's realm. */
+/** Users named by id or API e-mail (bots included; Zulip's access_user_by_email), all active members of the caller's realm. */
 async function resolvePrincipals(db: DB, caller: UserRow, principals: Array<number | string>): Promise<Array<{ id: number; is_bot: boolean; bot_owner_id: number | null }>> {
   if (!principals.length) throw errors.badRequest("principals cannot be empty");
   const byId = principals.filter((p): p is number => typeof p === "number");
   const byEmail = principals.filter((p): p is string => typeof p === "string").map((e) => e.toLowerCase());
   const rows = await db
     .selectFrom("users")
-    .select(["id", "delivery_email", "is_active", "is_bot", "bot_owner_id"])
+    .select(["id", "email", "is_active", "is_bot", "bot_owner_id"])
     .where("realm_id", "=", caller.realm_id)
     .where((eb) =>
-      eb.or([...(byId.length ? [eb("id", "in", byId)] : []), ...(byEmail.length ? [eb(sql`lower(delivery_email)`, "in", byEmail)] : [])]),
+      eb.or([...(byId.length ? [eb("id", "in", byId)] : []), ...(byEmail.length ? [eb(sql`lower(email)`, "in", byEmail)] : [])]),
     )
     .execute();
   const byKey = new Map<number | string, (typeof rows)[number]>();
-  for (const r of rows) byKey.set(r.id, r).set(r.delivery_email.toLowerCase(), r);
+  for (const r of rows) byKey.set(r.id, r).set(r.email.toLowerCase(), r);
   const users = new Map<number, (typeof rows)[number]>();
   for (const p of principals) {
     const row = byKey.get(typeof p === "number" ? p : p.toLowerCase());
@@ -187,7 +187,7 @@ export const channelRoutes: RouteSpec[] = [
         if (!specs.has(name.toLowerCase())) specs.set(name.toLowerCase(), { name, description: (s.description ?? "").replace(/\n/g, " ") });
       }
       const principals: Array<number | string> | undefined = params.principals;
-      const subscribingOthers = !!principals && principals.some((p) => p !== user.id && (typeof p !== "string" || p.toLowerCase() !== user.delivery_email.toLowerCase()));
+      const subscribingOthers = !!principals && principals.some((p) => p !== user.id && (typeof p !== "string" || p.toLowerCase() !== user.email.toLowerCase()));
 
       // Existing channels need content access (else `unauthorized`), and adding others the permission to.
       const existing = await streamsByName(db, user.realm_id, [...specs.keys()]);

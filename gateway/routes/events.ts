@@ -5,7 +5,8 @@ import { ChorusError, errors } from "../../runtime/errors.ts";
 import type { StreamSink } from "../http.ts";
 import { USER, type Polled, type Registered } from "../../actors/protocol.ts";
 import { parseNarrow } from "../../actors/narrow.ts";
-import { realmUsers, streamObjects, subscriptionsOf, unreadMessages, userObject, visibleStreams, type UserRow } from "../../actors/reads.ts";
+import { realmUsers, streamObjects, subscriptionsOf, unreadMessages, userObjectsFor, visibleStreams, type UserRow } from "../../actors/reads.ts";
+import { CUSTOM_PROFILE_FIELD_TYPES, profileFieldObjects } from "../../actors/profile-fields.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "../zulip.ts";
@@ -105,8 +106,11 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     return { recent_private_conversations: [] };
   },
   async realm_user(s, u, o) {
-    const users = await realmUsers(s.store.db, u.realm_id);
-    return { realm_users: users.filter((x) => !x.is_bot).map((x) => userObject(x, { clientGravatar: o.clientGravatar })) };
+    const users = (await realmUsers(s.store.db, u.realm_id)).filter((x) => !x.is_bot);
+    return { realm_users: await userObjectsFor(s.store.db, u, users, { clientGravatar: o.clientGravatar, includeProfileData: true }) };
+  },
+  async custom_profile_fields(s, u) {
+    return { custom_profile_fields: await profileFieldObjects(s.store.db, u.realm_id), custom_profile_field_types: CUSTOM_PROFILE_FIELD_TYPES };
   },
 };
 

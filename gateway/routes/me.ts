@@ -149,8 +149,9 @@ export const meRoutes: RouteSpec[] = [
       if (newEmail && newEmail !== user.delivery_email) {
         await call.services.system.ask(actorId(REALM, user.realm_id), { op: "startEmailChange", userId: user.id, email: newEmail, siteUrl: call.services.siteUrl(call.req.headers.host) });
       }
-      await askUser(call, { op: "updateSettings", settings, fullName, passwordHash });
-      if (fullName !== undefined || passwordHash !== undefined) call.services.auth.forget();
+      await askUser(call, { op: "updateSettings", settings, fullName, passwordHash, siteUrl: call.services.siteUrl(call.req.headers.host) });
+      // Cached credentials carry the user's row: its name, password, and API e-mail (which follows the visibility).
+      if (fullName !== undefined || passwordHash !== undefined || settings.email_address_visibility !== undefined) call.services.auth.forget();
       return {};
     },
   },

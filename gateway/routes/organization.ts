@@ -1,14 +1,15 @@
 /**
- * Running the organization: PATCH /realm, PATCH /users/{user_id} (role, name), POST /user_groups/create, and
- * invitations (POST/GET /invites, POST /invites/multiuse, DELETE /invites/{invite_id} and
- * /invites/multiuse/{invite_id}, POST /invites/{invite_id}/resend, signing up through a link and accepting).
+ * Running the organization: PATCH /realm, PATCH /users/{user_id} (role, name, custom profile values),
+ * POST /user_groups/create, and invitations (POST/GET /invites, POST /invites/multiuse, DELETE /invites/{invite_id}
+ * and /invites/multiuse/{invite_id}, POST /invites/{invite_id}/resend, signing up through a link and accepting).
  * Every change is a realm actor turn; permission checks happen there, against the caller's current role.
  */
 import { randomUUID } from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
-import { REALM, type CreatedUser, type GroupCreated, type InviteLinkCreated, type InviteTerms, type RealmUpdated } from "../../actors/protocol.ts";
+import { REALM, type CreatedUser, type GroupCreated, type InviteLinkCreated, type InviteTerms, type ProfileDataEntry, type RealmUpdated } from "../../actors/protocol.ts";
+import { ProfileValue } from "./profile-fields.ts";
 import { REALM_SETTINGS } from "../../actors/realm-settings.ts";
 import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/invites.ts";
 import { serverRealmId } from "../../actors/reads.ts";
@@ -113,13 +114,23 @@ export const organizationRoutes: RouteSpec[] = [
     path: "/users/{user_id}",
     params: {
       type: "object",
-      properties: { user_id: Id, role: { type: "integer" }, full_name: Str },
+      properties: {
+        user_id: Id,
+        role: { type: "integer" },
+        full_name: Str,
+        profile_data: {
+          type: "array",
+          items: { type: "object", properties: { id: Id, value: { anyOf: [ProfileValue, { type: "null" }] } }, required: ["id", "value"], additionalProperties: false },
+        },
+      },
       required: ["user_id"],
     },
     async handle(call) {
       const { params } = call;
       if (params.role !== undefined && !Roles.includes(params.role)) throw errors.badRequest("Invalid role");
-      await askRealm(call, { op: "updateUser", actingId: call.user.id, userId: params.user_id, role: params.role, fullName: params.full_name });
+      // As Zulip's update_user_backend: an empty value (null, "", []) removes the user's value.
+      const profileData = (params.profile_data as ProfileDataEntry[] | undefined)?.map((e) => ({ id: e.id, value: e.value?.length ? e.value : null }));
+      await askRealm(call, { op: "updateUser", actingId: call.user.id, userId: params.user_id, role: params.role, fullName: params.full_name, profileData });
       // The caller's (or the target's) cached authentication carries the old role.
       call.services.auth.forget();
       return {};

@@ -2,14 +2,19 @@
 import { errors } from "../../runtime/errors.ts";
 import { actorId } from "../../runtime/actor.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
-import { ownUserObject, realmUsers, userObject } from "../../actors/reads.ts";
+import { ownUserObject, realmUsers, userObjectsFor } from "../../actors/reads.ts";
 import { REALM, type CreatedUser } from "../../actors/protocol.ts";
 import { EMAIL, ROLE } from "../../actors/realm.ts";
-import { canSeeDeliveryEmail } from "../../actors/accounts.ts";
 import type { RouteSpec } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { userGroupObjects } from "../../actors/groups.ts";
-import { USER_SETTINGS } from "../../actors/settings.ts";
+
+/** GET /users and GET /users/{user_id}: Gravatar URLs left to the client by default; profile values when asked for. */
+const UserListingParams = { client_gravatar: { ...Bool, default: true }, include_custom_profile_fields: { ...Bool, default: false } };
+
+function userListing(params: Record<string, any>) {
+  return { clientGravatar: params.client_gravatar as boolean, includeProfileData: params.include_custom_profile_fields as boolean };
+}
 
 export const userRoutes: RouteSpec[] = [
   {
@@ -40,8 +45,8 @@ export const userRoutes: RouteSpec[] = [
     method: "GET",
     path: "/users/me",
     params: { type: "object", properties: {} },
-    handle({ user }) {
-      return ownUserObject(user);
+    handle({ user, services }) {
+      return ownUserObject(services.store.db, user);
     },
   },
   {
@@ -49,16 +54,14 @@ export const userRoutes: RouteSpec[] = [
     path: "/users/{user_id}",
     params: {
       type: "object",
-      properties: { user_id: Id, client_gravatar: { ...Bool, default: true }, include_custom_profile_fields: { ...Bool, default: false } },
+      properties: { user_id: Id, ...UserListingParams },
       required: ["user_id"],
     },
     async handle({ params, user, services }) {
       const target = await services.store.db.selectFrom("users").selectAll().where("id", "=", params.user_id).where("realm_id", "=", user.realm_id).executeTakeFirst();
       if (!target) throw errors.badRequest("No such user");
-      const settings = await services.store.loadSnapshot<{ email_address_visibility?: number }>(USER_SETTINGS, String(target.id));
-      const person = userObject(target, { clientGravatar: params.client_gravatar });
-      const visible = target.is_bot || target.id === user.id || canSeeDeliveryEmail(user.role, settings?.state.email_address_visibility ?? 1);
-      return { user: { ...person, delivery_email: visible ? target.delivery_email : null } };
+      const [person] = await userObjectsFor(services.store.db, user, [target], userListing(params));
+      return { user: person };
     },
   },
   {
@@ -73,10 +76,10 @@ export const userRoutes: RouteSpec[] = [
   {
     method: "GET",
     path: "/users",
-    params: { type: "object", properties: { client_gravatar: { ...Bool, default: true }, include_custom_profile_fields: Bool } },
+    params: { type: "object", properties: UserListingParams },
     async handle({ params, user, services }) {
       const rows = await realmUsers(services.store.db, user.realm_id);
-      return { members: rows.map((u) => userObject(u, { clientGravatar: params.client_gravatar })) };
+      return { members: await userObjectsFor(services.store.db, user, rows, userListing(params)) };
     },
   },
 ];

@@ -442,6 +442,32 @@ export interface EmailChangeTable {
   status: Generated<string>;
 }
 
+/** Zulip's CustomProfileField (migration 2026-11-23T1900-custom-profile-fields). */
+export interface CustomProfileFieldTable {
+  id: Generated<number>;
+  realm_id: number;
+  name: string;
+  hint: string;
+  /** 1 short text, 2 long text, 3 list of options, 4 date, 5 link, 6 users, 7 external account, 8 pronouns. */
+  field_type: number;
+  /** JSON text as the API carries it (options of a list, an external account's subtype), or "". */
+  field_data: string;
+  /** Display order; a new field takes its id (last). */
+  order: Generated<number>;
+  display_in_profile_summary: boolean;
+  required: boolean;
+  editable_by_user: boolean;
+}
+
+/** Zulip's CustomProfileFieldValue: a user's value for one field (a users field's value is a JSON list of ids). */
+export interface CustomProfileFieldValueTable {
+  user_id: number;
+  field_id: number;
+  value: string;
+  /** The value as HTML, for the text types (Zulip renders those as Markdown); null for the others. */
+  rendered_value: string | null;
+}
+
 export interface Database {
   realms: RealmTable;
   users: UserTable;
@@ -480,4 +506,6 @@ export interface Database {
   invitation_resends: InvitationResendTable;
   email_outbox: EmailOutboxTable;
   email_changes: EmailChangeTable;
+  custom_profile_fields: CustomProfileFieldTable;
+  custom_profile_field_values: CustomProfileFieldValueTable;
 }

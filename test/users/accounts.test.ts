@@ -16,11 +16,14 @@ describe.each(ENGINES)("accounts on %s", (engine) => {
 
   it("fetches one user, with the real e-mail only where its owner's setting allows", async () => {
     const res = await api(server, "GET", `/users/${ben.id}`, { as: ann, template: "/users/{user_id}", params: { client_gravatar: false } });
-    expect(res.body.user).toMatchObject({ user_id: ben.id, email: ben.email, delivery_email: ben.email, full_name: "Ben", role: 400, is_bot: false, profile_data: {} });
+    expect(res.body.user).toMatchObject({ user_id: ben.id, email: ben.email, delivery_email: ben.email, full_name: "Ben", role: 400, is_bot: false });
+    // Custom profile values only when asked for (include_custom_profile_fields).
+    expect(res.body.user).not.toHaveProperty("profile_data");
     expect(res.body.user.avatar_url).toMatch(/^https:\/\/secure\.gravatar\.com\/avatar\//);
     await api(server, "PATCH", "/settings", { as: ben, params: { email_address_visibility: 3 } });
     const hidden = await api(server, "GET", `/users/${ben.id}`, { as: ann, template: "/users/{user_id}" });
     expect(hidden.body.user.delivery_email).toBeNull();
+    expect(hidden.body.user.email).toBe(`user${ben.id}@chorus.invalid`);
     const byAdmin = await api(server, "GET", `/users/${ben.id}`, { as: server.owner, template: "/users/{user_id}" });
     expect(byAdmin.body.user.delivery_email).toBe(ben.email);
     const missing = await api(server, "GET", "/users/987654", { as: ann, template: "/users/{user_id}" });

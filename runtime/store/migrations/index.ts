@@ -12,6 +12,8 @@ import * as subscriptionProperties from "./2026-11-22T0800-subscription-properti
 import * as emailChanges from "./2026-11-22T0900-email-changes.ts";
 import * as userEmailLookup from "./2026-11-22T0910-user-email-lookup.ts";
 import * as inviteLinks from "./2026-11-23T1900-invite-links.ts";
+import * as customProfileFields from "./2026-11-23T1900-custom-profile-fields.ts";
+import * as userApiEmailLookup from "./2026-11-23T1910-user-api-email-lookup.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -26,4 +28,6 @@ export const migrations: Record<string, Migration> = {
   "2026-11-22T0900-email-changes": emailChanges,
   "2026-11-22T0910-user-email-lookup": userEmailLookup,
   "2026-11-23T1900-invite-links": inviteLinks,
+  "2026-11-23T1900-custom-profile-fields": customProfileFields,
+  "2026-11-23T1910-user-api-email-lookup": userApiEmailLookup,
 };
