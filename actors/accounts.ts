@@ -3,7 +3,8 @@ import { sql, type Kysely, type Transaction } from "kysely";
 import { errors } from "../runtime/errors.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import type { Database } from "../runtime/store/schema.ts";
-import { addToRoleGroups, ROLE } from "./groups.ts";
+import { addToRoleGroups, inGroupSetting, ROLE } from "./groups.ts";
+import { realmGroupSetting } from "./message-rules.ts";
 import type { CreatedUser } from "./protocol.ts";
 import { gravatarUrl } from "./message-format.ts";
 
@@ -108,4 +109,42 @@ export const PLACEHOLDER_EMAIL_DOMAIN = "chorus.invalid";
 export function avatarUpdate(user: { id: number; delivery_email: string; avatar_version: number }) {
   const avatar = gravatarUrl(user.delivery_email);
   return { user_id: user.id, avatar_source: "G", avatar_url: avatar, avatar_url_medium: `${avatar}&s=500`, avatar_version: user.avatar_version };
+}
+
+/**
+ * The users a viewer may see, when the realm's can_access_all_users_group leaves them out (guests, when it is
+ * role:members): themself, the subscribers of the channels they are subscribed to, and the people they share
+ * a direct-message conversation with (Zulip's get_accessible_user_ids); bots are always visible. `null` means
+ * everyone is visible.
+ */
+export async function accessibleUsers(db: Kysely<Database>, viewer: { id: number; realm_id: number }): Promise<Set<number> | null> {
+  if (await inGroupSetting(db, await realmGroupSetting(db, viewer.realm_id, "can_access_all_users_group"), viewer.id)) return null;
+  const { rows } = await sql<{ id: number }>`
+    select s2.user_id as id from subscriptions s1 join subscriptions s2 on s2.stream_id = s1.stream_id and s2.active
+      where s1.user_id = ${viewer.id} and s1.active
+    union select m2.user_id from recipient_members m1 join recipient_members m2 on m2.recipient_id = m1.recipient_id
+      where m1.user_id = ${viewer.id}
+    union select id from users where realm_id = ${viewer.realm_id} and is_bot`.execute(db);
+  return new Set([viewer.id, ...rows.map((r) => r.id)]);
+}
+
+/** What Zulip shows of a user the viewer may not see (get_data_for_inaccessible_user). */
+export function inaccessibleUserObject(userId: number, siteUrl: string) {
+  return {
+    user_id: userId,
+    email: apiEmail({ id: userId, delivery_email: "" }, EMAIL_VISIBILITY.nobody, siteUrl),
+    delivery_email: null,
+    full_name: "Unknown user",
+    date_joined: new Date(0).toISOString(),
+    is_active: true,
+    is_owner: false,
+    is_admin: false,
+    is_guest: false,
+    is_bot: false,
+    role: ROLE.member,
+    timezone: "",
+    avatar_url: null,
+    avatar_version: 1,
+    profile_data: {},
+  };
 }

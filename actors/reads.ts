@@ -10,7 +10,7 @@ import { dmKey, RECIPIENT_DM } from "./dm.ts";
 import { FLAG_BITS, flagList, HISTORICAL_FLAGS, MENTION_FLAGS } from "./flags.ts";
 import { VISIBILITY } from "./user-topics.ts";
 import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
-import { deliveryEmailVisibleTo, EMAIL_VISIBILITY } from "./accounts.ts";
+import { accessibleUsers, deliveryEmailVisibleTo, EMAIL_VISIBILITY, inaccessibleUserObject } from "./accounts.ts";
 import { profileDataOf, type ProfileValue } from "./profile-fields.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "./settings.ts";
 import type { Narrow } from "./protocol.ts";
@@ -114,6 +114,25 @@ export async function userObjectsFor(db: DB, viewer: { id: number; role: number 
       profileData: profiles ? (profiles.get(u.id) ?? {}) : undefined,
     });
   });
+}
+
+/**
+ * The realm's users as `viewer` may see them (GET /users, register's realm_users). Those the realm's
+ * can_access_all_users_group hides from the viewer are Zulip's "Unknown user" placeholders, or left out for a
+ * client that handles an incomplete list (the user_list_incomplete capability).
+ */
+export async function realmUsersFor(
+  db: DB,
+  viewer: { id: number; role: number; realm_id: number },
+  opts: { clientGravatar: boolean; includeProfileData: boolean; siteUrl: string; omitInaccessible?: boolean; withBots?: boolean },
+) {
+  const rows = (await realmUsers(db, viewer.realm_id)).filter((u) => opts.withBots !== false || !u.is_bot);
+  const access = await accessibleUsers(db, viewer);
+  const seen = access ? rows.filter((u) => access.has(u.id)) : rows;
+  const objects = await userObjectsFor(db, viewer, seen, opts);
+  if (!access || opts.omitInaccessible) return objects;
+  const placeholders = rows.filter((u) => !access.has(u.id)).map((u) => inaccessibleUserObject(u.id, opts.siteUrl));
+  return [...objects, ...placeholders].sort((a, b) => a.user_id - b.user_id);
 }
 
 export function realmUsers(db: DB, realmId: number) {

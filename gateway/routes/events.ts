@@ -5,7 +5,7 @@ import { ChorusError, errors } from "../../runtime/errors.ts";
 import type { StreamSink } from "../http.ts";
 import { USER, type Polled, type Registered } from "../../actors/protocol.ts";
 import { parseNarrow } from "../../actors/narrow.ts";
-import { realmUsers, streamObjects, subscriptionsOf, unreadMessages, userObjectsFor, visibleStreams, type UserRow } from "../../actors/reads.ts";
+import { realmUsersFor, streamObjects, subscriptionsOf, unreadMessages, visibleStreams, type UserRow } from "../../actors/reads.ts";
 import { CUSTOM_PROFILE_FIELD_TYPES, profileFieldObjects } from "../../actors/profile-fields.ts";
 import type { RouteSpec, Services } from "../app.ts";
 import { Bool, Str } from "../params.ts";
@@ -24,6 +24,8 @@ interface InitialStateOptions {
   slimPresence: boolean;
   /** The `empty_topic_name` client capability: the empty topic is sent as "" rather than its display name. */
   emptyTopicName: boolean;
+  /** The `user_list_incomplete` client capability: users the viewer may not see are left out, not placeholders. */
+  userListIncomplete: boolean;
 }
 
 /** The initial state of each event type we serve; types not listed contribute nothing. */
@@ -106,8 +108,8 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     return { recent_private_conversations: [] };
   },
   async realm_user(s, u, o) {
-    const users = (await realmUsers(s.store.db, u.realm_id)).filter((x) => !x.is_bot);
-    return { realm_users: await userObjectsFor(s.store.db, u, users, { clientGravatar: o.clientGravatar, includeProfileData: true }) };
+    const options = { clientGravatar: o.clientGravatar, includeProfileData: true, siteUrl: s.siteUrl(), omitInaccessible: o.userListIncomplete, withBots: false };
+    return { realm_users: await realmUsersFor(s.store.db, u, options) };
   },
   async custom_profile_fields(s, u) {
     return { custom_profile_fields: await profileFieldObjects(s.store.db, u.realm_id), custom_profile_field_types: CUSTOM_PROFILE_FIELD_TYPES };
@@ -157,6 +159,7 @@ export const eventRoutes: RouteSpec[] = [
         includeSubscribers: params.include_subscribers === true || params.include_subscribers === "true",
         slimPresence: params.slim_presence,
         emptyTopicName: params.client_capabilities?.empty_topic_name === true,
+        userListIncomplete: params.client_capabilities?.user_list_incomplete === true,
       };
       const parts = await Promise.all(
         stateTypes

@@ -2,7 +2,8 @@
 import { errors } from "../../runtime/errors.ts";
 import { actorId } from "../../runtime/actor.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
-import { ownUserObject, realmUsers, userObjectsFor } from "../../actors/reads.ts";
+import { ownUserObject, realmUsersFor, userObjectsFor } from "../../actors/reads.ts";
+import { accessibleUsers } from "../../actors/accounts.ts";
 import { REALM, type CreatedUser } from "../../actors/protocol.ts";
 import { EMAIL, ROLE } from "../../actors/realm.ts";
 import type { RouteSpec } from "../app.ts";
@@ -60,6 +61,8 @@ export const userRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const target = await services.store.db.selectFrom("users").selectAll().where("id", "=", params.user_id).where("realm_id", "=", user.realm_id).executeTakeFirst();
       if (!target) throw errors.badRequest("No such user");
+      const access = await accessibleUsers(services.store.db, user);
+      if (access && !access.has(target.id)) throw errors.badRequest("Insufficient permission");
       const [person] = await userObjectsFor(services.store.db, user, [target], userListing(params));
       return { user: person };
     },
@@ -78,8 +81,7 @@ export const userRoutes: RouteSpec[] = [
     path: "/users",
     params: { type: "object", properties: UserListingParams },
     async handle({ params, user, services }) {
-      const rows = await realmUsers(services.store.db, user.realm_id);
-      return { members: await userObjectsFor(services.store.db, user, rows, userListing(params)) };
+      return { members: await realmUsersFor(services.store.db, user, { ...userListing(params), siteUrl: services.siteUrl() }) };
     },
   },
 ];

@@ -133,3 +133,51 @@ describe.each(ENGINES)("channel permissions on %s", (engine) => {
     expect(actual).toEqual(EXPECTED);
   });
 });
+
+/**
+ * Zulip's can_access_all_users_group: set to role:members, a guest sees only themself, the subscribers of their
+ * channels, their direct-message partners and bots; everyone else is an "Unknown user" placeholder (or left out
+ * for a client with the user_list_incomplete capability), and GET /users/{id} refuses them.
+ */
+describe.each(ENGINES)("user access for guests on %s", (engine) => {
+  let server: TestServer;
+  afterAll(async () => server?.close());
+
+  it("hides users a guest shares nothing with, until the guest shares a channel or a conversation with them", async () => {
+    server = await startTestServer(engine);
+    const owner = server.owner;
+    const guest = await createUserWithRole(server, "visitor@example.com", ROLE.guest, "Visitor");
+    const host = await createUserWithRole(server, "host@example.com", ROLE.member, "Host");
+    const stranger = await createUserWithRole(server, "stranger@example.com", ROLE.member, "Stranger");
+    const groups = new Map((await server.node.store.db.selectFrom("user_groups").select(["id", "name"]).where("is_system_group", "=", true).execute()).map((g) => [g.name, g.id]));
+    expect((await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "lobby" }], principals: [guest.id, host.id] } })).status).toBe(200);
+
+    const members = async (as: Credentials) => (await api(server, "GET", "/users", { as })).body.members as any[];
+    const nameOf = async (as: Credentials, id: number) => (await members(as)).find((m) => m.user_id === id)?.full_name;
+    // By default (role:everyone) the guest sees everybody.
+    expect(await nameOf(guest, stranger.id)).toBe("Stranger");
+
+    const changed = await api(server, "PATCH", "/realm", { as: owner, params: { can_access_all_users_group: { new: groups.get("role:members") } }, validate: false });
+    expect(changed.status, JSON.stringify(changed.body)).toBe(200);
+    expect(await nameOf(guest, host.id)).toBe("Host");
+    const hidden = (await members(guest)).find((m) => m.user_id === stranger.id);
+    expect(hidden).toMatchObject({ full_name: "Unknown user", delivery_email: null, is_bot: false, role: ROLE.member });
+    expect(hidden.email).not.toContain("stranger");
+    expect(await nameOf(host, stranger.id)).toBe("Stranger");
+    const refused = await api(server, "GET", `/users/${stranger.id}`, { as: guest, template: "/users/{user_id}" });
+    expect(refused.status).toBe(400);
+    expect(refused.body).toMatchObject({ result: "error", msg: "Insufficient permission" });
+
+    const register = async (capabilities: Record<string, boolean>) =>
+      (await api(server, "POST", "/register", { as: guest, params: { event_types: ["realm_user"], client_capabilities: capabilities } })).body.realm_users as any[];
+    expect((await register({})).find((u) => u.user_id === stranger.id)?.full_name).toBe("Unknown user");
+    const incomplete = await register({ user_list_incomplete: true });
+    expect(incomplete.map((u) => u.user_id)).toEqual(expect.arrayContaining([guest.id, host.id]));
+    expect(incomplete.some((u) => u.user_id === stranger.id)).toBe(false);
+
+    // A direct message makes the two visible to each other.
+    const dm = await api(server, "POST", "/messages", { as: stranger, params: { type: "direct", to: JSON.stringify([guest.id]), content: "hello" } });
+    expect(dm.status, JSON.stringify(dm.body)).toBe(200);
+    expect((await api(server, "GET", `/users/${stranger.id}`, { as: guest, template: "/users/{user_id}" })).body.user.full_name).toBe("Stranger");
+  });
+});
