@@ -408,6 +408,23 @@ export interface EmailChangeTable {
   status: Generated<string>;
 }
 
+export interface RealmEmojiTable {
+  id: Generated<number>;
+  realm_id: number;
+  name: string;
+  /** Who uploaded it (Zulip reports null when unknown). */
+  author_id: number | null;
+  deactivated: Generated<boolean>;
+  /** image/png, image/gif, image/jpeg or image/webp, as the bytes say. */
+  content_type: string;
+  /** The file name's extension in the image URL: png, gif, jpeg, webp. */
+  file_ext: string;
+  is_animated: Generated<boolean>;
+  /** The uploaded image (PGlite reads it back as a Uint8Array, pg as a Buffer). */
+  image: Uint8Array;
+  date_created: number;
+}
+
 export interface Database {
   realms: RealmTable;
   users: UserTable;
@@ -444,4 +461,5 @@ export interface Database {
   invitations: InvitationTable;
   email_outbox: EmailOutboxTable;
   email_changes: EmailChangeTable;
+  realm_emoji: RealmEmojiTable;
 }
