@@ -131,6 +131,23 @@ export type EmailChanged = {
   new_email: string;
 };
 
+/** POST /realm/emoji/{emoji_name}: the name and image already checked by the route (emojiNameOf, imageKind). */
+export interface UploadEmoji {
+  op: "uploadEmoji";
+  actingId: number;
+  name: string;
+  kind: { contentType: string; ext: string; animated: boolean };
+  /** The image bytes, base64: messages are JSON. */
+  image: string;
+}
+
+/** DELETE /realm/emoji/{emoji_name}. */
+export interface DeactivateEmoji {
+  op: "deactivateEmoji";
+  actingId: number;
+  name: string;
+}
+
 export type RealmMessage =
   | CreateUser
   | EnsureChannels
@@ -141,7 +158,9 @@ export type RealmMessage =
   | RevokeInvite
   | AcceptInvite
   | StartEmailChange
-  | ConfirmEmailChange;
+  | ConfirmEmailChange
+  | UploadEmoji
+  | DeactivateEmoji;
 
 // ---- channel:<id> -------------------------------------------------------------------------------------------
 

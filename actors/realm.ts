@@ -15,6 +15,7 @@ import { realmSettings } from "./settings.ts";
 import { checkNewGroup, insertGroup } from "./user-groups.ts";
 import { Invitations } from "./invites.ts";
 import { EmailChanges } from "./email-changes.ts";
+import { RealmEmojiChanges } from "./realm-emoji.ts";
 import { renderMarkdown } from "./message-format.ts";
 import { insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import {
@@ -40,6 +41,7 @@ export class RealmActor implements Actor {
   private readonly realmId: number;
   private readonly invitations: Invitations;
   private readonly emailChanges: EmailChanges;
+  private readonly emoji: RealmEmojiChanges;
 
   constructor(
     private readonly ctx: ActorContext,
@@ -48,6 +50,7 @@ export class RealmActor implements Actor {
     this.realmId = Number(ctx.key);
     this.invitations = new Invitations(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event), announceUser: (id) => this.announceUser(id) });
     this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
+    this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, (event) => this.tellRealm(event));
   }
 
   receive(msg: RealmMessage): Promise<unknown> {
@@ -69,6 +72,9 @@ export class RealmActor implements Actor {
       case "startEmailChange":
       case "confirmEmailChange":
         return this.emailChanges.receive(msg);
+      case "uploadEmoji":
+      case "deactivateEmoji":
+        return this.emoji.receive(msg);
     }
   }
 
