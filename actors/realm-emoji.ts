@@ -192,7 +192,11 @@ export class RealmEmojiChanges {
     private readonly ctx: ActorContext,
     private readonly deps: ActorDeps,
     private readonly realmId: number,
-    private readonly tellRealm: (event: Record<string, unknown>) => Promise<void>,
+    private readonly realm: {
+      /** The acting user as the store has them now (active, of this realm). */
+      actingUser(id: number): Promise<{ id: number; role: number; is_bot: boolean }>;
+      tellRealm(event: Record<string, unknown>): Promise<void>;
+    },
   ) {}
 
   receive(msg: UploadEmoji | DeactivateEmoji): Promise<Record<string, never>> {
@@ -203,15 +207,9 @@ export class RealmEmojiChanges {
     return this.deps.store.db;
   }
 
-  private async actingUser(id: number) {
-    const user = await this.db.selectFrom("users").select(["id", "role", "is_bot", "is_active"]).where("id", "=", id).where("realm_id", "=", this.realmId).executeTakeFirst();
-    if (!user?.is_active) throw errors.badRequest("Account is deactivated");
-    return user;
-  }
-
   /** Zulip's upload_emoji after the request's own checks (name, one file, size, image type: see the route). */
   private async upload(msg: UploadEmoji): Promise<Record<string, never>> {
-    const acting = await this.actingUser(msg.actingId);
+    const acting = await this.realm.actingUser(msg.actingId);
     if (acting.role === ROLE.guest) throw errors.badRequest("Not allowed for guest users");
     if (acting.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
     const settings = await realmSettings(this.db, this.realmId);
@@ -244,7 +242,7 @@ export class RealmEmojiChanges {
 
   /** Zulip's delete_emoji: the row stays, deactivated; administrators, or the emoji's author. */
   private async deactivate(msg: DeactivateEmoji): Promise<Record<string, never>> {
-    const acting = await this.actingUser(msg.actingId);
+    const acting = await this.realm.actingUser(msg.actingId);
     const emoji = await activeRealmEmoji(this.db, this.realmId, msg.name);
     if (!emoji) throw new ChorusError("BAD_REQUEST", `Emoji '${msg.name}' does not exist`, 404);
     if (acting.role > ROLE.administrator && emoji.author_id !== acting.id) {
@@ -260,6 +258,6 @@ export class RealmEmojiChanges {
   /** Zulip's notify_realm_emoji: everyone gets the whole set. */
   private async announce(): Promise<void> {
     forgetRealmEmoji(this.realmId);
-    await this.tellRealm({ type: "realm_emoji", op: "update", realm_emoji: await realmEmojiObjects(this.db, this.realmId) });
+    await this.realm.tellRealm({ type: "realm_emoji", op: "update", realm_emoji: await realmEmojiObjects(this.db, this.realmId) });
   }
 }

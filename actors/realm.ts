@@ -50,7 +50,7 @@ export class RealmActor implements Actor {
     this.realmId = Number(ctx.key);
     this.invitations = new Invitations(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event), announceUser: (id) => this.announceUser(id) });
     this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
-    this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, (event) => this.tellRealm(event));
+    this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
   }
 
   receive(msg: RealmMessage): Promise<unknown> {

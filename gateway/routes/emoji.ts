@@ -3,13 +3,12 @@
  * `/user_avatars/{realm_id}/emoji/images/{id}.{ext}` (outside /api/v1, public, as Zulip's local upload backend
  * serves them). The request's own checks happen here; permissions and uniqueness in the realm actor's turn.
  */
-import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import type { Store } from "../../runtime/store/store.ts";
-import { REALM } from "../../actors/protocol.ts";
 import { ROLE } from "../../actors/groups.ts";
 import { EMOJI_IMAGE_TYPES, emojiNameOf, imageKind, MAX_EMOJI_FILE_SIZE_MIB, realmEmojiImage, realmEmojiObjects } from "../../actors/realm-emoji.ts";
-import type { Call, RouteSpec } from "../app.ts";
+import type { RouteSpec } from "../app.ts";
+import { askRealm } from "./organization.ts";
 import type { HttpRequest, HttpResult, UploadedFile } from "../http.ts";
 import { Str, type ParamsSchema } from "../params.ts";
 
@@ -25,10 +24,6 @@ function declaredType(file: UploadedFile): string {
   const declared = file.contentType.split(";")[0]!.trim().toLowerCase();
   if (declared && declared !== "application/octet-stream") return declared;
   return TYPE_OF_EXTENSION[file.filename.split(".").pop()!.toLowerCase()] ?? "";
-}
-
-function askRealm(call: Call, message: Record<string, unknown>): Promise<Record<string, never>> {
-  return call.services.system.ask(actorId(REALM, call.user.realm_id), message);
 }
 
 export const emojiRoutes: RouteSpec[] = [
