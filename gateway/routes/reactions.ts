@@ -55,13 +55,14 @@ async function checkNewReaction(db: Kysely<Database>, realmId: number, reaction:
 }
 
 /**
- * The reaction a request names. With no code, the name decides (Zulip's get_emoji_data); a new reaction is then
- * checked. Removal may name the emoji by code alone and is not checked, as in Zulip: the reaction exists or not,
+ * The reaction a request names. With no code, the name decides (Zulip's get_emoji_data); an added reaction is then
+ * checked unless it is a vote for one already on the message. Removal may name the emoji by code alone and is not checked, as in Zulip: the reaction exists or not,
  * and one with an emoji deactivated since can still be removed.
  */
 async function reactionOf(
   db: Kysely<Database>,
   realmId: number,
+  messageId: number,
   params: { emoji_name?: string; emoji_code?: string; reaction_type?: string },
   adding: boolean,
 ): Promise<Reaction> {
@@ -76,7 +77,18 @@ async function reactionOf(
     type ??= named.type;
   }
   const reaction = { emoji_name: name ?? "", emoji_code: code, reaction_type: type ?? "unicode_emoji" };
-  if (adding) await checkNewReaction(db, realmId, reaction);
+  if (!adding) return reaction;
+  // Zulip's check_add_reaction: the same emoji already on the message makes this a vote for that reaction, under
+  // its name and unchecked (its emoji may have been deactivated since); only a new one must be valid now.
+  const existing = await db
+    .selectFrom("reactions")
+    .select("emoji_name")
+    .where("message_id", "=", messageId)
+    .where("emoji_code", "=", reaction.emoji_code)
+    .where("reaction_type", "=", reaction.reaction_type)
+    .executeTakeFirst();
+  if (existing) reaction.emoji_name = existing.emoji_name;
+  else await checkNewReaction(db, realmId, reaction);
   return reaction;
 }
 
@@ -87,7 +99,7 @@ function route(method: "POST" | "DELETE"): RouteSpec {
     params: REACTION_PARAMS as any,
     async handle({ params, user, services }) {
       const row = await readableMessage(services.store.db, user, params.message_id);
-      const reaction = await reactionOf(services.store.db, user.realm_id, params, method === "POST");
+      const reaction = await reactionOf(services.store.db, user.realm_id, row.id, params, method === "POST");
       await services.system.ask(ownerOf(row), {
         op: "react",
         add: method === "POST",

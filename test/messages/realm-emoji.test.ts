@@ -184,10 +184,10 @@ describe.each(ENGINES)("custom emoji on %s", (engine) => {
     const id = await toChannel(alice, "reactions", "react to me");
     const queue = await register(alice, ["reaction"]);
     const custom = { emoji_name: "octo", emoji_code: octo.id, reaction_type: "realm_emoji" };
-    expect((await react(alice, id, "POST", custom)).status).toBe(200);
     expect((await react(bob, id, "POST", { ...custom, emoji_name: "party_parrot" })).body.msg).toBe("Invalid custom emoji name.");
     expect((await react(bob, id, "POST", { ...custom, emoji_code: "99999" })).body.msg).toBe("Invalid custom emoji.");
     expect((await react(bob, id, "POST", { ...custom, emoji_code: "not-a-number" })).body.msg).toBe("Invalid custom emoji.");
+    expect((await react(alice, id, "POST", custom)).status).toBe(200);
     // A name alone means the realm's active emoji of that name.
     expect((await react(bob, id, "POST", { emoji_name: "octo" })).status).toBe(200);
     const message = (await get(alice, { narrow: [{ operator: "id", operand: id }] })).body.messages[0];
@@ -197,8 +197,11 @@ describe.each(ENGINES)("custom emoji on %s", (engine) => {
     ]);
 
     expect((await deactivate(alice, "octo")).status).toBe(200);
-    expect((await react(carol, id, "POST", custom)).body.msg).toBe("This custom emoji has been deactivated.");
-    expect((await react(carol, id, "POST", { emoji_name: "octo" })).body.msg).toBe("Emoji 'octo' does not exist");
+    const other = await toChannel(alice, "reactions", "no octopus here");
+    expect((await react(carol, other, "POST", custom)).body.msg).toBe("This custom emoji has been deactivated.");
+    expect((await react(carol, other, "POST", { emoji_name: "octo" })).body.msg).toBe("Emoji 'octo' does not exist");
+    // Where it is already on the message, adding it is a vote for that reaction, under its name (Zulip's rule).
+    expect((await react(carol, id, "POST", { ...custom, emoji_name: "anything" })).status).toBe(200);
     // Removing needs no valid emoji: the reaction exists, by code.
     expect((await react(alice, id, "DELETE", { emoji_code: octo.id, reaction_type: "realm_emoji" })).status).toBe(200);
     expect((await react(alice, id, "DELETE", { emoji_code: octo.id, reaction_type: "realm_emoji" })).body.code).toBe("REACTION_DOES_NOT_EXIST");
@@ -207,6 +210,7 @@ describe.each(ENGINES)("custom emoji on %s", (engine) => {
     expect(received.map((e) => [e.op, e.user_id, e.emoji_name, e.emoji_code, e.reaction_type])).toEqual([
       ["add", alice.id, "octo", octo.id, "realm_emoji"],
       ["add", bob.id, "octo", octo.id, "realm_emoji"],
+      ["add", carol.id, "octo", octo.id, "realm_emoji"],
       ["remove", alice.id, "octo", octo.id, "realm_emoji"],
     ]);
   });
