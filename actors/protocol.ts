@@ -139,6 +139,8 @@ export interface UploadEmoji {
   kind: { contentType: string; ext: string; animated: boolean };
   /** The image bytes, base64: messages are JSON. */
   image: string;
+  /** One per HTTP request: a redelivered request uploads nothing twice. */
+  requestKey: string;
 }
 
 /** DELETE /realm/emoji/{emoji_name}. */
@@ -146,6 +148,8 @@ export interface DeactivateEmoji {
   op: "deactivateEmoji";
   actingId: number;
   name: string;
+  /** One per HTTP request, as for uploads. */
+  requestKey: string;
 }
 
 export type RealmMessage =

@@ -199,7 +199,13 @@ export class RealmEmojiChanges {
     },
   ) {}
 
-  receive(msg: UploadEmoji | DeactivateEmoji): Promise<Record<string, never>> {
+  async receive(msg: UploadEmoji | DeactivateEmoji): Promise<Record<string, never>> {
+    // A redelivery of a request that committed: it is done (announcing again is harmless, the event is the whole set).
+    const done = await this.db.selectFrom("realm_emoji").select("id").where("realm_id", "=", this.realmId).where("last_request_key", "=", msg.requestKey).executeTakeFirst();
+    if (done) {
+      await this.announce();
+      return {};
+    }
     return msg.op === "uploadEmoji" ? this.upload(msg) : this.deactivate(msg);
   }
 
@@ -233,6 +239,7 @@ export class RealmEmojiChanges {
           is_animated: kind.animated,
           image: Buffer.from(msg.image, "base64"),
           date_created: Math.floor(Date.now() / 1000),
+          last_request_key: msg.requestKey,
         })
         .execute(),
     );
@@ -249,7 +256,7 @@ export class RealmEmojiChanges {
       throw errors.badRequest("Must be an organization administrator or emoji author");
     }
     await this.deps.store.write(this.ctx.fence(), (trx) =>
-      trx.updateTable("realm_emoji").set({ deactivated: true }).where("id", "=", Number(emoji.id)).execute(),
+      trx.updateTable("realm_emoji").set({ deactivated: true, last_request_key: msg.requestKey }).where("id", "=", Number(emoji.id)).execute(),
     );
     await this.announce();
     return {};

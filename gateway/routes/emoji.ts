@@ -3,6 +3,7 @@
  * `/user_avatars/{realm_id}/emoji/images/{id}.{ext}` (outside /api/v1, public, as Zulip's local upload backend
  * serves them). The request's own checks happen here; permissions and uniqueness in the realm actor's turn.
  */
+import { randomUUID } from "node:crypto";
 import { errors } from "../../runtime/errors.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import { ROLE } from "../../actors/groups.ts";
@@ -53,7 +54,7 @@ export const emojiRoutes: RouteSpec[] = [
       if (declared && !(declared in EMOJI_IMAGE_TYPES)) throw errors.badRequest("Invalid image format");
       const kind = imageKind(file.data);
       if (!kind) throw errors.badRequest("Could not decode image; did you upload an image file?");
-      return askRealm(call, { op: "uploadEmoji", actingId: call.user.id, name, kind, image: file.data.toString("base64") });
+      return askRealm(call, { op: "uploadEmoji", actingId: call.user.id, name, kind, image: file.data.toString("base64"), requestKey: randomUUID() });
     },
   },
   {
@@ -61,7 +62,7 @@ export const emojiRoutes: RouteSpec[] = [
     path: "/realm/emoji/{emoji_name}",
     params: NAME_PARAMS,
     async handle(call) {
-      return askRealm(call, { op: "deactivateEmoji", actingId: call.user.id, name: call.params.emoji_name });
+      return askRealm(call, { op: "deactivateEmoji", actingId: call.user.id, name: call.params.emoji_name, requestKey: randomUUID() });
     },
   },
 ];

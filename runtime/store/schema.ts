@@ -423,6 +423,8 @@ export interface RealmEmojiTable {
   /** The uploaded image (PGlite reads it back as a Uint8Array, pg as a Buffer). */
   image: Uint8Array;
   date_created: number;
+  /** The request (upload or deactivation) that last changed the row: a redelivery of it is already done. */
+  last_request_key: string | null;
 }
 
 export interface Database {

@@ -7,6 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, createUserWithRole, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 import { messageApi, type User } from "../support/messages.ts";
 import { ROLE } from "../../actors/groups.ts";
+import { REALM } from "../../actors/protocol.ts";
+import { actorId } from "../../runtime/actor.ts";
 
 /** A 1×1 PNG. */
 const PNG = Buffer.from("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==", "base64");
@@ -169,6 +171,23 @@ describe.each(ENGINES)("custom emoji on %s", (engine) => {
     expect(received[0].realm_emoji[shortLived.id]).toMatchObject({ name: "short_lived", deactivated: false });
     expect(received[2].realm_emoji[shortLived.id]).toMatchObject({ name: "short_lived", deactivated: true });
     expect(received[4].realm_emoji).toEqual(await list());
+  });
+
+  it("treats a redelivered upload or deactivation as done, not as a refusal", async () => {
+    const realm = await server.node.store.db.selectFrom("realms").select("id").executeTakeFirstOrThrow();
+    // What the transport delivers again after a worker died between committing and acknowledging.
+    const deliver = (message: Record<string, unknown>) => server.node.system.ask(actorId(REALM, realm.id), message);
+    const kind = { contentType: "image/png", ext: "png", animated: false };
+    const uploadMessage = { op: "uploadEmoji", actingId: alice.id, name: "redelivered", kind, image: PNG.toString("base64"), requestKey: "upload-1" };
+    expect(await deliver(uploadMessage)).toEqual({});
+    expect(await deliver(uploadMessage)).toEqual({});
+    const deactivation = { op: "deactivateEmoji", actingId: alice.id, name: "redelivered", requestKey: "deactivate-1" };
+    expect(await deliver(deactivation)).toEqual({});
+    expect(await deliver(deactivation)).toEqual({});
+    const rows = Object.values(await list()).filter((e: any) => e.name === "redelivered");
+    expect(rows).toEqual([expect.objectContaining({ deactivated: true, author_id: alice.id })]);
+    // A new request is checked as ever.
+    expect((await deactivate(alice, "redelivered")).status).toBe(404);
   });
 
   it("reports every emoji, active and deactivated, in register's realm_emoji", async () => {
