@@ -11,7 +11,7 @@ import * as invitations from "./2026-11-22T0800-invitations.ts";
 import * as subscriptionProperties from "./2026-11-22T0800-subscription-properties.ts";
 import * as emailChanges from "./2026-11-22T0900-email-changes.ts";
 import * as userEmailLookup from "./2026-11-22T0910-user-email-lookup.ts";
-import * as realmEmoji from "./2026-11-23T1900-realm-emoji.ts";
+import * as realmEmoji from "./2026-11-23T1930-realm-emoji.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -25,5 +25,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-22T0800-subscription-properties": subscriptionProperties,
   "2026-11-22T0900-email-changes": emailChanges,
   "2026-11-22T0910-user-email-lookup": userEmailLookup,
-  "2026-11-23T1900-realm-emoji": realmEmoji,
+  "2026-11-23T1930-realm-emoji": realmEmoji,
 };
