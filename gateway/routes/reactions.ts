@@ -56,8 +56,8 @@ async function checkNewReaction(db: Kysely<Database>, realmId: number, reaction:
 
 /**
  * The reaction a request names. With no code, the name decides (Zulip's get_emoji_data); an added reaction is then
- * checked unless it is a vote for one already on the message. Removal may name the emoji by code alone and is not checked, as in Zulip: the reaction exists or not,
- * and one with an emoji deactivated since can still be removed.
+ * checked unless it is a vote for one already on the message. Removal may name the emoji by code alone and is not
+ * checked, as in Zulip: the reaction exists or not, and one whose emoji was deactivated since can still go.
  */
 async function reactionOf(
   db: Kysely<Database>,
