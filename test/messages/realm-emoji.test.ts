@@ -252,4 +252,22 @@ describe.each(ENGINES)("custom emoji on %s", (engine) => {
     // The earlier message keeps its image, which is still served.
     expect((await fetch(new URL(wave.source_url, server.url))).status).toBe(200);
   });
+  it("lets an administrator's custom emoji take a built-in name, which then means it in reactions and markdown", async () => {
+    expect((await upload(owner, "heart")).status).toBe(200);
+    const heart = await byName("heart");
+    try {
+      const id = await toChannel(alice, "override", "I :heart: it");
+      const rendered = (await get(alice, { narrow: [{ operator: "id", operand: id }], apply_markdown: true })).body.messages[0].content;
+      expect(rendered).toBe(`<p>I <img alt=":heart:" class="emoji" src="${heart.source_url}" title="heart"> it</p>`);
+      expect((await react(bob, id, "POST", { emoji_name: "heart" })).status).toBe(200);
+      const message = (await get(alice, { narrow: [{ operator: "id", operand: id }] })).body.messages[0];
+      expect(message.reactions).toEqual([expect.objectContaining({ emoji_name: "heart", emoji_code: heart.id, reaction_type: "realm_emoji" })]);
+    } finally {
+      expect((await deactivate(owner, "heart")).status).toBe(200);
+    }
+    // Deactivated, the name is the unicode emoji's again.
+    const id = await toChannel(alice, "override", "I :heart: it");
+    const rendered = (await get(alice, { narrow: [{ operator: "id", operand: id }], apply_markdown: true })).body.messages[0].content;
+    expect(rendered).toContain('class="emoji emoji-2764"');
+  });
 });
