@@ -252,6 +252,7 @@ describe.each(ENGINES)("custom emoji on %s", (engine) => {
     // The earlier message keeps its image, which is still served.
     expect((await fetch(new URL(wave.source_url, server.url))).status).toBe(200);
   });
+
   it("lets an administrator's custom emoji take a built-in name, which then means it in reactions and markdown", async () => {
     expect((await upload(owner, "heart")).status).toBe(200);
     const heart = await byName("heart");
