@@ -391,15 +391,16 @@ export abstract class Conversation implements Actor {
 
   private async react(msg: React): Promise<Record<string, never>> {
     const row = await this.loadMessage(msg.messageId);
-    const { emoji_name, emoji_code, reaction_type } = msg.reaction;
-    const changed = await this.deps.store.write(this.ctx.fence(), async (trx) => {
+    const { emoji_code, reaction_type } = msg.reaction;
+    // The name in the event is the stored one: a removal may name the emoji by code alone.
+    const emoji_name = await this.deps.store.write(this.ctx.fence(), async (trx) => {
       if (msg.add) {
         const inserted = await trx
           .insertInto("reactions")
-          .values({ message_id: row.id, user_id: msg.acting.id, emoji_name, emoji_code, reaction_type })
+          .values({ message_id: row.id, user_id: msg.acting.id, emoji_name: msg.reaction.emoji_name, emoji_code, reaction_type })
           .onConflict((c) => c.columns(["message_id", "user_id", "reaction_type", "emoji_code"]).doNothing())
           .executeTakeFirst();
-        return Number(inserted.numInsertedOrUpdatedRows ?? 0) > 0;
+        return Number(inserted.numInsertedOrUpdatedRows ?? 0) > 0 ? msg.reaction.emoji_name : undefined;
       }
       const deleted = await trx
         .deleteFrom("reactions")
@@ -407,10 +408,11 @@ export abstract class Conversation implements Actor {
         .where("user_id", "=", msg.acting.id)
         .where("reaction_type", "=", reaction_type)
         .where("emoji_code", "=", emoji_code)
+        .returning("emoji_name")
         .executeTakeFirst();
-      return Number(deleted.numDeletedRows) > 0;
+      return deleted?.emoji_name;
     });
-    if (!changed) {
+    if (emoji_name === undefined) {
       throw msg.add
         ? new ChorusError("REACTION_ALREADY_EXISTS", "Reaction already exists.", 400)
         : new ChorusError("REACTION_DOES_NOT_EXIST", "Reaction doesn't exist.", 400);

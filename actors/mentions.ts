@@ -1,16 +1,26 @@
 /**
- * The lookups markdown.ts needs to render mentions and channel links, prepared for one message. markdown.ts asks
- * synchronously, so the candidates are fetched first: only names and ids the content could mention (a loose
- * scan; markdown decides what really is a mention, e.g. not inside code).
+ * The lookups markdown.ts needs to render mentions, channel links and custom emoji, prepared for one message.
+ * markdown.ts asks synchronously, so the candidates are fetched first: only names and ids the content could
+ * mention (a loose scan; markdown decides what really is a mention, e.g. not inside code), and the realm's active
+ * custom emoji (cached per realm) only when the content has some `:name:`.
  */
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../runtime/store/schema.ts";
 import type { MarkdownContext, MentionableUser } from "./markdown.ts";
+import { activeRealmEmojiByName } from "./realm-emoji.ts";
 
 const USER_MENTION = /@_?\*\*([^*|]+?)(?:\|(\d{1,15}))?\*\*/g;
 const CHANNEL_LINK = /#\*\*([^*>]+)/g;
+/** What markdown.ts's `:name:` rule could take for an emoji name. */
+const EMOJI_SYNTAX = /:[\p{L}\p{N}_+-]+:/u;
 
 export async function markdownContext(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {
+  if (!EMOJI_SYNTAX.test(content)) return mentionLookups(db, realmId, content);
+  const [mentions, customEmoji] = await Promise.all([mentionLookups(db, realmId, content), activeRealmEmojiByName(db, realmId)]);
+  return customEmoji.size ? { ...mentions, realmEmojiByName: (name) => customEmoji.get(name) } : mentions;
+}
+
+async function mentionLookups(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {
   if (!content.includes("**")) return {};
   const names = new Set<string>();
   const ids = new Set<number>();

@@ -208,6 +208,27 @@ export type ProfileFieldMessage =
   /** DELETE /users/me/profile_data. */
   | { op: "removeProfileData"; actingId: number; userId: number; fieldIds: number[] };
 
+/** POST /realm/emoji/{emoji_name}: the name and image already checked by the route (emojiNameOf, imageKind). */
+export interface UploadEmoji {
+  op: "uploadEmoji";
+  actingId: number;
+  name: string;
+  kind: { contentType: string; ext: string; animated: boolean };
+  /** The image bytes, base64: messages are JSON. */
+  image: string;
+  /** One per HTTP request: a redelivered request uploads nothing twice. */
+  requestKey: string;
+}
+
+/** DELETE /realm/emoji/{emoji_name}. */
+export interface DeactivateEmoji {
+  op: "deactivateEmoji";
+  actingId: number;
+  name: string;
+  /** One per HTTP request, as for uploads. */
+  requestKey: string;
+}
+
 export type RealmMessage =
   | ProfileFieldMessage
   | CreateUser
@@ -222,7 +243,9 @@ export type RealmMessage =
   | JoinInviteLink
   | AcceptInvite
   | StartEmailChange
-  | ConfirmEmailChange;
+  | ConfirmEmailChange
+  | UploadEmoji
+  | DeactivateEmoji;
 
 // ---- channel:<id> -------------------------------------------------------------------------------------------
 

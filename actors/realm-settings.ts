@@ -34,6 +34,7 @@ export const REALM_SETTINGS: Record<string, Rule> = {
   /** Legacy form of topics_policy: true is disable_empty_topic. */
   mandatory_topics: { kind: "bool" },
   email_changes_disabled: { kind: "bool" },
+  can_add_custom_emoji_group: group(false),
   can_add_subscribers_group: group(false),
   can_delete_any_message_group: group(false),
   can_delete_own_message_group: group(true),

@@ -17,6 +17,7 @@ import { checkNewGroup, insertGroup } from "./user-groups.ts";
 import { Invitations } from "./invites.ts";
 import { EmailChanges } from "./email-changes.ts";
 import { ProfileFields } from "./profile-fields.ts";
+import { RealmEmojiChanges } from "./realm-emoji.ts";
 import { renderMarkdown } from "./message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import {
@@ -43,6 +44,7 @@ export class RealmActor implements Actor {
   private readonly invitations: Invitations;
   private readonly emailChanges: EmailChanges;
   private readonly profileFields: ProfileFields;
+  private readonly emoji: RealmEmojiChanges;
 
   constructor(
     private readonly ctx: ActorContext,
@@ -52,6 +54,7 @@ export class RealmActor implements Actor {
     this.invitations = new Invitations(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event), announceUser: (id) => this.announceUser(id) });
     this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
     this.profileFields = new ProfileFields(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event) });
+    this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
   }
 
   receive(msg: RealmMessage): Promise<unknown> {
@@ -83,6 +86,9 @@ export class RealmActor implements Actor {
       case "setProfileData":
       case "removeProfileData":
         return this.profileFields.receive(msg);
+      case "uploadEmoji":
+      case "deactivateEmoji":
+        return this.emoji.receive(msg);
     }
   }
 

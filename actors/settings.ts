@@ -110,6 +110,7 @@ export function realmSettingsDefaults(groups: SystemGroups) {
     realm_password_auth_enabled: true,
     realm_push_notifications_enabled: false,
     realm_enable_spectator_access: false,
+    realm_can_add_custom_emoji_group: id("role:members"),
     realm_can_add_subscribers_group: id("role:members"),
     realm_can_delete_any_message_group: id("role:administrators"),
     realm_can_delete_own_message_group: id("role:everyone"),

@@ -8,7 +8,7 @@ import type { Config } from "../runtime/config.ts";
 import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { Authenticator, AuthUser } from "./auth.ts";
-import { bodyFields, isStream, type HttpRequest, type HttpResult, type HttpStream } from "./http.ts";
+import { isStream, requestBody, type HttpRequest, type HttpResult, type HttpStream, type UploadedFile } from "./http.ts";
 import { compileParams, decodeParams, type CompiledParams, type ParamsSchema } from "./params.ts";
 import { Router, traced } from "./router.ts";
 
@@ -17,6 +17,8 @@ export interface Call<P = Record<string, any>> {
   params: P;
   user: AuthUser;
   req: HttpRequest;
+  /** Files of a multipart body (parts with a file name), which are not parameters. */
+  files: UploadedFile[];
   services: Services;
 }
 
@@ -84,10 +86,10 @@ export class App {
     }
     const spec = route.spec;
     const user = spec.auth === false ? (undefined as unknown as AuthUser) : await this.services.auth.authenticate(req.headers.authorization);
-    const fields = bodyFields(req.body, req.headers["content-type"]);
-    if (!fields) throw errors.badRequest("Unsupported Content-Type: send application/x-www-form-urlencoded or multipart/form-data");
-    const { params, ignored } = decodeParams(route.params, req.query, fields, pathParams);
-    const result = await spec.handle({ params, user, req, services: this.services });
+    const sent = requestBody(req.body, req.headers["content-type"]);
+    if (!sent) throw errors.badRequest("Unsupported Content-Type: send application/x-www-form-urlencoded or multipart/form-data");
+    const { params, ignored } = decodeParams(route.params, req.query, sent.fields, pathParams);
+    const result = await spec.handle({ params, user, req, files: sent.files, services: this.services });
     if (isStream(result)) return result;
     const body: Record<string, unknown> = { result: "success", msg: "", ...result };
     if (ignored.length) body.ignored_parameters_unsupported = ignored;

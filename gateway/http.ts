@@ -305,23 +305,41 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
   });
 }
 
+/** A file sent in a multipart body (a part with a file name): Zulip's request.FILES, not a parameter. */
+export interface UploadedFile {
+  field: string;
+  filename: string;
+  /** As the client declared it; empty when it declared none. */
+  contentType: string;
+  data: Buffer;
+}
+
+export interface RequestBody {
+  fields: Map<string, string>;
+  files: UploadedFile[];
+}
+
 /**
- * Form fields of a request body: `application/x-www-form-urlencoded` or `multipart/form-data` (what zulip-js
- * sends). Returns undefined for other content types, which the API does not accept.
+ * Form fields and files of a request body: `application/x-www-form-urlencoded` or `multipart/form-data` (what
+ * zulip-js sends). Returns undefined for other content types, which the API does not accept.
  */
-export function bodyFields(body: Buffer, contentType: string | undefined): Map<string, string> | undefined {
-  const fields = new Map<string, string>();
-  if (!body.length) return fields;
+export function requestBody(body: Buffer, contentType: string | undefined): RequestBody | undefined {
+  const parsed: RequestBody = { fields: new Map(), files: [] };
+  if (!body.length) return parsed;
   const type = (contentType ?? "").split(";")[0]!.trim().toLowerCase();
   if (type === "application/x-www-form-urlencoded" || type === "") {
-    for (const [k, v] of new URLSearchParams(body.toString("utf8"))) fields.set(k, v);
-    return fields;
+    for (const [k, v] of new URLSearchParams(body.toString("utf8"))) parsed.fields.set(k, v);
+    return parsed;
   }
   if (type === "multipart/form-data") {
     const parts = uws.getParts(body, contentType!);
     if (!parts) return undefined;
-    for (const part of parts) fields.set(part.name, Buffer.from(part.data).toString("utf8"));
-    return fields;
+    for (const part of parts) {
+      const data = Buffer.from(part.data);
+      if (part.filename !== undefined) parsed.files.push({ field: part.name, filename: part.filename, contentType: part.type ?? "", data });
+      else parsed.fields.set(part.name, data.toString("utf8"));
+    }
+    return parsed;
   }
   return undefined;
 }

@@ -44,6 +44,7 @@ import { typingRoutes } from "./routes/typing.ts";
 import { meRoutes } from "./routes/me.ts";
 import { profileFieldRoutes } from "./routes/profile-fields.ts";
 import { organizationRoutes } from "./routes/organization.ts";
+import { emojiRoutes, isEmojiImagePath, serveEmojiImage } from "./routes/emoji.ts";
 
 export interface RunningNode {
   port: number;
@@ -126,13 +127,13 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes);
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig });
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
-    handler: (req) => (isZulipPath(req.path) ? app.handle(req) : assistant.app.handle(req)),
+    handler: (req) => (isZulipPath(req.path) ? app.handle(req) : isEmojiImagePath(req.path) ? serveEmojiImage(store, req) : assistant.app.handle(req)),
     tooLarge: (path, limit) => {
       const error = new ChorusError("BAD_REQUEST", `Request body too large (limit: ${limit} bytes)`, 413);
       const result = isZulipPath(path) ? envelope(error) : errorResult(error);

@@ -15,6 +15,7 @@ import { draftsOf, viewsOf } from "../../actors/user-data.ts";
 import { PRESENCE, type PresenceReply } from "../../actors/presence.ts";
 import { scheduledMessagesOf } from "../../actors/scheduler.ts";
 import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
+import { realmEmojiObjects } from "../../actors/realm-emoji.ts";
 
 const StrList = { type: "array", items: Str } as const;
 
@@ -101,8 +102,8 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   async scheduled_messages(s, u) {
     return { scheduled_messages: await scheduledMessagesOf(s.store.db, u.id) };
   },
-  async realm_emoji() {
-    return { realm_emoji: {} };
+  async realm_emoji(s, u) {
+    return { realm_emoji: await realmEmojiObjects(s.store.db, u.realm_id) };
   },
   async recent_private_conversations() {
     return { recent_private_conversations: [] };

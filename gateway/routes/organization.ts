@@ -43,7 +43,8 @@ const realmSettingParams: Record<string, JsonSchema> = Object.fromEntries(
 const GroupSetting = { anyOf: [Id, { type: "object" }] };
 const GROUP_SETTINGS = ["can_add_members_group", "can_join_group", "can_leave_group", "can_manage_group", "can_mention_group", "can_remove_members_group"];
 
-function askRealm<T>(call: Call, message: Record<string, unknown>): Promise<T> {
+/** Ask the caller's realm actor. */
+export function askRealm<T>(call: Call, message: Record<string, unknown>): Promise<T> {
   return call.services.system.ask<T>(actorId(REALM, call.user.realm_id), message);
 }
 

@@ -468,6 +468,25 @@ export interface CustomProfileFieldValueTable {
   rendered_value: string | null;
 }
 
+export interface RealmEmojiTable {
+  id: Generated<number>;
+  realm_id: number;
+  name: string;
+  /** Who uploaded it (Zulip reports null when unknown). */
+  author_id: number | null;
+  deactivated: Generated<boolean>;
+  /** image/png, image/gif, image/jpeg or image/webp, as the bytes say. */
+  content_type: string;
+  /** The file name's extension in the image URL: png, gif, jpeg, webp. */
+  file_ext: string;
+  is_animated: Generated<boolean>;
+  /** The uploaded image (PGlite reads it back as a Uint8Array, pg as a Buffer). */
+  image: Uint8Array;
+  date_created: number;
+  /** The request (upload or deactivation) that last changed the row: a redelivery of it is already done. */
+  last_request_key: string | null;
+}
+
 export interface Database {
   realms: RealmTable;
   users: UserTable;
@@ -508,4 +527,5 @@ export interface Database {
   email_changes: EmailChangeTable;
   custom_profile_fields: CustomProfileFieldTable;
   custom_profile_field_values: CustomProfileFieldValueTable;
+  realm_emoji: RealmEmojiTable;
 }

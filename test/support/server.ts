@@ -94,6 +94,8 @@ export interface CallOptions {
   /** Parameters: sent in the query string for GET and DELETE, as a form body otherwise. Objects become JSON. */
   params?: Record<string, unknown>;
   multipart?: boolean;
+  /** Files to send as parts of a multipart body (which `files` implies). */
+  files?: Array<{ filename: string; type: string; data: Uint8Array }>;
   /** Check the body against Zulip's OpenAPI description (default true). */
   validate?: boolean;
   /** The OpenAPI path template when the path has parameters. */
@@ -114,9 +116,10 @@ export async function api(server: { url: string }, method: string, apiPath: stri
   const entries = Object.entries(opts.params ?? {}).filter(([, v]) => v !== undefined);
   if (method === "GET" || method === "DELETE") {
     for (const [k, v] of entries) url.searchParams.set(k, encode(v));
-  } else if (opts.multipart) {
+  } else if (opts.multipart || opts.files) {
     const form = new FormData();
     for (const [k, v] of entries) form.append(k, encode(v));
+    opts.files?.forEach((file, i) => form.append(`file-${i}`, new Blob([file.data], { type: file.type }), file.filename));
     body = form;
   } else {
     headers["content-type"] = "application/x-www-form-urlencoded";

@@ -14,6 +14,7 @@ import * as userEmailLookup from "./2026-11-22T0910-user-email-lookup.ts";
 import * as inviteLinks from "./2026-11-23T1900-invite-links.ts";
 import * as customProfileFields from "./2026-11-23T1900-custom-profile-fields.ts";
 import * as userApiEmailLookup from "./2026-11-23T1910-user-api-email-lookup.ts";
+import * as realmEmoji from "./2026-11-23T1930-realm-emoji.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -30,4 +31,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-23T1900-invite-links": inviteLinks,
   "2026-11-23T1900-custom-profile-fields": customProfileFields,
   "2026-11-23T1910-user-api-email-lookup": userApiEmailLookup,
+  "2026-11-23T1930-realm-emoji": realmEmoji,
 };
