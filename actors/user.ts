@@ -35,7 +35,7 @@ import {
 import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft } from "./user-data.ts";
 import type { ActorDeps } from "./deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
-import { apiEmail, avatarUpdate, deliveryEmailVisibleTo } from "./accounts.ts";
+import { accessibleUsers, apiEmail, avatarUpdate, deliveryEmailVisibleTo } from "./accounts.ts";
 
 /** An event as a queue holds it: queue-independent (each queue renders it with its own options). */
 type StoredEvent =
@@ -293,6 +293,7 @@ export class UserActor implements Actor {
 
   private async deliverEvent(event: Record<string, unknown>): Promise<void> {
     if (event.type === "typing" && !(await this.receivesTyping())) return;
+    if (event.type === "realm_user" && this.queues.size && !(await this.seesUser((event.person as { user_id: number }).user_id))) return;
     if (event.type === "delete_message") return this.deliverDeletion(event);
     await this.deliver({ kind: "event", event });
   }
@@ -306,6 +307,18 @@ export class UserActor implements Actor {
     const ids = (message_ids as number[] | undefined) ?? [message_id as number];
     await this.deliver({ kind: "event", event: { ...rest, message_ids: ids }, bulkDeletion: true });
     for (const id of ids) await this.deliver({ kind: "event", event: { ...rest, message_id: id }, bulkDeletion: false });
+  }
+
+  /**
+   * Whether this user may see another (the realm's can_access_all_users_group): Zulip sends a realm_user event only
+   * to those who can access its user. Decided per event, and only for a user with queues: realm_user events are
+   * rare, and who a restricted guest sees changes with every subscription.
+   */
+  private async seesUser(userId: number): Promise<boolean> {
+    if (userId === this.userId) return true;
+    const { realm_id } = await this.account();
+    const access = await accessibleUsers(this.deps.store.db, { id: this.userId, realm_id });
+    return !access || access.has(userId);
   }
 
   /**

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROLE } from "../../actors/groups.ts";
-import { api, createUserWithRole, ENGINES, setRealmSettings, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
+import { api, createUserWithRole, ENGINES, eventQueue, setRealmSettings, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 
 type User = Credentials & { id: number };
 
@@ -175,9 +175,18 @@ describe.each(ENGINES)("user access for guests on %s", (engine) => {
     expect(incomplete.map((u) => u.user_id)).toEqual(expect.arrayContaining([guest.id, host.id]));
     expect(incomplete.some((u) => u.user_id === stranger.id)).toBe(false);
 
+    // realm_user events about someone the guest may not see are not the guest's.
+    const queue = await eventQueue(server, guest, ["realm_user"]);
+    for (const [who, name] of [[stranger, "Stranger Renamed"], [host, "Host Renamed"]] as const) {
+      expect((await api(server, "PATCH", "/settings", { as: who, params: { full_name: name } })).status).toBe(200);
+    }
+    const renamed = (await queue.events()).map((e) => e.person.user_id);
+    expect(renamed).toContain(host.id);
+    expect(renamed).not.toContain(stranger.id);
+
     // A direct message makes the two visible to each other.
     const dm = await api(server, "POST", "/messages", { as: stranger, params: { type: "direct", to: JSON.stringify([guest.id]), content: "hello" } });
     expect(dm.status, JSON.stringify(dm.body)).toBe(200);
-    expect((await api(server, "GET", `/users/${stranger.id}`, { as: guest, template: "/users/{user_id}" })).body.user.full_name).toBe("Stranger");
+    expect((await api(server, "GET", `/users/${stranger.id}`, { as: guest, template: "/users/{user_id}" })).body.user.full_name).toBe("Stranger Renamed");
   });
 });
