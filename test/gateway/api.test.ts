@@ -336,14 +336,16 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
     });
 
     it("expires a queue nobody polls for the idle timeout, but not one that is polled", async () => {
-      const short = await startTestServer(engine, { queueTimeoutSeconds: 1 });
+      // Expiry runs every timeout (2 s): by 5.5 s the idle queue has missed two checks, while polls 300 ms apart
+      // keep the other one alive with a wide margin, even on a loaded machine.
+      const short = await startTestServer(engine, { queueTimeoutSeconds: 2 });
       try {
         const reg = () => api(short, "POST", "/register", { as: short.owner, params: { event_types: ["message"] } }).then((r) => r.body.queue_id);
         const [idle, busy] = [await reg(), await reg()];
         const pollShort = (q: string) => api(short, "GET", "/events", { as: short.owner, params: { queue_id: q, last_event_id: -1, dont_block: true } });
-        for (let i = 0; i < 6; i++) {
+        for (const until = Date.now() + 5500; Date.now() < until; ) {
           expect((await pollShort(busy)).status).toBe(200);
-          await new Promise((r) => setTimeout(r, 500));
+          await new Promise((r) => setTimeout(r, 300));
         }
         expect((await pollShort(idle)).body.code).toBe("BAD_EVENT_QUEUE_ID");
         expect((await pollShort(busy)).status).toBe(200);
