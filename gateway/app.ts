@@ -2,7 +2,9 @@
  * The HTTP application: routing with path parameters, Zulip's parameter decoding and validation, authentication,
  * and the one place errors become Zulip's envelope. Routes hold no state; they call actors and read modules.
  */
+import { actorId } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
+import { REALM } from "../actors/protocol.ts";
 import type { ActorSystem } from "../runtime/system.ts";
 import type { Config } from "../runtime/config.ts";
 import type { Keyring } from "../runtime/secrets.ts";
@@ -52,6 +54,11 @@ interface CompiledRoute {
 
 const JSON_HEADERS = { "content-type": "application/json" };
 const UNAUTHORIZED_HEADERS = { ...JSON_HEADERS, "www-authenticate": 'Basic realm="zulip"' };
+
+/** Ask the caller's realm actor, as the caller (the realm actor checks `actingId`'s current role). */
+export function askRealm<T>(call: Call, message: Record<string, unknown>): Promise<T> {
+  return call.services.system.ask<T>(actorId(REALM, call.user.realm_id), { actingId: call.user.id, ...message });
+}
 
 export function envelope(error: ChorusError): HttpResult {
   const body: Record<string, unknown> = { result: "error", msg: error.message, code: error.code, ...error.extra };

@@ -8,8 +8,7 @@ import { errors } from "../../runtime/errors.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import { ROLE } from "../../actors/groups.ts";
 import { EMOJI_IMAGE_TYPES, emojiNameOf, imageKind, MAX_EMOJI_FILE_SIZE_MIB, realmEmojiImage, realmEmojiObjects } from "../../actors/realm-emoji.ts";
-import type { RouteSpec } from "../app.ts";
-import { askRealm } from "./organization.ts";
+import { askRealm, type RouteSpec } from "../app.ts";
 import type { HttpRequest, HttpResult, UploadedFile } from "../http.ts";
 import { Str, type ParamsSchema } from "../params.ts";
 
@@ -54,7 +53,7 @@ export const emojiRoutes: RouteSpec[] = [
       if (declared && !(declared in EMOJI_IMAGE_TYPES)) throw errors.badRequest("Invalid image format");
       const kind = imageKind(file.data);
       if (!kind) throw errors.badRequest("Could not decode image; did you upload an image file?");
-      return askRealm(call, { op: "uploadEmoji", actingId: call.user.id, name, kind, image: file.data.toString("base64"), requestKey: randomUUID() });
+      return askRealm(call, { op: "uploadEmoji", name, kind, image: file.data.toString("base64"), requestKey: randomUUID() });
     },
   },
   {
@@ -62,7 +61,7 @@ export const emojiRoutes: RouteSpec[] = [
     path: "/realm/emoji/{emoji_name}",
     params: NAME_PARAMS,
     async handle(call) {
-      return askRealm(call, { op: "deactivateEmoji", actingId: call.user.id, name: call.params.emoji_name, requestKey: randomUUID() });
+      return askRealm(call, { op: "deactivateEmoji", name: call.params.emoji_name, requestKey: randomUUID() });
     },
   },
 ];

@@ -14,7 +14,7 @@ import { REALM_SETTINGS } from "../../actors/realm-settings.ts";
 import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/invites.ts";
 import { serverRealmId } from "../../actors/reads.ts";
 import { ROLE } from "../../actors/groups.ts";
-import type { Call, RouteSpec } from "../app.ts";
+import { askRealm, type Call, type RouteSpec } from "../app.ts";
 import { Bool, Id, Str, type JsonSchema, type ParamsSchema } from "../params.ts";
 
 const IdList = { type: "array", items: Id } as const;
@@ -42,11 +42,6 @@ const realmSettingParams: Record<string, JsonSchema> = Object.fromEntries(
 /** A group-setting value: a group id, or `{direct_members, direct_subgroups}` (checked by the realm actor). */
 const GroupSetting = { anyOf: [Id, { type: "object" }] };
 const GROUP_SETTINGS = ["can_add_members_group", "can_join_group", "can_leave_group", "can_manage_group", "can_mention_group", "can_remove_members_group"];
-
-/** Ask the caller's realm actor. */
-export function askRealm<T>(call: Call, message: Record<string, unknown>): Promise<T> {
-  return call.services.system.ask<T>(actorId(REALM, call.user.realm_id), message);
-}
 
 /** Zulip's get_invitee_emails_set: commas or newlines, blanks dropped, each address once. */
 export function inviteeEmails(raw: string): string[] {
@@ -95,7 +90,7 @@ function revokeRoute(path: string, multiuse: boolean): RouteSpec {
     path,
     params: InviteIdParams,
     async handle(call) {
-      await askRealm(call, { op: "revokeInvite", actingId: call.user.id, inviteId: call.params.invite_id, multiuse });
+      await askRealm(call, { op: "revokeInvite", inviteId: call.params.invite_id, multiuse });
       return {};
     },
   };
@@ -107,7 +102,7 @@ export const organizationRoutes: RouteSpec[] = [
     path: "/realm",
     params: { type: "object", properties: realmSettingParams },
     async handle(call) {
-      return askRealm<RealmUpdated>(call, { op: "updateRealm", actingId: call.user.id, settings: call.params });
+      return askRealm<RealmUpdated>(call, { op: "updateRealm", settings: call.params });
     },
   },
   {
@@ -131,7 +126,7 @@ export const organizationRoutes: RouteSpec[] = [
       if (params.role !== undefined && !Roles.includes(params.role)) throw errors.badRequest("Invalid role");
       // As Zulip's update_user_backend: an empty value (null, "", []) removes the user's value.
       const profileData = (params.profile_data as ProfileDataEntry[] | undefined)?.map((e) => ({ id: e.id, value: e.value?.length ? e.value : null }));
-      await askRealm(call, { op: "updateUser", actingId: call.user.id, userId: params.user_id, role: params.role, fullName: params.full_name, profileData });
+      await askRealm(call, { op: "updateUser", userId: params.user_id, role: params.role, fullName: params.full_name, profileData });
       // The caller's (or the target's) cached authentication carries the old role.
       call.services.auth.forget();
       return {};
@@ -156,7 +151,6 @@ export const organizationRoutes: RouteSpec[] = [
       const settings = Object.fromEntries(GROUP_SETTINGS.filter((s) => params[s] !== undefined).map((s) => [s, params[s]]));
       const created = await askRealm<GroupCreated>(call, {
         op: "createGroup",
-        actingId: call.user.id,
         name: params.name,
         description: params.description,
         members: params.members,
@@ -210,7 +204,6 @@ export const organizationRoutes: RouteSpec[] = [
     async handle(call) {
       await askRealm(call, {
         op: "resendInvite",
-        actingId: call.user.id,
         inviteId: call.params.invite_id,
         siteUrl: call.services.siteUrl(call.req.headers.host),
         requestKey: randomUUID(),

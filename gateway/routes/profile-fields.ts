@@ -3,10 +3,8 @@
  * own values (PATCH, DELETE /users/me/profile_data). Changes are realm actor turns (actors/profile-fields.ts),
  * which check permissions and values; administrators set other users' values through PATCH /users/{user_id}.
  */
-import { actorId } from "../../runtime/actor.ts";
-import { REALM } from "../../actors/protocol.ts";
 import { profileFieldObjects } from "../../actors/profile-fields.ts";
-import type { Call, RouteSpec } from "../app.ts";
+import { askRealm, type RouteSpec } from "../app.ts";
 import { Bool, Id, Str } from "../params.ts";
 
 /** A value as Zulip takes it: text, or a users field's list of user ids. */
@@ -20,10 +18,6 @@ const FieldSettings = {
   required: Bool,
   editable_by_user: Bool,
 };
-
-function askRealm<T>(call: Call, message: Record<string, unknown>): Promise<T> {
-  return call.services.system.ask<T>(actorId(REALM, call.user.realm_id), { actingId: call.user.id, ...message });
-}
 
 export const profileFieldRoutes: RouteSpec[] = [
   {
