@@ -117,7 +117,10 @@ export function avatarUpdate(user: { id: number; delivery_email: string; avatar_
  * a direct-message conversation with (Zulip's get_accessible_user_ids); bots are always visible. `null` means
  * everyone is visible.
  */
-export async function accessibleUsers(db: Kysely<Database>, viewer: { id: number; realm_id: number }): Promise<Set<number> | null> {
+export async function accessibleUsers(db: Kysely<Database>, viewer: { id: number; realm_id: number; role: number }): Promise<Set<number> | null> {
+  // The setting is role:everyone or role:members (realm-settings.ts): only guests can be left out, so nobody else
+  // costs a query here (this runs on every presence fetch).
+  if (viewer.role !== ROLE.guest) return null;
   if (await inGroupSetting(db, await realmGroupSetting(db, viewer.realm_id, "can_access_all_users_group"), viewer.id)) return null;
   const { rows } = await sql<{ id: number }>`
     select s2.user_id as id from subscriptions s1 join subscriptions s2 on s2.stream_id = s1.stream_id and s2.active
@@ -126,6 +129,22 @@ export async function accessibleUsers(db: Kysely<Database>, viewer: { id: number
       where m1.user_id = ${viewer.id}
     union select id from users where realm_id = ${viewer.realm_id} and is_bot`.execute(db);
   return new Set([viewer.id, ...rows.map((r) => r.id)]);
+}
+
+/**
+ * Presences (keyed by user id, or by e-mail in the legacy format) without those of users the viewer may not see:
+ * Zulip sends presence only of users one can access.
+ */
+export async function presencesSeenBy(db: Kysely<Database>, viewer: { id: number; realm_id: number; role: number }, presences: Record<string, unknown>, byEmail: boolean) {
+  const access = await accessibleUsers(db, viewer);
+  if (!access) return presences;
+  let idOf = (key: string) => Number(key);
+  if (byEmail) {
+    const users = await db.selectFrom("users").select(["id", "email"]).where("realm_id", "=", viewer.realm_id).execute();
+    const ids = new Map(users.map((u) => [u.email, u.id]));
+    idOf = (key) => ids.get(key) ?? -1;
+  }
+  return Object.fromEntries(Object.entries(presences).filter(([key]) => access.has(idOf(key))));
 }
 
 /** What Zulip shows of a user the viewer may not see (get_data_for_inaccessible_user). */

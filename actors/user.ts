@@ -109,6 +109,9 @@ interface EventQueue {
   idleSince: number;
 }
 
+/** How long seesUser trusts the role it read: a role change reaches event filtering within this (as credentials). */
+const VIEWER_TTL_MS = 2000;
+
 type Internal = { op: "heartbeat"; queueId: string; n: number } | { op: "expire" };
 
 export class UserActor implements Actor {
@@ -119,6 +122,8 @@ export class UserActor implements Actor {
   private snapshotVersion = 0;
   private expiryScheduled = false;
   private typingWanted?: boolean;
+  /** The user's realm and role, as seesUser last read them. */
+  private viewer?: { realm_id: number; role: number; until: number };
   /** Sequence numbers handed out whose events are still committing (pruning must not pass them). */
   private readonly inFlight = new Set<number>();
 
@@ -293,7 +298,8 @@ export class UserActor implements Actor {
 
   private async deliverEvent(event: Record<string, unknown>): Promise<void> {
     if (event.type === "typing" && !(await this.receivesTyping())) return;
-    if (event.type === "realm_user" && this.queues.size && !(await this.seesUser((event.person as { user_id: number }).user_id))) return;
+    const about = event.type === "realm_user" ? (event.person as { user_id: number }).user_id : event.type === "presence" ? (event.user_id as number) : undefined;
+    if (about !== undefined && this.queues.size && !(await this.seesUser(about))) return;
     if (event.type === "delete_message") return this.deliverDeletion(event);
     await this.deliver({ kind: "event", event });
   }
@@ -310,14 +316,15 @@ export class UserActor implements Actor {
   }
 
   /**
-   * Whether this user may see another (the realm's can_access_all_users_group): Zulip sends a realm_user event only
-   * to those who can access its user. Decided per event, and only for a user with queues: realm_user events are
-   * rare, and who a restricted guest sees changes with every subscription.
+   * Whether this user may see another (the realm's can_access_all_users_group): Zulip sends realm_user and
+   * presence events only to those who can access their user. Only guests can be left out, so the user's role is
+   * kept for VIEWER_TTL_MS (presence events are frequent); a restricted guest's set is read per event, since it
+   * changes with every subscription.
    */
   private async seesUser(userId: number): Promise<boolean> {
     if (userId === this.userId) return true;
-    const { realm_id } = await this.account();
-    const access = await accessibleUsers(this.deps.store.db, { id: this.userId, realm_id });
+    if (!this.viewer || this.viewer.until < Date.now()) this.viewer = { ...(await this.account()), until: Date.now() + VIEWER_TTL_MS };
+    const access = await accessibleUsers(this.deps.store.db, { id: this.userId, ...this.viewer });
     return !access || access.has(userId);
   }
 
@@ -335,8 +342,8 @@ export class UserActor implements Actor {
 
   // ---- settings, drafts and navigation views: the user's own data, with events to the user's own queues ----------
 
-  private async account(): Promise<{ realm_id: number; email: string }> {
-    return this.deps.store.db.selectFrom("users").select(["realm_id", "email"]).where("id", "=", this.userId).executeTakeFirstOrThrow();
+  private async account(): Promise<{ realm_id: number; email: string; role: number }> {
+    return this.deps.store.db.selectFrom("users").select(["realm_id", "email", "role"]).where("id", "=", this.userId).executeTakeFirstOrThrow();
   }
 
   private async updateSettings(msg: UpdateSettings): Promise<Record<string, never>> {

@@ -13,6 +13,7 @@ import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "..
 import { userGroupObjects } from "../../actors/groups.ts";
 import { draftsOf, viewsOf } from "../../actors/user-data.ts";
 import { PRESENCE, type PresenceReply } from "../../actors/presence.ts";
+import { presencesSeenBy } from "../../actors/accounts.ts";
 import { scheduledMessagesOf } from "../../actors/scheduler.ts";
 import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 import { realmEmojiObjects } from "../../actors/realm-emoji.ts";
@@ -81,7 +82,8 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async presence(s, u, o) {
     const state = await s.system.ask<PresenceReply>(actorId(PRESENCE, u.realm_id), { op: "state", modern: o.slimPresence, historyLimitDays: 14 });
-    return { presences: state.presences ?? {}, presence_last_update_id: state.presence_last_update_id, server_timestamp: state.server_timestamp };
+    const presences = await presencesSeenBy(s.store.db, u, state.presences ?? {}, !o.slimPresence);
+    return { presences, presence_last_update_id: state.presence_last_update_id, server_timestamp: state.server_timestamp };
   },
   // Features not built yet: the honest initial state is "none yet".
   async drafts(s, u) {

@@ -8,6 +8,7 @@ import { checkSetting, draftsOf, SETTING_RULES, viewsOf } from "../../actors/use
 import { USER_SETTINGS_DEFAULTS } from "../../actors/settings.ts";
 import type { Call, RouteSpec } from "../app.ts";
 import { PRESENCE, type PresenceReply } from "../../actors/presence.ts";
+import { presencesSeenBy } from "../../actors/accounts.ts";
 import { Bool, Id, Str, type JsonSchema } from "../params.ts";
 
 /** Each setting's wire type, from its default value. */
@@ -99,6 +100,7 @@ export const meRoutes: RouteSpec[] = [
     },
     async handle({ params, user, services, req }) {
       if (user.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
+      const modern = params.last_update_id !== undefined || params.slim_presence;
       const reply = await services.system.ask<PresenceReply>(actorId(PRESENCE, user.realm_id), {
         op: "ping",
         userId: user.id,
@@ -108,8 +110,9 @@ export const meRoutes: RouteSpec[] = [
         fetch: !params.ping_only,
         lastUpdateId: params.last_update_id ?? null,
         historyLimitDays: params.history_limit_days,
-        modern: params.last_update_id !== undefined || params.slim_presence,
+        modern,
       });
+      if (reply.presences) reply.presences = await presencesSeenBy(services.store.db, user, reply.presences, !modern);
       const empty = !reply.presences || !Object.keys(reply.presences).length;
       if (params.last_update_id === undefined && empty) reply.presence_last_update_id = -1;
       return { ...reply, zephyr_mirror_active: false };

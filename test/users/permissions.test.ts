@@ -175,12 +175,27 @@ describe.each(ENGINES)("user access for guests on %s", (engine) => {
     expect(incomplete.map((u) => u.user_id)).toEqual(expect.arrayContaining([guest.id, host.id]));
     expect(incomplete.some((u) => u.user_id === stranger.id)).toBe(false);
 
+    // Nor their presence: not in a presence fetch, not in register, not as events.
+    const queue = await eventQueue(server, guest, ["realm_user", "presence"]);
+    for (const who of [stranger, host]) expect((await api(server, "POST", "/users/me/presence", { as: who, params: { status: "active" } })).status).toBe(200);
+    const seen = (await api(server, "POST", "/users/me/presence", { as: guest, params: { status: "active", slim_presence: true } })).body.presences;
+    expect(Object.keys(seen)).toContain(String(host.id));
+    expect(Object.keys(seen)).not.toContain(String(stranger.id));
+    const registered = (await api(server, "POST", "/register", { as: guest, params: { event_types: ["presence"], slim_presence: true } })).body.presences;
+    expect(Object.keys(registered)).toContain(String(host.id));
+    expect(Object.keys(registered)).not.toContain(String(stranger.id));
+    const legacy = (await api(server, "POST", "/users/me/presence", { as: guest, params: { status: "active" } })).body.presences;
+    expect(Object.keys(legacy)).toContain("host@example.com");
+    expect(Object.keys(legacy)).not.toContain("stranger@example.com");
+    const pinged = (await queue.events()).filter((e) => e.type === "presence").map((e) => e.user_id);
+    expect(pinged).toContain(host.id);
+    expect(pinged).not.toContain(stranger.id);
+
     // realm_user events about someone the guest may not see are not the guest's.
-    const queue = await eventQueue(server, guest, ["realm_user"]);
     for (const [who, name] of [[stranger, "Stranger Renamed"], [host, "Host Renamed"]] as const) {
       expect((await api(server, "PATCH", "/settings", { as: who, params: { full_name: name } })).status).toBe(200);
     }
-    const renamed = (await queue.events()).map((e) => e.person.user_id);
+    const renamed = (await queue.events()).filter((e) => e.type === "realm_user").map((e) => e.person.user_id);
     expect(renamed).toContain(host.id);
     expect(renamed).not.toContain(stranger.id);
 
