@@ -412,12 +412,6 @@ export class ChannelActor extends Conversation {
     return { row, object: streamObject(row, this.state.subscribers.size) };
   }
 
-/** Those who see the subscriber list as it is now, but for `except`. */
-  private async watchers(row: StreamRow, except: Set<number>): Promise<string[]> {
-    const ids = await metadataWatchers(this.deps.store.db, row, this.state.subscribers);
-    return [...ids].filter((id) => !except.has(id)).map((id) => actorId(USER, id));
-  }
-
   /**
    * subscription add to each new subscriber (their own subscription object, with the subscriber list), preceded by
    * stream create for those who could not see the channel before; then peer_add to the others who see the
@@ -429,8 +423,10 @@ export class ChannelActor extends Conversation {
     const { row, object } = await this.channelObject();
     const added = rows.map((r) => r.user_id);
     const addedSet = new Set(added);
-    const sawBefore = await metadataWatchers(this.deps.store.db, row, [...this.state.subscribers].filter((u) => !addedSet.has(u)));
-    const newcomers = added.filter((u) => !sawBefore.has(u)).map((u) => actorId(USER, u));
+    // Who sees the channel whoever subscribes (by role or permission group): a new subscriber not among them could
+    // not see it before; they and the other subscribers watch its subscriber list.
+    const seeingAnyway = await metadataWatchers(this.deps.store.db, row, []);
+    const newcomers = added.filter((u) => !seeingAnyway.has(u)).map((u) => actorId(USER, u));
     if (newcomers.length) await system.broadcast(newcomers, { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
     const subscribers = [...this.state.subscribers].sort((a, b) => a - b);
     const alike = new Map<string, { event: Record<string, unknown>; users: string[] }>();
@@ -441,7 +437,7 @@ export class ChannelActor extends Conversation {
       group.users.push(actorId(USER, sub.user_id));
     }
     await Promise.all([...alike.values()].map(({ event, users }) => system.broadcast(users, { op: "deliverEvent", event })));
-    const peers = await this.watchers(row, addedSet);
+    const peers = [...new Set([...seeingAnyway, ...this.state.subscribers])].filter((id) => !addedSet.has(id)).map((id) => actorId(USER, id));
     await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
   }
 
