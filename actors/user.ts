@@ -1,11 +1,22 @@
 /**
  * user:<id>: the user's event queues (Zulip's client queues).
  *
- * Every event for a user with queues goes into one durable, per-user event stream first (sequence numbers are
- * the event ids) and only then into the matching queues: the delivering operation is answered after that commit,
- * so an event is in its queues before the operation succeeds. The queues' definitions are a versioned snapshot.
- * When the actor is activated elsewhere (its worker died, or its shard moved), the queues are rebuilt from the
- * snapshot and the stream: no event is skipped. A queue that is not in the snapshot answers BAD_EVENT_QUEUE_ID.
+ * Every event for a user with queues goes into the matching queues at once and into one durable, per-user event
+ * stream (sequence numbers are the event ids). The queues' definitions are a versioned snapshot. When the actor is
+ * activated elsewhere (its worker died, or its shard moved), the queues are rebuilt from the snapshot and the
+ * stream: no event is skipped. A queue that is not in the snapshot answers BAD_EVENT_QUEUE_ID.
+ *
+ * How an event reaches the stream depends on where it came from:
+ * - delivered by another actor (deliverMessage, deliverEvent): the delivery is answered as soon as the event is in
+ *   its queues, and the stream row is written behind. The transport entry that brought it is acknowledged only
+ *   once the row is committed, so if this worker dies first, the entry reaches the shard's next holder again and
+ *   the rebuilt queue gets the event from it (Redis Streams). Where no one can deliver it again (the memory
+ *   transport after a crash), the actor drops its queues on activation: their clients get BAD_EVENT_QUEUE_ID and
+ *   register again, never a silent gap.
+ * - caused by this actor's own operations (settings, drafts, views): the operation is answered only once the row is
+ *   committed, since a repeated request would not cause the event again.
+ * Sequence numbers are reserved in blocks in the snapshot, so a rebuilt queue never hands out an id that an event
+ * lost in a crash already had (a client that acknowledged it would skip the new one).
  *
  * A queue keeps its events until the client acknowledges them with `last_event_id`; one poll at a time waits on
  * it (a newer poll finishes the older one); a poll that waited the heartbeat interval gets a heartbeat event; a
@@ -13,7 +24,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { actorId, PARKED, type Actor, type ActorContext, type Deferred } from "../runtime/actor.ts";
-import { errors } from "../runtime/errors.ts";
+import { ChorusError, errors } from "../runtime/errors.ts";
 import { formatMessage, type MessageRecord } from "./message-format.ts";
 import { matchesNarrow } from "./narrow.ts";
 import { messageRecords } from "./reads.ts";
@@ -94,7 +105,12 @@ interface Snapshot {
   queues: QueueSpec[];
   /** Above every sequence number ever handed out, including pruned ones: ids never go backwards. */
   seqFloor: number;
+  /** Sequence numbers below this may have been handed out (absent in snapshots written before reservations). */
+  seqReserved?: number;
 }
+
+/** Sequence numbers reserved per snapshot write: one write per this many events a user receives. */
+const SEQ_BLOCK = 1024;
 
 interface EventQueue {
   spec: QueueSpec;
@@ -119,6 +135,12 @@ export class UserActor implements Actor {
   private readonly userId: number;
   private nextSeq = 1;
   private seqFloor = 1;
+  private seqReserved = 1;
+  /**
+   * Ids of the messages a rebuilt queue got from the stream: the same delivery arriving again (its entry was not
+   * acknowledged before the crash) is not queued twice. Forgotten at the first expiry pass.
+   */
+  private restoredMessages?: Set<number>;
   private snapshotVersion = 0;
   private expiryScheduled = false;
   private typingWanted?: boolean;
@@ -136,16 +158,20 @@ export class UserActor implements Actor {
 
   async activate(): Promise<void> {
     const saved = await this.deps.store.loadSnapshot<Snapshot>(USER, this.ctx.key);
-    if (!saved || !saved.state.queues.length) {
-      this.snapshotVersion = saved?.version ?? 0;
-      this.nextSeq = this.seqFloor = saved?.state.seqFloor ?? 1;
+    this.snapshotVersion = saved?.version ?? 0;
+    this.seqFloor = saved?.state.seqFloor ?? 1;
+    this.seqReserved = Math.max(this.seqFloor, saved?.state.seqReserved ?? 0);
+    this.nextSeq = this.seqReserved;
+    if (!saved?.state.queues.length) return;
+    if (this.ctx.unacknowledgedLost) {
+      // Events written behind may have died with the previous process: these queues cannot be rebuilt whole.
+      await this.saveSnapshot();
       return;
     }
-    this.snapshotVersion = saved.version;
-    this.seqFloor = saved.state.seqFloor;
     const rows = await this.deps.store.userEventsAfter(this.userId, 0);
-    this.nextSeq = Math.max(this.seqFloor, (rows.at(-1)?.seq ?? 0) + 1);
+    this.nextSeq = Math.max(this.nextSeq, (rows.at(-1)?.seq ?? 0) + 1);
     const stored = await hydrate(this.deps.store.db, rows);
+    this.restoredMessages = new Set(stored.flatMap((item) => (item.event.kind === "message" ? [item.event.message.id] : [])));
     for (const spec of saved.state.queues) {
       const q = this.makeQueue(spec);
       for (const item of stored) if (this.accepts(q, item.event)) q.items.push(item);
@@ -172,14 +198,18 @@ export class UserActor implements Actor {
       case "deleteQueue":
         return this.deleteQueue(msg.queueId);
       case "deliverMessage":
-        return this.deliver({
-          kind: "message",
-          message: msg.message,
-          flags: msg.flagsFor?.[this.userId] ?? msg.flags,
-          queueId: msg.queueId,
-          localId: msg.localId,
-          observer: msg.observers?.includes(this.userId) || undefined,
-        });
+        if (this.restoredMessages?.has(msg.message.id)) return;
+        return this.deliver(
+          {
+            kind: "message",
+            message: msg.message,
+            flags: msg.flagsFor?.[this.userId] ?? msg.flags,
+            queueId: msg.queueId,
+            localId: msg.localId,
+            observer: msg.observers?.includes(this.userId) || undefined,
+          },
+          true,
+        );
       case "deliverEvent":
         return this.deliverEvent(msg.event);
       case "updateSettings":
@@ -212,7 +242,9 @@ export class UserActor implements Actor {
   }
 
   private async saveSnapshot(): Promise<void> {
-    const state: Snapshot = { queues: [...this.queues.values()].map((q) => q.spec), seqFloor: this.seqFloor };
+    // Every save reserves ids ahead if fewer than half a block is left, so a busy queue rarely waits on a reservation.
+    if (this.seqReserved - this.nextSeq < SEQ_BLOCK / 2) this.seqReserved = this.nextSeq + SEQ_BLOCK;
+    const state: Snapshot = { queues: [...this.queues.values()].map((q) => q.spec), seqFloor: this.seqFloor, seqReserved: this.seqReserved };
     this.snapshotVersion = await this.deps.store.saveSnapshot(USER, this.ctx.key, this.snapshotVersion, state, this.ctx.fence());
   }
 
@@ -293,7 +325,7 @@ export class UserActor implements Actor {
   private async heartbeat(queueId: string, n: number): Promise<void> {
     const q = this.queues.get(queueId);
     if (!q?.poll || q.poll.n !== n) return;
-    await this.deliver({ kind: "event", event: { type: "heartbeat" }, queueId });
+    await this.deliver({ kind: "event", event: { type: "heartbeat" }, queueId }, true);
   }
 
   private async deliverEvent(event: Record<string, unknown>): Promise<void> {
@@ -301,7 +333,7 @@ export class UserActor implements Actor {
     const about = event.type === "realm_user" ? (event.person as { user_id: number }).user_id : event.type === "presence" ? (event.user_id as number) : undefined;
     if (about !== undefined && this.queues.size && !(await this.seesUser(about))) return;
     if (event.type === "delete_message") return this.deliverDeletion(event);
-    await this.deliver({ kind: "event", event });
+    await this.deliver({ kind: "event", event }, true);
   }
 
   /**
@@ -311,8 +343,8 @@ export class UserActor implements Actor {
   private async deliverDeletion(event: Record<string, unknown>): Promise<void> {
     const { message_id, message_ids, ...rest } = event;
     const ids = (message_ids as number[] | undefined) ?? [message_id as number];
-    await this.deliver({ kind: "event", event: { ...rest, message_ids: ids }, bulkDeletion: true });
-    for (const id of ids) await this.deliver({ kind: "event", event: { ...rest, message_id: id }, bulkDeletion: false });
+    await this.deliver({ kind: "event", event: { ...rest, message_ids: ids }, bulkDeletion: true }, true);
+    for (const id of ids) await this.deliver({ kind: "event", event: { ...rest, message_id: id }, bulkDeletion: false }, true);
   }
 
   /**
@@ -504,23 +536,30 @@ export class UserActor implements Actor {
     return {};
   }
 
-  /** Into the durable stream, then into every queue that wants it; nothing is stored for a user with no queue. */
-  private async deliver(event: StoredEvent): Promise<void> {
+  /**
+   * Into every queue that wants it and into the durable stream; nothing is stored for a user with no queue.
+   * `behind`: the event came from another actor's delivery, whose transport entry stays unacknowledged until the
+   * row is committed (see the top of this file); otherwise the turn is answered only once it is committed.
+   */
+  private async deliver(event: StoredEvent, behind = false): Promise<void> {
     const targets = [...this.queues.values()].filter((q) => this.accepts(q, event));
     if (!targets.length) return;
+    if (this.nextSeq >= this.seqReserved) await this.saveSnapshot();
     const seq = this.nextSeq++;
-    // The turn ends while the event commits, so the next deliveries join the same group commit; the delivery is
-    // answered (and the operation that caused it succeeds) only once the event is committed and queued. Commits
-    // resolve in order, so events reach the queues in sequence order.
-    const queued = this.deps.store.appendUserEvent({ user_id: this.userId, seq, payload: persisted(event) }, this.ctx.fence()).then(() => {
-      for (const q of targets) {
-        if (!this.queues.has(q.spec.id)) continue; // deleted while the event was committing
-        q.items.push({ seq, event });
-        if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
-      }
-    });
+    for (const q of targets) {
+      q.items.push({ seq, event });
+      if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
+    }
+    // The turn ends while the row commits, so the next deliveries join the same group commit.
+    const written = this.deps.store.appendUserEvent({ user_id: this.userId, seq, payload: persisted(event) }, this.ctx.fence(), { behind });
     this.inFlight.add(seq);
-    this.ctx.completeWhen(queued.finally(() => this.inFlight.delete(seq)));
+    const settled = written.finally(() => this.inFlight.delete(seq));
+    if (!behind) return this.ctx.completeWhen(settled);
+    this.ctx.holdAcknowledgement(settled);
+    // Its entry stays unacknowledged; the queues already have the event. Losing the shard (FENCED) is expected.
+    settled.catch((err) => {
+      if (ChorusError.wrap(err).code !== "FENCED") console.error(`user ${this.userId}: writing event ${seq} behind failed`, err);
+    });
   }
 
   private accepts(q: EventQueue, event: StoredEvent): boolean {
@@ -565,6 +604,7 @@ export class UserActor implements Actor {
   /** Drop idle queues, then the stream's events every remaining queue has acknowledged. */
   private async expire(): Promise<void> {
     this.expiryScheduled = false;
+    this.restoredMessages = undefined;
     const cutoff = Date.now() - this.deps.config.queueTimeoutSeconds * 1000;
     let changed = false;
     let expiredPublic = false;

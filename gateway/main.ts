@@ -63,7 +63,7 @@ const isZulipPath = (path: string) => path.startsWith("/api/v1/");
 /** Open the store, migrate it, and create the organization on first start. Returns the owner's credentials then. */
 export async function prepareStore(config: Config, keyring: Keyring): Promise<{ store: Store; owner?: { email: string; apiKey: string } }> {
   const { db, engine } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
-  const store = new SqlStore(db, engine);
+  const store = new SqlStore(db, engine, { eventWriteDelayMs: config.eventWriteDelayMs });
   await store.migrate();
   const owner = await bootstrapOrganization(store, keyring, {
     email: process.env.OWNER_EMAIL ?? OWNER_EMAIL,
@@ -93,7 +93,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   let owner: { email: string; apiKey: string } | undefined;
   if (opts.prepared) {
     const { db, engine } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
-    store = new SqlStore(db, engine);
+    store = new SqlStore(db, engine, { eventWriteDelayMs: config.eventWriteDelayMs });
   } else ({ store, owner } = await prepareStore(config, keyring));
 
   const transport: Transport = config.redisUrl

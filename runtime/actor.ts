@@ -65,6 +65,19 @@ export interface ActorContext {
    * group commit. A rejection answers the turn with that error.
    */
   completeWhen(work: Promise<unknown>): void;
+  /**
+   * Answer the current turn as usual, but acknowledge the transport entry that brought it only once `work` settles:
+   * for a write-behind whose loss a second delivery of the entry would repair (the entry's holder crashing before
+   * the write commits leaves the entry unacknowledged, so the shard's next holder receives it again). Only sound for
+   * turns whose whole effect the entry reproduces; a no-op in turns that no entry brought (timers).
+   */
+  holdAcknowledgement(work: Promise<unknown>): void;
+  /**
+   * Whether this actor's shard was taken from a holder that stopped without releasing it, on a transport that
+   * cannot deliver that holder's unacknowledged entries again (memory: they died with the process). Work held with
+   * holdAcknowledgement before the crash may then be missing, and an actor relying on it must say so.
+   */
+  readonly unacknowledgedLost: boolean;
 }
 
 export interface Actor {

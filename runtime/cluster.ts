@@ -81,7 +81,7 @@ export class ShardManager {
         const lease = await this.store.acquireLease(shard, node, leaseSeconds, force);
         if (!lease) continue;
         this.held.set(shard, lease);
-        await this.system.holdShard(shard, lease.epoch);
+        await this.system.holdShard(shard, lease.epoch, lease.reclaimed);
       }
     } catch (err) {
       if (!this.stopped) console.error("shard manager tick failed", err);

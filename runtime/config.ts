@@ -26,6 +26,11 @@ export interface Config {
   maxBodyBytes: number;
   /** Default ask timeout. */
   askTimeoutMs: number;
+  /**
+   * How long an event written behind its delivery waits for others to share its commit (see actors/user.ts). Tests
+   * lengthen it to make sure a crash falls inside that window.
+   */
+  eventWriteDelayMs: number;
   /** Secret used to encrypt API keys; generated into dataDir when absent. */
   secret?: string;
   /** SMTP server for outgoing e-mail (invitations), e.g. smtp://user:pass@host:587; none: e-mails stay in the outbox. */
@@ -57,6 +62,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     queueTimeoutSeconds: Math.max(1, int("QUEUE_TIMEOUT_SECONDS", 600)),
     maxBodyBytes: int("MAX_BODY_BYTES", 25 * 1024 * 1024),
     askTimeoutMs: int("ASK_TIMEOUT_MS", 10_000),
+    eventWriteDelayMs: Math.max(0, int("EVENT_WRITE_DELAY_MS", 10)),
     secret: env.CHORUS_SECRET || undefined,
     smtpUrl: env.SMTP_URL || undefined,
     mailFrom: env.MAIL_FROM ?? "Chorus <noreply@chorus.example>",

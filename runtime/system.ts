@@ -27,7 +27,8 @@ interface Turn {
   replyTo?: ReplyAddress;
   /** The sender's trace context: the turn's span is its child. */
   parent?: Context;
-  done(error?: ChorusError): void;
+  /** The turn is answered; `held` (holdAcknowledgement) must settle before its entry is acknowledged. */
+  done(error?: ChorusError, held?: Promise<unknown>): void;
 }
 
 interface Activation {
@@ -44,6 +45,8 @@ interface Activation {
   parked: boolean;
   /** Set by ctx.completeWhen during the current turn. */
   completion?: Promise<unknown>;
+  /** Set by ctx.holdAcknowledgement during the current turn. */
+  held?: Promise<unknown>;
   activated?: Promise<void>;
 }
 
@@ -57,6 +60,8 @@ export class ActorSystem {
   readonly nodeId: string;
   private readonly activations = new Map<ActorId, Activation>();
   private readonly epochs = new Map<number, number>();
+  /** Shards reclaimed from a crashed holder whose unacknowledged entries the transport cannot deliver again. */
+  private readonly lostEntries = new Set<number>();
   private readonly pending = new Map<string, PendingAsk>();
   private corr = 0;
   private sweeper?: NodeJS.Timeout;
@@ -141,9 +146,13 @@ export class ActorSystem {
 
   // ---- the hosting side ------------------------------------------------------------------------------------
 
-  /** Called by the shard manager once the lease is ours: record the epoch, then start receiving. */
-  async holdShard(shard: number, epoch: number): Promise<void> {
+  /**
+   * Called by the shard manager once the lease is ours: record the epoch, then start receiving. `reclaimed`: the
+   * previous holder did not release the shard (it crashed).
+   */
+  async holdShard(shard: number, epoch: number, reclaimed = false): Promise<void> {
     this.epochs.set(shard, epoch);
+    if (reclaimed && !this.opts.transport.redeliversAfterCrash) this.lostEntries.add(shard);
     await this.opts.transport.acquire(shard);
   }
 
@@ -151,6 +160,7 @@ export class ActorSystem {
   async dropShard(shard: number): Promise<void> {
     await this.opts.transport.release(shard);
     this.epochs.delete(shard);
+    this.lostEntries.delete(shard);
     const dropping = [...this.activations.values()].filter((a) => a.shard === shard);
     await Promise.all(dropping.map((a) => this.deactivate(a)));
   }
@@ -162,7 +172,8 @@ export class ActorSystem {
   /**
    * One transport entry: a turn for each target. A broadcast entry is answered once every turn has ended (with
    * the first failure, if any), counted down rather than awaited turn by turn: a fan-out to thousands of actors
-   * allocates one promise, not one per actor.
+   * allocates one promise, not one per actor. The entry's promise (and so its acknowledgement) waits for the work
+   * its turns held with holdAcknowledgement as well.
    */
   private onEntry(shard: number, entry: Entry): Promise<void> {
     const parent = entry.trace ? propagation.extract(context.active(), entry.trace) : undefined;
@@ -170,11 +181,14 @@ export class ActorSystem {
     return new Promise<void>((resolve) => {
       let remaining = entry.targets.length;
       let failure: ChorusError | undefined;
-      const done = (error?: ChorusError) => {
+      let holds: Promise<unknown>[] | undefined;
+      const done = (error?: ChorusError, held?: Promise<unknown>) => {
         failure ??= error;
+        if (held) (holds ??= []).push(held);
         if (--remaining > 0) return;
         if (!single && entry.replyTo) void this.opts.transport.reply(entry.replyTo, { corr: entry.replyTo.corr, error: failure?.toJSON() });
-        resolve();
+        if (holds) void Promise.allSettled(holds).then(() => resolve());
+        else resolve();
       };
       const replyTo = single ? entry.replyTo : undefined;
       for (const id of entry.targets) {
@@ -216,6 +230,7 @@ export class ActorSystem {
   }
 
   private contextFor(a: Activation, kind: string, key: string): ActorContext {
+    const system = this;
     return {
       id: a.id,
       kind,
@@ -240,6 +255,12 @@ export class ActorSystem {
       },
       completeWhen: (work) => {
         a.completion = a.completion ? Promise.all([a.completion, work]) : work;
+      },
+      holdAcknowledgement: (work) => {
+        a.held = a.held ? Promise.allSettled([a.held, work]) : work;
+      },
+      get unacknowledgedLost() {
+        return system.lostEntries.has(a.shard);
       },
       fence: (): Fence => {
         const epoch = this.epochs.get(a.shard);
@@ -287,22 +308,25 @@ export class ActorSystem {
         const span = turn.parent && tracer.startSpan(`turn ${a.ctx.kind}`, undefined, turn.parent);
         try {
           a.completion = undefined;
+          a.held = undefined;
           const value = await (span ? context.with(trace.setSpan(turn.parent!, span), () => a.actor.receive(turn.body, a.ctx)) : a.actor.receive(turn.body, a.ctx));
           const completion = a.completion as Promise<unknown> | undefined;
-          if (value === PARKED || a.parked) turn.done();
+          const held = a.held as Promise<unknown> | undefined;
+          if (value === PARKED || a.parked) turn.done(undefined, held);
           else if (completion) {
             completion.then(
-              () => this.finishTurn(turn, value),
-              (err) => this.finishTurn(turn, undefined, ChorusError.wrap(err)),
+              () => this.finishTurn(turn, value, undefined, held),
+              (err) => this.finishTurn(turn, undefined, ChorusError.wrap(err), held),
             );
-          } else this.finishTurn(turn, value);
+          } else this.finishTurn(turn, value, undefined, held);
         } catch (err) {
           const error = ChorusError.wrap(err);
           if (error.status >= 500 && error.code === "INTERNAL_SERVER_ERROR") console.error(`turn of ${a.id} failed`, err);
-          this.finishTurn(turn, undefined, error);
+          this.finishTurn(turn, undefined, error, a.held);
         } finally {
           a.current = undefined;
           a.completion = undefined;
+          a.held = undefined;
           span?.end();
         }
       }
@@ -311,11 +335,11 @@ export class ActorSystem {
     }
   }
 
-  private finishTurn(turn: Turn, value: unknown, error?: ChorusError): void {
+  private finishTurn(turn: Turn, value: unknown, error?: ChorusError, held?: Promise<unknown>): void {
     if (turn.replyTo) {
       void this.opts.transport.reply(turn.replyTo, { corr: turn.replyTo.corr, value, error: error?.toJSON() });
     }
-    turn.done(error);
+    turn.done(error, held);
   }
 
   private async deactivate(a: Activation): Promise<void> {

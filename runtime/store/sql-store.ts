@@ -16,19 +16,27 @@ const ID_BLOCK = 256; // must match the sequence's increment in the initial migr
  */
 const MAX_BATCH_ROWS = 20_000;
 
-/** One row waiting for the next group commit: a message, or an event of a user's durable event stream. */
-type PendingAppend = { fence: Fence; resolve(id: number): void; reject(err: unknown): void } & (
-  | { message: NewMessage; recipients?: MessageRecipient[]; event?: undefined }
-  | { event: UserEvent; message?: undefined }
-);
+/** A message waiting for the next group commit of messages. */
+type PendingMessage = { message: NewMessage; recipients?: MessageRecipient[]; fence: Fence; resolve(id: number): void; reject(err: unknown): void };
+/** An event of a user's durable event stream waiting for the next group commit of events. */
+type PendingEvent = { event: UserEvent; fence: Fence; resolve(): void; reject(err: unknown): void };
 
 export class SqlStore implements Store {
-  private pending: PendingAppend[] = [];
+  private pendingMessages: PendingMessage[] = [];
+  private pendingEvents: PendingEvent[] = [];
+  /** Some waiting event may not wait for EVENT_WRITE_DELAY_MS (or the delay is over). */
+  private eventsDue = false;
+  private eventTimer?: NodeJS.Timeout;
   private flushing = false;
 
+  /**
+   * `eventWriteDelayMs`: how long a write-behind user event waits for company (see appendUserEvent): a fan-out's
+   * thousands of events, or a busy second's hundreds, then share a few commits instead of one each.
+   */
   constructor(
     readonly db: Kysely<Database>,
     readonly engine: Engine,
+    private readonly opts: { eventWriteDelayMs?: number } = {},
   ) {}
 
   async migrate(): Promise<void> {
@@ -56,15 +64,24 @@ export class SqlStore implements Store {
 
   appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number> {
     return new Promise((resolve, reject) => {
-      this.pending.push({ message, recipients, fence, resolve, reject });
+      this.pendingMessages.push({ message, recipients, fence, resolve, reject });
       this.scheduleFlush();
     });
   }
 
-  async appendUserEvent(event: UserEvent, fence: Fence): Promise<void> {
-    await new Promise<number>((resolve, reject) => {
-      this.pending.push({ event, fence, resolve, reject });
-      this.scheduleFlush();
+  appendUserEvent(event: UserEvent, fence: Fence, opts?: { behind?: boolean }): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.pendingEvents.push({ event, fence, resolve, reject });
+      if (!opts?.behind) {
+        this.eventsDue = true;
+        this.scheduleFlush();
+      } else {
+        this.eventTimer ??= setTimeout(() => {
+          this.eventTimer = undefined;
+          this.eventsDue = true;
+          this.scheduleFlush();
+        }, this.opts.eventWriteDelayMs ?? 10);
+      }
     });
   }
 
@@ -96,45 +113,46 @@ export class SqlStore implements Store {
 
   /**
    * Group commit: whatever accumulated while the previous commit ran goes into the next one. Under load a batch
-   * grows to what arrives during one commit; idle, a message commits alone with no added delay.
+   * grows to what arrives during one commit; idle, a message commits alone with no added delay. Messages and
+   * events commit in separate statements (each is cheaper to plan alone), taking turns.
    */
   private async flush(): Promise<void> {
     this.flushing = true;
     try {
-      while (this.pending.length) {
-        const batch = this.takeBatch();
-        await tracer.startActiveSpan("store.commit appends", async (span) => {
-          span.setAttribute("chorus.batch_size", batch.length);
-          try {
-            const outcome = await commitAppends(this.db, batch);
-            for (const p of batch) {
-              if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
-              else if (p.message) p.resolve((p.message.send_key && outcome.ids.get(p.message.send_key)) || p.message.id);
-              else p.resolve(p.event.seq);
-            }
-          } catch (err) {
-            for (const p of batch) p.reject(err);
-          } finally {
-            span.end();
-          }
-        });
+      while (this.pendingMessages.length || (this.eventsDue && this.pendingEvents.length)) {
+        if (this.pendingMessages.length) await this.commitBatch("messages", takeBatch(this.pendingMessages, (p) => 1 + (p.recipients?.length ?? 0)), commitMessages);
+        if (this.eventsDue && this.pendingEvents.length) {
+          const batch = takeBatch(this.pendingEvents, () => 1);
+          if (!this.pendingEvents.length) this.eventsDue = false;
+          await this.commitBatch("events", batch, commitEvents);
+        }
       }
+      this.eventsDue = false;
     } finally {
       this.flushing = false;
     }
   }
 
-  /** The oldest appends up to MAX_BATCH_ROWS rows, and always at least one. */
-  private takeBatch(): PendingAppend[] {
-    let rows = 0;
-    let n = 0;
-    while (n < this.pending.length) {
-      const p = this.pending[n]!;
-      rows += p.message ? 1 + (p.recipients?.length ?? 0) : 1;
-      if (n > 0 && rows > MAX_BATCH_ROWS) break;
-      n++;
-    }
-    return this.pending.splice(0, n);
+  private async commitBatch<P extends PendingMessage | PendingEvent>(
+    what: string,
+    batch: P[],
+    commit: (db: Kysely<Database>, batch: P[]) => Promise<{ isStale(fence: Fence): boolean; ids?: Map<string, number> }>,
+  ): Promise<void> {
+    await tracer.startActiveSpan(`store.commit ${what}`, async (span) => {
+      span.setAttribute("chorus.batch_size", batch.length);
+      try {
+        const outcome = await commit(this.db, batch);
+        for (const p of batch) {
+          if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
+          else if ("message" in p) p.resolve((p.message.send_key && outcome.ids?.get(p.message.send_key)) || p.message.id);
+          else p.resolve();
+        }
+      } catch (err) {
+        for (const p of batch) p.reject(err);
+      } finally {
+        span.end();
+      }
+    });
   }
 
   async allocateMessageIds(): Promise<{ first: number; size: number }> {
@@ -184,20 +202,15 @@ export class SqlStore implements Store {
   }
 
   async acquireLease(shard: number, node: string, ttlSeconds: number, force = false): Promise<Lease | undefined> {
-    const row = await this.db
-      .updateTable("shard_leases")
-      .set({
-        owner: node,
-        epoch: sql`epoch + 1`,
-        expires_at: sql`now() + make_interval(secs => ${ttlSeconds})`,
-      })
-      .where("shard", "=", shard)
-      .where((eb) =>
-        force ? eb.lit(true) : eb.or([eb("owner", "is", null), eb("expires_at", "<", sql<Date>`now()`)]),
-      )
-      .returning(["shard", "epoch"])
-      .executeTakeFirst();
-    return row ? { shard: row.shard, epoch: Number(row.epoch) } : undefined;
+    // The row as it was, read under the update's lock: whether its previous holder had released it.
+    const { rows } = await sql<{ shard: number; epoch: number; previous: string | null }>`
+      with before as (select shard, owner from shard_leases where shard = ${shard} for update)
+      update shard_leases l set owner = ${node}, epoch = l.epoch + 1, expires_at = now() + make_interval(secs => ${ttlSeconds})
+      from before
+      where l.shard = before.shard and (${force}::boolean or l.owner is null or l.expires_at < now())
+      returning l.shard, l.epoch, before.owner as previous`.execute(this.db);
+    const row = rows[0];
+    return row ? { shard: row.shard, epoch: Number(row.epoch), reclaimed: row.previous !== null } : undefined;
   }
 
   async renewLease(lease: Lease, node: string, ttlSeconds: number): Promise<boolean> {
@@ -249,36 +262,40 @@ export class SqlStore implements Store {
   }
 
   async close(): Promise<void> {
-    while (this.flushing || this.pending.length) await new Promise((r) => setTimeout(r, 5));
+    while (this.flushing || this.pendingMessages.length || this.pendingEvents.length) await new Promise((r) => setTimeout(r, 5));
     await this.db.destroy();
   }
 }
 
+/** The oldest pending rows up to MAX_BATCH_ROWS, and always at least one; taken out of `pending`. */
+function takeBatch<P>(pending: P[], rowsOf: (p: P) => number): P[] {
+  let rows = 0;
+  let n = 0;
+  while (n < pending.length) {
+    rows += rowsOf(pending[n]!);
+    if (n > 0 && rows > MAX_BATCH_ROWS) break;
+    n++;
+  }
+  return pending.splice(0, n);
+}
+
+/** Rows travel as column arrays (unnest): nothing is built per row, and no parameter limit applies. */
+const column = <T, V>(rows: T[], f: (row: T) => V) => rows.map(f);
+
 /**
- * Reads the leases of the fences' shards and answers whether a fence is stale (its epoch or owner is no longer
- * the shard's). Locks those lease rows for the rest of the transaction, so a takeover (which bumps the epoch)
- * waits until this write has committed.
- */
-/**
- * One batch of appends as one statement, so one round trip and one commit (a transaction of separate statements
+ * One batch of messages as one statement, so one round trip and one commit (a transaction of separate statements
  * took five round trips; with fsync each commit is most of a send's latency). Its parts, as data-modifying CTEs:
  * - `lease`: the batch's shard leases, locked FOR SHARE until the commit, so a takeover (which updates the row)
  *   waits for this batch and a batch that read an old epoch is refused; only rows whose fence matches are written;
  * - `new_messages`: the messages, skipping a send_key already stored (a redelivered send);
- * - their recipients' flag rows, for the messages this statement inserted;
- * - the user events.
+ * - their recipients' flag rows, for the messages this statement inserted.
  * It answers the leases it read, the messages it inserted, and those stored before with the batch's send_keys (the
  * statement's snapshot does not see its own inserts).
- * Rows travel as column arrays (unnest): nothing is built per row.
  */
-async function commitAppends(db: Kysely<Database>, batch: PendingAppend[]): Promise<{ isStale(fence: Fence): boolean; ids: Map<string, number> }> {
-  const messages = batch.filter((p): p is PendingAppend & { message: NewMessage } => !!p.message);
-  const events = batch.filter((p): p is PendingAppend & { event: UserEvent } => !!p.event);
-  const recipients = messages.flatMap((p) => (p.recipients ?? []).map((r) => ({ ...r, message_id: p.message.id })));
-  const column = <T, V>(rows: T[], f: (row: T) => V) => rows.map(f);
-  const m = (f: (p: PendingAppend & { message: NewMessage }) => unknown) => column(messages, f);
-  const e = (f: (p: PendingAppend & { event: UserEvent }) => unknown) => column(events, f);
-  const sendKeys = messages.map((p) => p.message.send_key).filter((k): k is string => !!k);
+async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Promise<{ isStale(fence: Fence): boolean; ids: Map<string, number> }> {
+  const recipients = batch.flatMap((p) => (p.recipients ?? []).map((r) => ({ ...r, message_id: p.message.id })));
+  const m = (f: (p: PendingMessage) => unknown) => column(batch, f);
+  const sendKeys = batch.map((p) => p.message.send_key).filter((k): k is string => !!k);
   const { rows } = await sql<{ kind: "lease" | "inserted" | "earlier"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>`
     with lease as (
       select shard, owner, epoch from shard_leases where shard = any(${[...new Set(batch.map((p) => p.fence.shard))]}::integer[]) for share
@@ -305,6 +322,22 @@ async function commitAppends(db: Kysely<Database>, batch: PendingAppend[]): Prom
       from unnest(${column(recipients, (r) => r.user_id)}::integer[], ${column(recipients, (r) => r.message_id)}::bigint[], ${column(recipients, (r) => r.flags)}::integer[]) as r(user_id, message_id, flags)
       where r.message_id in (select id from new_messages)
       on conflict do nothing
+    )
+    select 'lease' as kind, shard, owner, epoch, null::bigint as id, null::text as send_key from lease
+    union all select 'inserted', null, null, null, id, send_key from new_messages
+    union all select 'earlier', null, null, null, id, send_key from messages where send_key = any(${sendKeys}::text[])`.execute(db);
+  // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
+  const ids = new Map<string, number>();
+  for (const r of rows) if (r.kind !== "lease" && r.send_key) ids.set(r.send_key, Number(r.id));
+  return { isStale: staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]), ids };
+}
+
+/** One batch of user events as one statement, fenced like commitMessages; a repeated (user_id, seq) is kept once. */
+async function commitEvents(db: Kysely<Database>, batch: PendingEvent[]): Promise<{ isStale(fence: Fence): boolean }> {
+  const e = (f: (p: PendingEvent) => unknown) => column(batch, f);
+  const { rows } = await sql<LeaseRow>`
+    with lease as (
+      select shard, owner, epoch from shard_leases where shard = any(${[...new Set(batch.map((p) => p.fence.shard))]}::integer[]) for share
     ),
     new_events as (
       insert into user_events (user_id, seq, payload)
@@ -316,15 +349,15 @@ async function commitAppends(db: Kysely<Database>, batch: PendingAppend[]): Prom
       join lease l on l.shard = t.f_shard and l.epoch = t.f_epoch and l.owner = t.f_node
       on conflict (user_id, seq) do nothing
     )
-    select 'lease' as kind, shard, owner, epoch, null::bigint as id, null::text as send_key from lease
-    union all select 'inserted', null, null, null, id, send_key from new_messages
-    union all select 'earlier', null, null, null, id, send_key from messages where send_key = any(${sendKeys}::text[])`.execute(db);
-  // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
-  const ids = new Map<string, number>();
-  for (const r of rows) if (r.kind !== "lease" && r.send_key) ids.set(r.send_key, Number(r.id));
-  return { isStale: staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]), ids };
+    select shard, owner, epoch from lease`.execute(db);
+  return { isStale: staleAgainst(rows) };
 }
 
+/**
+ * Reads the leases of the fences' shards and answers whether a fence is stale (its epoch or owner is no longer
+ * the shard's). Locks those lease rows for the rest of the transaction, so a takeover (which bumps the epoch)
+ * waits until this write has committed.
+ */
 async function fenceChecker(trx: Transaction<Database>, fences: Fence[]): Promise<(fence: Fence) => boolean> {
   const shards = [...new Set(fences.map((f) => f.shard))];
   const rows = await trx

@@ -7,7 +7,8 @@
  * - Every actor write carries a Fence; a write whose fence's epoch is not the shard's current epoch is refused
  *   with FENCED and changes nothing, so a worker that lost its lease cannot write behind its successor's back.
  * - `appendMessage` and `appendUserEvent` group-commit: concurrent appends share one transaction; each resolves
- *   once committed. Appending the same `send_key` twice commits once and resolves both with the first id.
+ *   once committed. Appending the same `send_key` twice commits once and resolves both with the first id. A
+ *   write-behind event (`behind`) may wait a few milliseconds for others to commit with.
  * - Message id blocks are disjoint and each block is above every block handed out before it.
  * - Snapshots are versioned: `saveSnapshot(…, expected)` succeeds only if the stored version is `expected`
  *   (0 = absent) and returns the new version; otherwise CONFLICT.
@@ -37,6 +38,8 @@ export interface UserEvent {
 export interface Lease {
   shard: number;
   epoch: number;
+  /** Taken from a holder that never released it (crashed, or stopped renewing): set by acquireLease. */
+  reclaimed?: boolean;
 }
 
 export interface Store {
@@ -51,8 +54,11 @@ export interface Store {
    * recipients' rows commit in the same transaction, and only with a message actually inserted.
    */
   appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number>;
-  /** Group-committed with the message appends; a repeated (user_id, seq) is stored once. */
-  appendUserEvent(event: UserEvent, fence: Fence): Promise<void>;
+  /**
+   * Group-committed; a repeated (user_id, seq) is stored once. `behind`: the caller does not wait on it before
+   * answering anyone, so it may wait a few milliseconds to share its commit with later events.
+   */
+  appendUserEvent(event: UserEvent, fence: Fence, opts?: { behind?: boolean }): Promise<void>;
   /** The user's stored events after `afterSeq`, oldest first. */
   userEventsAfter(userId: number, afterSeq: number): Promise<UserEvent[]>;
   /** Drop the user's events up to and including `throughSeq` (every queue has acknowledged them). */

@@ -8,6 +8,7 @@ import type { Entry, Reply, ReplyAddress, Transport, TransportHandlers } from ".
 
 export class MemoryTransport implements Transport {
   readonly nodeId = `mem-${randomUUID()}`;
+  readonly redeliversAfterCrash = false;
   private handlers?: TransportHandlers;
   private readonly held = new Set<number>();
   private readonly waiting = new Map<number, Entry[]>();

@@ -249,6 +249,7 @@ const NOOP = () => {};
 
 export class RedisStreamsTransport implements Transport {
   readonly nodeId: string;
+  readonly redeliversAfterCrash = true;
   private readonly url: string;
   private readonly keys: ReturnType<typeof redisKeys>;
   private readonly blockMs: number;

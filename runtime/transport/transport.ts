@@ -46,6 +46,11 @@ export interface TransportHandlers {
 export interface Transport {
   /** This process's address for replies; unique per process start. */
   readonly nodeId: string;
+  /**
+   * Whether entries a holder left unacknowledged when it died reach the shard's next holder (Redis Streams: they
+   * wait in the stream) or died with it (memory: there is no other process to take them over).
+   */
+  readonly redeliversAfterCrash: boolean;
   start(handlers: TransportHandlers): Promise<void>;
   send(shard: number, entry: Entry): Promise<void>;
   reply(to: ReplyAddress, reply: Reply): Promise<void>;

@@ -2,9 +2,15 @@
  * Event queues outlive their worker: with Redis Streams and Postgres, every worker is killed (SIGKILL) while a
  * queue holds unacknowledged events; once the workers are back the same queue answers with the same events,
  * under the same ids, and goes on receiving.
+ *
+ * Events are written behind their delivery (actors/user.ts): the two crash tests below lengthen that window
+ * (EVENT_WRITE_DELAY_MS) so that the kill certainly lands while the events exist only in memory. With Redis the
+ * unacknowledged deliveries reach the restarted workers again and the queue has every event; on the embedded
+ * engine nothing can deliver them again, so the queue answers BAD_EVENT_QUEUE_ID instead of a gap.
  */
 import fs from "node:fs";
 import path from "node:path";
+import pg from "pg";
 import { afterAll, expect, it } from "vitest";
 import { startChorus, type ChorusProcess } from "../support/process.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../support/services.ts";
@@ -17,6 +23,36 @@ afterAll(async () => {
 
 function workerPids(server: ChorusProcess): number[] {
   return [...server.output().matchAll(/listening on port \d+ \(pid (\d+)/g)].map((m) => Number(m[1]));
+}
+
+type Target = { url: string };
+
+async function storedEvents(url: string): Promise<number> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query("select count(*)::int as n from user_events")).rows[0].n;
+  } finally {
+    await client.end();
+  }
+}
+type Owner = ReturnType<typeof readZuliprc>;
+
+const sendTo = (target: Target, owner: Owner, channel: string) => async (content: string) => {
+  const res = await api(target, "POST", "/messages", { as: owner, params: { type: "stream", to: channel, topic: "t", content } });
+  expect(res.status).toBe(200);
+  return res.body.id as number;
+};
+
+/** Poll until the restarted deployment answers for the queue (any answer but a connection error or a 5xx). */
+async function pollAfterRestart(target: Target, owner: Owner, queue: string, ready: () => boolean): Promise<any> {
+  for (let i = 0; i < 150; i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    if (!ready()) continue;
+    const res = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } }).catch(() => undefined);
+    if (res && res.status < 500) return res;
+  }
+  throw new Error("the deployment did not answer for the queue after the restart");
 }
 
 it("restores a queue with its unacknowledged events after every worker is killed", async () => {
@@ -59,4 +95,76 @@ it("restores a queue with its unacknowledged events after every worker is killed
 
   const unknown = await api(target, "GET", "/events", { as: owner, params: { queue_id: "never-registered", last_event_id: -1, dont_block: true } });
   expect(unknown.body.code).toBe("BAD_EVENT_QUEUE_ID");
+}, 90_000);
+
+it("gives a restored queue every event that was only in memory when the workers died (Redis delivers again)", async () => {
+  const db = await freshDatabase();
+  const redis = freshRedisPrefix();
+  cleanups.push(db.drop, redis.clean);
+  const server = await startChorus({
+    REDIS_URL,
+    DATABASE_URL: db.url,
+    REDIS_PREFIX: redis.prefix,
+    WORKERS: "2",
+    LEASE_SECONDS: "2",
+    ASK_TIMEOUT_MS: "3000",
+    EVENT_WRITE_DELAY_MS: "5000",
+  });
+  cleanups.push(async () => void (await server.stop()), async () => fs.rmSync(server.dataDir, { recursive: true, force: true }));
+  const target = { url: `http://127.0.0.1:${server.port}` };
+  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
+  for (let i = 0; i < 50 && workerPids(server).length < 2; i++) await new Promise((r) => setTimeout(r, 100));
+
+  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "behind" }] } });
+  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
+  const send = sendTo(target, owner, "behind");
+  const sent = [await send("one"), await send("two"), await send("three")];
+  const before = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
+  expect(before.body.events.map((e: any) => e.message.id)).toEqual(sent);
+  // Nothing of it is in the store yet: the queue holds it in memory only.
+  expect(await storedEvents(db.url)).toBe(0);
+
+  const killed = workerPids(server);
+  for (const pid of killed) process.kill(pid, "SIGKILL");
+  const after = await pollAfterRestart(target, owner, queue, () => workerPids(server).length >= killed.length + 2);
+  expect(after.status).toBe(200);
+  const ids = after.body.events.map((e: any) => e.message.id);
+  expect(new Set(ids)).toEqual(new Set(sent));
+  expect(ids).toHaveLength(sent.length);
+  // The events' new ids are above every id handed out before the crash: a client that acknowledged those still
+  // receives these.
+  const lastSeen = before.body.events.at(-1).id;
+  for (const e of after.body.events) expect(e.id).toBeGreaterThan(lastSeen);
+}, 90_000);
+
+it("answers BAD_EVENT_QUEUE_ID, never a gap, for a queue whose events died with the embedded process", async () => {
+  const env = { EVENT_WRITE_DELAY_MS: "5000" };
+  const first = await startChorus(env);
+  const dataDir = first.dataDir;
+  cleanups.push(async () => fs.rmSync(dataDir, { recursive: true, force: true }));
+  const target = { url: `http://127.0.0.1:${first.port}` };
+  const owner = readZuliprc(path.join(dataDir, "zuliprc"));
+  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "embedded" }] } });
+  const lost = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
+  const id = await sendTo(target, owner, "embedded")("only in memory");
+  const before = await api(target, "GET", "/events", { as: owner, params: { queue_id: lost, last_event_id: -1, dont_block: true } });
+  expect(before.body.events.map((e: any) => e.message.id)).toEqual([id]);
+  const pids = workerPids(first);
+  expect(pids).toHaveLength(1);
+  process.kill(pids[0]!, "SIGKILL");
+  await first.stop();
+
+  const second = await startChorus(env, dataDir);
+  cleanups.push(async () => void (await second.stop()));
+  const again = { url: `http://127.0.0.1:${second.port}` };
+  const after = await api(again, "GET", "/events", { as: owner, params: { queue_id: lost, last_event_id: -1, dont_block: true } });
+  expect(after.status).toBe(400);
+  expect(after.body.code).toBe("BAD_EVENT_QUEUE_ID");
+  // A queue registered now works as usual, and the message itself was kept.
+  const fresh = (await api(again, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
+  const next = await sendTo(again, owner, "embedded")("after the restart");
+  const events = await api(again, "GET", "/events", { as: owner, params: { queue_id: fresh, last_event_id: -1, dont_block: true } });
+  expect(events.body.events.map((e: any) => e.message.id)).toEqual([next]);
+  const stored = await api(again, "GET", "/messages", { as: owner, params: { anchor: "newest", num_before: 5, num_after: 0, narrow: [{ operator: "channel", operand: "embedded" }] } });
+  expect(stored.body.messages.map((m: any) => m.id)).toEqual([id, next]);
 }, 90_000);

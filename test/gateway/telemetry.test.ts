@@ -36,7 +36,7 @@ describe.each(ENGINES)("tracing on %s", (engine) => {
     const trace = spans.filter((s) => s.spanContext().traceId === http!.spanContext().traceId);
     const ask = trace.find((s) => s.name === "ask channel");
     const turn = trace.find((s) => s.name === "turn channel");
-    const commit = trace.find((s) => s.name === "store.commit appends");
+    const commit = trace.find((s) => s.name === "store.commit messages");
     expect(ask && parentOf(ask)).toBe(http!.spanContext().spanId);
     expect(turn && parentOf(turn)).toBe(ask!.spanContext().spanId);
     expect(commit && parentOf(commit)).toBe(turn!.spanContext().spanId);

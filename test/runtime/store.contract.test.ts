@@ -263,7 +263,7 @@ describe.each(engines)("Store on $name", (engineCase) => {
       expect(takenOver).toBe(false);
       openGate();
       expect(await writing).toBe("written");
-      expect(await takeover).toEqual({ shard: fence.shard, epoch: fence.epoch + 1 });
+      expect(await takeover).toEqual({ shard: fence.shard, epoch: fence.epoch + 1, reclaimed: true });
       expect(await realmNamed(key)).toBeDefined();
       // And from now on the old owner is refused.
       await expectCode(store.write(fence, async () => undefined), "FENCED");
@@ -507,17 +507,17 @@ describe.each(engines)("Store on $name", (engineCase) => {
       expect(row.owner).toBe("node-a");
       expect(row.epoch).toBe(lease!.epoch);
       // The new rows are free.
-      expect(await store.acquireLease(SHARDS + 2, "node-a", 60)).toEqual({ shard: SHARDS + 2, epoch: 1 });
+      expect(await store.acquireLease(SHARDS + 2, "node-a", 60)).toEqual({ shard: SHARDS + 2, epoch: 1, reclaimed: false });
     });
 
     it("gives a free shard epoch 1 and refuses a second node while the lease is live", async () => {
       const s = shard();
-      expect(await store.acquireLease(s, "node-a", 60)).toEqual({ shard: s, epoch: 1 });
+      expect(await store.acquireLease(s, "node-a", 60)).toEqual({ shard: s, epoch: 1, reclaimed: false });
       expect(await store.acquireLease(s, "node-b", 60)).toBeUndefined();
       // Concurrent attempts on a free shard: exactly one owner.
       const t = shard();
       const attempts = await Promise.all(["n1", "n2", "n3", "n4"].map((n) => store.acquireLease(t, n, 60)));
-      expect(attempts.filter((a) => a !== undefined)).toEqual([{ shard: t, epoch: 1 }]);
+      expect(attempts.filter((a) => a !== undefined)).toEqual([{ shard: t, epoch: 1, reclaimed: false }]);
       expect(await store.leasesHeldBy("node-a")).toContainEqual({ shard: s, epoch: 1 });
     });
 
@@ -534,7 +534,8 @@ describe.each(engines)("Store on $name", (engineCase) => {
       await store.releaseLease(lease, "node-a");
       expect(await store.leasesHeldBy("node-a")).not.toContainEqual(lease);
       const next = await store.acquireLease(s, "node-b", 60);
-      expect(next).toEqual({ shard: s, epoch: lease.epoch + 1 });
+      // Released: the next holder knows nothing was left behind.
+      expect(next).toEqual({ shard: s, epoch: lease.epoch + 1, reclaimed: false });
       expect(await store.renewLease(lease, "node-a", 60)).toBe(false);
       await expectCode(store.write({ shard: s, epoch: lease.epoch, node: "node-a" }, async () => undefined), "FENCED");
       await store.write({ shard: s, epoch: next!.epoch, node: "node-b" }, async () => undefined);
@@ -544,12 +545,13 @@ describe.each(engines)("Store on $name", (engineCase) => {
       const s = shard();
       const old = (await store.acquireLease(s, "node-a", 60))!;
       const forced = await store.acquireLease(s, "node-b", 60, true);
-      expect(forced).toEqual({ shard: s, epoch: old.epoch + 1 });
+      // Never released: the new holder knows it took over from a holder that may have left work unfinished.
+      expect(forced).toEqual({ shard: s, epoch: old.epoch + 1, reclaimed: true });
       expect(await store.renewLease(old, "node-a", 60)).toBe(false);
       await expectCode(store.write({ shard: s, epoch: old.epoch, node: "node-a" }, async () => undefined), "FENCED");
       await expectCode(store.appendMessage(message(), { shard: s, epoch: old.epoch, node: "node-a" }), "FENCED");
       // A restarted single process forcing its own shard back also gets a new epoch.
-      expect(await store.acquireLease(s, "node-b", 60, true)).toEqual({ shard: s, epoch: old.epoch + 2 });
+      expect(await store.acquireLease(s, "node-b", 60, true)).toEqual({ shard: s, epoch: old.epoch + 2, reclaimed: true });
     });
 
     it("after expiry: another node takes over with epoch + 1, the old holder can neither renew nor write; heartbeats expire too", async () => {
@@ -562,7 +564,7 @@ describe.each(engines)("Store on $name", (engineCase) => {
       await sleep(1100); // the one wait of the suite: the lease and the heartbeat above are now older than 1 s
 
       const taken = await store.acquireLease(s, "node-b", 60);
-      expect(taken).toEqual({ shard: s, epoch: old.epoch + 1 });
+      expect(taken).toEqual({ shard: s, epoch: old.epoch + 1, reclaimed: true });
       expect(await store.renewLease(old, "node-a", 60)).toBe(false);
       const key = uniqueKey("after-takeover");
       await expectCode(
@@ -577,7 +579,7 @@ describe.each(engines)("Store on $name", (engineCase) => {
       // The new holder writes.
       const n = message();
       expect(await store.appendMessage(n, { shard: s, epoch: taken!.epoch, node: "node-b" })).toBe(n.id);
-      expect(await store.leasesHeldBy("node-b")).toContainEqual(taken);
+      expect(await store.leasesHeldBy("node-b")).toContainEqual({ shard: s, epoch: taken!.epoch });
       expect(await store.leasesHeldBy("node-a")).not.toContainEqual(old);
 
       const alive = await store.heartbeat(`${hbKey}-new`, 91, 1);

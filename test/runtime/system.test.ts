@@ -60,12 +60,14 @@ interface Probe {
   /** `flaky` activations wait for this before failing (first attempt) or succeeding. */
   gate: Promise<void>;
   openGate(): void;
+  /** The work of `acker` turns, settled by the test. */
+  ackHolds: Array<() => void>;
 }
 
 function newProbe(): Probe {
   let openGate!: () => void;
   const gate = new Promise<void>((r) => (openGate = r));
-  return { log: [], activations: new Map(), deactivations: new Map(), turns: new Map(), ticks: [], gate, openGate };
+  return { log: [], activations: new Map(), deactivations: new Map(), turns: new Map(), ticks: [], gate, openGate, ackHolds: [] };
 }
 
 function bump(map: Map<string, number>, id: string): number {
@@ -136,6 +138,13 @@ function testKinds(p: Probe): Record<string, ActorFactory> {
         },
       };
     },
+    /** Answers at once, holding its entry's acknowledgement until the test settles the work (ctx.holdAcknowledgement). */
+    acker: (ctx) => ({
+      receive(m: Msg) {
+        ctx.holdAcknowledgement(new Promise<void>((resolve) => p.ackHolds.push(resolve)));
+        return `answered ${m.n}`;
+      },
+    }),
     /** Its first activation fails (once the gate opens); later ones succeed. */
     flaky: (ctx) => ({
       async activate() {
@@ -383,6 +392,23 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     const doomed = system.ask<string>("committer:a", { op: "hold", n: 3 });
     await system.ask("committer:a", { op: "finish", fail: true });
     await expect(doomed).rejects.toMatchObject({ code: "COMMIT_FAILED", status: 503 });
+  });
+
+  it("ctx.holdAcknowledgement answers at once but keeps the entry in flight until its work settles", async () => {
+    const system = await node();
+    const shard = 3;
+    expect(await system.ask<string>(idOn("acker", shard, 0), { op: "hold", n: 1 })).toBe("answered 1");
+    await system.broadcast([idOn("acker", shard, 1), idOn("acker", shard, 2)], { op: "hold", n: 2 }); // answered too
+    expect(probe.ackHolds).toHaveLength(3);
+    let released = false;
+    const releasing = system.dropShard(shard).then(() => (released = true));
+    await sleep(100);
+    expect(released).toBe(false); // releasing the shard waits for its unacknowledged entries
+    for (const settle of probe.ackHolds.splice(0, 2)) settle();
+    await sleep(50);
+    expect(released).toBe(false); // the broadcast entry waits for both of its turns' work
+    probe.ackHolds.shift()!();
+    await releasing;
   });
 
   it("a parked ask resolved after the asker timed out is ignored", async () => {
