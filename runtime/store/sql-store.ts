@@ -284,48 +284,24 @@ const column = <T, V>(rows: T[], f: (row: T) => V) => rows.map(f);
 
 /**
  * One batch of messages as one statement, so one round trip and one commit (a transaction of separate statements
- * took five round trips; with fsync each commit is most of a send's latency). Its parts, as data-modifying CTEs:
- * - `lease`: the batch's shard leases, locked FOR SHARE until the commit, so a takeover (which updates the row)
- *   waits for this batch and a batch that read an old epoch is refused; only rows whose fence matches are written;
- * - `new_messages`: the messages, skipping a send_key already stored (a redelivered send);
- * - their recipients' flag rows, for the messages this statement inserted.
- * It answers the leases it read, the messages it inserted, and those stored before with the batch's send_keys (the
- * statement's snapshot does not see its own inserts).
+ * took five round trips; with fsync each commit is most of a send's latency): chorus_append_messages (see its
+ * migration, 2026-11-23T2200-append-functions) writes the messages whose fence holds, skipping a send_key already
+ * stored (a redelivered send), and the recipients' flag rows of the messages it inserted. It answers the leases it
+ * read, the messages it inserted, and those stored before with the batch's send_keys.
  */
 async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Promise<{ isStale(fence: Fence): boolean; ids: Map<string, number> }> {
   const recipients = batch.flatMap((p) => (p.recipients ?? []).map((r) => ({ ...r, message_id: p.message.id })));
   const m = (f: (p: PendingMessage) => unknown) => column(batch, f);
   const sendKeys = batch.map((p) => p.message.send_key).filter((k): k is string => !!k);
   const { rows } = await sql<{ kind: "lease" | "inserted" | "earlier"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>`
-    with lease as (
-      select shard, owner, epoch from shard_leases where shard = any(${[...new Set(batch.map((p) => p.fence.shard))]}::integer[]) for share
-    ),
-    message_rows as (
-      select t.* from unnest(
-        ${m((p) => p.message.id)}::bigint[], ${m((p) => p.message.realm_id)}::integer[], ${m((p) => p.message.sender_id)}::integer[],
-        ${m((p) => p.message.recipient_type)}::text[], ${m((p) => p.message.recipient_id)}::integer[], ${m((p) => p.message.stream_id ?? null)}::integer[],
-        ${m((p) => p.message.topic)}::text[], ${m((p) => p.message.content)}::text[], ${m((p) => p.message.rendered_content)}::text[],
-        ${m((p) => p.message.date_sent)}::bigint[], ${m((p) => p.message.sending_client)}::text[], ${m((p) => p.message.send_key ?? null)}::text[],
-        ${m((p) => p.fence.shard)}::integer[], ${m((p) => p.fence.epoch)}::bigint[], ${m((p) => p.fence.node)}::text[]
-      ) as t(id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content, rendered_content, date_sent, sending_client, send_key, f_shard, f_epoch, f_node)
-      join lease l on l.shard = t.f_shard and l.epoch = t.f_epoch and l.owner = t.f_node
-    ),
-    new_messages as (
-      insert into messages (id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content, rendered_content, date_sent, sending_client, send_key)
-      select id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content, rendered_content, date_sent, sending_client, send_key from message_rows
-      on conflict (send_key) do nothing
-      returning id, send_key
-    ),
-    new_flags as (
-      insert into user_messages (user_id, message_id, flags)
-      select r.user_id, r.message_id, r.flags
-      from unnest(${column(recipients, (r) => r.user_id)}::integer[], ${column(recipients, (r) => r.message_id)}::bigint[], ${column(recipients, (r) => r.flags)}::integer[]) as r(user_id, message_id, flags)
-      where r.message_id in (select id from new_messages)
-      on conflict do nothing
-    )
-    select 'lease' as kind, shard, owner, epoch, null::bigint as id, null::text as send_key from lease
-    union all select 'inserted', null, null, null, id, send_key from new_messages
-    union all select 'earlier', null, null, null, id, send_key from messages where send_key = any(${sendKeys}::text[])`.execute(db);
+    select * from chorus_append_messages(
+      ${m((p) => p.message.id)}::bigint[], ${m((p) => p.message.realm_id)}::integer[], ${m((p) => p.message.sender_id)}::integer[],
+      ${m((p) => p.message.recipient_type)}::text[], ${m((p) => p.message.recipient_id)}::integer[], ${m((p) => p.message.stream_id ?? null)}::integer[],
+      ${m((p) => p.message.topic)}::text[], ${m((p) => p.message.content)}::text[], ${m((p) => p.message.rendered_content)}::text[],
+      ${m((p) => p.message.date_sent)}::bigint[], ${m((p) => p.message.sending_client)}::text[], ${m((p) => p.message.send_key ?? null)}::text[],
+      ${m((p) => p.fence.shard)}::integer[], ${m((p) => p.fence.epoch)}::bigint[], ${m((p) => p.fence.node)}::text[],
+      ${column(recipients, (r) => r.user_id)}::integer[], ${column(recipients, (r) => r.message_id)}::bigint[], ${column(recipients, (r) => r.flags)}::integer[],
+      ${sendKeys}::text[])`.execute(db);
   // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
   const ids = new Map<string, number>();
   for (const r of rows) if (r.kind !== "lease" && r.send_key) ids.set(r.send_key, Number(r.id));
@@ -336,20 +312,9 @@ async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Pr
 async function commitEvents(db: Kysely<Database>, batch: PendingEvent[]): Promise<{ isStale(fence: Fence): boolean }> {
   const e = (f: (p: PendingEvent) => unknown) => column(batch, f);
   const { rows } = await sql<LeaseRow>`
-    with lease as (
-      select shard, owner, epoch from shard_leases where shard = any(${[...new Set(batch.map((p) => p.fence.shard))]}::integer[]) for share
-    ),
-    new_events as (
-      insert into user_events (user_id, seq, payload)
-      select t.user_id, t.seq, t.payload
-      from unnest(
-        ${e((p) => p.event.user_id)}::integer[], ${e((p) => p.event.seq)}::bigint[], ${e((p) => JSON.stringify(p.event.payload))}::jsonb[],
-        ${e((p) => p.fence.shard)}::integer[], ${e((p) => p.fence.epoch)}::bigint[], ${e((p) => p.fence.node)}::text[]
-      ) as t(user_id, seq, payload, f_shard, f_epoch, f_node)
-      join lease l on l.shard = t.f_shard and l.epoch = t.f_epoch and l.owner = t.f_node
-      on conflict (user_id, seq) do nothing
-    )
-    select shard, owner, epoch from lease`.execute(db);
+    select * from chorus_append_user_events(
+      ${e((p) => p.event.user_id)}::integer[], ${e((p) => p.event.seq)}::bigint[], ${e((p) => JSON.stringify(p.event.payload))}::jsonb[],
+      ${e((p) => p.fence.shard)}::integer[], ${e((p) => p.fence.epoch)}::bigint[], ${e((p) => p.fence.node)}::text[])`.execute(db);
   return { isStale: staleAgainst(rows) };
 }
 

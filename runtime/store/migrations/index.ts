@@ -15,6 +15,7 @@ import * as inviteLinks from "./2026-11-23T1900-invite-links.ts";
 import * as customProfileFields from "./2026-11-23T1900-custom-profile-fields.ts";
 import * as userApiEmailLookup from "./2026-11-23T1910-user-api-email-lookup.ts";
 import * as realmEmoji from "./2026-11-23T1930-realm-emoji.ts";
+import * as appendFunctions from "./2026-11-23T2200-append-functions.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -32,4 +33,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-23T1900-custom-profile-fields": customProfileFields,
   "2026-11-23T1910-user-api-email-lookup": userApiEmailLookup,
   "2026-11-23T1930-realm-emoji": realmEmoji,
+  "2026-11-23T2200-append-functions": appendFunctions,
 };
