@@ -22,12 +22,32 @@ type PendingMessage = { message: NewMessage; recipients?: MessageRecipient[]; fe
 type PendingEvent = { event: UserEvent; fence: Fence; resolve(): void; reject(err: unknown): void };
 
 export class SqlStore implements Store {
-  private pendingMessages: PendingMessage[] = [];
-  private pendingEvents: PendingEvent[] = [];
-  /** Some waiting event may not wait for EVENT_WRITE_DELAY_MS (or the delay is over). */
-  private eventsDue = false;
-  private eventTimer?: NodeJS.Timeout;
-  private flushing = false;
+  /**
+   * Messages and user events commit in two independent streams of group commits (each statement is cheaper to plan
+   * alone, and on Postgres an events commit does not hold up the next messages commit).
+   */
+  private readonly messages = new GroupCommit<PendingMessage>(
+    "messages",
+    (p) => 1 + (p.recipients?.length ?? 0),
+    async (batch) => {
+      const outcome = await commitMessages(this.db, batch);
+      for (const p of batch) {
+        if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
+        else p.resolve((p.message.send_key && outcome.ids.get(p.message.send_key)) || p.message.id);
+      }
+    },
+  );
+  private readonly events = new GroupCommit<PendingEvent>(
+    "events",
+    () => 1,
+    async (batch) => {
+      const outcome = await commitEvents(this.db, batch);
+      for (const p of batch) {
+        if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
+        else p.resolve();
+      }
+    },
+  );
 
   /**
    * `eventWriteDelayMs`: how long a write-behind user event waits for company (see appendUserEvent): a fan-out's
@@ -63,26 +83,11 @@ export class SqlStore implements Store {
   }
 
   appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number> {
-    return new Promise((resolve, reject) => {
-      this.pendingMessages.push({ message, recipients, fence, resolve, reject });
-      this.scheduleFlush();
-    });
+    return new Promise((resolve, reject) => this.messages.add({ message, recipients, fence, resolve, reject }));
   }
 
   appendUserEvent(event: UserEvent, fence: Fence, opts?: { behind?: boolean }): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.pendingEvents.push({ event, fence, resolve, reject });
-      if (!opts?.behind) {
-        this.eventsDue = true;
-        this.scheduleFlush();
-      } else {
-        this.eventTimer ??= setTimeout(() => {
-          this.eventTimer = undefined;
-          this.eventsDue = true;
-          this.scheduleFlush();
-        }, this.opts.eventWriteDelayMs ?? 10);
-      }
-    });
+    return new Promise((resolve, reject) => this.events.add({ event, fence, resolve, reject }, opts?.behind ? (this.opts.eventWriteDelayMs ?? 10) : 0));
   }
 
   async userEventsAfter(userId: number, afterSeq: number): Promise<UserEvent[]> {
@@ -98,61 +103,6 @@ export class SqlStore implements Store {
 
   async pruneUserEvents(userId: number, throughSeq: number, fence: Fence): Promise<void> {
     await this.write(fence, (trx) => trx.deleteFrom("user_events").where("user_id", "=", userId).where("seq", "<=", throughSeq).execute());
-  }
-
-  /**
-   * The next group commit starts on the next turn of the event loop, not now: a transaction on PGlite is a chain of
-   * promise callbacks that would otherwise run to its end before the requests already waiting on the sockets are
-   * read, so every commit would hold one message.
-   */
-  private scheduleFlush(): void {
-    if (this.flushing) return;
-    this.flushing = true;
-    setImmediate(() => void this.flush());
-  }
-
-  /**
-   * Group commit: whatever accumulated while the previous commit ran goes into the next one. Under load a batch
-   * grows to what arrives during one commit; idle, a message commits alone with no added delay. Messages and
-   * events commit in separate statements (each is cheaper to plan alone), taking turns.
-   */
-  private async flush(): Promise<void> {
-    this.flushing = true;
-    try {
-      while (this.pendingMessages.length || (this.eventsDue && this.pendingEvents.length)) {
-        if (this.pendingMessages.length) await this.commitBatch("messages", takeBatch(this.pendingMessages, (p) => 1 + (p.recipients?.length ?? 0)), commitMessages);
-        if (this.eventsDue && this.pendingEvents.length) {
-          const batch = takeBatch(this.pendingEvents, () => 1);
-          if (!this.pendingEvents.length) this.eventsDue = false;
-          await this.commitBatch("events", batch, commitEvents);
-        }
-      }
-      this.eventsDue = false;
-    } finally {
-      this.flushing = false;
-    }
-  }
-
-  private async commitBatch<P extends PendingMessage | PendingEvent>(
-    what: string,
-    batch: P[],
-    commit: (db: Kysely<Database>, batch: P[]) => Promise<{ isStale(fence: Fence): boolean; ids?: Map<string, number> }>,
-  ): Promise<void> {
-    await tracer.startActiveSpan(`store.commit ${what}`, async (span) => {
-      span.setAttribute("chorus.batch_size", batch.length);
-      try {
-        const outcome = await commit(this.db, batch);
-        for (const p of batch) {
-          if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
-          else if ("message" in p) p.resolve((p.message.send_key && outcome.ids?.get(p.message.send_key)) || p.message.id);
-          else p.resolve();
-        }
-      } catch (err) {
-        for (const p of batch) p.reject(err);
-      } finally {
-        span.end();
-      }
-    });
   }
 
   async allocateMessageIds(): Promise<{ first: number; size: number }> {
@@ -262,8 +212,79 @@ export class SqlStore implements Store {
   }
 
   async close(): Promise<void> {
-    while (this.flushing || this.pendingMessages.length || this.pendingEvents.length) await new Promise((r) => setTimeout(r, 5));
+    await Promise.all([this.messages.drain(), this.events.drain()]);
     await this.db.destroy();
+  }
+}
+
+/**
+ * One stream of group commits: whatever accumulated while the previous commit ran goes into the next one. Under load
+ * a batch grows to what arrives during one commit; idle, an append commits alone with no added delay. An append may
+ * instead ask to wait up to `delayMs` for company (a write-behind), unless an earlier commit takes it along.
+ */
+class GroupCommit<P extends { reject(err: unknown): void }> {
+  private pending: P[] = [];
+  /** A commit is running or about to. */
+  private running = false;
+  /** Some pending append may not wait any longer. */
+  private due = false;
+  private timer?: NodeJS.Timeout;
+
+  constructor(
+    private readonly name: string,
+    private readonly rowsOf: (p: P) => number,
+    /** Commits the batch and settles each append. */
+    private readonly commit: (batch: P[]) => Promise<void>,
+  ) {}
+
+  add(p: P, delayMs = 0): void {
+    this.pending.push(p);
+    if (delayMs <= 0) this.start();
+    else
+      this.timer ??= setTimeout(() => {
+        this.timer = undefined;
+        this.start();
+      }, delayMs);
+  }
+
+  /** Commit everything pending now; resolves once nothing is pending or committing. */
+  async drain(): Promise<void> {
+    if (this.pending.length) this.start();
+    while (this.running || this.pending.length) await new Promise((r) => setTimeout(r, 5));
+  }
+
+  /**
+   * The next group commit starts on the next turn of the event loop, not now: a transaction on PGlite is a chain of
+   * promise callbacks that would otherwise run to its end before the requests already waiting on the sockets are
+   * read, so every commit would hold one append.
+   */
+  private start(): void {
+    this.due = true;
+    if (this.running) return;
+    this.running = true;
+    setImmediate(() => void this.run());
+  }
+
+  private async run(): Promise<void> {
+    try {
+      while (this.due && this.pending.length) {
+        const batch = takeBatch(this.pending, this.rowsOf);
+        if (!this.pending.length) this.due = false;
+        await tracer.startActiveSpan(`store.commit ${this.name}`, async (span) => {
+          span.setAttribute("chorus.batch_size", batch.length);
+          try {
+            await this.commit(batch);
+          } catch (err) {
+            for (const p of batch) p.reject(err);
+          } finally {
+            span.end();
+          }
+        });
+      }
+      this.due = false;
+    } finally {
+      this.running = false;
+    }
   }
 }
 
