@@ -48,8 +48,8 @@ export async function up(db: Kysely<any>): Promise<void> {
         new_flags as (
           insert into user_messages (user_id, message_id, flags)
           select r.user_id, r.message_id, r.flags from unnest(r_user_id, r_message_id, r_flags) as r(user_id, message_id, flags)
+          -- A message inserted just now has no flag rows yet: a plain insert, cheaper than ON CONFLICT's speculative one.
           where r.message_id in (select n.id from new_messages n)
-          on conflict do nothing
         )
         select 'lease'::text, l.shard, l.owner, l.epoch, null::bigint, null::text from lease l
         union all select 'inserted', null, null, null, n.id, n.send_key from new_messages n
