@@ -15,6 +15,10 @@
  *   register again, never a silent gap.
  * - caused by this actor's own operations (settings, drafts, views): the operation is answered only once the row is
  *   committed, since a repeated request would not cause the event again.
+ * - on the memory transport (one process), delivered events are not written at all while the actor runs: a crash
+ *   drops the queues anyway (above), so the rows would only serve a graceful restart, and the actor writes its
+ *   queues' unacknowledged events when it deactivates instead. This saves the embedded engine a commit per burst of
+ *   events.
  * Sequence numbers are reserved in blocks in the snapshot, so a rebuilt queue never hands out an id that an event
  * lost in a crash already had (a client that acknowledged it would skip the new one).
  *
@@ -112,10 +116,18 @@ interface Snapshot {
 /** Sequence numbers reserved per snapshot write: one write per this many events a user receives. */
 const SEQ_BLOCK = 1024;
 
+/** An event in a queue; one object for all the queues that take it. */
+interface QueuedEvent {
+  seq: number;
+  event: StoredEvent;
+  /** Not in the durable stream yet: to be written when the actor deactivates (see the top of this file). */
+  unwritten?: boolean;
+}
+
 interface EventQueue {
   spec: QueueSpec;
   eventTypes: Set<string> | null;
-  items: Array<{ seq: number; event: StoredEvent }>;
+  items: QueuedEvent[];
   /** The waiting poll, if any. */
   poll?: { deferred: Deferred<Polled>; cancelHeartbeat: () => void; n: number; after: number };
   polls: number;
@@ -187,6 +199,10 @@ export class UserActor implements Actor {
   async deactivate(): Promise<void> {
     // The queues live on in the store; an empty answer sends the client straight back to poll the new owner.
     for (const q of this.queues.values()) if (q.poll) this.finishPoll(q, { events: [] });
+    const unwritten = new Map<number, QueuedEvent>();
+    for (const q of this.queues.values()) for (const item of q.items) if (item.unwritten) unwritten.set(item.seq, item);
+    const fence = this.ctx.fence();
+    await Promise.all([...unwritten.values()].map((item) => this.deps.store.appendUserEvent({ user_id: this.userId, seq: item.seq, payload: persisted(item.event) }, fence)));
   }
 
   receive(msg: UserMessage | Internal): unknown {
@@ -546,10 +562,13 @@ export class UserActor implements Actor {
     if (!targets.length) return;
     if (this.nextSeq >= this.seqReserved) await this.saveSnapshot();
     const seq = this.nextSeq++;
+    const unwritten = behind && !this.ctx.transportRedelivers;
+    const item: QueuedEvent = unwritten ? { seq, event, unwritten } : { seq, event };
     for (const q of targets) {
-      q.items.push({ seq, event });
+      q.items.push(item);
       if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
     }
+    if (unwritten) return;
     // The turn ends while the row commits, so the next deliveries join the same group commit.
     const written = this.deps.store.appendUserEvent({ user_id: this.userId, seq, payload: persisted(event) }, this.ctx.fence(), { behind });
     this.inFlight.add(seq);

@@ -78,6 +78,11 @@ export interface ActorContext {
    * holdAcknowledgement before the crash may then be missing, and an actor relying on it must say so.
    */
   readonly unacknowledgedLost: boolean;
+  /**
+   * Whether the transport delivers this actor's unacknowledged entries again after this process dies (Redis
+   * Streams) or loses them with it (memory, one process: everything in memory dies with it anyway).
+   */
+  readonly transportRedelivers: boolean;
 }
 
 export interface Actor {

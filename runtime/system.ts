@@ -159,10 +159,12 @@ export class ActorSystem {
   /** Stop receiving the shard and drop its activations (after their current turns). */
   async dropShard(shard: number): Promise<void> {
     await this.opts.transport.release(shard);
-    this.epochs.delete(shard);
-    this.lostEntries.delete(shard);
+    // Deactivated while the epoch is known: an actor may still write what it kept in memory (its fence holds until
+    // the shard manager releases the lease).
     const dropping = [...this.activations.values()].filter((a) => a.shard === shard);
     await Promise.all(dropping.map((a) => this.deactivate(a)));
+    this.epochs.delete(shard);
+    this.lostEntries.delete(shard);
   }
 
   heldShards(): number[] {
@@ -262,6 +264,7 @@ export class ActorSystem {
       get unacknowledgedLost() {
         return system.lostEntries.has(a.shard);
       },
+      transportRedelivers: this.opts.transport.redeliversAfterCrash,
       fence: (): Fence => {
         const epoch = this.epochs.get(a.shard);
         if (epoch === undefined) throw errors.fenced(a.shard);

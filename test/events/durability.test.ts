@@ -168,3 +168,28 @@ it("answers BAD_EVENT_QUEUE_ID, never a gap, for a queue whose events died with 
   const stored = await api(again, "GET", "/messages", { as: owner, params: { anchor: "newest", num_before: 5, num_after: 0, narrow: [{ operator: "channel", operand: "embedded" }] } });
   expect(stored.body.messages.map((m: any) => m.id)).toEqual([id, next]);
 }, 90_000);
+
+it("keeps an embedded queue's events, under the same ids, across a graceful restart", async () => {
+  const first = await startChorus();
+  const dataDir = first.dataDir;
+  cleanups.push(async () => fs.rmSync(dataDir, { recursive: true, force: true }));
+  const target = { url: `http://127.0.0.1:${first.port}` };
+  const owner = readZuliprc(path.join(dataDir, "zuliprc"));
+  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "graceful" }] } });
+  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
+  const send = sendTo(target, owner, "graceful");
+  const sent = [await send("one"), await send("two")];
+  const before = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
+  expect(before.body.events.map((e: any) => e.message.id)).toEqual(sent);
+  expect(await first.stop()).toBe(0);
+
+  const second = await startChorus({}, dataDir);
+  cleanups.push(async () => void (await second.stop()));
+  const again = { url: `http://127.0.0.1:${second.port}` };
+  const after = await api(again, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
+  expect(after.status).toBe(200);
+  expect(after.body.events).toEqual(before.body.events);
+  const next = await sendTo(again, owner, "graceful")("three");
+  const more = await api(again, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: before.body.events.at(-1).id, dont_block: true } });
+  expect(more.body.events.map((e: any) => e.message.id)).toEqual([next]);
+}, 90_000);
