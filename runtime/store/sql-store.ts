@@ -36,7 +36,6 @@ export class SqlStore implements Store {
         else p.resolve((p.message.send_key && outcome.ids.get(p.message.send_key)) || p.message.id);
       }
     },
-    Number(process.env.LINGER_MS ?? 0),
   );
   private readonly events = new GroupCommit<PendingEvent>(
     "events",
@@ -236,8 +235,6 @@ class GroupCommit<P extends { reject(err: unknown): void }> {
     private readonly rowsOf: (p: P) => number,
     /** Commits the batch and settles each append. */
     private readonly commit: (batch: P[]) => Promise<void>,
-    /** Under load (a commit follows another), wait this long for more appends before the next commit. */
-    private readonly lingerMs = 0,
   ) {}
 
   add(p: P, delayMs = 0): void {
@@ -270,10 +267,7 @@ class GroupCommit<P extends { reject(err: unknown): void }> {
 
   private async run(): Promise<void> {
     try {
-      let first = true;
       while (this.due && this.pending.length) {
-        if (!first && this.lingerMs > 0) await new Promise((r) => setTimeout(r, this.lingerMs));
-        first = false;
         const batch = takeBatch(this.pending, this.rowsOf);
         if (!this.pending.length) this.due = false;
         await tracer.startActiveSpan(`store.commit ${this.name}`, async (span) => {
