@@ -37,6 +37,7 @@ import {
   USER,
   type AddPushToken,
   type AddView,
+  type DeliverMessage,
   type RemovePushToken,
   type DraftFields,
   type Narrow,
@@ -73,6 +74,22 @@ type PersistedEvent =
   | { kind: "message"; messageId: number; flags: string[]; queueId?: string; localId?: string; observer?: boolean }
   | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string; observer?: boolean }
   | { kind: "event"; event: Record<string, unknown>; queueId?: string; bulkDeletion?: boolean };
+
+/**
+ * The queue event of a message delivery for one recipient. Recipients with the delivery's default flags share one
+ * object (a fan-out to thousands of queues keeps one, not thousands): queue events are never mutated, and a
+ * delivery is one read-only value for all the targets of its transport entry.
+ */
+const sharedMessageEvents = new WeakMap<DeliverMessage, StoredEvent>();
+function messageEvent(msg: DeliverMessage, userId: number): StoredEvent {
+  const own = msg.flagsFor?.[userId];
+  const observer = msg.observers?.includes(userId) || undefined;
+  const make = (flags: string[]): StoredEvent => ({ kind: "message", message: msg.message, flags, queueId: msg.queueId, localId: msg.localId, observer });
+  if (own !== undefined || observer) return make(own ?? msg.flags);
+  let shared = sharedMessageEvents.get(msg);
+  if (!shared) sharedMessageEvents.set(msg, (shared = make(msg.flags)));
+  return shared;
+}
 
 function persisted(event: StoredEvent): PersistedEvent {
   if (event.kind === "event") return event;
@@ -215,17 +232,7 @@ export class UserActor implements Actor {
         return this.deleteQueue(msg.queueId);
       case "deliverMessage":
         if (this.restoredMessages?.has(msg.message.id)) return;
-        return this.deliver(
-          {
-            kind: "message",
-            message: msg.message,
-            flags: msg.flagsFor?.[this.userId] ?? msg.flags,
-            queueId: msg.queueId,
-            localId: msg.localId,
-            observer: msg.observers?.includes(this.userId) || undefined,
-          },
-          true,
-        );
+        return this.deliver(messageEvent(msg, this.userId), true);
       case "deliverEvent":
         return this.deliverEvent(msg.event);
       case "updateSettings":
@@ -558,7 +565,8 @@ export class UserActor implements Actor {
    * row is committed (see the top of this file); otherwise the turn is answered only once it is committed.
    */
   private async deliver(event: StoredEvent, behind = false): Promise<void> {
-    const targets = [...this.queues.values()].filter((q) => this.accepts(q, event));
+    const targets: EventQueue[] = [];
+    for (const q of this.queues.values()) if (this.accepts(q, event)) targets.push(q);
     if (!targets.length) return;
     if (this.nextSeq >= this.seqReserved) await this.saveSnapshot();
     const seq = this.nextSeq++;

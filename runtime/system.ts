@@ -48,6 +48,8 @@ interface Activation {
   /** Set by ctx.holdAcknowledgement during the current turn. */
   held?: Promise<unknown>;
   activated?: Promise<void>;
+  /** `activated` has resolved: later drains skip awaiting it (a fan-out runs thousands of drains). */
+  ready?: boolean;
 }
 
 interface PendingAsk {
@@ -292,15 +294,18 @@ export class ActorSystem {
   private async drain(a: Activation): Promise<void> {
     a.running = true;
     try {
-      if (!a.activated) a.activated = a.actor.activate?.() ?? Promise.resolve();
-      try {
-        await a.activated;
-      } catch (err) {
-        // Activation failed: fail what is queued and forget the activation so the next message retries.
-        this.activations.delete(a.id);
-        const error = ChorusError.wrap(err);
-        for (const turn of a.queue.splice(0)) this.finishTurn(turn, undefined, error);
-        return;
+      if (!a.ready) {
+        if (!a.activated) a.activated = a.actor.activate?.() ?? Promise.resolve();
+        try {
+          await a.activated;
+          a.ready = true;
+        } catch (err) {
+          // Activation failed: fail what is queued and forget the activation so the next message retries.
+          this.activations.delete(a.id);
+          const error = ChorusError.wrap(err);
+          for (const turn of a.queue.splice(0)) this.finishTurn(turn, undefined, error);
+          return;
+        }
       }
       while (a.queue.length) {
         const turn = a.queue.shift()!;
