@@ -206,6 +206,10 @@ export class UserActor implements Actor {
       for (const item of stored) if (this.accepts(q, item.event)) q.items.push(item);
       this.queues.set(spec.id, q);
     }
+    // Reserve this activation's first block now (nextSeq starts at the old reservation): activations follow the
+    // clients' first polls after a restart, so the first message to a big channel then finds every block reserved
+    // instead of waiting on one snapshot write per recipient.
+    await this.saveSnapshot();
     this.scheduleExpiry();
   }
 
