@@ -222,6 +222,7 @@ export class UserActor implements Actor {
     for (const q of this.queues.values()) if (q.poll) this.finishPoll(q, { events: [] });
     const unwritten = new Map<number, QueuedEvent>();
     for (const q of this.queues.values()) for (const item of q.items) if (item.unwritten) unwritten.set(item.seq, item);
+    if (!unwritten.size) return;
     const fence = this.ctx.fence();
     await Promise.all([...unwritten.values()].map((item) => this.deps.store.appendUserEvent({ user_id: this.userId, seq: item.seq, payload: persisted(item.event) }, fence)));
   }

@@ -4,6 +4,9 @@
  */
 import path from "node:path";
 
+/** How long an event written behind its delivery waits for others to share its commit, by default. */
+export const DEFAULT_EVENT_WRITE_DELAY_MS = 10;
+
 export interface Config {
   port: number;
   host: string;
@@ -62,7 +65,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     queueTimeoutSeconds: Math.max(1, int("QUEUE_TIMEOUT_SECONDS", 600)),
     maxBodyBytes: int("MAX_BODY_BYTES", 25 * 1024 * 1024),
     askTimeoutMs: int("ASK_TIMEOUT_MS", 10_000),
-    eventWriteDelayMs: Math.max(0, int("EVENT_WRITE_DELAY_MS", 10)),
+    eventWriteDelayMs: Math.max(0, int("EVENT_WRITE_DELAY_MS", DEFAULT_EVENT_WRITE_DELAY_MS)),
     secret: env.CHORUS_SECRET || undefined,
     smtpUrl: env.SMTP_URL || undefined,
     mailFrom: env.MAIL_FROM ?? "Chorus <noreply@chorus.example>",

@@ -2,6 +2,7 @@
 import { Migrator, sql, type Kysely, type Transaction } from "kysely";
 import { trace } from "@opentelemetry/api";
 import type { Fence } from "../actor.ts";
+import { DEFAULT_EVENT_WRITE_DELAY_MS } from "../config.ts";
 import { errors } from "../errors.ts";
 import type { Database } from "./schema.ts";
 import type { Engine } from "./db.ts";
@@ -29,25 +30,9 @@ export class SqlStore implements Store {
   private readonly messages = new GroupCommit<PendingMessage>(
     "messages",
     (p) => 1 + (p.recipients?.length ?? 0),
-    async (batch) => {
-      const outcome = await commitMessages(this.db, batch);
-      for (const p of batch) {
-        if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
-        else p.resolve((p.message.send_key && outcome.ids.get(p.message.send_key)) || p.message.id);
-      }
-    },
+    (batch) => commitMessages(this.db, batch),
   );
-  private readonly events = new GroupCommit<PendingEvent>(
-    "events",
-    () => 1,
-    async (batch) => {
-      const outcome = await commitEvents(this.db, batch);
-      for (const p of batch) {
-        if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
-        else p.resolve();
-      }
-    },
-  );
+  private readonly events = new GroupCommit<PendingEvent>("events", () => 1, (batch) => commitEvents(this.db, batch));
 
   /**
    * `eventWriteDelayMs`: how long a write-behind user event waits for company (see appendUserEvent): a fan-out's
@@ -87,7 +72,7 @@ export class SqlStore implements Store {
   }
 
   appendUserEvent(event: UserEvent, fence: Fence, opts?: { behind?: boolean }): Promise<void> {
-    return new Promise((resolve, reject) => this.events.add({ event, fence, resolve, reject }, opts?.behind ? (this.opts.eventWriteDelayMs ?? 10) : 0));
+    return new Promise((resolve, reject) => this.events.add({ event, fence, resolve, reject }, opts?.behind ? (this.opts.eventWriteDelayMs ?? DEFAULT_EVENT_WRITE_DELAY_MS) : 0));
   }
 
   async userEventsAfter(userId: number, afterSeq: number): Promise<UserEvent[]> {
@@ -222,7 +207,13 @@ export class SqlStore implements Store {
  * a batch grows to what arrives during one commit; idle, an append commits alone with no added delay. An append may
  * instead ask to wait up to `delayMs` for company (a write-behind), unless an earlier commit takes it along.
  */
-class GroupCommit<P extends { reject(err: unknown): void }> {
+/** What a commit tells its appends: which fences the store refused (FENCED), and each other append's result. */
+interface CommitOutcome<P> {
+  isStale(fence: Fence): boolean;
+  valueOf(p: P): unknown;
+}
+
+class GroupCommit<P extends { fence: Fence; resolve(value: never): void; reject(err: unknown): void }> {
   private pending: P[] = [];
   /** A commit is running or about to. */
   private running = false;
@@ -233,8 +224,7 @@ class GroupCommit<P extends { reject(err: unknown): void }> {
   constructor(
     private readonly name: string,
     private readonly rowsOf: (p: P) => number,
-    /** Commits the batch and settles each append. */
-    private readonly commit: (batch: P[]) => Promise<void>,
+    private readonly commit: (batch: P[]) => Promise<CommitOutcome<P>>,
   ) {}
 
   add(p: P, delayMs = 0): void {
@@ -273,7 +263,11 @@ class GroupCommit<P extends { reject(err: unknown): void }> {
         await tracer.startActiveSpan(`store.commit ${this.name}`, async (span) => {
           span.setAttribute("chorus.batch_size", batch.length);
           try {
-            await this.commit(batch);
+            const outcome = await this.commit(batch);
+            for (const p of batch) {
+              if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
+              else (p.resolve as (value: unknown) => void)(outcome.valueOf(p));
+            }
           } catch (err) {
             for (const p of batch) p.reject(err);
           } finally {
@@ -310,7 +304,7 @@ const column = <T, V>(rows: T[], f: (row: T) => V) => rows.map(f);
  * stored (a redelivered send), and the recipients' flag rows of the messages it inserted. It answers the leases it
  * read, the messages it inserted, and those stored before with the batch's send_keys.
  */
-async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Promise<{ isStale(fence: Fence): boolean; ids: Map<string, number> }> {
+async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Promise<CommitOutcome<PendingMessage>> {
   const recipients = batch.flatMap((p) => (p.recipients ?? []).map((r) => ({ ...r, message_id: p.message.id })));
   const m = (f: (p: PendingMessage) => unknown) => column(batch, f);
   const sendKeys = batch.map((p) => p.message.send_key).filter((k): k is string => !!k);
@@ -326,17 +320,20 @@ async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Pr
   // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
   const ids = new Map<string, number>();
   for (const r of rows) if (r.kind !== "lease" && r.send_key) ids.set(r.send_key, Number(r.id));
-  return { isStale: staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]), ids };
+  return {
+    isStale: staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]),
+    valueOf: (p) => (p.message.send_key && ids.get(p.message.send_key)) || p.message.id,
+  };
 }
 
 /** One batch of user events as one statement, fenced like commitMessages; a repeated (user_id, seq) is kept once. */
-async function commitEvents(db: Kysely<Database>, batch: PendingEvent[]): Promise<{ isStale(fence: Fence): boolean }> {
+async function commitEvents(db: Kysely<Database>, batch: PendingEvent[]): Promise<CommitOutcome<PendingEvent>> {
   const e = (f: (p: PendingEvent) => unknown) => column(batch, f);
   const { rows } = await sql<LeaseRow>`
     select * from chorus_append_user_events(
       ${e((p) => p.event.user_id)}::integer[], ${e((p) => p.event.seq)}::bigint[], ${e((p) => JSON.stringify(p.event.payload))}::jsonb[],
       ${e((p) => p.fence.shard)}::integer[], ${e((p) => p.fence.epoch)}::bigint[], ${e((p) => p.fence.node)}::text[])`.execute(db);
-  return { isStale: staleAgainst(rows) };
+  return { isStale: staleAgainst(rows), valueOf: () => undefined };
 }
 
 /**
