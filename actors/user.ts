@@ -29,6 +29,7 @@
 import { randomUUID } from "node:crypto";
 import { actorId, PARKED, type Actor, type ActorContext, type Deferred } from "../runtime/actor.ts";
 import { ChorusError, errors } from "../runtime/errors.ts";
+import type { UserEvent } from "../runtime/store/store.ts";
 import { formatMessage, type MessageRecord } from "./message-format.ts";
 import { matchesNarrow } from "./narrow.ts";
 import { messageRecords } from "./reads.ts";
@@ -132,6 +133,9 @@ interface Snapshot {
 
 /** Sequence numbers reserved per snapshot write: one write per this many events a user receives. */
 const SEQ_BLOCK = 1024;
+/** The first wait before a failed write-behind is tried again; it doubles up to the second. */
+const WRITE_BEHIND_RETRY_MS = 50;
+const WRITE_BEHIND_RETRY_MAX_MS = 5_000;
 
 /** An event in a queue; one object for all the queues that take it. */
 interface QueuedEvent {
@@ -583,15 +587,31 @@ export class UserActor implements Actor {
     }
     if (unwritten) return;
     // The turn ends while the row commits, so the next deliveries join the same group commit.
-    const written = this.deps.store.appendUserEvent({ user_id: this.userId, seq, payload: persisted(event) }, this.ctx.fence(), { behind });
+    const row: UserEvent = { user_id: this.userId, seq, payload: persisted(event) };
+    const written = behind ? this.writeBehind(row) : this.deps.store.appendUserEvent(row, this.ctx.fence());
     this.inFlight.add(seq);
     const settled = written.finally(() => this.inFlight.delete(seq));
     if (!behind) return this.ctx.completeWhen(settled);
     this.ctx.holdAcknowledgement(settled);
-    // Its entry stays unacknowledged; the queues already have the event. Losing the shard (FENCED) is expected.
-    settled.catch((err) => {
-      if (ChorusError.wrap(err).code !== "FENCED") console.error(`user ${this.userId}: writing event ${seq} behind failed`, err);
-    });
+    settled.catch(() => {}); // only FENCED: the shard's next owner restores the queue and gets the entry again
+  }
+
+  /**
+   * A delivered event's row, retried until it is written or the shard is lost (FENCED): its transport entry is
+   * acknowledged once this settles, so giving up on a failing store would acknowledge an event that a crash could
+   * then lose. The event is in the queues meanwhile; only the row waits.
+   */
+  private async writeBehind(row: UserEvent): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.deps.store.appendUserEvent(row, this.ctx.fence(), { behind: true });
+      } catch (err) {
+        if (ChorusError.wrap(err).code === "FENCED") throw err;
+        const retryMs = Math.min(WRITE_BEHIND_RETRY_MS * 2 ** attempt, WRITE_BEHIND_RETRY_MAX_MS);
+        if (attempt === 0) console.error(`user ${this.userId}: writing event ${row.seq} failed (${(err as Error)?.message}); retrying`);
+        await new Promise((r) => setTimeout(r, retryMs));
+      }
+    }
   }
 
   private accepts(q: EventQueue, event: StoredEvent): boolean {

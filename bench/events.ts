@@ -364,9 +364,11 @@ async function fanout(world: EventWorld, opts: EventOptions): Promise<EventMeasu
   }
   const body = "type=stream&to=fanout&topic=t&content=fan";
   const warm = await client.call<SendResult>({ op: "send", base: engine.baseUrl, sender: engine.authorization, body, reps: 1 });
+  const diag = process.env.BENCH_DIAG ? timeStore(engine) : undefined;
   const run = await opts.profiled(`${engine.name}-fanout`, () =>
     observed(engine, () => client.call<SendResult>({ op: "send", base: engine.baseUrl, sender: engine.authorization, body, reps: opts.repeat })),
   );
+  if (diag) console.log("\n[diag]", JSON.stringify(diag()));
   const s = run.value.result;
   // Every measured message must be in a sample of the queues (dont_block polls, nothing acknowledged).
   const step = Math.max(1, Math.floor(queues.length / 200));

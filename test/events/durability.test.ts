@@ -193,3 +193,52 @@ it("keeps an embedded queue's events, under the same ids, across a graceful rest
   const more = await api(again, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: before.body.events.at(-1).id, dont_block: true } });
   expect(more.body.events.map((e: any) => e.message.id)).toEqual([next]);
 }, 90_000);
+
+it("keeps writing a delivered event while the store refuses it, and holds its entry until it is written", async () => {
+  const db = await freshDatabase();
+  const redis = freshRedisPrefix();
+  cleanups.push(db.drop, redis.clean);
+  const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: "2", LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000" });
+  cleanups.push(async () => void (await server.stop()), async () => fs.rmSync(server.dataDir, { recursive: true, force: true }));
+  const target = { url: `http://127.0.0.1:${server.port}` };
+  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
+  for (let i = 0; i < 50 && workerPids(server).length < 2; i++) await new Promise((r) => setTimeout(r, 100));
+  const admin = new pg.Client({ connectionString: db.url });
+  await admin.connect();
+  cleanups.push(() => admin.end());
+  // A real failure of the events table, not of the shard: every new row breaks this check until it is dropped.
+  const refuseEventRows = (on: boolean) =>
+    admin.query(on ? "alter table user_events add constraint refused check (seq < 0) not valid" : "alter table user_events drop constraint refused");
+  const eventually = async (what: string, check: () => Promise<boolean>) => {
+    for (let i = 0; i < 100; i++) {
+      if (await check()) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`${what}: not within 10 s`);
+  };
+
+  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "refused" }] } });
+  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
+  const send = sendTo(target, owner, "refused");
+  const poll = () => api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
+
+  // While the store refuses the row, the queue has the event; once it accepts rows again, the row is written.
+  await refuseEventRows(true);
+  const first = await send("one");
+  expect((await poll()).body.events.map((e: any) => e.message.id)).toEqual([first]);
+  await new Promise((r) => setTimeout(r, 300));
+  expect(await storedEvents(db.url)).toBe(0);
+  await refuseEventRows(false);
+  await eventually("the refused row is written", async () => (await storedEvents(db.url)) === 1);
+
+  // A worker that dies while its write is refused had not acknowledged the delivery: the next one gets it again.
+  await refuseEventRows(true);
+  const second = await send("two");
+  await new Promise((r) => setTimeout(r, 300));
+  const killed = workerPids(server);
+  for (const pid of killed) process.kill(pid, "SIGKILL");
+  await refuseEventRows(false);
+  const after = await pollAfterRestart(target, owner, queue, () => workerPids(server).length >= killed.length * 2);
+  expect(after.status).toBe(200);
+  expect(after.body.events.map((e: any) => e.message.id)).toEqual([first, second]);
+}, 90_000);
