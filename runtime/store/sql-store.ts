@@ -294,8 +294,27 @@ function takeBatch<P>(pending: P[], rowsOf: (p: P) => number): P[] {
   return pending.splice(0, n);
 }
 
-/** Rows travel as column arrays (unnest): nothing is built per row, and no parameter limit applies. */
-const column = <T, V>(rows: T[], f: (row: T) => V) => rows.map(f);
+/**
+ * Rows travel as column arrays (unnest): no parameter limit applies. Each column goes as a Postgres array literal
+ * built here rather than by the driver: pg quotes and escapes every element of an array parameter with two regular
+ * expressions (a 10,000-recipient fan-out spent 7% of a worker's CPU there), where a number needs no quoting and a
+ * string repeated down the column (a batch's fence node) is quoted once.
+ */
+function column<T>(rows: T[], f: (row: T) => string | number | null | undefined): string {
+  const parts = new Array<string>(rows.length);
+  let raw: string | undefined;
+  let quoted = "";
+  for (let i = 0; i < rows.length; i++) {
+    const v = f(rows[i]!);
+    if (v === null || v === undefined) parts[i] = "NULL";
+    else if (typeof v === "number") parts[i] = String(v);
+    else {
+      if (v !== raw) quoted = `"${(raw = v).replace(/[\\"]/g, "\\$&")}"`;
+      parts[i] = quoted;
+    }
+  }
+  return `{${parts.join(",")}}`;
+}
 
 /**
  * One batch of messages as one statement, so one round trip and one commit (a transaction of separate statements
@@ -306,7 +325,7 @@ const column = <T, V>(rows: T[], f: (row: T) => V) => rows.map(f);
  */
 async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Promise<CommitOutcome<PendingMessage>> {
   const recipients = batch.flatMap((p) => (p.recipients ?? []).map((r) => ({ ...r, message_id: p.message.id })));
-  const m = (f: (p: PendingMessage) => unknown) => column(batch, f);
+  const m = (f: (p: PendingMessage) => string | number | null | undefined) => column(batch, f);
   const sendKeys = batch.map((p) => p.message.send_key).filter((k): k is string => !!k);
   const { rows } = await sql<{ kind: "lease" | "inserted" | "earlier"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>`
     select * from chorus_append_messages(
@@ -316,7 +335,7 @@ async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Pr
       ${m((p) => p.message.date_sent)}::bigint[], ${m((p) => p.message.sending_client)}::text[], ${m((p) => p.message.send_key ?? null)}::text[],
       ${m((p) => p.fence.shard)}::integer[], ${m((p) => p.fence.epoch)}::bigint[], ${m((p) => p.fence.node)}::text[],
       ${column(recipients, (r) => r.user_id)}::integer[], ${column(recipients, (r) => r.message_id)}::bigint[], ${column(recipients, (r) => r.flags)}::integer[],
-      ${sendKeys}::text[])`.execute(db);
+      ${column(sendKeys, (k) => k)}::text[])`.execute(db);
   // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
   const ids = new Map<string, number>();
   for (const r of rows) if (r.kind !== "lease" && r.send_key) ids.set(r.send_key, Number(r.id));
@@ -328,7 +347,7 @@ async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Pr
 
 /** One batch of user events as one statement, fenced like commitMessages; a repeated (user_id, seq) is kept once. */
 async function commitEvents(db: Kysely<Database>, batch: PendingEvent[]): Promise<CommitOutcome<PendingEvent>> {
-  const e = (f: (p: PendingEvent) => unknown) => column(batch, f);
+  const e = (f: (p: PendingEvent) => string | number | null | undefined) => column(batch, f);
   const { rows } = await sql<LeaseRow>`
     select * from chorus_append_user_events(
       ${e((p) => p.event.user_id)}::integer[], ${e((p) => p.event.seq)}::bigint[], ${e((p) => JSON.stringify(p.event.payload))}::jsonb[],

@@ -282,6 +282,24 @@ describe.each(engines)("Store on $name", (engineCase) => {
       expect(row).toEqual({ ...m, ...NEVER_EDITED });
     });
 
+    it("stores every column exactly, whatever characters its text holds, and a direct message's null channel", async () => {
+      const fence = await fenceOn();
+      const awkward = ['say "hi"', "back\\slash \\\"", "{braces}, commas", "NULL", "", "  spaced  ", "line\nbreak\ttab", "ünïcødé 👋", "}{\",\\"];
+      const messages = awkward.map((text, i) => ({
+        ...message(i % 2 ? text : null),
+        topic: text,
+        content: text,
+        rendered_content: `<p>${text}</p>`,
+        sending_client: text,
+        recipient_type: i % 2 ? "private" : "stream",
+        stream_id: i % 2 ? null : 4,
+      }));
+      const ids = await Promise.all(messages.map((m) => store.appendMessage(m, fence, [{ user_id: 7, flags: 0 }])));
+      expect(ids).toEqual(messages.map((m) => m.id));
+      const rows = await store.db.selectFrom("messages").selectAll().where("id", "in", ids).orderBy("id").execute();
+      expect(rows).toEqual(messages.map((m) => ({ ...m, ...NEVER_EDITED })));
+    });
+
     it("stores 200 concurrent appends, resolves each with its own id, and group-commits them", async () => {
       const fence = await fenceOn();
       const messages = Array.from({ length: 200 }, (_, i) => message(i % 2 ? uniqueKey("bulk") : null));
@@ -394,6 +412,19 @@ describe.each(engines)("Store on $name", (engineCase) => {
       ]);
       expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected"]);
       expect(await storedIds(mixed.map((m) => m.id))).toEqual([mixed[0]!.id, mixed[1]!.id]);
+    });
+  });
+
+  describe("appendUserEvent", () => {
+    it("stores payloads exactly, keeps a repeated (user, seq) once, and refuses a stale fence", async () => {
+      const fence = await fenceOn();
+      const userId = nextId++;
+      const payloads = [{ text: 'a "quoted" \\ back\\slash, {brace}' }, { list: [1, "NULL", null], nested: { ü: "👋" } }, { empty: "" }];
+      await Promise.all(payloads.map((payload, i) => store.appendUserEvent({ user_id: userId, seq: i + 1, payload }, fence, { behind: i === 2 })));
+      await store.appendUserEvent({ user_id: userId, seq: 1, payload: { text: "a later copy" } }, fence);
+      expect(await store.userEventsAfter(userId, 0)).toEqual(payloads.map((payload, i) => ({ user_id: userId, seq: i + 1, payload })));
+      await expectCode(store.appendUserEvent({ user_id: userId, seq: 9, payload: {} }, { ...fence, epoch: fence.epoch - 1 }), "FENCED");
+      expect(await store.userEventsAfter(userId, 3)).toEqual([]);
     });
   });
 
