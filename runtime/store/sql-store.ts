@@ -350,7 +350,7 @@ async function commitEvents(db: Kysely<Database>, batch: PendingEvent[]): Promis
   const e = (f: (p: PendingEvent) => string | number | null | undefined) => column(batch, f);
   const { rows } = await sql<LeaseRow>`
     select * from chorus_append_user_events(
-      ${e((p) => p.event.user_id)}::integer[], ${e((p) => p.event.seq)}::bigint[], ${e((p) => JSON.stringify(p.event.payload))}::jsonb[],
+      ${e((p) => p.event.user_id)}::integer[], ${e((p) => p.event.seq)}::bigint[], ${JSON.stringify(batch.map((p) => p.event.payload))}::jsonb,
       ${e((p) => p.fence.shard)}::integer[], ${e((p) => p.fence.epoch)}::bigint[], ${e((p) => p.fence.node)}::text[])`.execute(db);
   return { isStale: staleAgainst(rows), valueOf: () => undefined };
 }
