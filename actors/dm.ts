@@ -18,7 +18,8 @@ export function dmKey(userIds: number[]): string {
 
 /**
  * How long the participants' names and API e-mails (a message's display_recipient) are trusted. They change rarely
- * (a rename, an e-mail visibility change) and the credential cache keeps a sender's own for as long.
+ * (a rename, an e-mail visibility change); a worker that missed the gateway's notice keeps a sender's own cached
+ * credentials for as long.
  */
 const PARTICIPANTS_MS = 2000;
 

@@ -1,7 +1,9 @@
 /**
  * HTTP Basic authentication for /api/v1 (`email:api_key`). Every failure is 401 UNAUTHORIZED with
  * `WWW-Authenticate: Basic realm="zulip"`; only the message differs, as in Zulip. Successful lookups are cached
- * for a moment (keyed by the whole header, so a changed key or e-mail misses): the hot path does no query.
+ * for a moment (keyed by the whole header, so a changed key or e-mail misses): the hot path does no query. A change
+ * to an account drops every worker's cache at once (`forget`, a transport notice); the moment is the bound only for a
+ * worker that missed the notice.
  */
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { Keyring } from "../runtime/secrets.ts";
@@ -12,6 +14,8 @@ import type { Database } from "../runtime/store/schema.ts";
 export type AuthUser = UserRow;
 
 const CACHE_MS = 2000;
+/** The notice that tells every worker to drop its cached credentials. */
+const CREDENTIALS_CHANGED = "credentials-changed";
 
 export class Authenticator {
   private readonly cache = new Map<string, { user: AuthUser; until: number }>();
@@ -19,6 +23,8 @@ export class Authenticator {
   constructor(
     private readonly db: Kysely<Database>,
     private readonly keyring: Keyring,
+    /** Tells every worker, this one included (ActorSystem.announce). */
+    private readonly announce: (notice: string) => Promise<void> = async () => {},
   ) {}
 
   async authenticate(header: string | undefined): Promise<AuthUser> {
@@ -43,7 +49,16 @@ export class Authenticator {
     return user;
   }
 
-  forget(): void {
+  /**
+   * An account changed: this worker's next request reads it again, and so do the other workers' once the notice
+   * reaches them (it is published before this resolves; a worker that misses it serves the old row for CACHE_MS).
+   */
+  async forget(): Promise<void> {
     this.cache.clear();
+    await this.announce(CREDENTIALS_CHANGED).catch((err) => console.error("auth: telling the other workers to drop cached credentials failed", err));
+  }
+
+  onNotice(notice: string): void {
+    if (notice === CREDENTIALS_CHANGED) this.cache.clear();
   }
 }

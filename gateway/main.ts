@@ -118,12 +118,14 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   const stopWakingSchedulers = wakeSchedulers(system, store);
 
   let port = config.port;
+  const auth = new Authenticator(store.db, keyring, (notice) => system.announce(notice));
+  system.onNotice((notice) => auth.onNotice(notice));
   const services: Services = {
     system,
     store,
     keyring,
     config,
-    auth: new Authenticator(store.db, keyring),
+    auth,
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);

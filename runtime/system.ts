@@ -66,6 +66,7 @@ export class ActorSystem {
   private readonly lostEntries = new Set<number>();
   private readonly pending = new Map<string, PendingAsk>();
   private corr = 0;
+  private readonly noticeListeners: Array<(notice: string) => void> = [];
   private sweeper?: NodeJS.Timeout;
   private closing = false;
 
@@ -81,6 +82,9 @@ export class ActorSystem {
     await this.opts.transport.start({
       onEntry: (shard, entry) => this.onEntry(shard, entry),
       onReply: (reply) => this.onReply(reply),
+      onNotice: (notice) => {
+        for (const listener of this.noticeListeners) listener(notice);
+      },
     });
     const idleMs = this.opts.idleMs ?? 5 * 60_000;
     this.sweeper = setInterval(() => void this.passivateIdle(idleMs), Math.min(idleMs, 60_000));
@@ -92,6 +96,18 @@ export class ActorSystem {
   ask<T>(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<T> {
     if (this.closing) return Promise.reject(errors.shuttingDown());
     return this.request<T>(shardOf(id, this.opts.shards), [id], body, timeoutMs, `ask ${parseActorId(id).kind}`);
+  }
+
+  /**
+   * Tell every process, this one included, a short notice (best effort: see the transport's guarantees). The
+   * gateway uses it to make every worker drop cached credentials when an account changes.
+   */
+  announce(notice: string): Promise<void> {
+    return this.opts.transport.announce(notice);
+  }
+
+  onNotice(listener: (notice: string) => void): void {
+    this.noticeListeners.push(listener);
   }
 
   async tell(id: ActorId, body: unknown): Promise<void> {

@@ -154,7 +154,7 @@ export const meRoutes: RouteSpec[] = [
       }
       await askUser(call, { op: "updateSettings", settings, fullName, passwordHash, siteUrl: call.services.siteUrl(call.req.headers.host) });
       // Cached credentials carry the user's row: its name, password, and API e-mail (which follows the visibility).
-      if (fullName !== undefined || passwordHash !== undefined || settings.email_address_visibility !== undefined) call.services.auth.forget();
+      if (fullName !== undefined || passwordHash !== undefined || settings.email_address_visibility !== undefined) await call.services.auth.forget();
       return {};
     },
   },
@@ -166,8 +166,8 @@ export const meRoutes: RouteSpec[] = [
     params: { type: "object", properties: { key: { type: "string", minLength: 1, maxLength: 200 } }, required: ["key"] },
     async handle({ params, services }) {
       const changed = await services.system.ask<EmailChanged>(actorId(REALM, await serverRealmId(services.store.db)), { op: "confirmEmailChange", key: params.key });
-      // The old address must stop authenticating now (this worker's cache; other workers' expire within seconds).
-      services.auth.forget();
+      // The old address must stop authenticating now, on every worker.
+      await services.auth.forget();
       return changed;
     },
   },

@@ -128,7 +128,7 @@ export const organizationRoutes: RouteSpec[] = [
       const profileData = (params.profile_data as ProfileDataEntry[] | undefined)?.map((e) => ({ id: e.id, value: e.value?.length ? e.value : null }));
       await askRealm(call, { op: "updateUser", userId: params.user_id, role: params.role, fullName: params.full_name, profileData });
       // The caller's (or the target's) cached authentication carries the old role.
-      call.services.auth.forget();
+      await call.services.auth.forget();
       return {};
     },
   },

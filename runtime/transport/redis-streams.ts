@@ -27,8 +27,12 @@
  * target's stream exists (script `replyIfAlive`), so replies to a node that is gone are dropped at the source
  * instead of re-creating its stream. A reply to this node itself does not go through Redis.
  *
- * Connections. One non-blocking command connection (auto-pipelined) for XADD, XACK, group creation and the
- * scripts; one blocking connection per held shard loop; one for the reply loop. Why one per shard rather than a
+ * Notices: PUBLISH on one channel (`<prefix>:notices`) that every node SUBSCRIBEs to from `start`, on a connection
+ * of its own (ioredis subscribes again after a reconnect; what was published meanwhile is missed, as the contract
+ * allows).
+ *
+ * Connections. One non-blocking command connection (auto-pipelined) for XADD, XACK, group creation, PUBLISH and
+ * the scripts; one blocking connection per held shard loop; one for the reply loop; one subscribed to notices. Why one per shard rather than a
  * single multiplexed XREADGROUP over all held streams: shards are few per worker (16 in all by default), each
  * loop keeps its own claim/read/trim phase, its own back-off and its own watchdog, and `release` interrupts
  * exactly one loop by closing its connection — a shared reader would need CLIENT UNBLOCK on every acquire and
@@ -84,6 +88,8 @@ export function redisKeys(prefix: string) {
   return {
     shard: (n: number) => `${prefix}:shard:${n}`,
     reply: (node: string) => `${prefix}:reply:${node}`,
+    /** The pub/sub channel of notices (`announce`); not a key, but named under the prefix like one. */
+    notices: `${prefix}:notices`,
     /** SCAN pattern matching every key under the prefix (glob characters of the prefix escaped). */
     all: `${prefix.replace(/[*?[\]\\]/g, "\\$&")}:*`,
   };
@@ -271,6 +277,7 @@ export class RedisStreamsTransport implements Transport {
   private replyLoop?: Promise<void>;
   private replyLast = "0-0";
   private replyWake?: () => void;
+  private noticeConn?: Redis;
   private closing = false;
   private closed?: Promise<void>;
 
@@ -300,6 +307,20 @@ export class RedisStreamsTransport implements Transport {
     this.replyLast = await this.touchReplyStream(true);
     this.replyConn = new LoopConnection(() => this.connect("reply", true));
     this.replyLoop = this.runReplies(this.replyConn);
+    this.noticeConn = this.connect("notices", false);
+    this.noticeConn.on("message", (_channel: string, notice: string) => {
+      try {
+        this.handlers?.onNotice(notice);
+      } catch (err) {
+        this.onError(err, "onNotice");
+      }
+    });
+    await this.noticeConn.subscribe(this.keys.notices);
+  }
+
+  async announce(notice: string): Promise<void> {
+    if (this.closing) return;
+    await this.cmd.call("PUBLISH", this.keys.notices, notice);
   }
 
   async send(shard: number, entry: Entry): Promise<void> {
@@ -375,6 +396,7 @@ export class RedisStreamsTransport implements Transport {
       this.replyWake?.();
       this.replyConn?.stop();
       await this.replyLoop;
+      this.noticeConn?.disconnect();
       await Promise.race([this.cmd.quit().catch(NOOP), sleep(1000)]);
       this.cmd.disconnect();
     })();
