@@ -159,9 +159,10 @@ export async function realmEmojiImage(db: Kysely<Database>, realmId: number, fil
 
 /**
  * Active emoji by name per realm, for rendering `:name:` on the send path without a query per message. The worker
- * whose realm actor changes the emoji forgets its entry at once; other workers reload within CACHE_MS. Staleness
- * is therefore bounded and harmless: for that moment a new emoji renders as text, or a just-deactivated one still
- * as its image (whose URL keeps working, as it does for old messages).
+ * whose realm actor changes the emoji forgets its entry at once, and tells the other workers to (a transport
+ * notice, REALM_EMOJI_CHANGED); one that misses the notice reloads within CACHE_MS. That staleness is harmless: for
+ * the moment a new emoji renders as text, or a just-deactivated one still as its image (whose URL keeps working, as
+ * it does for old messages).
  */
 const CACHE_MS = 2000;
 const activeByRealm = new Map<number, { until: number; byName: Promise<Map<string, RealmEmojiObject>> }>();
@@ -183,6 +184,14 @@ export function activeRealmEmojiByName(db: Kysely<Database>, realmId: number): P
 
 function forgetRealmEmoji(realmId: number): void {
   activeByRealm.delete(realmId);
+}
+
+/** The notice (ActorSystem.announce) that a realm's emoji changed: `realm-emoji-changed:<realm id>`. */
+const REALM_EMOJI_CHANGED = "realm-emoji-changed:";
+
+/** Every worker's listener for that notice (wired in gateway/main.ts). */
+export function onRealmEmojiNotice(notice: string): void {
+  if (notice.startsWith(REALM_EMOJI_CHANGED)) forgetRealmEmoji(Number(notice.slice(REALM_EMOJI_CHANGED.length)));
 }
 
 // ---- changes, in the realm actor ----------------------------------------------------------------------------
@@ -265,6 +274,10 @@ export class RealmEmojiChanges {
   /** Zulip's notify_realm_emoji: everyone gets the whole set. */
   private async announce(): Promise<void> {
     forgetRealmEmoji(this.realmId);
+    await this.deps
+      .system()
+      .announce(REALM_EMOJI_CHANGED + this.realmId)
+      .catch((err) => console.error("realm emoji: telling the other workers failed", err));
     await this.realm.tellRealm({ type: "realm_emoji", op: "update", realm_emoji: await realmEmojiObjects(this.db, this.realmId) });
   }
 }

@@ -38,6 +38,7 @@ import { reactionRoutes } from "./routes/reactions.ts";
 import { scheduledRoutes } from "./routes/scheduled.ts";
 import { topicRoutes } from "./routes/topics.ts";
 import { wakeSchedulers } from "../actors/scheduler.ts";
+import { onRealmEmojiNotice } from "../actors/realm-emoji.ts";
 import { serverRoutes } from "./routes/server.ts";
 import { userRoutes } from "./routes/users.ts";
 import { typingRoutes } from "./routes/typing.ts";
@@ -119,7 +120,10 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
 
   let port = config.port;
   const auth = new Authenticator(store.db, keyring, (notice) => system.announce(notice));
-  system.onNotice((notice) => auth.onNotice(notice));
+  system.onNotice((notice) => {
+    auth.onNotice(notice);
+    onRealmEmojiNotice(notice);
+  });
   const services: Services = {
     system,
     store,
