@@ -174,19 +174,21 @@ describe("npm run manage: the assistant, on Postgres beside a running server", (
     const hook = fields(await manage("add-webhook", "--agent", agent.agent_id!, "--url", "https://hooks.example.com/chorus", "--events", "message.sent"));
     expect(hook.secret).toMatch(/^whsec_/);
 
-    // mistakes are refused with a message and exit status 1 (and change nothing)
-    for (const [args, message] of [
+    // mistakes are refused with a message and exit status 1 (and change nothing); run side by side, as they are
+    // independent and each CLI start costs seconds
+    const mistakes = [
       [["add-version", "--agent", agent.agent_id!, "--title", "T", files.mascotPurple, files.mascotOrange], "one file"],
       [["publish", "--agent", agent.agent_id!, "--version", crypto.randomUUID()], "Version not found"],
       [["create-agent", "--name", "X", "--origin", "not a host!"], "allowed_origins.0"],
       [["add-webhook", "--agent", agent.agent_id!, "--url", "http://10.0.0.1/hook"], "not a public address"],
       [["create-api-key", "--email", "nobody@example.com"], "no account"],
       [["set-password", "--email", server.owner.email], "--password is required"],
-    ] as const) {
-      const res = await manage(...args);
-      expect(res.code, args.join(" ")).toBe(1);
-      expect(res.stderr).toContain(message);
-    }
+    ] as const;
+    const refused = await Promise.all(mistakes.map(([args]) => manage(...args)));
+    mistakes.forEach(([args, message], i) => {
+      expect(refused[i]!.code, args.join(" ")).toBe(1);
+      expect(refused[i]!.stderr).toContain(message);
+    });
     expect((await manage("list-agents")).stdout.trim().split("\n")).toHaveLength(1);
   }, 180_000);
 });
