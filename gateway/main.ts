@@ -9,8 +9,6 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { loadConfig, type Config } from "../runtime/config.ts";
 import { Keyring } from "../runtime/secrets.ts";
-import { openDatabase } from "../runtime/store/db.ts";
-import { SqlStore } from "../runtime/store/sql-store.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { ActorSystem } from "../runtime/system.ts";
 import { ShardManager } from "../runtime/cluster.ts";
@@ -23,7 +21,6 @@ import { MailSender } from "../runtime/mail.ts";
 import { loadAssistantConfig } from "../runtime/assistant-config.ts";
 import { assistantFace } from "./assistant/index.ts";
 import { MessageIds, type ActorDeps } from "../actors/deps.ts";
-import { bootstrapOrganization } from "../actors/realm.ts";
 import { App, envelope, type Services } from "./app.ts";
 import { errorResult } from "./assistant/app.ts";
 import { ChorusError } from "../runtime/errors.ts";
@@ -31,6 +28,7 @@ import { Authenticator } from "./auth.ts";
 import { startHttpServer } from "./http.ts";
 import { startTelemetry } from "./telemetry.ts";
 import { ensurePortFree, lockDataDir } from "./lock.ts";
+import { openStore, prepareStore, siteFor, writeZuliprc } from "./prepare.ts";
 import { channelRoutes } from "./routes/channels.ts";
 import { eventRoutes } from "./routes/events.ts";
 import { messageRoutes } from "./routes/messages.ts";
@@ -56,33 +54,8 @@ export interface RunningNode {
   close(): Promise<void>;
 }
 
-export const OWNER_EMAIL = "owner@chorus.example";
-
 /** /api/v1/… is the Zulip face; every other path (embed, internal, mobile) is the assistant's. */
 const isZulipPath = (path: string) => path.startsWith("/api/v1/");
-
-/** Open the store, migrate it, and create the organization on first start. Returns the owner's credentials then. */
-export async function prepareStore(config: Config, keyring: Keyring): Promise<{ store: Store; owner?: { email: string; apiKey: string } }> {
-  const { db, engine } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
-  const store = new SqlStore(db, engine, { eventWriteDelayMs: config.eventWriteDelayMs });
-  await store.migrate();
-  const owner = await bootstrapOrganization(store, keyring, {
-    email: process.env.OWNER_EMAIL ?? OWNER_EMAIL,
-    fullName: process.env.OWNER_NAME ?? "Owner",
-    passwordHash: null,
-  });
-  return { store, owner };
-}
-
-export function writeZuliprc(file: string, email: string, apiKey: string, site: string): void {
-  fs.mkdirSync(path.dirname(file), { recursive: true });
-  fs.writeFileSync(file, `[api]\nemail=${email}\nkey=${apiKey}\nsite=${site}\n`, { mode: 0o600 });
-}
-
-export function siteFor(config: Config, port: number): string {
-  const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
-  return process.env.SITE_URL ?? `http://${host}:${port}`;
-}
 
 export async function startNode(config: Config, opts: { workerIndex?: number; prepared?: boolean } = {}): Promise<RunningNode> {
   if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
@@ -92,10 +65,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   const keyring = Keyring.load(config.dataDir, config.secret);
   let store: Store;
   let owner: { email: string; apiKey: string } | undefined;
-  if (opts.prepared) {
-    const { db, engine } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
-    store = new SqlStore(db, engine, { eventWriteDelayMs: config.eventWriteDelayMs });
-  } else ({ store, owner } = await prepareStore(config, keyring));
+  if (opts.prepared) store = await openStore(config);
+  else ({ store, owner } = await prepareStore(config, keyring));
 
   const transport: Transport = config.redisUrl
     ? new RedisStreamsTransport({ url: config.redisUrl, prefix: config.redisPrefix })

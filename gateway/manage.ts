@@ -28,7 +28,7 @@ import { isOperatorRole, newOperatorApiKey } from "./assistant/auth.ts";
 import { AGENT_BODY, agentSpec, VERSION_BODY, versionSpec, WEBHOOK_BODY, webhookSpec, type AgentBody, type VersionBody } from "./assistant/internal.ts";
 import { ajv } from "./validate.ts";
 import { lockDataDir } from "./lock.ts";
-import { prepareStore, siteFor, writeZuliprc } from "./main.ts";
+import { prepareStore, siteFor, writeZuliprc } from "./prepare.ts";
 
 const HELP = `Usage: npm run manage -- <command> [options]
 

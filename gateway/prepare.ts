@@ -1,0 +1,44 @@
+/**
+ * What the server and the CLI (manage.ts) both do first: open and migrate the store, create the organization on
+ * first use, and write a zuliprc. Apart from main.ts so that a CLI call does not load the HTTP server (uWS, the
+ * routes, socket.io): a second of every `npm run manage`.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import type { Config } from "../runtime/config.ts";
+import type { Keyring } from "../runtime/secrets.ts";
+import { openDatabase } from "../runtime/store/db.ts";
+import { SqlStore } from "../runtime/store/sql-store.ts";
+import type { Store } from "../runtime/store/store.ts";
+import { bootstrapOrganization } from "../actors/realm.ts";
+
+export const OWNER_EMAIL = "owner@chorus.example";
+
+/** The configured store, as it is (a worker whose primary prepared it). */
+export async function openStore(config: Config): Promise<Store> {
+  const { db, engine } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
+  return new SqlStore(db, engine, { eventWriteDelayMs: config.eventWriteDelayMs });
+}
+
+/** Open the store, migrate it, and create the organization on first start. Returns the owner's credentials then. */
+export async function prepareStore(config: Config, keyring: Keyring): Promise<{ store: Store; owner?: { email: string; apiKey: string } }> {
+  const store = await openStore(config);
+  await store.migrate();
+  const owner = await bootstrapOrganization(store, keyring, {
+    email: process.env.OWNER_EMAIL ?? OWNER_EMAIL,
+    fullName: process.env.OWNER_NAME ?? "Owner",
+    passwordHash: null,
+  });
+  return { store, owner };
+}
+
+export function writeZuliprc(file: string, email: string, apiKey: string, site: string): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, `[api]\nemail=${email}\nkey=${apiKey}\nsite=${site}\n`, { mode: 0o600 });
+}
+
+export function siteFor(config: Config, port: number): string {
+  const host = config.host === "0.0.0.0" || config.host === "::" ? "127.0.0.1" : config.host;
+  return process.env.SITE_URL ?? `http://${host}:${port}`;
+}
+
