@@ -17,6 +17,7 @@ import * as userApiEmailLookup from "./2026-11-23T1910-user-api-email-lookup.ts"
 import * as realmEmoji from "./2026-11-23T1930-realm-emoji.ts";
 import * as appendFunctions from "./2026-11-23T2200-append-functions.ts";
 import * as userEventsJson from "./2026-11-24T0000-user-events-json.ts";
+import * as appendPlans from "./2026-11-24T0100-append-plans.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -36,4 +37,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-23T1930-realm-emoji": realmEmoji,
   "2026-11-23T2200-append-functions": appendFunctions,
   "2026-11-24T0000-user-events-json": userEventsJson,
+  "2026-11-24T0100-append-plans": appendPlans,
 };
