@@ -24,7 +24,7 @@ export class Authenticator {
     private readonly db: Kysely<Database>,
     private readonly keyring: Keyring,
     /** Tells every worker, this one included (ActorSystem.announce). */
-    private readonly announce: (notice: string) => Promise<void> = async () => {},
+    private readonly announce: (notice: string) => Promise<void>,
   ) {}
 
   async authenticate(header: string | undefined): Promise<AuthUser> {

@@ -4,16 +4,14 @@
  * every later request sees it, whichever worker serves it. Before the transport's notices, the other worker served
  * its cached copy for up to two seconds.
  */
-import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
-import { startChorus } from "../support/process.ts";
-import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../support/services.ts";
+import { startDistributed } from "../support/process.ts";
 import { api, readZuliprc } from "../support/server.ts";
 import { expectZulipResponse } from "../support/openapi.ts";
 
-const cleanups: Array<() => Promise<void>> = [];
+const cleanups: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => {});
 });
@@ -40,12 +38,7 @@ let deployment: Promise<{ port: number; target: { url: string }; owner: ReturnTy
 /** One two-worker deployment for the tests of this file. */
 function twoWorkers() {
   deployment ??= (async () => {
-    const db = await freshDatabase();
-    const redis = freshRedisPrefix();
-    cleanups.push(db.drop, redis.clean);
-    const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: "2" });
-    cleanups.push(async () => void (await server.stop()), async () => fs.rmSync(server.dataDir, { recursive: true, force: true }));
-    for (let i = 0; i < 50 && !/worker 1 listening/.test(server.output()); i++) await new Promise((r) => setTimeout(r, 100));
+    const server = await startDistributed({}, cleanups);
     return { port: server.port, target: { url: `http://127.0.0.1:${server.port}` }, owner: readZuliprc(path.join(server.dataDir, "zuliprc")) };
   })();
   return deployment;

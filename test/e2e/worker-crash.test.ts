@@ -3,34 +3,20 @@
  * continuously, one worker killed with SIGKILL in the middle. Every send that was answered with success is stored,
  * once, in order; the others failed visibly; and the deployment serves again once the lease has moved.
  */
-import fs from "node:fs";
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
-import { startChorus, type ChorusProcess } from "../support/process.ts";
-import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../support/services.ts";
+import { startDistributed } from "../support/process.ts";
 import { api, readZuliprc } from "../support/server.ts";
 
-const cleanups: Array<() => Promise<void>> = [];
+const cleanups: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => {});
 });
 
 it("keeps every acknowledged message when a worker is killed mid-traffic", async () => {
-  const db = await freshDatabase();
-  const redis = freshRedisPrefix();
-  cleanups.push(db.drop, redis.clean);
-  const server: ChorusProcess = await startChorus({
-    REDIS_URL,
-    DATABASE_URL: db.url,
-    REDIS_PREFIX: redis.prefix,
-    WORKERS: "2",
-    LEASE_SECONDS: "2",
-    ASK_TIMEOUT_MS: "4000",
-  });
-  cleanups.push(async () => void (await server.stop()), async () => fs.rmSync(server.dataDir, { recursive: true, force: true }));
+  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "4000" }, cleanups);
   const target = { url: `http://127.0.0.1:${server.port}` };
   const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
-  for (let i = 0; i < 50 && !/worker 1 listening/.test(server.output()); i++) await new Promise((r) => setTimeout(r, 100));
   const victim = Number(server.output().match(/worker 1 listening on port \d+ \(pid (\d+)/)?.[1]);
   expect(victim).toBeGreaterThan(0);
 

@@ -12,18 +12,13 @@ import fs from "node:fs";
 import path from "node:path";
 import pg from "pg";
 import { afterAll, expect, it } from "vitest";
-import { startChorus, type ChorusProcess } from "../support/process.ts";
-import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../support/services.ts";
+import { startChorus, startDistributed, workerPids } from "../support/process.ts";
 import { api, readZuliprc } from "../support/server.ts";
 
-const cleanups: Array<() => Promise<void>> = [];
+const cleanups: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => {});
 });
-
-function workerPids(server: ChorusProcess): number[] {
-  return [...server.output().matchAll(/listening on port \d+ \(pid (\d+)/g)].map((m) => Number(m[1]));
-}
 
 type Target = { url: string };
 
@@ -56,14 +51,9 @@ async function pollAfterRestart(target: Target, owner: Owner, queue: string, rea
 }
 
 it("restores a queue with its unacknowledged events after every worker is killed", async () => {
-  const db = await freshDatabase();
-  const redis = freshRedisPrefix();
-  cleanups.push(db.drop, redis.clean);
-  const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: "2", LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000" });
-  cleanups.push(async () => void (await server.stop()), async () => fs.rmSync(server.dataDir, { recursive: true, force: true }));
+  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000" }, cleanups);
   const target = { url: `http://127.0.0.1:${server.port}` };
   const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
-  for (let i = 0; i < 50 && workerPids(server).length < 2; i++) await new Promise((r) => setTimeout(r, 100));
 
   await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "durable" }] } });
   const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
@@ -98,22 +88,9 @@ it("restores a queue with its unacknowledged events after every worker is killed
 }, 90_000);
 
 it("gives a restored queue every event that was only in memory when the workers died (Redis delivers again)", async () => {
-  const db = await freshDatabase();
-  const redis = freshRedisPrefix();
-  cleanups.push(db.drop, redis.clean);
-  const server = await startChorus({
-    REDIS_URL,
-    DATABASE_URL: db.url,
-    REDIS_PREFIX: redis.prefix,
-    WORKERS: "2",
-    LEASE_SECONDS: "2",
-    ASK_TIMEOUT_MS: "3000",
-    EVENT_WRITE_DELAY_MS: "5000",
-  });
-  cleanups.push(async () => void (await server.stop()), async () => fs.rmSync(server.dataDir, { recursive: true, force: true }));
+  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000", EVENT_WRITE_DELAY_MS: "5000" }, cleanups);
   const target = { url: `http://127.0.0.1:${server.port}` };
   const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
-  for (let i = 0; i < 50 && workerPids(server).length < 2; i++) await new Promise((r) => setTimeout(r, 100));
 
   await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "behind" }] } });
   const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
@@ -122,7 +99,7 @@ it("gives a restored queue every event that was only in memory when the workers 
   const before = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
   expect(before.body.events.map((e: any) => e.message.id)).toEqual(sent);
   // Nothing of it is in the store yet: the queue holds it in memory only.
-  expect(await storedEvents(db.url)).toBe(0);
+  expect(await storedEvents(server.databaseUrl)).toBe(0);
 
   const killed = workerPids(server);
   for (const pid of killed) process.kill(pid, "SIGKILL");
@@ -195,15 +172,10 @@ it("keeps an embedded queue's events, under the same ids, across a graceful rest
 }, 90_000);
 
 it("keeps writing a delivered event while the store refuses it, and holds its entry until it is written", async () => {
-  const db = await freshDatabase();
-  const redis = freshRedisPrefix();
-  cleanups.push(db.drop, redis.clean);
-  const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: "2", LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000" });
-  cleanups.push(async () => void (await server.stop()), async () => fs.rmSync(server.dataDir, { recursive: true, force: true }));
+  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000" }, cleanups);
   const target = { url: `http://127.0.0.1:${server.port}` };
   const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
-  for (let i = 0; i < 50 && workerPids(server).length < 2; i++) await new Promise((r) => setTimeout(r, 100));
-  const admin = new pg.Client({ connectionString: db.url });
+  const admin = new pg.Client({ connectionString: server.databaseUrl });
   await admin.connect();
   cleanups.push(() => admin.end());
   // A real failure of the events table, not of the shard: every new row breaks this check until it is dropped.
@@ -227,9 +199,9 @@ it("keeps writing a delivered event while the store refuses it, and holds its en
   const first = await send("one");
   expect((await poll()).body.events.map((e: any) => e.message.id)).toEqual([first]);
   await new Promise((r) => setTimeout(r, 300));
-  expect(await storedEvents(db.url)).toBe(0);
+  expect(await storedEvents(server.databaseUrl)).toBe(0);
   await refuseEventRows(false);
-  await eventually("the refused row is written", async () => (await storedEvents(db.url)) === 1);
+  await eventually("the refused row is written", async () => (await storedEvents(server.databaseUrl)) === 1);
 
   // A worker that dies while its write is refused had not acknowledged the delivery: the next one gets it again.
   await refuseEventRows(true);

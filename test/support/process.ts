@@ -5,6 +5,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -70,4 +71,25 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
       return code;
     },
   };
+}
+
+/** The pids of the workers that have announced themselves so far (a restarted worker adds its new pid). */
+export function workerPids(server: ChorusProcess): number[] {
+  return [...server.output().matchAll(/listening on port \d+ \(pid (\d+)/g)].map((m) => Number(m[1]));
+}
+
+/**
+ * Chorus on Redis Streams and Postgres with `WORKERS` processes (default 2), in a database and a key prefix of its
+ * own; resolves once every worker listens. `cleanups` receives what stops it and drops its database, keys and data
+ * directory, in the order to run them backwards.
+ */
+export async function startDistributed(env: Record<string, string>, cleanups: Array<() => Promise<unknown>>): Promise<ChorusProcess & { databaseUrl: string }> {
+  const db = await freshDatabase();
+  const redis = freshRedisPrefix();
+  cleanups.push(db.drop, redis.clean);
+  const workers = Number(env.WORKERS ?? 2);
+  const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: String(workers), ...env });
+  cleanups.push(async () => fs.rmSync(server.dataDir, { recursive: true, force: true }), () => server.stop());
+  for (let i = 0; i < 100 && workerPids(server).length < workers; i++) await new Promise((r) => setTimeout(r, 100));
+  return { ...server, databaseUrl: db.url };
 }
