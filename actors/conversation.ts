@@ -306,6 +306,8 @@ export abstract class Conversation implements Actor {
       });
       const others = move?.messageIds.filter((id) => id !== row.id) ?? [];
       if (others.length) await prependHistory(trx, others, { user_id: msg.acting.id, timestamp: now, ...moveEntry }, moveColumns(move!, now));
+      // The flag rows below must exist to be changed.
+      if (mentions || move) await this.deps.store.expandRecipientLists(trx, [row.id, ...(move?.messageIds ?? [])]);
       if (mentions) await setMentionFlags(trx, row.id, mentions);
       if (move) await applyAccessChange(trx, move);
     });
@@ -377,7 +379,8 @@ export abstract class Conversation implements Actor {
   protected async removeMessage(row: Pick<StoredMessage, "id" | "stream_id" | "topic">): Promise<void> {
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await trx.deleteFrom("reactions").where("message_id", "=", row.id).execute();
-      await trx.deleteFrom("user_messages").where("message_id", "=", row.id).execute();
+      await this.deps.store.expandRecipientLists(trx, [row.id]);
+      await trx.deleteFrom("user_message_rows").where("message_id", "=", row.id).execute();
       await trx.deleteFrom("messages").where("id", "=", row.id).execute();
     });
     // Both id forms: one event serves clients with and without the bulk_message_deletion capability.
@@ -470,7 +473,7 @@ function moveColumns(move: MovePlan, now: number) {
 /** Replace one message's mention flags with those of its new content (Zulip's update_user_message_flags). */
 async function setMentionFlags(trx: Transaction<Database>, messageId: number, mentions: Map<number, number>): Promise<void> {
   await trx
-    .updateTable("user_messages")
+    .updateTable("user_message_rows")
     .set({ flags: sql`flags & ${~MENTION_FLAGS}` })
     .where("message_id", "=", messageId)
     .where(sql`flags & ${MENTION_FLAGS}`, "<>", 0)
@@ -482,7 +485,7 @@ async function setMentionFlags(trx: Transaction<Database>, messageId: number, me
     else byBits.set(bits, [user]);
   }
   for (const [bits, users] of byBits) {
-    await trx.updateTable("user_messages").set({ flags: sql`flags | ${bits}` }).where("message_id", "=", messageId).where("user_id", "in", users).execute();
+    await trx.updateTable("user_message_rows").set({ flags: sql`flags | ${bits}` }).where("message_id", "=", messageId).where("user_id", "in", users).execute();
   }
 }
 
@@ -493,11 +496,11 @@ async function setMentionFlags(trx: Transaction<Database>, messageId: number, me
 async function applyAccessChange(trx: Transaction<Database>, move: MovePlan): Promise<void> {
   const messages = sql`${sql.val(move.messageIds)}::bigint[]`;
   if (move.dropFlagsOf.length) {
-    await sql`delete from user_messages where user_id = any(${sql.val(move.dropFlagsOf)}::int[]) and message_id = any(${messages})`.execute(trx);
+    await sql`delete from user_message_rows where user_id = any(${sql.val(move.dropFlagsOf)}::int[]) and message_id = any(${messages})`.execute(trx);
   }
   if (move.readFlagsFor.length) {
     await sql`
-      insert into user_messages (user_id, message_id, flags)
+      insert into user_message_rows (user_id, message_id, flags)
       select u, m, ${FLAG_BITS.read} from unnest(${sql.val(move.readFlagsFor)}::int[]) u cross join unnest(${messages}) m
       on conflict (user_id, message_id) do nothing`.execute(trx);
   }

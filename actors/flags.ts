@@ -1,7 +1,8 @@
 /**
  * flags:<user id>: one user's message flags (Zulip's UserMessage.flags), stored as Zulip's bitfield in
- * `user_messages`. Rows are created by the conversation actor that commits the message (every recipient gets
- * one); this actor owns every later change, so two clients marking the same messages serialise here.
+ * `user_message_rows`. Rows are created by the conversation actor that commits the message (every recipient gets
+ * one, possibly through a recipient list: see runtime/store/store.ts); this actor owns every later change, so two
+ * clients marking the same messages serialise here.
  *
  * It is its own kind rather than part of `user:<id>` only because that actor is being reworked; the state is
  * the same user's, and folding it in later changes no table.
@@ -73,7 +74,8 @@ export class FlagsActor implements Actor {
     const ids = [...new Set(msg.messageIds)];
     if (!ids.length) return { messages: [] };
     const changed = await this.deps.store.write(this.ctx.fence(), async (trx) => {
-      const rows = await trx.selectFrom("user_messages").select(["message_id", "flags"]).where("user_id", "=", this.userId).where("message_id", "in", ids).execute();
+      await this.deps.store.expandRecipientLists(trx, ids);
+      const rows = await trx.selectFrom("user_message_rows").select(["message_id", "flags"]).where("user_id", "=", this.userId).where("message_id", "in", ids).execute();
       const have = new Map(rows.map((r) => [Number(r.message_id), r.flags]));
       const changed: number[] = [];
       const historical: number[] = [];
@@ -88,7 +90,7 @@ export class FlagsActor implements Actor {
       }
       if (changed.length) {
         await trx
-          .updateTable("user_messages")
+          .updateTable("user_message_rows")
           .set({ flags: msg.add ? sql`flags | ${bit}` : sql`flags & ${~bit}` })
           .where("user_id", "=", this.userId)
           .where("message_id", "in", changed)
@@ -97,7 +99,7 @@ export class FlagsActor implements Actor {
       if (historical.length) {
         const bits = bit | FLAG_BITS.read | FLAG_BITS.historical;
         await trx
-          .insertInto("user_messages")
+          .insertInto("user_message_rows")
           .values(historical.map((message_id) => ({ user_id: this.userId, message_id, flags: bits })))
           .onConflict((c) => c.columns(["user_id", "message_id"]).doNothing())
           .execute();

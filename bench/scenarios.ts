@@ -616,10 +616,10 @@ async function fillBigStore(engine: Engine): Promise<Record<string, unknown>> {
       select ${base} + g, ${realm_id}, ${owner}, 'stream', ${recipient_id}, ${streamId}, 't' || (g % ${BIG_TOPICS}), 'message ' || g,
              '<p>message ' || g || '</p>', ${now - n} + g, 'bench'
       from generate_series(0, ${n - 1}) g`.execute(trx);
-    await sql`insert into user_messages (user_id, message_id, flags) select ${owner}, ${base} + g, 1 from generate_series(0, ${n - 1}) g`.execute(trx);
+    await sql`insert into user_message_rows (user_id, message_id, flags) select ${owner}, ${base} + g, 1 from generate_series(0, ${n - 1}) g`.execute(trx);
   });
   await sql`analyze messages`.execute(db);
-  await sql`analyze user_messages`.execute(db);
+  await sql`analyze user_message_rows`.execute(db);
   return { storeMessages: await countMessages(engine, BIG_CHANNEL), fillSeconds: Math.round((performance.now() - t0) / 100) / 10 };
 }
 

@@ -17,7 +17,11 @@ export const OWNER_EMAIL = "owner@chorus.example";
 /** The configured store, as it is (a worker whose primary prepared it). */
 export async function openStore(config: Config): Promise<Store> {
   const { db, engine } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
-  return new SqlStore(db, engine, { eventWriteDelayMs: config.eventWriteDelayMs });
+  return new SqlStore(db, engine, {
+    eventWriteDelayMs: config.eventWriteDelayMs,
+    recipientListAbove: config.recipientListAbove,
+    recipientListDelayMs: config.recipientListDelayMs,
+  });
 }
 
 /** Open the store, migrate it, and create the organization on first start. Returns the owner's credentials then. */

@@ -65,6 +65,7 @@ export class ShardManager {
     const { node, workerIndex, leaseSeconds, shards } = this.opts;
     try {
       const alive = await this.store.heartbeat(node, workerIndex, leaseSeconds);
+      let reclaimed = false;
       for (const [shard, lease] of [...this.held]) {
         if (!(await this.store.renewLease(lease, node, leaseSeconds))) {
           this.held.delete(shard);
@@ -82,7 +83,10 @@ export class ShardManager {
         if (!lease) continue;
         this.held.set(shard, lease);
         await this.system.holdShard(shard, lease.epoch, lease.reclaimed);
+        reclaimed ||= !!lease.reclaimed;
       }
+      // A crashed holder may have left recipient lists it committed but did not expand (see store.ts).
+      if (reclaimed) await this.store.expandRecipientLists(this.store.db);
     } catch (err) {
       if (!this.stopped) console.error("shard manager tick failed", err);
     }

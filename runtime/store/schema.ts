@@ -138,11 +138,22 @@ export interface RecipientMemberTable {
   user_id: number;
 }
 
-/** Zulip's UserMessage: who received a message, and their flags (bitfield, see actors/flags.ts). */
+/**
+ * Zulip's UserMessage: who received a message, and their flags (bitfield, see actors/flags.ts). `user_messages` is
+ * a view (read-only) of `user_message_rows` and the not yet expanded `user_message_lists`; writes go to the rows,
+ * after Store.expandRecipientLists (migration 2026-11-24T1000-recipient-lists).
+ */
 export interface UserMessageTable {
   user_id: number;
   message_id: number;
   flags: number;
+}
+
+/** A committed message's recipients and their initial flags, as one row until expanded into user_message_rows. */
+export interface UserMessageListTable {
+  message_id: number;
+  user_ids: number[];
+  flags: number[];
 }
 
 export interface ScheduledMessageTable {
@@ -499,6 +510,8 @@ export interface Database {
   recipients: RecipientTable;
   recipient_members: RecipientMemberTable;
   user_messages: UserMessageTable;
+  user_message_rows: UserMessageTable;
+  user_message_lists: UserMessageListTable;
   reactions: ReactionTable;
   scheduled_messages: ScheduledMessageTable;
   user_topics: UserTopicTable;

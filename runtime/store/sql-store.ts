@@ -2,7 +2,7 @@
 import { Migrator, sql, type Kysely, type Transaction } from "kysely";
 import { trace } from "@opentelemetry/api";
 import type { Fence } from "../actor.ts";
-import { DEFAULT_EVENT_WRITE_DELAY_MS } from "../config.ts";
+import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS } from "../config.ts";
 import { errors } from "../errors.ts";
 import type { Database } from "./schema.ts";
 import type { Engine } from "./db.ts";
@@ -16,6 +16,8 @@ const ID_BLOCK = 256; // must match the sequence's increment in the initial migr
  * parameter limit applies; this keeps one statement's arrays modest while a whole 10,000-queue fan-out still fits.
  */
 const MAX_BATCH_ROWS = 20_000;
+/** After a failed expansion of recipient lists, the next try waits this long (the lists stay readable meanwhile). */
+const LIST_RETRY_MS = 1_000;
 
 /** A message waiting for the next group commit of messages. */
 type PendingMessage = { message: NewMessage; recipients?: MessageRecipient[]; fence: Fence; resolve(id: number): void; reject(err: unknown): void };
@@ -30,18 +32,25 @@ export class SqlStore implements Store {
   private readonly messages = new GroupCommit<PendingMessage>(
     "messages",
     (p) => 1 + (p.recipients?.length ?? 0),
-    (batch) => commitMessages(this.db, batch),
+    (batch) => this.commitMessages(batch),
   );
   private readonly events = new GroupCommit<PendingEvent>("events", () => 1, (batch) => commitEvents(this.db, batch));
+
+  /** Recipient lists committed by this store and not expanded yet: the next expansion is scheduled. */
+  private listsWaiting = false;
+  private listTimer?: NodeJS.Timeout;
+  private expanding?: Promise<void>;
+  private closed = false;
 
   /**
    * `eventWriteDelayMs`: how long a write-behind user event waits for company (see appendUserEvent): a fan-out's
    * thousands of events, or a busy second's hundreds, then share a few commits instead of one each.
+   * `recipientListAbove`, `recipientListDelayMs`: see DEFAULT_RECIPIENT_LIST_ABOVE and expandListsLater.
    */
   constructor(
     readonly db: Kysely<Database>,
     readonly engine: Engine,
-    private readonly opts: { eventWriteDelayMs?: number } = {},
+    private readonly opts: { eventWriteDelayMs?: number; recipientListAbove?: number; recipientListDelayMs?: number } = {},
   ) {}
 
   async migrate(): Promise<void> {
@@ -51,6 +60,8 @@ export class SqlStore implements Store {
       const failed = results?.find((r) => r.status === "Error");
       throw new Error(`migration ${failed?.migrationName ?? "?"} failed`, { cause: error });
     }
+    // Lists left by a process that stopped before expanding them.
+    await this.expandRecipientLists(this.db);
   }
 
   async write<T>(fence: Fence, fn: (trx: Transaction<Database>) => Promise<T>): Promise<T> {
@@ -69,6 +80,81 @@ export class SqlStore implements Store {
 
   appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number> {
     return new Promise((resolve, reject) => this.messages.add({ message, recipients, fence, resolve, reject }));
+  }
+
+  async expandRecipientLists(trx: Kysely<Database>, messageIds?: readonly number[]): Promise<void> {
+    await sql`select chorus_expand_recipient_lists(${messageIds ? column(messageIds, (id) => id) : null}::bigint[])`.execute(trx);
+  }
+
+  /**
+   * The recipient lists this store committed are expanded a little later, together, in their own transaction: not
+   * right away, because on PGlite the expansion holds the process (and the database) for as long as the flag rows
+   * would have held the send, and the send's deliveries come first. Every list still unexpanded then goes, including
+   * any a crashed process left. A failure is retried: until then the lists are read as they are.
+   */
+  private expandListsLater(delayMs = this.opts.recipientListDelayMs ?? DEFAULT_RECIPIENT_LIST_DELAY_MS): void {
+    this.listsWaiting = true;
+    if (this.closed) return;
+    this.listTimer ??= setTimeout(() => {
+      this.listTimer = undefined;
+      this.expanding = this.expandWaitingLists().finally(() => (this.expanding = undefined));
+    }, delayMs);
+  }
+
+  private async expandWaitingLists(): Promise<void> {
+    if (!this.listsWaiting) return;
+    this.listsWaiting = false;
+    try {
+      await tracer.startActiveSpan("store.expand recipient lists", (span) => this.expandRecipientLists(this.db).finally(() => span.end()));
+    } catch (err) {
+      if (this.closed) return;
+      console.error("store: expanding recipient lists failed; retrying", err);
+      this.expandListsLater(LIST_RETRY_MS);
+    }
+  }
+
+  /**
+   * One batch of messages as one statement, so one round trip and one commit (a transaction of separate statements
+   * took five round trips; with fsync each commit is most of a send's latency): chorus_append_messages (see its
+   * migration, 2026-11-24T1000-recipient-lists) writes the messages whose fence holds, skipping a send_key already
+   * stored (a redelivered send), and the recipients' flag rows of the messages it inserted, as one list per message
+   * past `recipientListAbove` recipients. It answers the leases it read, the messages it inserted, and those stored
+   * before with the batch's send_keys.
+   */
+  private async commitMessages(batch: PendingMessage[]): Promise<CommitOutcome<PendingMessage>> {
+    const listAbove = this.opts.recipientListAbove ?? DEFAULT_RECIPIENT_LIST_ABOVE;
+    const isListed = (p: PendingMessage) => (p.recipients?.length ?? 0) > listAbove;
+    const recipients = batch.filter((p) => !isListed(p)).flatMap((p) => (p.recipients ?? []).map((r) => ({ ...r, message_id: p.message.id })));
+    // Each listed message's recipients as a slice [first, last] (1-based, as SQL's) of one array.
+    const listed = batch.filter(isListed);
+    const listedRecipients = listed.flatMap((p) => p.recipients!);
+    const [first, last]: number[][] = [[], []];
+    for (const p of listed) {
+      first.push((last.at(-1) ?? 0) + 1);
+      last.push(first.at(-1)! + p.recipients!.length - 1);
+    }
+    const m = (f: (p: PendingMessage) => string | number | null | undefined) => column(batch, f);
+    const sendKeys = batch.map((p) => p.message.send_key).filter((k): k is string => !!k);
+    const { rows } = await sql<{ kind: "lease" | "inserted" | "earlier"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>`
+      select * from chorus_append_messages(
+        ${m((p) => p.message.id)}::bigint[], ${m((p) => p.message.realm_id)}::integer[], ${m((p) => p.message.sender_id)}::integer[],
+        ${m((p) => p.message.recipient_type)}::text[], ${m((p) => p.message.recipient_id)}::integer[], ${m((p) => p.message.stream_id ?? null)}::integer[],
+        ${m((p) => p.message.topic)}::text[], ${m((p) => p.message.content)}::text[], ${m((p) => p.message.rendered_content)}::text[],
+        ${m((p) => p.message.date_sent)}::bigint[], ${m((p) => p.message.sending_client)}::text[], ${m((p) => p.message.send_key ?? null)}::text[],
+        ${m((p) => p.fence.shard)}::integer[], ${m((p) => p.fence.epoch)}::bigint[], ${m((p) => p.fence.node)}::text[],
+        ${column(recipients, (r) => r.user_id)}::integer[], ${column(recipients, (r) => r.message_id)}::bigint[], ${column(recipients, (r) => r.flags)}::integer[],
+        ${column(sendKeys, (k) => k)}::text[], ${column(listed, (p) => p.message.id)}::bigint[],
+        ${column(first, (n) => n)}::integer[], ${column(last, (n) => n)}::integer[],
+        ${column(listedRecipients, (r) => r.user_id)}::integer[], ${column(listedRecipients, (r) => r.flags)}::integer[])`.execute(this.db);
+    // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
+    const ids = new Map<string, number>();
+    for (const r of rows) if (r.kind !== "lease" && r.send_key) ids.set(r.send_key, Number(r.id));
+    const listedIds = new Set(listed.map((p) => p.message.id));
+    if (rows.some((r) => r.kind === "inserted" && listedIds.has(Number(r.id)))) this.expandListsLater();
+    return {
+      isStale: staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]),
+      valueOf: (p) => (p.message.send_key && ids.get(p.message.send_key)) || p.message.id,
+    };
   }
 
   appendUserEvent(event: UserEvent, fence: Fence, opts?: { behind?: boolean }): Promise<void> {
@@ -198,6 +284,11 @@ export class SqlStore implements Store {
 
   async close(): Promise<void> {
     await Promise.all([this.messages.drain(), this.events.drain()]);
+    this.closed = true;
+    clearTimeout(this.listTimer);
+    await this.expanding;
+    // Should this fail, the lists stay readable as they are and the next start expands them.
+    if (this.listsWaiting) await this.expandWaitingLists();
     await this.db.destroy();
   }
 }
@@ -300,7 +391,7 @@ function takeBatch<P>(pending: P[], rowsOf: (p: P) => number): P[] {
  * expressions (a 10,000-recipient fan-out spent 7% of a worker's CPU there), where a number needs no quoting and a
  * string repeated down the column (a batch's fence node) is quoted once.
  */
-function column<T>(rows: T[], f: (row: T) => string | number | null | undefined): string {
+function column<T>(rows: readonly T[], f: (row: T) => string | number | null | undefined): string {
   const parts = new Array<string>(rows.length);
   let raw: string | undefined;
   let quoted = "";
@@ -314,35 +405,6 @@ function column<T>(rows: T[], f: (row: T) => string | number | null | undefined)
     }
   }
   return `{${parts.join(",")}}`;
-}
-
-/**
- * One batch of messages as one statement, so one round trip and one commit (a transaction of separate statements
- * took five round trips; with fsync each commit is most of a send's latency): chorus_append_messages (see its
- * migration, 2026-11-23T2200-append-functions) writes the messages whose fence holds, skipping a send_key already
- * stored (a redelivered send), and the recipients' flag rows of the messages it inserted. It answers the leases it
- * read, the messages it inserted, and those stored before with the batch's send_keys.
- */
-async function commitMessages(db: Kysely<Database>, batch: PendingMessage[]): Promise<CommitOutcome<PendingMessage>> {
-  const recipients = batch.flatMap((p) => (p.recipients ?? []).map((r) => ({ ...r, message_id: p.message.id })));
-  const m = (f: (p: PendingMessage) => string | number | null | undefined) => column(batch, f);
-  const sendKeys = batch.map((p) => p.message.send_key).filter((k): k is string => !!k);
-  const { rows } = await sql<{ kind: "lease" | "inserted" | "earlier"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>`
-    select * from chorus_append_messages(
-      ${m((p) => p.message.id)}::bigint[], ${m((p) => p.message.realm_id)}::integer[], ${m((p) => p.message.sender_id)}::integer[],
-      ${m((p) => p.message.recipient_type)}::text[], ${m((p) => p.message.recipient_id)}::integer[], ${m((p) => p.message.stream_id ?? null)}::integer[],
-      ${m((p) => p.message.topic)}::text[], ${m((p) => p.message.content)}::text[], ${m((p) => p.message.rendered_content)}::text[],
-      ${m((p) => p.message.date_sent)}::bigint[], ${m((p) => p.message.sending_client)}::text[], ${m((p) => p.message.send_key ?? null)}::text[],
-      ${m((p) => p.fence.shard)}::integer[], ${m((p) => p.fence.epoch)}::bigint[], ${m((p) => p.fence.node)}::text[],
-      ${column(recipients, (r) => r.user_id)}::integer[], ${column(recipients, (r) => r.message_id)}::bigint[], ${column(recipients, (r) => r.flags)}::integer[],
-      ${column(sendKeys, (k) => k)}::text[])`.execute(db);
-  // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
-  const ids = new Map<string, number>();
-  for (const r of rows) if (r.kind !== "lease" && r.send_key) ids.set(r.send_key, Number(r.id));
-  return {
-    isStale: staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]),
-    valueOf: (p) => (p.message.send_key && ids.get(p.message.send_key)) || p.message.id,
-  };
 }
 
 /** One batch of user events as one statement, fenced like commitMessages; a repeated (user_id, seq) is kept once. */

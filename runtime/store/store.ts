@@ -9,6 +9,9 @@
  * - `appendMessage` and `appendUserEvent` group-commit: concurrent appends share one transaction; each resolves
  *   once committed. Appending the same `send_key` twice commits once and resolves both with the first id. A
  *   write-behind event (`behind`) may wait a few milliseconds for others to commit with.
+ * - A message's recipients (`user_messages`) are readable as soon as its append resolves. Past `listAbove`
+ *   recipients they are committed as one list row and expanded into per-user rows soon after (the view
+ *   `user_messages` shows either, exactly once); a writer of flag rows calls `expandRecipientLists` first.
  * - Message id blocks are disjoint and each block is above every block handed out before it.
  * - Snapshots are versioned: `saveSnapshot(…, expected)` succeeds only if the stored version is `expected`
  *   (0 = absent) and returns the new version; otherwise CONFLICT.
@@ -54,6 +57,12 @@ export interface Store {
    * recipients' rows commit in the same transaction, and only with a message actually inserted.
    */
   appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number>;
+  /**
+   * Expand the recipient lists of these messages (of every message, when omitted) into rows: first thing in a
+   * write transaction that changes their `user_message_rows`, so that the rows to change exist; or on `db`, for
+   * lists a crashed process left.
+   */
+  expandRecipientLists(trx: Kysely<Database>, messageIds?: readonly number[]): Promise<void>;
   /**
    * Group-committed; a repeated (user_id, seq) is stored once. `behind`: the caller does not wait on it before
    * answering anyone, so it may wait a few milliseconds to share its commit with later events.

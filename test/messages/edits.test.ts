@@ -4,13 +4,13 @@
  * when they move to another channel.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
+import { api, createUser, FLAG_STORAGES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 import { eventually, ids, messageApi, NOTIFICATION_BOT, type User } from "../support/messages.ts";
 
 /** A modern client: deletions come as one event listing every message id. */
 const BULK_DELETION = { bulk_message_deletion: true };
 
-describe.each(ENGINES)("edits and moves on %s", (engine) => {
+describe.each(FLAG_STORAGES)("edits and moves on $engine, flags as $storage", ({ engine, overrides }) => {
   let server: TestServer;
   let owner: Credentials;
   let ownerId: number;
@@ -50,7 +50,7 @@ describe.each(ENGINES)("edits and moves on %s", (engine) => {
     );
 
   beforeAll(async () => {
-    server = await startTestServer(engine);
+    server = await startTestServer(engine, overrides);
     owner = server.owner;
     ownerId = (await api(server, "GET", "/users/me", { as: owner })).body.user_id;
     alice = await createUser(server, "alice@example.com", "Alice");
@@ -122,6 +122,7 @@ describe.each(ENGINES)("edits and moves on %s", (engine) => {
     expect(await botMessages("general", "fix")).toEqual([]);
     expect(ids(await get(owner, { narrow: [{ operator: "topic", operand: "fix" }] }))).toEqual([id]);
     expect((await events(bob, q))[0]).toMatchObject({ type: "delete_message", message_ids: [notice.id], topic: "fix" });
+    expect(await flagsOf(bob, notice.id)).toBeUndefined();
 
     // Past the grace period the toggle is announced.
     expect((await patch(alice, id, { topic: "✔ fix", propagate_mode: "change_all" })).status).toBe(200);

@@ -3,10 +3,10 @@
  * (Zulip's automatic follow / unmute settings), through a real server on both engines.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
+import { api, createUser, FLAG_STORAGES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
 import { messageApi, type User } from "../support/messages.ts";
 
-describe.each(ENGINES)("unreads and automatic topic visibility on %s", (engine) => {
+describe.each(FLAG_STORAGES)("unreads and automatic topic visibility on $engine, flags as $storage", ({ engine, overrides }) => {
   let server: TestServer;
   let alice: User;
   let bob: User;
@@ -41,7 +41,7 @@ describe.each(ENGINES)("unreads and automatic topic visibility on %s", (engine) 
     )?.visibility_policy;
 
   beforeAll(async () => {
-    server = await startTestServer(engine);
+    server = await startTestServer(engine, overrides);
     alice = await createUser(server, "alice@example.com", "Alice");
     bob = await createUser(server, "bob@example.com", "Bob");
     carol = await createUser(server, "carol@example.com", "Carol");

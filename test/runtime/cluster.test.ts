@@ -8,6 +8,7 @@
  * renewals stop, its leases stay in the store until they expire, and its system still believes it holds its
  * shards (like a paused process), so its fence is the stale one the store must refuse.
  */
+import { sql } from "kysely";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { shardOf, type ActorFactory, type Fence } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
@@ -202,6 +203,8 @@ describe("ShardManager over Postgres and Redis Streams", () => {
     // The live owner's fence is accepted.
     await expect(admin.write(oldFence, async () => "written")).resolves.toBe("written");
 
+    // A recipient list w1 committed and had no time to expand (see runtime/store/store.ts).
+    await sql`insert into user_message_lists (message_id, user_ids, flags) values (77, '{5,6}', '{0,1}')`.execute(admin.db);
     await w1.crash();
     const crashed = Date.now();
     // An ask sent while nobody serves the shard waits in its stream for the next holder.
@@ -215,6 +218,12 @@ describe("ShardManager over Postgres and Redis Streams", () => {
     expect(tookMs).toBeGreaterThan(LEASE * 1000 - 1000); // not before the lease could have expired
     const after = await epochs();
     for (const s of odds) expect(after.get(s)).toBe(before.get(s)! + 1);
+    // Whoever takes over a crashed worker's shards expands the lists it may have left.
+    await until(async () => (await admin.db.selectFrom("user_message_lists").select("message_id").execute()).length === 0, 3000);
+    expect(await admin.db.selectFrom("user_message_rows").select(["user_id", "message_id", "flags"]).where("message_id", "=", 77).orderBy("user_id").execute()).toEqual([
+      { user_id: 5, message_id: 77, flags: 0 },
+      { user_id: 6, message_id: 77, flags: 1 },
+    ]);
     expect(await waiting).toEqual({ shard, epoch: after.get(shard), node: w0.node });
 
     // The stale owner's writes are refused, and change nothing.

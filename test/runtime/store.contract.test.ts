@@ -413,6 +413,58 @@ describe.each(engines)("Store on $name", (engineCase) => {
       expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "rejected"]);
       expect(await storedIds(mixed.map((m) => m.id))).toEqual([mixed[0]!.id, mixed[1]!.id]);
     });
+
+    describe("recipient lists", () => {
+      /** Recipients of one message as the view, the rows and the lists hold them. */
+      async function recipientsOf(messageId: number) {
+        const view = await store.db.selectFrom("user_messages").select(["user_id", "flags"]).where("message_id", "=", messageId).orderBy("user_id").execute();
+        const rows = await store.db.selectFrom("user_message_rows").select(["user_id", "flags"]).where("message_id", "=", messageId).orderBy("user_id").execute();
+        const lists = await store.db.selectFrom("user_message_lists").select(["user_ids", "flags"]).where("message_id", "=", messageId).execute();
+        return { view, rows, lists: lists.map((l) => ({ user_ids: l.user_ids.map(Number), flags: l.flags.map(Number) })) };
+      }
+      const recipients = (n: number, from = 100) => Array.from({ length: n }, (_, i) => ({ user_id: from + i, flags: i % 3 }));
+
+      it("commits a message past recipientListAbove as one list, readable at once, expanded into rows behind, exactly once", async () => {
+        // A second store over the same database, listing past 2 recipients and expanding 1 s after the commit.
+        const listing = new SqlStore(store.db, store.engine, { recipientListAbove: 2, recipientListDelayMs: 1_000 });
+        const fence = await fenceOn();
+        const [big, small, other] = [message(uniqueKey("listed")), message(), message()];
+        const [many, few, more] = [recipients(5), recipients(2, 200), recipients(3, 400)];
+        // One batch: the first append commits alone, these three together.
+        await Promise.all([
+          listing.appendMessage(message(), fence),
+          listing.appendMessage(big, fence, many),
+          listing.appendMessage(small, fence, few),
+          listing.appendMessage(other, fence, more),
+        ]);
+        const asList = (rs: { user_id: number; flags: number }[]) => [{ user_ids: rs.map((r) => r.user_id), flags: rs.map((r) => r.flags) }];
+        expect(await recipientsOf(big.id)).toEqual({ view: many, rows: [], lists: asList(many) });
+        expect(await recipientsOf(small.id)).toEqual({ view: few, rows: few, lists: [] });
+        expect(await recipientsOf(other.id)).toEqual({ view: more, rows: [], lists: asList(more) });
+        // A redelivered send commits no second list.
+        expect(await listing.appendMessage(message(big.send_key), fence, recipients(5, 300))).toBe(big.id);
+        expect((await recipientsOf(big.id)).lists).toHaveLength(1);
+
+        const deadline = Date.now() + 10_000;
+        while ((await recipientsOf(big.id)).lists.length && Date.now() < deadline) await sleep(100);
+        expect(await recipientsOf(big.id)).toEqual({ view: many, rows: many, lists: [] });
+        expect(await recipientsOf(other.id)).toEqual({ view: more, rows: more, lists: [] });
+      });
+
+      it("expandRecipientLists in a write expands the messages named, and migrate expands lists left behind", async () => {
+        const fence = await fenceOn();
+        const [a, b] = [message(), message()];
+        await store.appendMessage(a, fence);
+        await store.appendMessage(b, fence);
+        // Lists as a process that stopped before expanding them leaves them.
+        await sql`insert into user_message_lists (message_id, user_ids, flags) values (${a.id}, '{1,2}', '{0,1}'), (${b.id}, '{3}', '{8}')`.execute(store.db);
+        await store.write(fence, (trx) => store.expandRecipientLists(trx, [a.id]));
+        expect(await recipientsOf(a.id)).toEqual({ view: [{ user_id: 1, flags: 0 }, { user_id: 2, flags: 1 }], rows: [{ user_id: 1, flags: 0 }, { user_id: 2, flags: 1 }], lists: [] });
+        expect(await recipientsOf(b.id)).toEqual({ view: [{ user_id: 3, flags: 8 }], rows: [], lists: [{ user_ids: [3], flags: [8] }] });
+        await store.migrate();
+        expect(await recipientsOf(b.id)).toEqual({ view: [{ user_id: 3, flags: 8 }], rows: [{ user_id: 3, flags: 8 }], lists: [] });
+      });
+    });
   });
 
   describe("appendUserEvent", () => {

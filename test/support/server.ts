@@ -16,6 +16,15 @@ import { REALM, type CreatedUser } from "../../actors/protocol.ts";
 export type EngineName = "embedded" | "redis+postgres";
 export const ENGINES: EngineName[] = ["embedded", "redis+postgres"];
 
+/**
+ * Each engine twice: with flag rows, and with every message's recipients kept as a recipient list, never expanded
+ * while the test runs (see runtime/store/store.ts). Reads and flag changes must answer the same either way.
+ */
+export const FLAG_STORAGES = ENGINES.flatMap((engine) => [
+  { engine, storage: "rows", overrides: {} as Partial<Config> },
+  { engine, storage: "recipient lists", overrides: { recipientListAbove: 0, recipientListDelayMs: 3_600_000 } as Partial<Config> },
+]);
+
 export interface Credentials {
   email: string;
   key: string;

@@ -18,6 +18,7 @@ import * as realmEmoji from "./2026-11-23T1930-realm-emoji.ts";
 import * as appendFunctions from "./2026-11-23T2200-append-functions.ts";
 import * as userEventsJson from "./2026-11-24T0000-user-events-json.ts";
 import * as appendPlans from "./2026-11-24T0100-append-plans.ts";
+import * as recipientLists from "./2026-11-24T1000-recipient-lists.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -38,4 +39,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-23T2200-append-functions": appendFunctions,
   "2026-11-24T0000-user-events-json": userEventsJson,
   "2026-11-24T0100-append-plans": appendPlans,
+  "2026-11-24T1000-recipient-lists": recipientLists,
 };

@@ -1,0 +1,108 @@
+import { sql, type Kysely } from "kysely";
+
+/**
+ * A message to many recipients commits their flags as one row, a recipient list, instead of a row each; the list is
+ * expanded into per-user rows right after, off the send's critical path (runtime/store/sql-store.ts). Writing
+ * 10,000 flag rows was most of a 10,000-subscriber send: 75-175 ms on PGlite, 40-60 ms on Postgres, before any
+ * recipient could be told. Zulip's soft deactivation is the precedent for not writing every row at send time.
+ *
+ * - `user_message_rows` is the former `user_messages` table, renamed: the flag rows themselves.
+ * - `user_message_lists`: a committed message's recipients and their initial flags, not expanded yet.
+ * - `user_messages` is now a view of both. A statement's snapshot sees a message's recipients either as its list or
+ *   as its rows, never both and never neither (the expansion moves them in one statement), so every read through
+ *   the view is exact whatever the expansion's progress. Writes go to `user_message_rows`, after expanding the
+ *   messages they touch (chorus_expand_recipient_lists).
+ */
+export async function up(db: Kysely<any>): Promise<void> {
+  await sql`alter table user_messages rename to user_message_rows`.execute(db);
+  await sql`
+    create table user_message_lists (
+      message_id bigint primary key,
+      user_ids integer[] not null,
+      flags integer[] not null
+    )`.execute(db);
+  await sql`
+    create view user_messages as
+      select user_id, message_id, flags from user_message_rows
+      union all
+      select r.user_id, l.message_id, r.flags from user_message_lists l cross join lateral unnest(l.user_ids, l.flags) as r(user_id, flags)`.execute(db);
+
+  // Moves the lists of the given messages (all lists, given null) into rows. The delete locks each list, so two
+  // expansions of one list serialise and the second finds nothing left to do.
+  await sql`
+    create function chorus_expand_recipient_lists(p_message_ids bigint[]) returns bigint
+    language sql as $fn$
+      with taken as (
+        delete from user_message_lists where p_message_ids is null or message_id = any(p_message_ids)
+        returning message_id, user_ids, flags
+      ),
+      expanded as (
+        insert into user_message_rows (user_id, message_id, flags)
+        select r.user_id, t.message_id, r.flags from taken t cross join lateral unnest(t.user_ids, t.flags) as r(user_id, flags)
+        returning 1
+      )
+      select count(*) from expanded
+    $fn$`.execute(db);
+
+  // chorus_append_messages as in 2026-11-23T2200-append-functions, plus recipient lists: message l_message_id[i]
+  // lists the recipients l_user_id[l_first[i]:l_last[i]] (and their flags, alike). Slices of arrays given as they
+  // are stored: grouping 10,000 rows into arrays in SQL cost 8 ms on PGlite, the slices nothing.
+  await sql`
+    drop function chorus_append_messages(bigint[], integer[], integer[], text[], integer[], integer[], text[], text[], text[],
+      bigint[], text[], text[], integer[], bigint[], text[], integer[], bigint[], integer[], text[])`.execute(db);
+  await sql`
+    create function chorus_append_messages(
+      p_id bigint[], p_realm_id integer[], p_sender_id integer[], p_recipient_type text[], p_recipient_id integer[],
+      p_stream_id integer[], p_topic text[], p_content text[], p_rendered_content text[], p_date_sent bigint[],
+      p_sending_client text[], p_send_key text[], p_shard integer[], p_epoch bigint[], p_node text[],
+      r_user_id integer[], r_message_id bigint[], r_flags integer[], p_send_keys text[],
+      l_message_id bigint[], l_first integer[], l_last integer[], l_user_id integer[], l_flags integer[])
+    returns table(kind text, shard integer, owner text, epoch bigint, id bigint, send_key text)
+    language plpgsql as $fn$
+    #variable_conflict use_column
+    begin
+      return query
+        with lease as (
+          select l.shard, l.owner, l.epoch from shard_leases l where l.shard = any(p_shard) for share
+        ),
+        message_rows as (
+          select t.* from unnest(p_id, p_realm_id, p_sender_id, p_recipient_type, p_recipient_id, p_stream_id, p_topic,
+              p_content, p_rendered_content, p_date_sent, p_sending_client, p_send_key, p_shard, p_epoch, p_node)
+            with ordinality as t(id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content,
+              rendered_content, date_sent, sending_client, send_key, f_shard, f_epoch, f_node, ord)
+          join lease l on l.shard = t.f_shard and l.epoch = t.f_epoch and l.owner = t.f_node
+        ),
+        new_messages as (
+          insert into messages as m (id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content,
+              rendered_content, date_sent, sending_client, send_key)
+          select r.id, r.realm_id, r.sender_id, r.recipient_type, r.recipient_id, r.stream_id, r.topic, r.content,
+              r.rendered_content, r.date_sent, r.sending_client, r.send_key
+          from message_rows r
+          order by r.ord -- of two rows with one send_key, the first appended is the one kept
+          on conflict (send_key) do nothing
+          returning m.id, m.send_key
+        ),
+        new_flags as (
+          insert into user_message_rows (user_id, message_id, flags)
+          select r.user_id, r.message_id, r.flags from unnest(r_user_id, r_message_id, r_flags) as r(user_id, message_id, flags)
+          -- A message inserted just now has no flag rows yet: a plain insert, cheaper than ON CONFLICT's speculative one.
+          where r.message_id in (select n.id from new_messages n)
+        ),
+        new_lists as (
+          insert into user_message_lists (message_id, user_ids, flags)
+          select l.message_id, l_user_id[l.first:l.last], l_flags[l.first:l.last]
+          from unnest(l_message_id, l_first, l_last) as l(message_id, first, last)
+          where l.message_id in (select n.id from new_messages n)
+        )
+        select 'lease'::text, l.shard, l.owner, l.epoch, null::bigint, null::text from lease l
+        union all select 'inserted', null, null, null, n.id, n.send_key from new_messages n
+        union all select 'earlier', null, null, null, m.id, m.send_key from messages m where m.send_key = any(p_send_keys);
+    end
+    $fn$`.execute(db);
+  // As 2026-11-24T0100-append-plans did for the function this one replaces.
+  await sql`alter function chorus_append_messages set enable_seqscan = off`.execute(db);
+}
+
+export async function down(): Promise<void> {
+  throw new Error("migrations are append-only");
+}
