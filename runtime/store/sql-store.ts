@@ -118,8 +118,8 @@ export class SqlStore implements Store {
    * took five round trips; with fsync each commit is most of a send's latency): chorus_append_messages (see its
    * migration, 2026-11-24T1000-recipient-lists) writes the messages whose fence holds, skipping a send_key already
    * stored (a redelivered send), and the recipients' flag rows of the messages it inserted, as one list per message
-   * past `recipientListAbove` recipients. It answers the leases it read, the messages it inserted, and those stored
-   * before with the batch's send_keys.
+   * past `recipientListAbove` recipients. It answers the leases it read and the messages it inserted; the ids of
+   * send_keys stored before are looked up after, in the rare batch that has one.
    */
   private async commitMessages(batch: PendingMessage[]): Promise<CommitOutcome<PendingMessage>> {
     const listAbove = this.opts.recipientListAbove ?? DEFAULT_RECIPIENT_LIST_ABOVE;
@@ -134,8 +134,7 @@ export class SqlStore implements Store {
       last.push(first.at(-1)! + p.recipients!.length - 1);
     }
     const m = (f: (p: PendingMessage) => string | number | null | undefined) => column(batch, f);
-    const sendKeys = batch.map((p) => p.message.send_key).filter((k): k is string => !!k);
-    const { rows } = await sql<{ kind: "lease" | "inserted" | "earlier"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>`
+    const { rows } = await sql<{ kind: "lease" | "inserted"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>`
       select * from chorus_append_messages(
         ${m((p) => p.message.id)}::bigint[], ${m((p) => p.message.realm_id)}::integer[], ${m((p) => p.message.sender_id)}::integer[],
         ${m((p) => p.message.recipient_type)}::text[], ${m((p) => p.message.recipient_id)}::integer[], ${m((p) => p.message.stream_id ?? null)}::integer[],
@@ -143,16 +142,23 @@ export class SqlStore implements Store {
         ${m((p) => p.message.date_sent)}::bigint[], ${m((p) => p.message.sending_client)}::text[], ${m((p) => p.message.send_key ?? null)}::text[],
         ${m((p) => p.fence.shard)}::integer[], ${m((p) => p.fence.epoch)}::bigint[], ${m((p) => p.fence.node)}::text[],
         ${column(recipients, (r) => r.user_id)}::integer[], ${column(recipients, (r) => r.message_id)}::bigint[], ${column(recipients, (r) => r.flags)}::integer[],
-        ${column(sendKeys, (k) => k)}::text[], ${column(listed, (p) => p.message.id)}::bigint[],
+        ${column(listed, (p) => p.message.id)}::bigint[],
         ${column(first, (n) => n)}::integer[], ${column(last, (n) => n)}::integer[],
         ${column(listedRecipients, (r) => r.user_id)}::integer[], ${column(listedRecipients, (r) => r.flags)}::integer[])`.execute(this.db);
+    const isStale = staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]);
     // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
     const ids = new Map<string, number>();
-    for (const r of rows) if (r.kind !== "lease" && r.send_key) ids.set(r.send_key, Number(r.id));
+    for (const r of rows) if (r.kind === "inserted" && r.send_key) ids.set(r.send_key, Number(r.id));
+    const earlier = batch.filter((p) => p.message.send_key && !ids.has(p.message.send_key) && !isStale(p.fence)).map((p) => p.message.send_key!);
+    if (earlier.length) {
+      // Committed: a conflicting insert waits for the other transaction to end before skipping its row.
+      const stored = await this.db.selectFrom("messages").select(["id", "send_key"]).where("send_key", "in", earlier).execute();
+      for (const r of stored) ids.set(r.send_key!, Number(r.id));
+    }
     const listedIds = new Set(listed.map((p) => p.message.id));
     if (rows.some((r) => r.kind === "inserted" && listedIds.has(Number(r.id)))) this.expandListsLater();
     return {
-      isStale: staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]),
+      isStale,
       valueOf: (p) => (p.message.send_key && ids.get(p.message.send_key)) || p.message.id,
     };
   }

@@ -44,9 +44,14 @@ export async function up(db: Kysely<any>): Promise<void> {
       select count(*) from expanded
     $fn$`.execute(db);
 
-  // chorus_append_messages as in 2026-11-23T2200-append-functions, plus recipient lists: message l_message_id[i]
-  // lists the recipients l_user_id[l_first[i]:l_last[i]] (and their flags, alike). Slices of arrays given as they
-  // are stored: grouping 10,000 rows into arrays in SQL cost 8 ms on PGlite, the slices nothing.
+  // chorus_append_messages as in 2026-11-23T2200-append-functions, with two changes.
+  // - Recipient lists: message l_message_id[i] lists the recipients l_user_id[l_first[i]:l_last[i]] (and their
+  //   flags, alike). Slices of arrays given as they are stored: grouping 10,000 rows into arrays in SQL cost 8 ms
+  //   on PGlite, the slices nothing.
+  // - It no longer looks up the messages stored earlier under the batch's send_keys: the caller does, in the rare
+  //   batch where a send_key was not inserted. That lookup was the only statement whose cached generic plan could
+  //   go stale (see 2026-11-24T0100-append-plans), so the function no longer needs `enable_seqscan = off` (whose
+  //   save and restore around every call cost about 20 µs of a 530-550 µs one-message commit on PGlite).
   await sql`
     drop function chorus_append_messages(bigint[], integer[], integer[], text[], integer[], integer[], text[], text[], text[],
       bigint[], text[], text[], integer[], bigint[], text[], integer[], bigint[], integer[], text[])`.execute(db);
@@ -55,7 +60,7 @@ export async function up(db: Kysely<any>): Promise<void> {
       p_id bigint[], p_realm_id integer[], p_sender_id integer[], p_recipient_type text[], p_recipient_id integer[],
       p_stream_id integer[], p_topic text[], p_content text[], p_rendered_content text[], p_date_sent bigint[],
       p_sending_client text[], p_send_key text[], p_shard integer[], p_epoch bigint[], p_node text[],
-      r_user_id integer[], r_message_id bigint[], r_flags integer[], p_send_keys text[],
+      r_user_id integer[], r_message_id bigint[], r_flags integer[],
       l_message_id bigint[], l_first integer[], l_last integer[], l_user_id integer[], l_flags integer[])
     returns table(kind text, shard integer, owner text, epoch bigint, id bigint, send_key text)
     language plpgsql as $fn$
@@ -95,12 +100,9 @@ export async function up(db: Kysely<any>): Promise<void> {
           where l.message_id in (select n.id from new_messages n)
         )
         select 'lease'::text, l.shard, l.owner, l.epoch, null::bigint, null::text from lease l
-        union all select 'inserted', null, null, null, n.id, n.send_key from new_messages n
-        union all select 'earlier', null, null, null, m.id, m.send_key from messages m where m.send_key = any(p_send_keys);
+        union all select 'inserted', null, null, null, n.id, n.send_key from new_messages n;
     end
     $fn$`.execute(db);
-  // As 2026-11-24T0100-append-plans did for the function this one replaces.
-  await sql`alter function chorus_append_messages set enable_seqscan = off`.execute(db);
 }
 
 export async function down(): Promise<void> {
