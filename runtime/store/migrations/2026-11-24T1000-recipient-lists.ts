@@ -27,14 +27,21 @@ export async function up(db: Kysely<any>): Promise<void> {
       union all
       select r.user_id, l.message_id, r.flags from user_message_lists l cross join lateral unnest(l.user_ids, l.flags) as r(user_id, flags)`.execute(db);
 
-  // Moves the lists of the given messages (all lists, given null) into rows. The delete locks each list, so two
-  // expansions of one list serialise and the second finds nothing left to do.
+  // Moves the lists of the given messages (all lists, given null) into rows. Each list is locked first, so two
+  // expansions of one list serialise and the second finds nothing left to do; always in message order, so two
+  // expansions of overlapping sets (a flag change and the background expansion) cannot deadlock.
   await sql`
     create function chorus_expand_recipient_lists(p_message_ids bigint[]) returns bigint
     language sql as $fn$
-      with taken as (
-        delete from user_message_lists where p_message_ids is null or message_id = any(p_message_ids)
-        returning message_id, user_ids, flags
+      with locked as (
+        select message_id from user_message_lists
+        where p_message_ids is null or message_id = any(p_message_ids)
+        order by message_id
+        for update
+      ),
+      taken as (
+        delete from user_message_lists l using locked k where l.message_id = k.message_id
+        returning l.message_id, l.user_ids, l.flags
       ),
       expanded as (
         insert into user_message_rows (user_id, message_id, flags)
