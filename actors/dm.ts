@@ -17,15 +17,25 @@ export function dmKey(userIds: number[]): string {
 }
 
 /**
- * How long the participants' names and API e-mails (a message's display_recipient) are trusted. They change rarely
- * (a rename, an e-mail visibility change); a worker that missed the gateway's notice keeps a sender's own cached
- * credentials for as long.
+ * How long the participants' names and API e-mails (a message's display_recipient) are trusted without news of a
+ * change. Accounts change rarely (a rename, an e-mail visibility change), and each change is announced
+ * (forgetDmParticipants); this is the backstop for a worker that missed the announcement, which also keeps a
+ * sender's own cached credentials for as long.
  */
 const PARTICIPANTS_MS = 2000;
+
+/** Counts the account changes this process heard of: a conversation that read its participants before reads again. */
+let accountChanges = 0;
+
+/** Some account changed (the gateway's notice): every conversation reads its participants again before its next send. */
+export function forgetDmParticipants(): void {
+  accountChanges++;
+}
 
 export class DmActor extends Conversation {
   private participants: Array<{ id: number; email: string; full_name: string; is_mirror_dummy: boolean }> = [];
   private participantsReadAt = 0;
+  private participantsChanges = 0;
 
   private async readParticipants(ids: number[]) {
     const users = await this.deps.store.db
@@ -37,6 +47,7 @@ export class DmActor extends Conversation {
       .execute();
     this.participants = users.map((u) => ({ id: u.id, email: u.email, full_name: u.full_name, is_mirror_dummy: false }));
     this.participantsReadAt = Date.now();
+    this.participantsChanges = accountChanges;
     return users;
   }
 
@@ -81,7 +92,7 @@ export class DmActor extends Conversation {
   }
 
   private async sendWithFreshParticipants(msg: Extract<DmMessage, { op: "send" }>) {
-    if (Date.now() - this.participantsReadAt >= PARTICIPANTS_MS) await this.readParticipants(this.participants.map((p) => p.id));
+    if (this.participantsChanges !== accountChanges || Date.now() - this.participantsReadAt >= PARTICIPANTS_MS) await this.readParticipants(this.participants.map((p) => p.id));
     return this.send(msg, "");
   }
 

@@ -8,6 +8,7 @@
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { Keyring } from "../runtime/secrets.ts";
 import { findUserByEmail, type UserRow } from "../actors/reads.ts";
+import { forgetDmParticipants } from "../actors/dm.ts";
 import type { Kysely } from "kysely";
 import type { Database } from "../runtime/store/schema.ts";
 
@@ -52,13 +53,20 @@ export class Authenticator {
   /**
    * An account changed: this worker's next request reads it again, and so do the other workers' once the notice
    * reaches them (it is published before this resolves; a worker that misses it serves the old row for CACHE_MS).
+   * Direct-message conversations read their participants' names and e-mails again alike.
    */
   async forget(): Promise<void> {
-    this.cache.clear();
+    this.forgetAccounts();
     await this.announce(CREDENTIALS_CHANGED).catch((err) => console.error("auth: telling the other workers to drop cached credentials failed", err));
   }
 
   onNotice(notice: string): void {
-    if (notice === CREDENTIALS_CHANGED) this.cache.clear();
+    if (notice === CREDENTIALS_CHANGED) this.forgetAccounts();
+  }
+
+  /** What this process caches about accounts: credentials here, and direct-message conversations' participants. */
+  private forgetAccounts(): void {
+    this.cache.clear();
+    forgetDmParticipants();
   }
 }

@@ -1,6 +1,6 @@
 /**
  * What one worker changes, every worker serves at once: two workers on Redis Streams and Postgres, each with its
- * caches warm (the owner's credentials; the organization's custom emoji). After a change answered by one worker,
+ * caches warm (the owner's credentials; the organization's custom emoji; direct-message conversations' participants). After a change answered by one worker,
  * every later request sees it, whichever worker serves it. Before the transport's notices, the other worker served
  * its cached copy for up to two seconds.
  */
@@ -8,7 +8,7 @@ import http from "node:http";
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { startDistributed } from "../support/process.ts";
-import { api, readZuliprc } from "../support/server.ts";
+import { api, createUser, readZuliprc, type TestServer } from "../support/server.ts";
 import { expectZulipResponse } from "../support/openapi.ts";
 
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -85,4 +85,25 @@ it("renders a new custom emoji at once in every worker's conversations", async (
   });
   expect(uploaded.status).toBe(200);
   for (const content of await Promise.all(channels.map(rendered))) expect(content).toMatch(/^<p><img alt=":party_parrot:" class="emoji" src="[^"]+" title="party parrot"><\/p>$/);
+}, 60_000);
+
+it("names a renamed participant at once in every worker's direct-message conversations", async () => {
+  const { target, owner } = await twoWorkers();
+  const asServer = { ...target, owner } as unknown as TestServer;
+  const others = await Promise.all(Array.from({ length: 8 }, (_, i) => createUser(asServer, `dm-${i}@example.com`, `DM ${i}`)));
+  const ownerId = (await api(target, "GET", "/users/me", { as: owner })).body.user_id as number;
+  const dm = async (to: number, content: string) =>
+    expect((await api(target, "POST", "/messages", { as: owner, params: { type: "direct", to: JSON.stringify([to]), content } })).status).toBe(200);
+  // Eight conversations, so both workers hold some (but for a 2^-7 chance), each caching its participants by a send.
+  for (const u of others) await dm(u.id, "before");
+  const queues = await Promise.all(
+    others.map(async (u) => (await api(target, "POST", "/register", { as: u, params: { event_types: ["message"] } })).body.queue_id as string),
+  );
+  expect((await api(target, "PATCH", "/settings", { as: owner, params: { full_name: "Owner Anew" } })).status).toBe(200);
+  for (const u of others) await dm(u.id, "after");
+  for (const [i, u] of others.entries()) {
+    const polled = await api(target, "GET", "/events", { as: u, params: { queue_id: queues[i], last_event_id: -1, dont_block: true } });
+    const [event] = polled.body.events;
+    expect(event.message.display_recipient.find((r: any) => r.id === ownerId).full_name).toBe("Owner Anew");
+  }
 }, 60_000);

@@ -83,6 +83,18 @@ describe.each(ENGINES)("messages on %s", (engine) => {
       expect(ea).toMatchObject({ flags: ["read"], message: { id: sent.body.id } });
     });
 
+    it("names a participant by their new name in the very next message after a rename", async () => {
+      const dave = await createUser(server, "dave@example.com", "Dave");
+      const qb = await register(bob, ["message"]);
+      const nameOfDave = (e: any) => e.message.display_recipient.find((r: any) => r.id === dave.id).full_name;
+      expect((await send(dave, { type: "direct", to: JSON.stringify([bob.id]), content: "before" })).status).toBe(200);
+      expect((await api(server, "PATCH", "/settings", { as: dave, params: { full_name: "David" } })).status).toBe(200);
+      expect((await send(dave, { type: "direct", to: JSON.stringify([bob.id]), content: "after" })).status).toBe(200);
+      const received = await events(bob, qb);
+      expect(received.map(nameOfDave)).toEqual(["Dave", "David"]);
+      expect(received.map((e) => e.message.sender_full_name)).toEqual(["Dave", "David"]);
+    });
+
     it("answers bad recipients with Zulip's errors", async () => {
       expect((await send(alice, { type: "direct", to: JSON.stringify([999999]), content: "x" })).body).toMatchObject({ code: "BAD_REQUEST", msg: "Invalid user ID 999999" });
       expect((await send(alice, { type: "direct", to: "nobody@example.com", content: "x" })).body.msg).toBe("Invalid email 'nobody@example.com'");
