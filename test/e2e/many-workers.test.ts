@@ -1,8 +1,8 @@
 /**
  * What one worker changes, every worker serves at once: two workers on Redis Streams and Postgres, each with its
- * caches warm (the owner's credentials; the organization's custom emoji; direct-message conversations' participants). After a change answered by one worker,
- * every later request sees it, whichever worker serves it. Before the transport's notices, the other worker served
- * its cached copy for up to two seconds.
+ * caches warm (the owner's credentials; the organization's custom emoji; direct-message conversations'
+ * participants). After a change answered by one worker, every later request sees it, whichever worker serves it.
+ * Before the transport's notices, the other worker served its cached copy for up to two seconds.
  */
 import http from "node:http";
 import path from "node:path";
