@@ -425,8 +425,9 @@ describe.each(engines)("Store on $name", (engineCase) => {
       const recipients = (n: number, from = 100) => Array.from({ length: n }, (_, i) => ({ user_id: from + i, flags: i % 3 }));
 
       it("commits a message past recipientListAbove as one list, readable at once, expanded into rows behind, exactly once", async () => {
-        // A second store over the same database, listing past 2 recipients and expanding 1 s after the commit.
-        const listing = new SqlStore(store.db, store.engine, { recipientListAbove: 2, recipientListDelayMs: 1_000 });
+        // A second store over the same database, listing past 2 recipients and expanding 1 s after the commit, two
+        // recipients a step.
+        const listing = new SqlStore(store.db, store.engine, { recipientListAbove: 2, recipientListDelayMs: 1_000, recipientListStep: 2 });
         const fence = await fenceOn();
         const [big, small, other] = [message(uniqueKey("listed")), message(), message()];
         const [many, few, more] = [recipients(5), recipients(2, 200), recipients(3, 400)];
@@ -463,6 +464,24 @@ describe.each(engines)("Store on $name", (engineCase) => {
         expect(await recipientsOf(b.id)).toEqual({ view: [{ user_id: 3, flags: 8 }], rows: [], lists: [{ user_ids: [3], flags: [8] }] });
         await store.migrate();
         expect(await recipientsOf(b.id)).toEqual({ view: [{ user_id: 3, flags: 8 }], rows: [{ user_id: 3, flags: 8 }], lists: [] });
+      });
+
+      it("expands in steps: the first recipients in message order, the rest still listed and read exactly once", async () => {
+        const fence = await fenceOn();
+        const [a, b] = [message(), message()];
+        await store.appendMessage(a, fence);
+        await store.appendMessage(b, fence);
+        await sql`insert into user_message_lists (message_id, user_ids, flags) values (${a.id}, '{1,2}', '{0,1}'), (${b.id}, '{3,4,5}', '{8,0,1}')`.execute(store.db);
+        const step = async (limit: number) =>
+          Number((await sql<{ left: number }>`select chorus_expand_recipient_lists(${`{${a.id},${b.id}}`}::bigint[], ${limit}::integer) as left`.execute(store.db)).rows[0]!.left);
+        const bView = [{ user_id: 3, flags: 8 }, { user_id: 4, flags: 0 }, { user_id: 5, flags: 1 }];
+        expect(await step(3)).toBe(2);
+        expect(await recipientsOf(a.id)).toEqual({ view: [{ user_id: 1, flags: 0 }, { user_id: 2, flags: 1 }], rows: [{ user_id: 1, flags: 0 }, { user_id: 2, flags: 1 }], lists: [] });
+        expect(await recipientsOf(b.id)).toEqual({ view: bView, rows: [{ user_id: 3, flags: 8 }], lists: [{ user_ids: [4, 5], flags: [0, 1] }] });
+        expect(await step(1)).toBe(1);
+        expect(await recipientsOf(b.id)).toEqual({ view: bView, rows: bView.slice(0, 2), lists: [{ user_ids: [5], flags: [1] }] });
+        expect(await step(5)).toBe(0);
+        expect(await recipientsOf(b.id)).toEqual({ view: bView, rows: bView, lists: [] });
       });
     });
   });

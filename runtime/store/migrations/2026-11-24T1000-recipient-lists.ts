@@ -27,28 +27,40 @@ export async function up(db: Kysely<any>): Promise<void> {
       union all
       select r.user_id, l.message_id, r.flags from user_message_lists l cross join lateral unnest(l.user_ids, l.flags) as r(user_id, flags)`.execute(db);
 
-  // Moves the lists of the given messages (all lists, given null) into rows. Each list is locked first, so two
-  // expansions of one list serialise and the second finds nothing left to do; always in message order, so two
-  // expansions of overlapping sets (a flag change and the background expansion) cannot deadlock.
+  // Moves the lists of the given messages (all lists, given null) into rows: every recipient, or the first
+  // p_limit recipients in message order (a list partly expanded keeps the rest). Answers how many of those lists'
+  // recipients are still listed. Each list is locked first, so two expansions of one list serialise and the second
+  // sees what the first left; always in message order, so two expansions of overlapping sets (a flag change and
+  // the background expansion) cannot deadlock.
   await sql`
-    create function chorus_expand_recipient_lists(p_message_ids bigint[]) returns bigint
+    create function chorus_expand_recipient_lists(p_message_ids bigint[], p_limit integer) returns bigint
     language sql as $fn$
       with locked as (
-        select message_id from user_message_lists
+        select message_id, user_ids, flags from user_message_lists
         where p_message_ids is null or message_id = any(p_message_ids)
         order by message_id
         for update
       ),
-      taken as (
-        delete from user_message_lists l using locked k where l.message_id = k.message_id
-        returning l.message_id, l.user_ids, l.flags
+      part as (
+        select message_id, user_ids, flags, cardinality(user_ids) as size,
+          case when p_limit is null then cardinality(user_ids)
+            else greatest(0, least(cardinality(user_ids),
+              p_limit - coalesce(sum(cardinality(user_ids)) over (order by message_id rows between unbounded preceding and 1 preceding), 0)))
+          end as n
+        from locked
       ),
       expanded as (
         insert into user_message_rows (user_id, message_id, flags)
-        select r.user_id, t.message_id, r.flags from taken t cross join lateral unnest(t.user_ids, t.flags) as r(user_id, flags)
-        returning 1
+        select r.user_id, p.message_id, r.flags from part p cross join lateral unnest(p.user_ids[1:p.n], p.flags[1:p.n]) as r(user_id, flags)
+      ),
+      emptied as (
+        delete from user_message_lists l using part p where l.message_id = p.message_id and p.n = p.size
+      ),
+      shrunk as (
+        update user_message_lists l set user_ids = p.user_ids[p.n + 1:], flags = p.flags[p.n + 1:]
+        from part p where l.message_id = p.message_id and p.n > 0 and p.n < p.size
       )
-      select count(*) from expanded
+      select coalesce(sum(size - n), 0) from part
     $fn$`.execute(db);
 
   // chorus_append_messages as in 2026-11-23T2200-append-functions, with two changes.
