@@ -41,7 +41,7 @@ export class SqlStore implements Store {
   );
   private readonly events = new GroupCommit<PendingEvent>("events", () => 1, (batch) => commitEvents(this.db, batch));
 
-  /** Recipient lists committed by this store and not expanded yet: the next expansion is scheduled. */
+  /** Recipient lists this store committed may be unexpanded: an expansion is scheduled or running. */
   private listsWaiting = false;
   private listTimer?: NodeJS.Timeout;
   private expanding?: Promise<void>;
@@ -108,19 +108,20 @@ export class SqlStore implements Store {
   }
 
   private async expandWaitingLists(): Promise<void> {
-    if (!this.listsWaiting) return;
     this.listsWaiting = false;
+    const step = this.opts.recipientListStep ?? LIST_EXPANSION_STEP;
     try {
-      const step = this.opts.recipientListStep ?? LIST_EXPANSION_STEP;
       await tracer.startActiveSpan("store.expand recipient lists", async (span) => {
         try {
           // Each step yields to the event loop before the next: what arrived meanwhile is served in between.
-          while ((await expandLists(this.db, null, step)) > 0 && !this.closed) await new Promise((r) => setImmediate(r));
+          while (!this.closed && (await expandLists(this.db, null, step)) > 0) await new Promise((r) => setImmediate(r));
         } finally {
           span.end();
         }
       });
+      if (this.closed) this.listsWaiting = true; // close() finishes it
     } catch (err) {
+      this.listsWaiting = true;
       if (this.closed) return;
       console.error("store: expanding recipient lists failed; retrying", err);
       this.expandListsLater(LIST_RETRY_MS);
@@ -307,8 +308,10 @@ export class SqlStore implements Store {
     this.closed = true;
     clearTimeout(this.listTimer);
     await this.expanding;
-    // Should this fail, the lists stay readable as they are and the next start expands them.
-    if (this.listsWaiting) await this.expandWaitingLists();
+    if (this.listsWaiting) {
+      // Should this fail, the lists stay readable as they are and the next start expands them.
+      await this.expandRecipientLists(this.db).catch((err) => console.error("store: expanding recipient lists on close failed", err));
+    }
     await this.db.destroy();
   }
 }
