@@ -16,8 +16,9 @@ export const OWNER_EMAIL = "owner@chorus.example";
 
 /** The configured store, as it is (a worker whose primary prepared it). */
 export async function openStore(config: Config): Promise<Store> {
-  const { db, engine } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
+  const { db, engine, prepared } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
   return new SqlStore(db, engine, {
+    prepared,
     eventWriteDelayMs: config.eventWriteDelayMs,
     recipientListAbove: config.recipientListAbove,
     recipientListDelayMs: config.recipientListDelayMs,

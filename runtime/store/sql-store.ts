@@ -1,11 +1,11 @@
 /** The Store over kysely: the same SQL for PGlite and Postgres. See store.ts for the guarantees. */
-import { Migrator, sql, type Kysely, type Transaction } from "kysely";
+import { CompiledQuery, Migrator, sql, type Kysely, type Transaction } from "kysely";
 import { trace } from "@opentelemetry/api";
 import type { Fence } from "../actor.ts";
 import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS } from "../config.ts";
 import { errors } from "../errors.ts";
 import type { Database } from "./schema.ts";
-import type { Engine } from "./db.ts";
+import type { Engine, Prepared } from "./db.ts";
 import { migrations } from "./migrations/index.ts";
 import type { Lease, MessageRecipient, NewMessage, Store, UserEvent } from "./store.ts";
 
@@ -39,7 +39,9 @@ export class SqlStore implements Store {
     (p) => 1 + (p.recipients?.length ?? 0),
     (batch) => this.commitMessages(batch),
   );
-  private readonly events = new GroupCommit<PendingEvent>("events", () => 1, (batch) => commitEvents(this.db, batch));
+  private readonly events = new GroupCommit<PendingEvent>("events", () => 1, (batch) => commitEvents(this.prepared, batch));
+  /** The group commits' statements, prepared once per connection (see db.ts); unprepared when not given. */
+  private readonly prepared: Prepared;
 
   /** Recipient lists this store committed may be unexpanded: an expansion is scheduled or running. */
   private listsWaiting = false;
@@ -51,13 +53,15 @@ export class SqlStore implements Store {
    * `eventWriteDelayMs`: how long a write-behind user event waits for company (see appendUserEvent): a fan-out's
    * thousands of events, or a busy second's hundreds, then share a few commits instead of one each.
    * `recipientListAbove`, `recipientListDelayMs`, `recipientListStep`: see DEFAULT_RECIPIENT_LIST_ABOVE,
-   * expandListsLater and LIST_EXPANSION_STEP.
+   * expandListsLater and LIST_EXPANSION_STEP. `prepared`: openDatabase's.
    */
   constructor(
     readonly db: Kysely<Database>,
     readonly engine: Engine,
-    private readonly opts: { eventWriteDelayMs?: number; recipientListAbove?: number; recipientListDelayMs?: number; recipientListStep?: number } = {},
-  ) {}
+    private readonly opts: { eventWriteDelayMs?: number; recipientListAbove?: number; recipientListDelayMs?: number; recipientListStep?: number; prepared?: Prepared } = {},
+  ) {
+    this.prepared = opts.prepared ?? (async <R>(_name: string, text: string, values: readonly unknown[]) => (await db.executeQuery<R>(CompiledQuery.raw(text, [...values]))).rows);
+  }
 
   async migrate(): Promise<void> {
     const migrator = new Migrator({ db: this.db, provider: { getMigrations: async () => migrations } });
@@ -149,17 +153,20 @@ export class SqlStore implements Store {
       last.push(first.at(-1)! + p.recipients!.length - 1);
     }
     const m = (f: (p: PendingMessage) => string | number | null | undefined) => column(batch, f);
-    const { rows } = await sql<{ kind: "lease" | "inserted"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>`
-      select * from chorus_append_messages(
-        ${m((p) => p.message.id)}::bigint[], ${m((p) => p.message.realm_id)}::integer[], ${m((p) => p.message.sender_id)}::integer[],
-        ${m((p) => p.message.recipient_type)}::text[], ${m((p) => p.message.recipient_id)}::integer[], ${m((p) => p.message.stream_id ?? null)}::integer[],
-        ${m((p) => p.message.topic)}::text[], ${m((p) => p.message.content)}::text[], ${m((p) => p.message.rendered_content)}::text[],
-        ${m((p) => p.message.date_sent)}::bigint[], ${m((p) => p.message.sending_client)}::text[], ${m((p) => p.message.send_key ?? null)}::text[],
-        ${m((p) => p.fence.shard)}::integer[], ${m((p) => p.fence.epoch)}::bigint[], ${m((p) => p.fence.node)}::text[],
-        ${column(recipients, (r) => r.user_id)}::integer[], ${column(recipients, (r) => r.message_id)}::bigint[], ${column(recipients, (r) => r.flags)}::integer[],
-        ${column(listed, (p) => p.message.id)}::bigint[],
-        ${column(first, (n) => n)}::integer[], ${column(last, (n) => n)}::integer[],
-        ${column(listedRecipients, (r) => r.user_id)}::integer[], ${column(listedRecipients, (r) => r.flags)}::integer[])`.execute(this.db);
+    const rows = await this.prepared<{ kind: "lease" | "inserted"; shard: number | null; owner: string | null; epoch: number | null; id: number | null; send_key: string | null }>(
+      "chorus_append_messages",
+      APPEND_MESSAGES,
+      [
+        m((p) => p.message.id), m((p) => p.message.realm_id), m((p) => p.message.sender_id),
+        m((p) => p.message.recipient_type), m((p) => p.message.recipient_id), m((p) => p.message.stream_id ?? null),
+        m((p) => p.message.topic), m((p) => p.message.content), m((p) => p.message.rendered_content),
+        m((p) => p.message.date_sent), m((p) => p.message.sending_client), m((p) => p.message.send_key ?? null),
+        m((p) => p.fence.shard), m((p) => p.fence.epoch), m((p) => p.fence.node),
+        column(recipients, (r) => r.user_id), column(recipients, (r) => r.message_id), column(recipients, (r) => r.flags),
+        column(listed, (p) => p.message.id), column(first, (n) => n), column(last, (n) => n),
+        column(listedRecipients, (r) => r.user_id), column(listedRecipients, (r) => r.flags),
+      ],
+    );
     const isStale = staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]);
     // Every send_key's stored id: a repeated key (earlier, or twice in this batch) resolves to the one row.
     const ids = new Map<string, number>();
@@ -437,14 +444,22 @@ async function expandLists(db: Kysely<Database>, messageIds: string | null, limi
 }
 
 /** One batch of user events as one statement, fenced like commitMessages; a repeated (user_id, seq) is kept once. */
-async function commitEvents(db: Kysely<Database>, batch: PendingEvent[]): Promise<CommitOutcome<PendingEvent>> {
+async function commitEvents(prepared: Prepared, batch: PendingEvent[]): Promise<CommitOutcome<PendingEvent>> {
   const e = (f: (p: PendingEvent) => string | number | null | undefined) => column(batch, f);
-  const { rows } = await sql<LeaseRow>`
-    select * from chorus_append_user_events(
-      ${e((p) => p.event.user_id)}::integer[], ${e((p) => p.event.seq)}::bigint[], ${JSON.stringify(batch.map((p) => p.event.payload))}::jsonb,
-      ${e((p) => p.fence.shard)}::integer[], ${e((p) => p.fence.epoch)}::bigint[], ${e((p) => p.fence.node)}::text[])`.execute(db);
+  const rows = await prepared<LeaseRow>("chorus_append_user_events", APPEND_USER_EVENTS, [
+    e((p) => p.event.user_id), e((p) => p.event.seq), JSON.stringify(batch.map((p) => p.event.payload)),
+    e((p) => p.fence.shard), e((p) => p.fence.epoch), e((p) => p.fence.node),
+  ]);
   return { isStale: staleAgainst(rows), valueOf: () => undefined };
 }
+
+/** The group commits' statements (functions of the migrations 2026-11-24T1000-recipient-lists and T0000-user-events-json). */
+const APPEND_MESSAGES = `select * from chorus_append_messages(
+  $1::bigint[], $2::integer[], $3::integer[], $4::text[], $5::integer[], $6::integer[], $7::text[], $8::text[], $9::text[],
+  $10::bigint[], $11::text[], $12::text[], $13::integer[], $14::bigint[], $15::text[],
+  $16::integer[], $17::bigint[], $18::integer[],
+  $19::bigint[], $20::integer[], $21::integer[], $22::integer[], $23::integer[])`;
+const APPEND_USER_EVENTS = `select * from chorus_append_user_events($1::integer[], $2::bigint[], $3::jsonb, $4::integer[], $5::bigint[], $6::text[])`;
 
 /**
  * Reads the leases of the fences' shards and answers whether a fence is stale (its epoch or owner is no longer

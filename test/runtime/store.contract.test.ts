@@ -34,19 +34,19 @@ const engines: EngineCase[] = [
   {
     name: "pglite",
     open: async () => {
-      const { db, engine } = await openDatabase({ dataDir: "memory://" });
-      return new SqlStore(db, engine);
+      const { db, engine, prepared } = await openDatabase({ dataDir: "memory://" });
+      return new SqlStore(db, engine, { prepared });
     },
   },
   {
     name: "postgres",
     open: async () => {
-      const { db, engine } = await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused" });
-      return new SqlStore(db, engine);
+      const { db, engine, prepared } = await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused" });
+      return new SqlStore(db, engine, { prepared });
     },
     reopen: async () => {
-      const { db, engine } = await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused", poolSize: 2 });
-      return new SqlStore(db, engine);
+      const { db, engine, prepared } = await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused", poolSize: 2 });
+      return new SqlStore(db, engine, { prepared });
     },
   },
 ];
