@@ -25,8 +25,8 @@ export type Engine = "pglite" | "postgres";
 /**
  * One statement as a named prepared statement: parsed, and planned, once per connection. For the hot group commits
  * only (kysely has no named statements). On PGlite it goes through PGlite's node-postgres adapter, which sends the
- * protocol messages itself: a one-message append took 160-190 µs there against 270-320 µs as a PL/pgSQL function through
- * PGlite's own query(), which parses and describes every statement again (six calls into the wasm per statement).
+ * protocol messages itself: a one-message append took 160-190 µs there against 270-320 µs as a PL/pgSQL function
+ * through PGlite's own query(), which parses and describes every statement again (six calls into the wasm each).
  */
 export type Prepared = <R>(name: string, text: string, values: readonly unknown[]) => Promise<R[]>;
 
