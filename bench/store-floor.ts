@@ -12,8 +12,7 @@ import { SqlStore } from "../runtime/store/sql-store.ts";
 import type { NewMessage } from "../runtime/store/store.ts";
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-store-floor-"));
-const { db, engine } = await openDatabase({ dataDir: dir });
-const store = new SqlStore(db, engine);
+const store = new SqlStore(await openDatabase({ dataDir: dir }));
 await store.migrate();
 await store.ensureShards(1);
 const lease = await store.acquireLease(0, "floor", 600);

@@ -16,9 +16,7 @@ export const OWNER_EMAIL = "owner@chorus.example";
 
 /** The configured store, as it is (a worker whose primary prepared it). */
 export async function openStore(config: Config): Promise<Store> {
-  const { db, engine, prepared } = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
-  return new SqlStore(db, engine, {
-    prepared,
+  return new SqlStore(await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }), {
     eventWriteDelayMs: config.eventWriteDelayMs,
     recipientListAbove: config.recipientListAbove,
     recipientListDelayMs: config.recipientListDelayMs,

@@ -1,11 +1,11 @@
 /** The Store over kysely: the same SQL for PGlite and Postgres. See store.ts for the guarantees. */
-import { CompiledQuery, Migrator, sql, type Kysely, type Transaction } from "kysely";
+import { Migrator, sql, type Kysely, type Transaction } from "kysely";
 import { trace } from "@opentelemetry/api";
 import type { Fence } from "../actor.ts";
 import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS } from "../config.ts";
 import { errors } from "../errors.ts";
 import type { Database } from "./schema.ts";
-import type { Engine, Prepared } from "./db.ts";
+import type { Engine, OpenDatabase, Prepared } from "./db.ts";
 import { migrations } from "./migrations/index.ts";
 import type { Lease, MessageRecipient, NewMessage, Store, UserEvent } from "./store.ts";
 
@@ -40,8 +40,10 @@ export class SqlStore implements Store {
     (batch) => this.commitMessages(batch),
   );
   private readonly events = new GroupCommit<PendingEvent>("events", () => 1, (batch) => commitEvents(this.prepared, batch));
-  /** The group commits' statements, prepared once per connection (see db.ts); unprepared when not given. */
-  private readonly prepared: Prepared;
+  readonly db: Kysely<Database>;
+  readonly engine: Engine;
+  /** Runs the group commits' statements, prepared once per connection (see db.ts). */
+  readonly prepared: Prepared;
 
   /** Recipient lists this store committed may be unexpanded: an expansion is scheduled or running. */
   private listsWaiting = false;
@@ -53,14 +55,13 @@ export class SqlStore implements Store {
    * `eventWriteDelayMs`: how long a write-behind user event waits for company (see appendUserEvent): a fan-out's
    * thousands of events, or a busy second's hundreds, then share a few commits instead of one each.
    * `recipientListAbove`, `recipientListDelayMs`, `recipientListStep`: see DEFAULT_RECIPIENT_LIST_ABOVE,
-   * expandListsLater and LIST_EXPANSION_STEP. `prepared`: openDatabase's.
+   * expandListsLater and LIST_EXPANSION_STEP.
    */
   constructor(
-    readonly db: Kysely<Database>,
-    readonly engine: Engine,
-    private readonly opts: { eventWriteDelayMs?: number; recipientListAbove?: number; recipientListDelayMs?: number; recipientListStep?: number; prepared?: Prepared } = {},
+    database: OpenDatabase,
+    private readonly opts: { eventWriteDelayMs?: number; recipientListAbove?: number; recipientListDelayMs?: number; recipientListStep?: number } = {},
   ) {
-    this.prepared = opts.prepared ?? (async <R>(_name: string, text: string, values: readonly unknown[]) => (await db.executeQuery<R>(CompiledQuery.raw(text, [...values]))).rows);
+    ({ db: this.db, engine: this.engine, prepared: this.prepared } = database);
   }
 
   async migrate(): Promise<void> {

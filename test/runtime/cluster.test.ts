@@ -73,8 +73,7 @@ describe("ShardManager over Postgres and Redis Streams", () => {
   let admin: SqlStore;
 
   async function openStore(): Promise<SqlStore> {
-    const { db, engine } = await openDatabase({ databaseUrl: database.url, dataDir: "unused", poolSize: 3 });
-    return new SqlStore(db, engine);
+    return new SqlStore(await openDatabase({ databaseUrl: database.url, dataDir: "unused", poolSize: 3 }));
   }
 
   /** A worker process: its own store connection, transport and system; its manager is not started yet. */

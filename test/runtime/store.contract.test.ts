@@ -33,21 +33,12 @@ interface EngineCase {
 const engines: EngineCase[] = [
   {
     name: "pglite",
-    open: async () => {
-      const { db, engine, prepared } = await openDatabase({ dataDir: "memory://" });
-      return new SqlStore(db, engine, { prepared });
-    },
+    open: async () => new SqlStore(await openDatabase({ dataDir: "memory://" })),
   },
   {
     name: "postgres",
-    open: async () => {
-      const { db, engine, prepared } = await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused" });
-      return new SqlStore(db, engine, { prepared });
-    },
-    reopen: async () => {
-      const { db, engine, prepared } = await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused", poolSize: 2 });
-      return new SqlStore(db, engine, { prepared });
-    },
+    open: async () => new SqlStore(await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused" })),
+    reopen: async () => new SqlStore(await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused", poolSize: 2 })),
   },
 ];
 
@@ -422,12 +413,22 @@ describe.each(engines)("Store on $name", (engineCase) => {
         const lists = await store.db.selectFrom("user_message_lists").select(["user_ids", "flags"]).where("message_id", "=", messageId).execute();
         return { view, rows, lists: lists.map((l) => ({ user_ids: l.user_ids.map(Number), flags: l.flags.map(Number) })) };
       }
+      /** Two stored messages with these recipient lists left unexpanded, as a process that stopped before expanding them leaves them. */
+      async function leftListed(lists: [{ user_ids: number[]; flags: number[] }, { user_ids: number[]; flags: number[] }]) {
+        const fence = await fenceOn();
+        const messages = [message(), message()] as const;
+        for (const [i, m] of messages.entries()) {
+          await store.appendMessage(m, fence);
+          await sql`insert into user_message_lists (message_id, user_ids, flags) values (${m.id}, ${lists[i]!.user_ids}::integer[], ${lists[i]!.flags}::integer[])`.execute(store.db);
+        }
+        return { fence, a: messages[0], b: messages[1] };
+      }
       const recipients = (n: number, from = 100) => Array.from({ length: n }, (_, i) => ({ user_id: from + i, flags: i % 3 }));
 
       it("commits a message past recipientListAbove as one list, readable at once, expanded into rows behind, exactly once", async () => {
         // A second store over the same database, listing past 2 recipients and expanding 1 s after the commit, two
         // recipients a step.
-        const listing = new SqlStore(store.db, store.engine, { recipientListAbove: 2, recipientListDelayMs: 1_000, recipientListStep: 2 });
+        const listing = new SqlStore(store, { recipientListAbove: 2, recipientListDelayMs: 1_000, recipientListStep: 2 });
         const fence = await fenceOn();
         const [big, small, other] = [message(uniqueKey("listed")), message(), message()];
         const [many, few, more] = [recipients(5), recipients(2, 200), recipients(3, 400)];
@@ -453,12 +454,7 @@ describe.each(engines)("Store on $name", (engineCase) => {
       });
 
       it("expandRecipientLists in a write expands the messages named, and migrate expands lists left behind", async () => {
-        const fence = await fenceOn();
-        const [a, b] = [message(), message()];
-        await store.appendMessage(a, fence);
-        await store.appendMessage(b, fence);
-        // Lists as a process that stopped before expanding them leaves them.
-        await sql`insert into user_message_lists (message_id, user_ids, flags) values (${a.id}, '{1,2}', '{0,1}'), (${b.id}, '{3}', '{8}')`.execute(store.db);
+        const { fence, a, b } = await leftListed([{ user_ids: [1, 2], flags: [0, 1] }, { user_ids: [3], flags: [8] }]);
         await store.write(fence, (trx) => store.expandRecipientLists(trx, [a.id]));
         expect(await recipientsOf(a.id)).toEqual({ view: [{ user_id: 1, flags: 0 }, { user_id: 2, flags: 1 }], rows: [{ user_id: 1, flags: 0 }, { user_id: 2, flags: 1 }], lists: [] });
         expect(await recipientsOf(b.id)).toEqual({ view: [{ user_id: 3, flags: 8 }], rows: [], lists: [{ user_ids: [3], flags: [8] }] });
@@ -467,11 +463,7 @@ describe.each(engines)("Store on $name", (engineCase) => {
       });
 
       it("expands in steps: the first recipients in message order, the rest still listed and read exactly once", async () => {
-        const fence = await fenceOn();
-        const [a, b] = [message(), message()];
-        await store.appendMessage(a, fence);
-        await store.appendMessage(b, fence);
-        await sql`insert into user_message_lists (message_id, user_ids, flags) values (${a.id}, '{1,2}', '{0,1}'), (${b.id}, '{3,4,5}', '{8,0,1}')`.execute(store.db);
+        const { a, b } = await leftListed([{ user_ids: [1, 2], flags: [0, 1] }, { user_ids: [3, 4, 5], flags: [8, 0, 1] }]);
         const step = async (limit: number) =>
           Number((await sql<{ left: number }>`select chorus_expand_recipient_lists(${`{${a.id},${b.id}}`}::bigint[], ${limit}::integer) as left`.execute(store.db)).rows[0]!.left);
         const bView = [{ user_id: 3, flags: 8 }, { user_id: 4, flags: 0 }, { user_id: 5, flags: 1 }];
