@@ -317,6 +317,17 @@ describe.each(engines)("Store on $name", (engineCase) => {
       expect(await storedIds([again.id])).toEqual([]);
     });
 
+    it("rejects a commit the database refuses with the database's error, and commits the next one", async () => {
+      const fence = await fenceOn();
+      const stored = message();
+      await store.appendMessage(stored, fence);
+      // The same id under another send_key: the primary key refuses it (the send_key conflict would absorb it).
+      await expect(store.appendMessage({ ...message(uniqueKey("clash")), id: stored.id }, fence)).rejects.toMatchObject({ code: "23505" });
+      const next = message();
+      expect(await store.appendMessage(next, fence, [{ user_id: 7, flags: 0 }])).toBe(next.id);
+      expect(await storedIds([stored.id, next.id])).toEqual([stored.id, next.id]);
+    });
+
     it("commits the recipients' flag rows with the message, and none for a repeated send_key", async () => {
       const fence = await fenceOn();
       const key = uniqueKey("recipients");
