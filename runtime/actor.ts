@@ -35,8 +35,6 @@ export function shardOf(id: ActorId, shards: number): number {
 export interface Deferred<T = unknown> {
   resolve(value: T): void;
   reject(error: ChorusError): void;
-  /** True once answered, or once the asker is known to be gone. */
-  readonly settled: boolean;
 }
 
 /** Returned by `receive` instead of a value when the ask was parked with `ctx.defer()`. */

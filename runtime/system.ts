@@ -298,12 +298,11 @@ export class ActorSystem {
       settled = true;
       if (to) void this.opts.transport.reply(to, { corr: to.corr, ...reply });
     };
+    // No getters here: an object literal's getter is an accessor pair in the old generation, which would hold this
+    // parked poll's closures through young-generation GCs (see UwsRequest in gateway/http.ts).
     return {
       resolve: (value) => send({ value }),
       reject: (error) => send({ error: error.toJSON() }),
-      get settled() {
-        return settled;
-      },
     };
   }
 
