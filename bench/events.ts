@@ -24,8 +24,8 @@ import path from "node:path";
 import v8 from "node:v8";
 import vm from "node:vm";
 import { fileURLToPath } from "node:url";
-import { monitorEventLoopDelay } from "node:perf_hooks";
-import { api, Population, startRawUwsCeiling, type BenchUser, type Engine, type EngineName } from "./scenarios.ts";
+import { constants as perfConstants, PerformanceObserver, type PerformanceEntry } from "node:perf_hooks";
+import { api, loopDelayMonitor, Population, startRawUwsCeiling, type BenchUser, type Engine, type EngineName } from "./scenarios.ts";
 import type { Auth, CheckResult, TouchResult, ClientReply, ClientRequest, LatencyFigures, QueueRef, RegisterResult, RttResult, SendResult, WakeResult } from "./event-client.ts";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -76,6 +76,14 @@ export interface ServerSide {
   machineCores: number;
   otherCores: number;
   loopDelayMs: { p50: number; p99: number; max: number };
+  /** The server's GC pauses over the run: scavenges, and the pauses of full GCs (their incremental steps included). */
+  gc: { minor: GcPauses; major: GcPauses };
+}
+
+export interface GcPauses {
+  count: number;
+  totalMs: number;
+  maxMs: number;
 }
 
 export interface EventMeasurement {
@@ -178,14 +186,26 @@ function machineBusyMs(): number {
 }
 
 async function observed<T>(engine: Engine, fn: () => Promise<{ result: T; cpuMicros: number }>): Promise<{ result: T; server: ServerSide }> {
-  const eld = monitorEventLoopDelay({ resolution: 10 });
   const s0 = await engine.serviceStats().catch(() => undefined);
   const cpu0 = process.cpuUsage();
   const busy0 = machineBusyMs();
   const t0 = performance.now();
-  eld.enable();
+  const loop = loopDelayMonitor();
+  const gc = { minor: { count: 0, totalMs: 0, maxMs: 0 }, major: { count: 0, totalMs: 0, maxMs: 0 } };
+  const countGc = (entries: PerformanceEntry[]) => {
+    for (const e of entries) {
+      const pauses = (e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind === perfConstants.NODE_PERFORMANCE_GC_MINOR ? gc.minor : gc.major;
+      pauses.count++;
+      pauses.totalMs += e.duration;
+      pauses.maxMs = Math.max(pauses.maxMs, e.duration);
+    }
+  };
+  const gcObserver = new PerformanceObserver((list) => countGc(list.getEntries()));
+  gcObserver.observe({ entryTypes: ["gc"] });
   const { result, cpuMicros } = await fn();
-  eld.disable();
+  countGc(gcObserver.takeRecords());
+  gcObserver.disconnect();
+  const loopDelayMs = loop.stop();
   const wallMs = performance.now() - t0;
   const cpu = process.cpuUsage(cpu0);
   const machineCores = (machineBusyMs() - busy0) / wallMs;
@@ -196,7 +216,6 @@ async function observed<T>(engine: Engine, fn: () => Promise<{ result: T; cpuMic
     for (const [k, end] of s1.cpu) used += Math.max(0, end - (s0.cpu.get(k) ?? 0));
     servicesCores = used / 1000 / wallMs;
   }
-  const ns = (v: number) => (Number.isFinite(v) ? v / 1e6 : 0);
   const serverCpuMs = (cpu.user + cpu.system) / 1000;
   const clientCores = cpuMicros / 1000 / wallMs;
   const otherCores = Math.max(0, machineCores - serverCpuMs / wallMs - clientCores - (servicesCores ?? 0));
@@ -210,7 +229,8 @@ async function observed<T>(engine: Engine, fn: () => Promise<{ result: T; cpuMic
       clientCores,
       machineCores,
       otherCores,
-      loopDelayMs: { p50: ns(eld.percentile(50)), p99: ns(eld.percentile(99)), max: ns(eld.max) },
+      loopDelayMs,
+      gc,
     },
   };
 }
@@ -549,7 +569,9 @@ export function describeServer(s: ServerSide | undefined): string {
     `server ${fmt(s.serverCores, 2)} cores` +
     (s.servicesCores !== undefined ? `, pg+redis ${fmt(s.servicesCores, 2)} cores` : "") +
     `, client ${fmt(s.clientCores, 2)} cores, other processes ${fmt(s.otherCores, 2)} cores${s.otherCores > 0.25 ? " (DISTURBED)" : ""}, ` +
-    `server loop delay p99 ${fmt(s.loopDelayMs.p99, 1)} ms (max ${fmt(s.loopDelayMs.max, 1)})`
+    `server loop delay p99 ${fmt(s.loopDelayMs.p99, 1)} ms (max ${fmt(s.loopDelayMs.max, 1)}); ` +
+    `GC pauses: ${fmt(s.gc.minor.count)} scavenges (mean ${fmt(s.gc.minor.totalMs / (s.gc.minor.count || 1), 1)}, max ${fmt(s.gc.minor.maxMs, 1)} ms), ` +
+    `${fmt(s.gc.major.count)} full-GC pauses (total ${fmt(s.gc.major.totalMs, 1)}, max ${fmt(s.gc.major.maxMs, 1)} ms)`
   );
 }
 

@@ -22,7 +22,6 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { monitorEventLoopDelay } from "node:perf_hooks";
 import { Session } from "node:inspector/promises";
 import type { Janitor, Resource } from "./janitor.ts";
 import type { LoadFigures, LoadReply, LoadRequest, ToLoad } from "./load.ts";
@@ -33,6 +32,7 @@ import {
   Population,
   TIMED_SCENARIOS,
   startAdapterCeiling,
+  loopDelayMonitor,
   startEngine,
   startRawUwsCeiling,
   HOST,
@@ -410,7 +410,6 @@ async function measure(
   const warmup = opts.warmup > 0 ? await load.run({ ...req, duration: opts.warmup }) : undefined;
 
   logged = { count: 0, samples: [] };
-  const eld = monitorEventLoopDelay({ resolution: 10 });
   const services0 = await serviceStats?.();
   const session = profileAs ? new Session() : undefined;
   if (session) {
@@ -420,9 +419,9 @@ async function measure(
   }
   const machine0 = machineBusyMs();
   const cpu0 = process.cpuUsage();
-  eld.enable();
+  const loop = loopDelayMonitor();
   const figures = await load.run({ ...req, duration: opts.duration });
-  eld.disable();
+  const eventLoopDelayMs = loop.stop();
   const cpu = process.cpuUsage(cpu0);
   const machine1 = machineBusyMs();
   let profile: Measurement["profile"];
@@ -440,7 +439,6 @@ async function measure(
   const responses = Math.max(1, figures.totalRequests);
   const wallMicros = figures.wallMs * 1000;
   const busyMicros = (machine1.busy - machine0.busy) * 1000;
-  const ns = (v: number) => (Number.isFinite(v) ? v / 1e6 : 0);
   let services: Measurement["services"];
   if (services0 && services1 && services1.cpu.size) {
     let postgresMicros = 0;
@@ -468,7 +466,7 @@ async function measure(
     machineBusyCores: busyMicros / wallMicros,
     services,
     otherBusyCores: Math.max(0, busyMicros - accounted) / wallMicros,
-    eventLoopDelayMs: { p50: ns(eld.percentile(50)), p99: ns(eld.percentile(99)), max: ns(eld.max) },
+    eventLoopDelayMs,
     rssMb: process.memoryUsage().rss / 2 ** 20,
     serverLog,
     profile,
@@ -786,7 +784,7 @@ async function main(): Promise<number> {
       "srv CPU: this process (gateway + actors, and PGlite when embedded) per response; pg+redis: this engine's\n" +
       "Postgres backends and the Redis server per response; cores: CPU time / wall time of the measured run.\n" +
       "other cores: busy time of the machine nobody above accounts for (other processes): well above 0 = disturbed.\n" +
-      "Latencies are autocannon's, in whole milliseconds. loop p99: the server's event-loop delay.",
+      "Latencies are autocannon's, in whole milliseconds. loop p99: how late the server's event loop ran a 10 ms timer.",
   );
   for (const m of results) {
     if (m.verification) {
