@@ -317,15 +317,27 @@ describe.each(engines)("Store on $name", (engineCase) => {
       expect(await storedIds([again.id])).toEqual([]);
     });
 
-    it("rejects a commit the database refuses with the database's error, and commits the next one", async () => {
-      const fence = await fenceOn();
-      const stored = message();
-      await store.appendMessage(stored, fence);
-      // The same id under another send_key: the primary key refuses it (the send_key conflict would absorb it).
-      await expect(store.appendMessage({ ...message(uniqueKey("clash")), id: stored.id }, fence)).rejects.toMatchObject({ code: "23505" });
-      const next = message();
-      expect(await store.appendMessage(next, fence, [{ user_id: 7, flags: 0 }])).toBe(next.id);
-      expect(await storedIds([stored.id, next.id])).toEqual([stored.id, next.id]);
+    it("rejects a commit the database refuses with the database's error, and commits the next one, even as a store's first", async () => {
+      // A store of its own, so that the refused commit is the first to run its statement (on PGlite, the batch
+      // that also parses it: the next one must not parse it again).
+      const fresh = await engineCase.open();
+      try {
+        await fresh.migrate();
+        await fresh.ensureShards(SHARDS);
+        const s = shard();
+        const lease = await fresh.acquireLease(s, "node-a", 60);
+        const fence = { shard: s, epoch: lease!.epoch, node: "node-a" };
+        // Two messages with one id under different send_keys, committed together: the primary key refuses the batch.
+        const clash = message(uniqueKey("clash"));
+        const results = await Promise.allSettled([fresh.appendMessage(clash, fence), fresh.appendMessage({ ...message(uniqueKey("clash")), id: clash.id }, fence)]);
+        for (const r of results) expect(r).toMatchObject({ status: "rejected", reason: { code: "23505" } });
+        const next = message();
+        expect(await fresh.appendMessage(next, fence, [{ user_id: 7, flags: 0 }])).toBe(next.id);
+        const stored = await fresh.db.selectFrom("messages").select("id").where("id", "in", [clash.id, next.id]).execute();
+        expect(stored.map((r) => r.id)).toEqual([next.id]);
+      } finally {
+        await fresh.close();
+      }
     });
 
     it("commits the recipients' flag rows with the message, and none for a repeated send_key", async () => {
