@@ -93,8 +93,8 @@ const STREAM_HIGH_WATER = 64 * 1024;
  * What a handler sees of a request. A class, so that its getters live on the prototype: an object literal's own
  * getters are an accessor pair per request, which V8 allocates in the old generation. That pair then held the
  * request's closures, and through them everything the request allocated, through every young-generation GC until
- * the next full one: 20-45% of all allocations were promoted, and each scavenge paused the loop 3-5 ms instead of
- * well under 1 ms.
+ * the next full one. At 1,000 requests a second, 22% (GET /server_settings) to 44% (a trivial handler) of all
+ * allocations were promoted and scavenges paused the loop 5-6 ms; as a class, 0-1% and 0.3-1.6 ms.
  */
 class UwsRequest implements HttpRequest {
   private address: string | undefined;

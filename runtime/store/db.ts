@@ -89,13 +89,13 @@ class PGliteStatements {
     // syncToFs: PGlite's file systems under Node (a directory, or memory://) write through at once; its sync step
     // is an empty promise chain, only the browser's file systems need it.
     const answer = await this.client.execProtocolRaw(Buffer.concat(messages), { syncToFs: false });
-    let fields: RowDescriptionMessage["fields"] = [];
+    let columns: Column[] = [];
     const rows: R[] = [];
     let error: DatabaseError | undefined;
     this.parser.parse(Buffer.from(answer.buffer, answer.byteOffset, answer.byteLength), (message: BackendMessage) => {
       if (message.name === "parseComplete") this.parsed.add(name);
-      else if (message.name === "rowDescription") fields = (message as RowDescriptionMessage).fields;
-      else if (message.name === "dataRow") rows.push(rowOf(fields, (message as DataRowMessage).fields) as R);
+      else if (message.name === "rowDescription") columns = columnsOf(message as RowDescriptionMessage);
+      else if (message.name === "dataRow") rows.push(rowOf(columns, (message as DataRowMessage).fields) as R);
       else if (message.name === "error") error ??= message as DatabaseError;
     });
     if (error) throw error;
@@ -111,11 +111,18 @@ function textValue(value: unknown): string | null {
   throw new TypeError(`a prepared statement's parameter cannot be ${typeof value}`);
 }
 
-function rowOf(fields: RowDescriptionMessage["fields"], values: (string | null)[]): Record<string, unknown> {
+/** A result column: its name, and the parser of its text values (looked up once per answer, not per value). */
+type Column = { name: string; parse: (text: string) => unknown };
+
+function columnsOf(description: RowDescriptionMessage): Column[] {
+  return description.fields.map((f) => ({ name: f.name, parse: types.getTypeParser(f.dataTypeID, "text") as (text: string) => unknown }));
+}
+
+function rowOf(columns: Column[], values: (string | null)[]): Record<string, unknown> {
   const row: Record<string, unknown> = {};
-  for (let i = 0; i < fields.length; i++) {
+  for (let i = 0; i < columns.length; i++) {
     const value = values[i];
-    row[fields[i]!.name] = value === null || value === undefined ? null : types.getTypeParser(fields[i]!.dataTypeID, "text")(value);
+    row[columns[i]!.name] = value === null || value === undefined ? null : columns[i]!.parse(value);
   }
   return row;
 }
