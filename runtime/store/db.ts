@@ -86,13 +86,18 @@ class PGliteStatements {
     const messages: Buffer[] = [];
     if (!this.parsed.has(name)) messages.push(serialize.parse({ name, text }));
     messages.push(serialize.bind({ statement: name, values: values.map(textValue) }), serialize.describe({ type: "P" }), serialize.execute(), serialize.sync());
+    // The answer is taken as it is written (a view into PGlite's memory, copied), not from execProtocolRaw: that one
+    // also parses every answer into PGlite's own message objects and keeps them in a list that only its next
+    // query() empties. That was about 45 µs a commit, and with queries rare (a busy send path) the lists lived long
+    // enough to be promoted to the old generation, commits' garbage with them.
     // syncToFs: PGlite's file systems under Node (a directory, or memory://) write through at once; its sync step
     // is an empty promise chain, only the browser's file systems need it.
-    const answer = await this.client.execProtocolRaw(Buffer.concat(messages), { syncToFs: false });
+    const chunks: Buffer[] = [];
+    await this.client.execProtocolRawStream(Buffer.concat(messages), { syncToFs: false, onRawData: (chunk) => void chunks.push(Buffer.from(chunk)) });
     let columns: Column[] = [];
     const rows: R[] = [];
     let error: DatabaseError | undefined;
-    this.parser.parse(Buffer.from(answer.buffer, answer.byteOffset, answer.byteLength), (message: BackendMessage) => {
+    this.parser.parse(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), (message: BackendMessage) => {
       if (message.name === "parseComplete") this.parsed.add(name);
       else if (message.name === "rowDescription") columns = columnsOf(message as RowDescriptionMessage);
       else if (message.name === "dataRow") rows.push(rowOf(columns, (message as DataRowMessage).fields) as R);
