@@ -63,11 +63,12 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
   // little from: a full disk fails the commit either way.
   await client.exec("set wal_init_zero = off");
   const KyselyPGlite = await loadKyselyPGlite();
-  const db = new Kysely<Database>({ dialect: serialised(new KyselyPGlite(client).dialect) });
-  // Prepared statements speak on PGlite's one session: each runs while holding kysely's connection, so that it never
-  // interleaves with a transaction or another statement (SerialDriver below).
-  const session = new PGliteStatements(client);
-  const prepared: Prepared = (name, text, values) => db.connection().execute(() => session.run(name, text, values));
+  // Kysely's connections and the prepared statements take turns on PGlite's one session through one lock, so that a
+  // statement never interleaves with a transaction or another statement.
+  const lock = new SessionLock();
+  const db = new Kysely<Database>({ dialect: serialised(new KyselyPGlite(client).dialect, lock) });
+  const session = new PGliteStatements(client, lock);
+  const prepared: Prepared = (name, text, values) => session.run(name, text, values);
   return { db, engine: "pglite", prepared };
 }
 
@@ -80,9 +81,21 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
 class PGliteStatements {
   private readonly parsed = new Set<string>();
   private readonly parser = new Parser();
-  constructor(private readonly client: PGlite) {}
+  constructor(
+    private readonly client: PGlite,
+    private readonly lock: SessionLock,
+  ) {}
 
   async run<R>(name: string, text: string, values: readonly unknown[]): Promise<R[]> {
+    const release = await this.lock.acquire();
+    try {
+      return await this.runHeld<R>(name, text, values);
+    } finally {
+      release();
+    }
+  }
+
+  private async runHeld<R>(name: string, text: string, values: readonly unknown[]): Promise<R[]> {
     const messages: Buffer[] = [];
     if (!this.parsed.has(name)) messages.push(serialize.parse({ name, text }));
     messages.push(serialize.bind({ statement: name, values: values.map(textValue) }), serialize.describe({ type: "P" }), serialize.execute(), serialize.sync());
@@ -141,35 +154,52 @@ async function loadKyselyPGlite(): Promise<typeof import("kysely-pglite").Kysely
   return module.KyselyPGlite;
 }
 
+/** One holder at a time, in the order they asked: turns on PGlite's one session. */
+class SessionLock {
+  private tail: Promise<void> = Promise.resolve();
+  /** Resolves once every earlier holder has released, with this holder's release. */
+  async acquire(): Promise<() => void> {
+    let release!: () => void;
+    const previous = this.tail;
+    this.tail = new Promise<void>((r) => (release = r));
+    await previous;
+    return release;
+  }
+}
+
 /**
  * PGlite is one session, and kysely-pglite hands every caller a connection onto it: two concurrent transactions
  * would interleave their statements. This wraps its driver so a connection is held by one caller at a time
  * (a transaction, or a single query), which is what a pool of size one means.
  */
-function serialised(dialect: Dialect): Dialect {
+function serialised(dialect: Dialect, lock: SessionLock): Dialect {
   return {
     createAdapter: () => dialect.createAdapter(),
     createIntrospector: (db) => dialect.createIntrospector(db),
     createQueryCompiler: () => dialect.createQueryCompiler(),
-    createDriver: () => new SerialDriver(dialect.createDriver()),
+    createDriver: () => new SerialDriver(dialect.createDriver(), lock),
   };
 }
 
 class SerialDriver implements Driver {
-  private tail: Promise<void> = Promise.resolve();
   private readonly releases = new Map<DatabaseConnection, () => void>();
-  constructor(private readonly inner: Driver) {}
+  constructor(
+    private readonly inner: Driver,
+    private readonly lock: SessionLock,
+  ) {}
   init() {
     return this.inner.init();
   }
   async acquireConnection(): Promise<DatabaseConnection> {
-    let release!: () => void;
-    const previous = this.tail;
-    this.tail = new Promise<void>((r) => (release = r));
-    await previous;
-    const connection = new CountingConnection(await this.inner.acquireConnection());
-    this.releases.set(connection, release);
-    return connection;
+    const release = await this.lock.acquire();
+    try {
+      const connection = new CountingConnection(await this.inner.acquireConnection());
+      this.releases.set(connection, release);
+      return connection;
+    } catch (err) {
+      release();
+      throw err;
+    }
   }
   beginTransaction(c: DatabaseConnection, s: TransactionSettings) {
     return this.inner.beginTransaction(unwrap(c), s);
