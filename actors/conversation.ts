@@ -128,9 +128,9 @@ export abstract class Conversation implements Actor {
     this.lastMessageId = id;
     const reply = this.ctx.defer<Sent>();
     const base = this.recordBase();
+    // `...base` last: see the README's "Benchmark it" on spreads in objects made per message.
     const record: MessageRecord = {
       id,
-      ...base,
       sender_id: msg.senderId,
       sender_email: msg.sender.email,
       sender_full_name: msg.sender.full_name,
@@ -141,6 +141,7 @@ export abstract class Conversation implements Actor {
       rendered_content: rendered.html,
       timestamp: Math.floor(Date.now() / 1000),
       client: msg.client,
+      ...base,
     };
     const senderFlags = (msg.readBySender ? FLAG_BITS.read : 0) | (mentions.get(msg.senderId) ?? 0);
     // Notification Bot's notices start read for some (see SendToChannel): the usual recipient's flags, and theirs.

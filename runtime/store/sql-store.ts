@@ -143,7 +143,7 @@ export class SqlStore implements Store {
   private async commitMessages(batch: PendingMessage[]): Promise<CommitOutcome<PendingMessage>> {
     const listAbove = this.opts.recipientListAbove ?? DEFAULT_RECIPIENT_LIST_ABOVE;
     const isListed = (p: PendingMessage) => (p.recipients?.length ?? 0) > listAbove;
-    const recipients = batch.filter((p) => !isListed(p)).flatMap((p) => (p.recipients ?? []).map((r) => ({ ...r, message_id: p.message.id })));
+    const recipients = batch.filter((p) => !isListed(p)).flatMap((p) => (p.recipients ?? []).map((r) => ({ user_id: r.user_id, flags: r.flags, message_id: p.message.id })));
     // Each listed message's recipients as a slice [first, last] (1-based, as SQL's) of one array.
     const listed = batch.filter(isListed);
     const listedRecipients = listed.flatMap((p) => p.recipients!);
