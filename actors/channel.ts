@@ -331,7 +331,7 @@ export class ChannelActor extends Conversation {
   /** The sender's automatic follow / unmute settings applied to their message `id`; the policy if it changed. */
   private async applySenderPolicies(senderId: number, topic: string, id: number, afterInFlight: boolean): Promise<number | undefined> {
     const standing = await this.topicPolicies.standing(senderId, topic, id);
-    const policy = visibilityAfterSend({ ...standing, startsTopic: !standing.topicExists && !afterInFlight });
+    const policy = visibilityAfterSend({ startsTopic: !standing.topicExists && !afterInFlight, ...standing });
     return policy !== undefined && (await this.topicPolicies.raise(senderId, topic, policy)) ? policy : undefined;
   }
 

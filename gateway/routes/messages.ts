@@ -156,7 +156,7 @@ export const messageRoutes: RouteSpec[] = [
         for (const name of ["anchor", "include_anchor", "use_first_unread_anchor", "num_before", "num_after"]) {
           if (params[name] !== undefined) throw errors.badRequest(`Unsupported parameter combination: ${name}, message_ids`);
         }
-        return fetchMessages(services.store.db, user, { ...base, anchor: 0, numBefore: 0, numAfter: 0, includeAnchor: true, messageIds: params.message_ids });
+        return fetchMessages(services.store.db, user, { anchor: 0, numBefore: 0, numAfter: 0, includeAnchor: true, messageIds: params.message_ids, ...base });
       }
       if (params.num_before === undefined) throw errors.missing("num_before");
       if (params.num_after === undefined) throw errors.missing("num_after");
@@ -166,11 +166,11 @@ export const messageRoutes: RouteSpec[] = [
       const near = narrow.find((t) => t.operator === "near" && !t.negated);
       const anchor = near ? (near.operand as number) : parseAnchor(params.anchor, params.use_first_unread_anchor ?? false);
       return fetchMessages(services.store.db, user, {
-        ...base,
         anchor,
         numBefore: params.num_before,
         numAfter: params.num_after,
         includeAnchor: params.include_anchor ?? true,
+        ...base,
       });
     },
   },
