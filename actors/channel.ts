@@ -516,16 +516,16 @@ export class ChannelActor extends Conversation {
     const base = { type: "stream", op: "update", stream_id: after.id, name: before.name };
     const privacy = { history_public_to_subscribers: after.history_public_to_subscribers, is_web_public: after.is_web_public };
     const events: Array<Record<string, unknown>> = [];
-    if (after.name !== before.name) events.push({ ...base, property: "name", value: after.name });
+    if (after.name !== before.name) events.push(Object.assign({}, base, { property: "name", value: after.name }));
     if (msg.description !== undefined && after.description !== before.description) {
-      events.push({ ...base, property: "description", value: after.description, rendered_description: after.rendered_description });
+      events.push(Object.assign({}, base, { property: "description", value: after.description, rendered_description: after.rendered_description }));
     }
-    if (after.invite_only !== before.invite_only) events.push({ ...base, property: "invite_only", value: after.invite_only, ...privacy });
+    if (after.invite_only !== before.invite_only) events.push(Object.assign({}, base, { property: "invite_only", value: after.invite_only }, privacy));
     if (after.history_public_to_subscribers !== before.history_public_to_subscribers) {
-      events.push({ ...base, property: "history_public_to_subscribers", value: after.history_public_to_subscribers });
+      events.push(Object.assign({}, base, { property: "history_public_to_subscribers", value: after.history_public_to_subscribers }));
     }
     for (const [name, value] of Object.entries(msg.settings ?? {})) {
-      if (!sameGroupSetting((before.settings as Record<string, unknown>)[name], value)) events.push({ ...base, property: name, value });
+      if (!sameGroupSetting((before.settings as Record<string, unknown>)[name], value)) events.push(Object.assign({}, base, { property: name, value }));
     }
     const [seeing, saw] = await Promise.all([
       metadataWatchers(db, after, this.state.subscribers),

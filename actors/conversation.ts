@@ -178,7 +178,7 @@ export abstract class Conversation implements Actor {
         // A redelivered send resolves with the first attempt's id; that attempt wrote the flag rows.
         const delivery: DeliverMessage = {
           op: "deliverMessage",
-          message: storedId === id ? record : { ...record, id: storedId },
+          message: storedId === id ? record : Object.assign({}, record, { id: storedId }),
           flags: readByDefault ? ["read"] : [],
           flagsFor: Object.fromEntries(
             [...new Set([msg.senderId, ...mentions.keys(), ...readFor, ...unreadFor])].map((u) => [u, flagList(flagsOf(u))]),
@@ -457,7 +457,7 @@ export abstract class Conversation implements Actor {
     }
     await Promise.all(
       [...groups].map(([key, users]) =>
-        this.deps.system().broadcast(users.map((u) => actorId(USER, u)), { op: "deliverEvent", event: { ...event, flags: JSON.parse(key) } }),
+        this.deps.system().broadcast(users.map((u) => actorId(USER, u)), { op: "deliverEvent", event: Object.assign({}, event, { flags: JSON.parse(key) }) }),
       ),
     );
   }

@@ -17,7 +17,7 @@ const EMOJI_SYNTAX = /:[\p{L}\p{N}_+-]+:/u;
 export async function markdownContext(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {
   if (!EMOJI_SYNTAX.test(content)) return mentionLookups(db, realmId, content);
   const [mentions, customEmoji] = await Promise.all([mentionLookups(db, realmId, content), activeRealmEmojiByName(db, realmId)]);
-  return customEmoji.size ? { ...mentions, realmEmojiByName: (name) => customEmoji.get(name) } : mentions;
+  return customEmoji.size ? Object.assign({}, mentions, { realmEmojiByName: (name: string) => customEmoji.get(name) }) : mentions;
 }
 
 async function mentionLookups(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {

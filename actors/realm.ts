@@ -156,7 +156,7 @@ export class RealmActor implements Actor {
       await this.tellRealm({ type: "realm_user", op: "update", person: { user_id: target.id, role } });
       for (const group_id of groups.left) await this.tellRealm({ type: "user_group", op: "remove_members", group_id, user_ids: [target.id] });
       for (const group_id of groups.joined) await this.tellRealm({ type: "user_group", op: "add_members", group_id, user_ids: [target.id] });
-      await this.tellChannelsSeen(target.id, sawBefore, await visibleStreams(db, { ...target, role: role! }, { all: true }));
+      await this.tellChannelsSeen(target.id, sawBefore, await visibleStreams(db, Object.assign({}, target, { role: role! }), { all: true }));
     }
     return {};
   }
@@ -235,7 +235,7 @@ export class RealmActor implements Actor {
           .where(sql`lower(name)`, "=", spec.name.toLowerCase())
           .executeTakeFirst();
         if (existing) {
-          out.push({ ...existing, created: false });
+          out.push(Object.assign({}, existing, { created: false }));
           continue;
         }
         const created = await trx
@@ -257,7 +257,7 @@ export class RealmActor implements Actor {
           })
           .returning(["id", "name"])
           .executeTakeFirstOrThrow();
-        out.push({ ...created, created: true });
+        out.push(Object.assign({}, created, { created: true }));
       }
       return out;
     });
@@ -282,7 +282,7 @@ export async function bootstrapOrganization(
       .returning("id")
       .executeTakeFirstOrThrow();
     await createSystemGroups(trx, realm.id);
-    const created = await insertAccount(trx, realm.id, { ...owner, role: ROLE.owner }, keyring);
+    const created = await insertAccount(trx, realm.id, Object.assign({}, owner, { role: ROLE.owner }), keyring);
     return { realmId: realm.id, email: owner.email, apiKey: created.api_key };
   });
 }

@@ -108,7 +108,7 @@ async function hydrate(db: ActorDeps["store"]["db"], rows: Array<{ seq: number; 
     if (p.kind === "event" || "message" in p) return events.push({ seq: row.seq, event: p });
     const { messageId, ...rest } = p;
     const message = records.get(messageId);
-    if (message) events.push({ seq: row.seq, event: { ...rest, message } });
+    if (message) events.push({ seq: row.seq, event: Object.assign({}, rest, { message }) });
   });
   return events;
 }
@@ -375,8 +375,8 @@ export class UserActor implements Actor {
   private async deliverDeletion(event: Record<string, unknown>): Promise<void> {
     const { message_id, message_ids, ...rest } = event;
     const ids = (message_ids as number[] | undefined) ?? [message_id as number];
-    await this.deliver({ kind: "event", event: { ...rest, message_ids: ids }, bulkDeletion: true }, true);
-    for (const id of ids) await this.deliver({ kind: "event", event: { ...rest, message_id: id }, bulkDeletion: false }, true);
+    await this.deliver({ kind: "event", event: Object.assign({}, rest, { message_ids: ids }), bulkDeletion: true }, true);
+    for (const id of ids) await this.deliver({ kind: "event", event: Object.assign({}, rest, { message_id: id }), bulkDeletion: false }, true);
   }
 
   /**
@@ -413,10 +413,10 @@ export class UserActor implements Actor {
   private async updateSettings(msg: UpdateSettings): Promise<Record<string, never>> {
     const { store } = this.deps;
     const saved = await store.loadSnapshot<Record<string, unknown>>(USER_SETTINGS, this.ctx.key);
-    const current: Record<string, unknown> = { ...USER_SETTINGS_DEFAULTS, ...saved?.state };
+    const current: Record<string, unknown> = Object.assign({}, USER_SETTINGS_DEFAULTS, saved?.state);
     const changed = Object.entries(msg.settings).filter(([k, v]) => current[k] !== v);
     if (changed.length) {
-      await store.saveSnapshot(USER_SETTINGS, this.ctx.key, saved?.version ?? 0, { ...saved?.state, ...Object.fromEntries(changed) }, this.ctx.fence());
+      await store.saveSnapshot(USER_SETTINGS, this.ctx.key, saved?.version ?? 0, Object.assign({}, saved?.state, Object.fromEntries(changed)), this.ctx.fence());
     }
     const timezone = msg.settings.timezone as string | undefined;
     if (msg.fullName !== undefined || msg.passwordHash !== undefined || (timezone !== undefined && changed.some(([k]) => k === "timezone"))) {

@@ -72,7 +72,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async user_settings(s, u) {
     const stored = await s.store.loadSnapshot<Record<string, unknown>>(USER_SETTINGS, String(u.id));
-    return { user_settings: { ...USER_SETTINGS_DEFAULTS, timezone: u.timezone, ...stored?.state } };
+    return { user_settings: Object.assign({}, USER_SETTINGS_DEFAULTS, { timezone: u.timezone }, stored?.state) };
   },
   async realm_user_groups(s, u) {
     return { realm_user_groups: await userGroupObjects(s.store.db, u.realm_id) };

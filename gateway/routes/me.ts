@@ -115,7 +115,7 @@ export const meRoutes: RouteSpec[] = [
       if (reply.presences) reply.presences = await presencesSeenBy(services.store.db, user, reply.presences, !modern);
       const empty = !reply.presences || !Object.keys(reply.presences).length;
       if (params.last_update_id === undefined && empty) reply.presence_last_update_id = -1;
-      return { ...reply, zephyr_mirror_active: false };
+      return { zephyr_mirror_active: false, ...reply };
     },
   },
   {

@@ -29,7 +29,7 @@ async function specFor(services: Services, user: UserRow, d: Draft): Promise<Sch
   if (d.type === "direct" || d.type === "private") {
     const ids = await directRecipients(services, user, Array.isArray(d.to) ? d.to : [d.to]);
     if (!ids.length) throw errors.badRequest("Message must have recipients");
-    return { ...base, type: "private", streamId: null, toUserIds: [...new Set(ids)], topic: "" };
+    return { type: "private", streamId: null, toUserIds: [...new Set(ids)], topic: "", ...base };
   }
   if (Array.isArray(d.to) && d.to.length !== 1) throw errors.badRequest("Invalid channel: 'to' must be one channel id");
   const streamId = Array.isArray(d.to) ? d.to[0]! : d.to;
@@ -37,7 +37,7 @@ async function specFor(services: Services, user: UserRow, d: Draft): Promise<Sch
   if (stream.invite_only && !(await isSubscribed(services.store.db, user.id, stream.id))) {
     throw errors.badRequest(`Not authorized to send to channel '${stream.name}'`);
   }
-  return { ...base, type: "stream", streamId: stream.id, toUserIds: [], topic: normaliseTopic(d.topic) };
+  return { type: "stream", streamId: stream.id, toUserIds: [], topic: normaliseTopic(d.topic), ...base };
 }
 
 export const scheduledRoutes: RouteSpec[] = [

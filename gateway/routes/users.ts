@@ -81,7 +81,7 @@ export const userRoutes: RouteSpec[] = [
     path: "/users",
     params: { type: "object", properties: UserListingParams },
     async handle({ params, user, services }) {
-      return { members: await realmUsersFor(services.store.db, user, { ...userListing(params), siteUrl: services.siteUrl() }) };
+      return { members: await realmUsersFor(services.store.db, user, Object.assign(userListing(params), { siteUrl: services.siteUrl() })) };
     },
   },
 ];
