@@ -128,7 +128,7 @@ export class AgentSessionActor implements Actor {
     const settings = answerSettings(runtime.settings);
     const retrieved = await retrieve(db, runtime.version_id, msg.question, settings.chunks);
     const answer = await answerExtractive(db, retrieved, settings);
-    return this.commitExchange(state, creating, { ...msg, answer: answer.text, sources: answer.sources });
+    return this.commitExchange(state, creating, Object.assign({}, msg, { answer: answer.text, sources: answer.sources }));
   }
 
   private async prepare(msg: PrepareAnswer): Promise<Prepared> {
@@ -186,10 +186,10 @@ export class AgentSessionActor implements Actor {
       const base = { session_id: this.ctx.key, agent_id: session.agentId, user_id: session.userId };
       queued = await enqueueEvents(trx, session.agentId, [
         ...(creating ? [{ type: "conversation.created", data: this.createdEvent(session) }] : []),
-        { type: "message.received", data: { ...base, message: { id: msg.questionId, role: "user", content: msg.question, created_at: now } } },
+        { type: "message.received", data: { message: { id: msg.questionId, role: "user", content: msg.question, created_at: now }, ...base } },
         {
           type: "message.sent",
-          data: { ...base, message: { id: msg.answerId, role: "assistant", content: msg.answer, sources: msg.sources, created_at: now }, in_reply_to: msg.questionId },
+          data: { message: { id: msg.answerId, role: "assistant", content: msg.answer, sources: msg.sources, created_at: now }, in_reply_to: msg.questionId, ...base },
         },
       ]);
       return undefined;
@@ -204,7 +204,7 @@ export class AgentSessionActor implements Actor {
         reply: { id: msg.answerId, role: "assistant", content: a?.content ?? "", sources: (a?.sources ?? []) as Source[] },
       };
     }
-    this.state = { ...session, nextSeq: seq + 2 };
+    this.state = Object.assign({}, session, { nextSeq: seq + 2 });
     if (queued) this.assistant.wakeWebhooks(); // an agent without webhooks costs the worker nothing
     return {
       session_id: this.ctx.key,

@@ -46,7 +46,7 @@ export class RateLimits {
         if (err instanceof RateLimiterRes) {
           const retryAfter = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
           throw new ChorusError("RATE_LIMITED", `Too many requests; retry in ${retryAfter} s`, 429, {
-            headers: { ...headersFor(pointsPerMinute, err), "retry-after": String(retryAfter) },
+            headers: Object.assign(headersFor(pointsPerMinute, err), { "retry-after": String(retryAfter) }),
           });
         }
         console.error("rate limit store failed; letting the request through", err);
