@@ -137,8 +137,9 @@ export class SqlStore implements Store {
    * One batch of messages as one statement, so one round trip and one commit (a transaction of separate statements
    * took five round trips; with fsync each commit is most of a send's latency): APPEND_MESSAGES writes the messages
    * whose fence holds, skipping a send_key already stored (a redelivered send), and the recipients' flag rows of the
-   * messages it inserted, as one list per message past `recipientListAbove` recipients. It answers the leases it read and the messages it inserted; the ids of
-   * send_keys stored before are looked up after, in the rare batch that has one.
+   * messages it inserted, as one list per message past `recipientListAbove` recipients. It answers the leases it read
+   * and the messages it inserted; the ids of send_keys stored before are looked up after, in the rare batch that has
+   * one.
    */
   private async commitMessages(batch: PendingMessage[]): Promise<CommitOutcome<PendingMessage>> {
     const listAbove = this.opts.recipientListAbove ?? DEFAULT_RECIPIENT_LIST_ABOVE;
