@@ -198,7 +198,8 @@ export const eventRoutes: RouteSpec[] = [
       if (params.last_event_id === undefined) throw errors.missing("last_event_id");
       // The actor answers with a heartbeat after heartbeatSeconds; the ask only guards against a lost worker.
       const timeout = services.config.heartbeatSeconds * 1000 + 15_000;
-      const polled = await services.system.ask<Polled>(
+      // Transient: served without the transport when this worker holds the user (see askTransient).
+      const polled = await services.system.askTransient<Polled>(
         actorId(USER, user.id),
         { op: "poll", queueId: params.queue_id, lastEventId: params.last_event_id, dontBlock: params.dont_block },
         timeout,
@@ -217,7 +218,7 @@ export const eventRoutes: RouteSpec[] = [
       const header = req.headers["last-event-id"];
       const resumeFrom = header !== undefined && /^-?\d{1,16}$/.test(header.trim()) ? Number(header.trim()) : (params.last_event_id ?? -1);
       const poll = (lastEventId: number, after: number, dontBlock: boolean) =>
-        services.system.ask<Polled>(
+        services.system.askTransient<Polled>(
           actorId(USER, user.id),
           { op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock },
           services.config.heartbeatSeconds * 1000 + 15_000,

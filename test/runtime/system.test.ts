@@ -528,6 +528,37 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect((await rejection(system.ask("counter:c", { op: "get" }))).code).toBe("SHUTTING_DOWN");
   });
 
+  it("askTransient queues the turn here for a shard held here, and goes through the transport otherwise", async () => {
+    const system = await node({ hold: (shard) => shard !== 6 });
+    const send = vi.spyOn(opened.at(-1)!.transport, "send");
+    const sentTo = () => send.mock.calls.map(([shard]) => shard);
+
+    // Held here: the same activation answers it as an ask, and only the ask used the transport.
+    const here = idOn("counter", 2);
+    expect(await system.askTransient<number>(here, { op: "add", by: 1 })).toBe(1);
+    expect(await system.ask<number>(here, { op: "add", by: 2 })).toBe(3);
+    expect(await system.askTransient<number>(here, { op: "get" })).toBe(3);
+    expect(sentTo()).toEqual([2]);
+    expect(probe.activations.get(here)).toBe(1);
+
+    // Held by nobody: the entry waits in the transport until a holder takes the shard.
+    const nobodys = idOn("counter", 6);
+    const waiting = system.askTransient<number>(nobodys, { op: "add", by: 5 });
+    await until(() => sentTo().length === 2);
+    expect(sentTo()).toEqual([2, 6]);
+    await system.holdShard(6, 106);
+    expect(await waiting).toBe(5);
+
+    // Dropped: no longer served here; the next holder answers, with a fresh activation.
+    await system.dropShard(2);
+    const afterDrop = system.askTransient<number>(here, { op: "get" });
+    await until(() => sentTo().length === 3);
+    expect(sentTo()[2]).toBe(2);
+    await system.holdShard(2, 202);
+    expect(await afterDrop).toBe(0);
+    expect(probe.activations.get(here)).toBe(2);
+  });
+
   it.runIf(engine.distributed)("two nodes: each ask reaches the node hosting the actor and the reply comes back", async () => {
     const a = await node({ hold: (shard) => shard % 2 === 0 });
     const b = await node({ hold: (shard) => shard % 2 === 1 });
