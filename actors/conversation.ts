@@ -152,10 +152,13 @@ export abstract class Conversation implements Actor {
     const flagsOf = (user: number) =>
       user === msg.senderId ? senderFlags : (mentions.get(user) ?? 0) | (startsRead(user) ? FLAG_BITS.read : 0);
     const rows = recipients.map((user_id) => ({ user_id, flags: flagsOf(user_id) }));
-    // The turn ends here: the next send may take its id while this one commits (the store batches them).
+    // The turn ends here: the next send may take its id while this one commits (the store batches them). Its entry
+    // stays unacknowledged until the fan-out has been handed over: a worker that dies after the commit and before
+    // the deliveries leaves the entry to the next holder, whose redelivered send finds the stored message (by its
+    // send key) and delivers it. Acknowledged at the end of the turn, the message would be stored and in no queue.
     const topicKey = topic.toLowerCase();
     this.committing.set(topicKey, (this.committing.get(topicKey) ?? 0) + 1);
-    void this.deps.store
+    const delivered = this.deps.store
       .appendMessage(
         {
           id,
@@ -198,6 +201,7 @@ export abstract class Conversation implements Actor {
         if (left) this.committing.set(topicKey, left);
         else this.committing.delete(topicKey);
       });
+    this.ctx.holdAcknowledgement(delivered);
     return PARKED;
   }
 

@@ -114,6 +114,50 @@ it("gives a restored queue every event that was only in memory when the workers 
   for (const e of after.body.events) expect(e.id).toBeGreaterThan(lastSeen);
 }, 90_000);
 
+it("delivers a message its worker stored but died before delivering (the send's entry is left to the next holder)", async () => {
+  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000" }, cleanups);
+  const target = { url: `http://127.0.0.1:${server.port}` };
+  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
+  const admin = new pg.Client({ connectionString: server.databaseUrl });
+  await admin.connect();
+  cleanups.push(() => admin.end());
+  const stored = async (content: string) =>
+    (await admin.query("select id from messages where content = $1", [content])).rows.map((r) => Number(r.id));
+  const eventually = async (what: string, check: () => Promise<boolean>) => {
+    for (let i = 0; i < 100; i++) {
+      if (await check()) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`${what}: not within 10 s`);
+  };
+
+  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "stored" }] } });
+  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
+  const first = await sendTo(target, owner, "stored")("one");
+
+  // The commit of the next message waits on a lock: its turn has long ended (and its entry would have been
+  // acknowledged) when the workers are killed. Released afterwards, the orphaned statement commits the message.
+  await admin.query("begin");
+  await admin.query("lock table messages in share mode");
+  const hung = api(target, "POST", "/messages", { as: owner, params: { type: "stream", to: "stored", topic: "t", content: "two" } }).catch(() => undefined);
+  await eventually("the commit waits on the lock", async () => {
+    const { rows } = await admin.query("select count(*)::int as n from pg_locks where relation = 'messages'::regclass and not granted");
+    return rows[0].n > 0;
+  });
+  await new Promise((r) => setTimeout(r, 300));
+  const killed = workerPids(server);
+  for (const pid of killed) process.kill(pid, "SIGKILL");
+  await admin.query("commit");
+  await eventually("the orphaned commit lands", async () => (await stored("two")).length === 1);
+  await hung;
+
+  const after = await pollAfterRestart(target, owner, queue, () => workerPids(server).length >= killed.length * 2);
+  expect(after.status).toBe(200);
+  const [second] = await stored("two");
+  expect(after.body.events.map((e: any) => e.message.id)).toEqual([first, second]);
+  expect(await stored("two")).toEqual([second]); // delivered again, not stored again
+}, 90_000);
+
 it("answers BAD_EVENT_QUEUE_ID, never a gap, for a queue whose events died with the embedded process", async () => {
   const env = { EVENT_WRITE_DELAY_MS: "5000" };
   const first = await startChorus(env);
