@@ -3,7 +3,10 @@
  * below, and every multi-step Redis operation is one of the named Lua scripts below.
  *
  * Shard entries: one stream per shard (`<prefix>:shard:<n>`) with one consumer group (`workers`); the consumer
- * name is this node's id. `send` is an XADD. For each acquired shard:
+ * name is this node's id. `send` is an XADD; to a shard this node holds it is the script `appendAndTake`, which
+ * also reads the new entry (with any other unread ones) for this consumer, so that the entry is handed over from
+ * the script's answer instead of waking the shard's blocked read, which would then have to read again; the two
+ * paths are merged back into stream order (see `Waiting`). For each acquired shard:
  *   1. `acquire` XAUTOCLAIMs, min-idle 0, the group's whole pending list (what the previous holder left
  *      unacknowledged; `acquire` is only called once the shard's lease, with its fencing epoch, was taken over) and
  *      delivers it before resolving; then a `while (!closing)` consumer loop starts on its own connection:
@@ -168,6 +171,31 @@ if floor == nil then return 0 end
 return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)`,
 );
 
+/**
+ * Append an entry to a shard stream this node holds and, in the same step, take for this consumer every entry of
+ * the stream not yet read by the group, the new one included (see `send`). Answers the entry's id, the group's
+ * last-delivered id before the take, and the entries taken. Without the group (Redis lost it) it only appends.
+ */
+const appendAndTake = new LuaScript(
+  "appendAndTake",
+  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3] entry JSON; ARGV[4] most entries to take
+local after = nil
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+    local name, last = nil, nil
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == ARGV[1] then after = last end
+  end
+end
+local id = redis.call('XADD', KEYS[1], '*', '${ENTRY_FIELD}', ARGV[3])
+if not after then return {id} end
+local read = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[4], 'STREAMS', KEYS[1], '>')
+if not read then return {id, after, {}} end
+return {id, after, read[1][2]}`,
+);
+
 /** Append a reply only while the target node's reply stream exists (it keeps it alive while it runs). */
 const replyIfAlive = new LuaScript(
   "replyIfAlive",
@@ -248,6 +276,14 @@ interface ShardLoop {
   ackFlush?: Promise<void>;
   /** Sends the queued acknowledgements now instead of when the batching timer fires. */
   flushAcks?: () => void;
+  /** The highest entry id handed to onEntry here (or settled by a previous holder, as of acquire). */
+  lastHanded: string;
+  /** Entries read or taken but not handed over yet, in stream order (see handOver). */
+  waiting: Waiting[];
+  /** appendAndTake scripts this loop's shard sent, and how many of them have answered (in order: one connection). */
+  takesSent: number;
+  takesAnswered: number;
+  waitTimer?: NodeJS.Timeout;
   /** Wakes the loop from a back-pressure wait (a turn finished, or release). */
   wakeRoom?: () => void;
   /** Cuts a back-off sleep short (release). */
@@ -256,7 +292,28 @@ interface ShardLoop {
   releasing?: Promise<void>;
 }
 
+/**
+ * An entry waiting to be handed over in stream order. A shard's entries reach this node by two paths: the loop's
+ * reads, and the takes of its own sends (appendAndTake). Either may answer first, so an entry waits until nothing
+ * older can still arrive: a read's entries until every take sent before they arrived has answered (a take may
+ * have run before the read); a taken entry until `after`, the entry the group had read before it, is handed over
+ * (a read of the loop's may have been answered with it and still be on its way).
+ */
+interface Waiting {
+  id: string;
+  fields: string[];
+  /** Read: hand over once this many takes have answered. */
+  takes?: number;
+  /** Taken: hand over once this entry (or a later one) has been handed over. */
+  after?: string;
+}
+
 const NOOP = () => {};
+/**
+ * How long a taken entry waits for its `after` before going anyway: the entry it waits for went to another
+ * consumer (a holder that has not noticed it lost the shard), and the order across a change of holder is not kept.
+ */
+const AFTER_WAIT_MS = 1000;
 
 export class RedisStreamsTransport implements Transport {
   readonly nodeId: string;
@@ -312,6 +369,7 @@ export class RedisStreamsTransport implements Transport {
     // Create our reply stream now: replies are only appended to streams that exist, and reading from the id of
     // this first entry (rather than `$`) loses nothing that arrives between two reads.
     this.replyLast = await this.touchReplyStream(true);
+    await this.cmd.call("SCRIPT", "LOAD", appendAndTake.source);
     this.replyConn = new LoopConnection(() => this.connect("reply", true));
     this.replyLoop = this.runReplies(this.replyConn);
     this.noticeConn = this.connect("notices", false);
@@ -332,7 +390,34 @@ export class RedisStreamsTransport implements Transport {
 
   async send(shard: number, entry: Entry): Promise<void> {
     if (this.closing) throw new Error("transport closed");
-    await this.cmd.call("XADD", this.keys.shard(shard), "*", ENTRY_FIELD, JSON.stringify(entry));
+    const payload = JSON.stringify(entry);
+    const s = this.shards.get(shard);
+    if (s?.loop && !s.stopping) {
+      // Held here: append and take in one script, and hand the entry over from its answer. The plain path (XADD,
+      // then the loop's blocked XREADGROUP answers, then it reads again) costs two commands and one more wake-up
+      // of this process, at each hop of a chat message (gateway → channel → user).
+      s.takesSent++;
+      let answer: [string, string?, RawEntry[]?];
+      try {
+        // Takes answer in the order they were sent (one connection; the script is loaded at start, so no NOSCRIPT
+        // retry reorders them), which is what counting them relies on.
+        const args = [GROUP, this.nodeId, payload, this.batch];
+        answer = (await appendAndTake.run(this.cmd, [s.key], args)) as typeof answer;
+      } finally {
+        s.takesAnswered++;
+      }
+      const [, after, entries] = answer;
+      // Entries taken by a loop that stopped meanwhile stay pending: the next holder claims them.
+      if (after === undefined || !entries || this.shards.get(shard) !== s || s.stopping) return this.handOver(s);
+      let previous = after;
+      for (const raw of entries) {
+        if (!raw) continue;
+        this.await(s, { id: raw[0], fields: raw[1], after: previous });
+        previous = raw[0];
+      }
+      return this.handOver(s);
+    }
+    await this.cmd.call("XADD", this.keys.shard(shard), "*", ENTRY_FIELD, payload);
   }
 
   async reply(to: ReplyAddress, reply: Reply): Promise<void> {
@@ -363,12 +448,17 @@ export class RedisStreamsTransport implements Transport {
       unacked: new Set(),
       turns: new Set(),
       acks: [],
+      lastHanded: "0-0",
+      waiting: [],
+      takesSent: 0,
+      takesAnswered: 0,
     };
     this.shards.set(shard, s);
     try {
       // Take over what the previous holder left before resolving: once acquire resolves, those entries are ours.
       await this.ensureGroup(key);
       await this.claim(s, 0);
+      await this.catchUpHanded(s);
     } catch (err) {
       if (this.shards.get(shard) === s) this.shards.delete(shard);
       s.stopping = true;
@@ -384,6 +474,8 @@ export class RedisStreamsTransport implements Transport {
     if (!s) return Promise.resolve();
     s.releasing ??= (async () => {
       s.stopping = true;
+      clearTimeout(s.waitTimer);
+      s.waiting = []; // read or taken but not handed over: pending here, so the next holder's claim delivers them
       s.flushAcks?.();
       s.wakeRoom?.();
       s.wakePause?.();
@@ -422,8 +514,10 @@ export class RedisStreamsTransport implements Transport {
     while (!this.closing && !s.stopping) {
       try {
         if (recover) {
+          s.waiting = []; // the claim below delivers them, in order, with the rest of what is pending here
           await this.ensureGroup(s.key);
           await this.claim(s, 0);
+          await this.catchUpHanded(s);
           recover = false;
           lastClaim = Date.now();
         } else if (Date.now() - lastClaim >= claimEveryMs) {
@@ -450,7 +544,7 @@ export class RedisStreamsTransport implements Transport {
           s.key,
           ">",
         )) as [string, RawEntry[]][] | null;
-        for (const [, entries] of res ?? []) this.deliverAll(s, entries);
+        for (const [, entries] of res ?? []) this.deliverRead(s, entries);
         failures = 0;
       } catch (err) {
         if (this.closing || s.stopping) break;
@@ -482,6 +576,56 @@ export class RedisStreamsTransport implements Transport {
       cursor = res[0];
       this.deliverAll(s, res[1]);
     } while (cursor !== "0-0" && !s.stopping);
+    this.handOver(s);
+  }
+
+  /**
+   * After a claim of everything pending: every entry up to the group's last-delivered id is settled or was just
+   * handed over here, so entries `send` takes after it need not wait for anything older.
+   */
+  private async catchUpHanded(s: ShardLoop): Promise<void> {
+    const groups = (await s.conn.call(this.callTimeoutMs, "XINFO", "GROUPS", s.key)) as unknown[][];
+    for (const g of groups) {
+      const name = g[g.indexOf("name") + 1];
+      const last = g[g.indexOf("last-delivered-id") + 1];
+      if (name === GROUP && typeof last === "string" && idBefore(s.lastHanded, last)) s.lastHanded = last;
+    }
+    this.handOver(s);
+  }
+
+  /** A read's entries: handed over at once unless a take of this node's is still to answer (see Waiting). */
+  private deliverRead(s: ShardLoop, entries: RawEntry[]): void {
+    const takes = s.takesAnswered < s.takesSent ? s.takesSent : undefined;
+    for (const raw of entries) if (raw) this.await(s, { id: raw[0], fields: raw[1], takes });
+    this.handOver(s);
+  }
+
+  /** Queue an entry among those waiting, in stream order (it nearly always goes last). */
+  private await(s: ShardLoop, w: Waiting): void {
+    let i = s.waiting.length;
+    while (i > 0 && idBefore(w.id, s.waiting[i - 1]!.id)) i--;
+    s.waiting.splice(i, 0, w);
+  }
+
+  /** Hand over the waiting entries, oldest first, while the oldest has nothing left to wait for (`force`: at all). */
+  private handOver(s: ShardLoop, force = false): void {
+    while (s.waiting.length && !s.stopping) {
+      const w = s.waiting[0]!;
+      if (w.takes !== undefined && s.takesAnswered < w.takes) break;
+      if (!force && w.after !== undefined && idBefore(s.lastHanded, w.after)) break;
+      s.waiting.shift();
+      this.deliver(s, w.id, w.fields);
+    }
+    const stuck = s.waiting.length > 0 && !s.stopping && s.waiting[0]!.takes === undefined;
+    if (!stuck) {
+      clearTimeout(s.waitTimer);
+      s.waitTimer = undefined;
+    } else {
+      s.waitTimer ??= setTimeout(() => {
+        s.waitTimer = undefined;
+        this.handOver(s, true);
+      }, AFTER_WAIT_MS);
+    }
   }
 
   /** How many entries the loop may take now; waits while the shard is at its in-flight cap. */
@@ -502,6 +646,7 @@ export class RedisStreamsTransport implements Transport {
   private deliver(s: ShardLoop, id: string, fields: string[]): void {
     if (s.unacked.has(id)) return; // our own in-flight entry, seen again by a claim
     s.unacked.add(id);
+    if (idBefore(s.lastHanded, id)) s.lastHanded = id;
     let turn: Promise<void>;
     const entry = decodeField<Entry>(fields, ENTRY_FIELD);
     if (!entry || !Array.isArray(entry.targets)) {
@@ -693,6 +838,16 @@ function decodeField<T>(fields: string[], name: string): T | undefined {
     }
   }
   return undefined;
+}
+
+/** Whether stream id `a` comes before `b` (both "<ms>-<seq>", compared as numbers). */
+function idBefore(a: string, b: string): boolean {
+  const [am = "", as = ""] = a.split("-");
+  const [bm = "", bs = ""] = b.split("-");
+  if (am.length !== bm.length) return am.length < bm.length;
+  if (am !== bm) return am < bm;
+  if (as.length !== bs.length) return as.length < bs.length;
+  return as < bs;
 }
 
 function isNoGroup(err: unknown): boolean {

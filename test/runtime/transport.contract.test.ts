@@ -24,6 +24,8 @@ const WAIT = { timeout: 3000, interval: 5 };
 interface Inspect {
   streamLength(scope: string, shard: number): Promise<number>;
   pendingCount(scope: string, shard: number): Promise<number>;
+  /** The bodies of a shard stream's entries, in stream order. */
+  streamBodies(scope: string, shard: number): Promise<unknown[]>;
   replyStreamExists(scope: string, node: string): Promise<boolean>;
   /** Kill every Redis connection of a node (a network blip as Redis sees it). */
   killConnections(node: string): Promise<number>;
@@ -71,6 +73,10 @@ const engines: Engine[] = [
       pendingCount: async (scope, shard) => {
         const summary = (await redis().call("XPENDING", redisKeys(scope).shard(shard), GROUP)) as [number];
         return Number(summary[0]);
+      },
+      streamBodies: async (scope, shard) => {
+        const rows = (await redis().call("XRANGE", redisKeys(scope).shard(shard), "-", "+")) as [string, string[]][];
+        return rows.map(([, fields]) => (JSON.parse(fields[1]!) as Entry).body);
       },
       replyStreamExists: async (scope, node) =>
         Number(await redis().call("EXISTS", redisKeys(scope).reply(node))) === 1,
@@ -385,6 +391,27 @@ describe.each(engines)("transport contract: $name", (engine) => {
       () => expect([...holder.rec.bodies()].sort((x, y) => Number(x) - Number(y))).toEqual([...Array(20).keys()]),
       WAIT,
     );
+  });
+
+  it.runIf(engine.inspect)("hands the holder's own entries and other nodes' over in the order the stream accepted them", async () => {
+    // The holder's sends take their entries straight from the stream (appendAndTake) while its loop reads the
+    // other node's: the two paths must not reorder the shard.
+    const holder = await node();
+    const other = await node();
+    const gate = parkedTurn(); // nothing is acknowledged, so nothing is trimmed before the stream is read
+    holder.rec.hold = () => gate.promise;
+    await holder.t.acquire(2);
+    const sends: Promise<void>[] = [];
+    for (let i = 0; i < 300; i++) {
+      sends.push(holder.t.send(2, entry(`h${i}`)), other.t.send(2, entry(`o${i}`)));
+      if (i % 50 === 0) await tick(1);
+    }
+    await Promise.all(sends);
+    await vi.waitFor(() => expect(holder.rec.entries.length).toBe(600), WAIT);
+    const accepted = await engine.inspect!.streamBodies(scope, 2);
+    expect(accepted).toHaveLength(600);
+    expect(holder.rec.bodies(2)).toEqual(accepted);
+    gate.settle();
   });
 
   it.runIf(engine.inspect)("trims acknowledged entries but keeps the unacknowledged one for the next holder", async () => {
