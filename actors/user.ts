@@ -158,6 +158,32 @@ interface EventQueue {
   idleSince: number;
 }
 
+/**
+ * Message ids an activation delivered lately. A delivery comes twice after a crash: the deliveries a dead worker
+ * had not acknowledged come again, and so does the whole fan-out of a send whose channel's worker died before
+ * acknowledging it (the send is redelivered, finds its stored message and delivers it again). Two generations of
+ * RECENT_MESSAGES_MS (or RECENT_MESSAGES_CAP ids) each outlast the lease's expiry and the takeover that
+ * redelivers; a user with no queue keeps none.
+ */
+const RECENT_MESSAGES_MS = 60_000;
+const RECENT_MESSAGES_CAP = 10_000;
+class RecentIds {
+  private current = new Set<number>();
+  private previous = new Set<number>();
+  private since = Date.now();
+  has(id: number): boolean {
+    return this.current.has(id) || this.previous.has(id);
+  }
+  add(id: number): void {
+    if (this.current.size >= RECENT_MESSAGES_CAP || Date.now() - this.since > RECENT_MESSAGES_MS) {
+      this.previous = this.current;
+      this.current = new Set();
+      this.since = Date.now();
+    }
+    this.current.add(id);
+  }
+}
+
 /** How long seesUser trusts the role it read: a role change reaches event filtering within this (as credentials). */
 const VIEWER_TTL_MS = 2000;
 
@@ -169,11 +195,8 @@ export class UserActor implements Actor {
   private nextSeq = 1;
   private seqFloor = 1;
   private seqReserved = 1;
-  /**
-   * Ids of the messages a rebuilt queue got from the stream: the same delivery arriving again (its entry was not
-   * acknowledged before the crash) is not queued twice. Forgotten at the first expiry pass.
-   */
-  private restoredMessages?: Set<number>;
+  /** Messages this activation queued lately (or restored), so that a delivery arriving twice is queued once. */
+  private recentMessages?: RecentIds;
   private snapshotVersion = 0;
   private expiryScheduled = false;
   private typingWanted?: boolean;
@@ -204,7 +227,8 @@ export class UserActor implements Actor {
     const rows = await this.deps.store.userEventsAfter(this.userId, 0);
     this.nextSeq = Math.max(this.nextSeq, (rows.at(-1)?.seq ?? 0) + 1);
     const stored = await hydrate(this.deps.store.db, rows);
-    this.restoredMessages = new Set(stored.flatMap((item) => (item.event.kind === "message" ? [item.event.message.id] : [])));
+    this.recentMessages = new RecentIds();
+    for (const item of stored) if (item.event.kind === "message") this.recentMessages.add(item.event.message.id);
     for (const spec of saved.state.queues) {
       const q = this.makeQueue(spec);
       for (const item of stored) if (this.accepts(q, item.event)) q.items.push(item);
@@ -240,7 +264,8 @@ export class UserActor implements Actor {
       case "deleteQueue":
         return this.deleteQueue(msg.queueId);
       case "deliverMessage":
-        if (this.restoredMessages?.has(msg.message.id)) return;
+        if (this.recentMessages?.has(msg.message.id)) return;
+        if (this.queues.size) (this.recentMessages ??= new RecentIds()).add(msg.message.id);
         return this.deliver(messageEvent(msg, this.userId), true);
       case "deliverEvent":
         return this.deliverEvent(msg.event);
@@ -657,7 +682,6 @@ export class UserActor implements Actor {
   /** Drop idle queues, then the stream's events every remaining queue has acknowledged. */
   private async expire(): Promise<void> {
     this.expiryScheduled = false;
-    this.restoredMessages = undefined;
     const cutoff = Date.now() - this.deps.config.queueTimeoutSeconds * 1000;
     let changed = false;
     let expiredPublic = false;
