@@ -412,7 +412,7 @@ export class RedisStreamsTransport implements Transport {
       let previous = after;
       for (const raw of entries) {
         if (!raw) continue;
-        this.await(s, { id: raw[0], fields: raw[1], after: previous });
+        this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous });
         previous = raw[0];
       }
       return this.handOver(s);
@@ -596,12 +596,12 @@ export class RedisStreamsTransport implements Transport {
   /** A read's entries: handed over at once unless a take of this node's is still to answer (see Waiting). */
   private deliverRead(s: ShardLoop, entries: RawEntry[]): void {
     const takes = s.takesAnswered < s.takesSent ? s.takesSent : undefined;
-    for (const raw of entries) if (raw) this.await(s, { id: raw[0], fields: raw[1], takes });
+    for (const raw of entries) if (raw) this.queueInOrder(s, { id: raw[0], fields: raw[1], takes });
     this.handOver(s);
   }
 
   /** Queue an entry among those waiting, in stream order (it nearly always goes last). */
-  private await(s: ShardLoop, w: Waiting): void {
+  private queueInOrder(s: ShardLoop, w: Waiting): void {
     let i = s.waiting.length;
     while (i > 0 && idBefore(w.id, s.waiting[i - 1]!.id)) i--;
     s.waiting.splice(i, 0, w);
