@@ -78,7 +78,9 @@ interface Options {
 }
 
 const USAGE = `usage: npm run bench -- [options]
-  --engine <embedded|redis+postgres|both>   engines to run (default both; env BENCH_ENGINE)
+  --engine <embedded|redis+postgres|two-workers|both|all>
+                                            engines to run (default both: embedded and redis+postgres; all adds
+                                            two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send10,send1000,
                                             presence,assistant,subscribe,wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
@@ -147,7 +149,7 @@ function parseOptions(argv: string[]): Options {
   };
   const engineArg = (raw.engine ?? "both").toLowerCase();
   const aliases: Record<string, EngineName[]> = {
-    both: [...ENGINES],
+    both: ["embedded", "redis+postgres"],
     all: [...ENGINES],
     embedded: ["embedded"],
     memory: ["embedded"],
@@ -156,12 +158,15 @@ function parseOptions(argv: string[]): Options {
     redis: ["redis+postgres"],
     postgres: ["redis+postgres"],
     distributed: ["redis+postgres"],
+    "redis+postgres×2": ["redis+postgres ×2"],
+    "redis+postgres-x2": ["redis+postgres ×2"],
+    "two-workers": ["redis+postgres ×2"],
   };
   const engines = [
     ...new Set(
       engineArg.split(",").flatMap((e) => {
         const found = aliases[e.trim()];
-        if (!found) throw new Error(`--engine: expected embedded, redis+postgres or both, got ${e}`);
+        if (!found) throw new Error(`--engine: expected embedded, redis+postgres, two-workers, both or all, got ${e}`);
         return found;
       }),
     ),

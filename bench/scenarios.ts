@@ -92,7 +92,12 @@ export async function startAdapterCeiling(): Promise<Ceiling> {
 // ---------------------------------------------------------------------------------------------------------------
 // Engines
 
-export const ENGINES = ["embedded", "redis+postgres"] as const;
+/**
+ * `redis+postgres ×2`: two worker nodes in this one process, each holding its home shards (shard mod 2), the
+ * load sent to the first: half of a message's hops cross between the nodes through Redis, as in a deployment of
+ * WORKERS=2, where the one-worker engine has every hop local. The server figures are both nodes'.
+ */
+export const ENGINES = ["embedded", "redis+postgres", "redis+postgres ×2"] as const;
 export type EngineName = (typeof ENGINES)[number];
 
 export interface ServiceStats {
@@ -171,6 +176,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
     let describe: string;
     let serviceStats = async (): Promise<ServiceStats> => ({ cpu: new Map(), counters: {} });
     let node: RunningNode | undefined;
+    let workers = 1;
     if (name === "embedded") {
       // Explicit undefineds: DATABASE_URL / REDIS_URL in the environment must not leak into the embedded engine.
       config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1 });
@@ -180,6 +186,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
       owned({ kind: "database", url: database.url }, () => database.drop());
       const redis = freshRedisPrefix();
       owned({ kind: "redis", url: REDIS_URL, prefix: redis.prefix }, () => redis.clean());
+      workers = name === "redis+postgres ×2" ? 2 : 1;
       config = loadConfig({
         port: 0,
         host: HOST,
@@ -187,9 +194,9 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
         databaseUrl: database.url,
         redisUrl: REDIS_URL,
         redisPrefix: redis.prefix,
-        workers: 1,
+        workers,
       });
-      describe = `Redis Streams transport (${REDIS_URL}) + Postgres (fresh database), one process`;
+      describe = `Redis Streams transport (${REDIS_URL}) + Postgres (fresh database), ${workers === 1 ? "one process" : `${workers} worker nodes in one process`}`;
       const info = new Redis(REDIS_URL, { protocol: 2, maxRetriesPerRequest: 1, lazyConnect: true });
       cleanups.push({ what: "Redis INFO connection", run: () => void info.disconnect() });
       serviceStats = async () => {
@@ -221,6 +228,19 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
     node = running;
     // Closed first (cleanups run in reverse): the database and Redis keys go after the node let go of them.
     cleanups.push({ what: "node", run: () => running.close() });
+    const others: RunningNode[] = [];
+    for (let workerIndex = 1; workerIndex < workers; workerIndex++) {
+      const other = await startNode(config, { workerIndex, prepared: true });
+      others.push(other);
+      cleanups.push({ what: `worker node ${workerIndex}`, run: () => other.close() });
+    }
+    // The first node takes every shard until the others start; measure once each holds only its home shards.
+    const nodes = [running, ...others];
+    const settled = () => nodes.every((n, i) => n.system.heldShards().every((shard) => shard % workers === i));
+    for (const deadline = Date.now() + 4 * config.leaseSeconds * 1000; !settled(); ) {
+      if (Date.now() > deadline) throw new Error("the worker nodes did not settle on their home shards");
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const owner = readZuliprc(path.join(dataDir, "zuliprc"));
     return {
       name,
