@@ -3,7 +3,7 @@
  * queue holds unacknowledged events; once the workers are back the same queue answers with the same events,
  * under the same ids, and goes on receiving.
  *
- * Events are written behind their delivery (actors/user.ts): the two crash tests below lengthen that window
+ * Events are written behind their delivery (actors/user.ts): the crash tests that need it lengthen that window
  * (EVENT_WRITE_DELAY_MS) so that the kill certainly lands while the events exist only in memory. With Redis the
  * unacknowledged deliveries reach the restarted workers again and the queue has every event; on the embedded
  * engine nothing can deliver them again, so the queue answers BAD_EVENT_QUEUE_ID instead of a gap.
@@ -50,37 +50,57 @@ async function pollAfterRestart(target: Target, owner: Owner, queue: string, rea
   throw new Error("the deployment did not answer for the queue after the restart");
 }
 
-it("restores a queue with its unacknowledged events after every worker is killed", async () => {
-  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000" }, cleanups);
+/** Waits (up to 10 s) for `check` to hold: waiting on an observable fact, not on a guess. */
+async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${what}: not within 10 s`);
+}
+
+/**
+ * Chorus on Redis and Postgres with two workers (short leases, so a killed worker's shards move within seconds),
+ * the owner subscribed to `channel` with one queue of message events. `env` adds to the workers' environment.
+ */
+async function distributedQueue(channel: string, env: Record<string, string> = {}) {
+  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000", ...env }, cleanups);
   const target = { url: `http://127.0.0.1:${server.port}` };
   const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
+  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: channel }] } });
+  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id as string;
+  const events = (lastEventId = -1) => api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: lastEventId, dont_block: true } });
+  /** SIGKILL every worker, then the queue's first answer from the restarted ones. */
+  const killAndPoll = async () => {
+    const killed = workerPids(server);
+    for (const pid of killed) process.kill(pid, "SIGKILL");
+    return pollAfterRestart(target, owner, queue, () => workerPids(server).length >= killed.length * 2);
+  };
+  return { server, target, owner, queue, send: sendTo(target, owner, channel), events, killAndPoll };
+}
 
-  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "durable" }] } });
-  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
-  const send = (content: string) => api(target, "POST", "/messages", { as: owner, params: { type: "stream", to: "durable", topic: "t", content } });
-  const m1 = await send("one");
-  const m2 = await send("two");
-  const before = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
-  expect(before.body.events.map((e: any) => e.message.id)).toEqual([m1.body.id, m2.body.id]);
+/** A connection to the deployment's database, for what the test does behind Chorus' back; closed at the end. */
+async function adminClient(url: string): Promise<pg.Client> {
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  cleanups.push(() => admin.end());
+  return admin;
+}
 
-  for (const pid of workerPids(server)) process.kill(pid, "SIGKILL");
-  const killed = workerPids(server).length;
+it("restores a queue with its unacknowledged events after every worker is killed", async () => {
+  const { target, owner, send, events, killAndPoll } = await distributedQueue("durable");
+  const sent = [await send("one"), await send("two")];
+  const before = await events();
+  expect(before.body.events.map((e: any) => e.message.id)).toEqual(sent);
 
-  // Wait for the restarted workers (and the expired leases) to serve the queue again.
-  let after: any;
-  for (let i = 0; i < 100; i++) {
-    await new Promise((r) => setTimeout(r, 200));
-    if (workerPids(server).length < killed + 2) continue;
-    after = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } }).catch(() => undefined);
-    if (after?.status === 200) break;
-  }
-  expect(after?.status).toBe(200);
+  const after = await killAndPoll();
+  expect(after.status).toBe(200);
   expect(after.body.events).toEqual(before.body.events);
 
   const lastId = after.body.events.at(-1).id;
   const m3 = await send("three");
-  const next = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: lastId, dont_block: true } });
-  expect(next.body.events.map((e: any) => e.message.id)).toEqual([m3.body.id]);
+  const next = await events(lastId);
+  expect(next.body.events.map((e: any) => e.message.id)).toEqual([m3]);
   expect(next.body.events[0].id).toBeGreaterThan(lastId);
 
   const unknown = await api(target, "GET", "/events", { as: owner, params: { queue_id: "never-registered", last_event_id: -1, dont_block: true } });
@@ -91,47 +111,32 @@ it("gives restored events ids above every one used before the crash, past a bloc
   // A busy user's actor reserves its next block of event ids while the current one lasts (actors/user.ts). Here
   // no event row is written before the crash, so the events delivered again get new ids from where the stored
   // reservation ends: it must be past every id used, also those of the block reserved in the background.
-  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000", EVENT_WRITE_DELAY_MS: "60000" }, cleanups);
-  const target = { url: `http://127.0.0.1:${server.port}` };
-  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
-  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "busy" }] } });
-  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
-  const send = sendTo(target, owner, "busy");
+  const { server, send, events, killAndPoll } = await distributedQueue("busy", { EVENT_WRITE_DELAY_MS: "60000" });
   const total = 1600; // one and a half blocks of 1,024
   const sent: number[] = [];
   for (let i = 0; i < total; i += 40) sent.push(...(await Promise.all(Array.from({ length: Math.min(40, total - i) }, (_, k) => send(`m${i + k}`)))));
-  const before = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
+  const before = await events();
   expect(before.body.events).toHaveLength(total);
   expect(await storedEvents(server.databaseUrl)).toBe(0);
   const lastId = Math.max(...before.body.events.map((e: any) => e.id));
 
-  const killed = workerPids(server);
-  for (const pid of killed) process.kill(pid, "SIGKILL");
-  const after = await pollAfterRestart(target, owner, queue, () => workerPids(server).length >= killed.length * 2);
+  const after = await killAndPoll();
   expect(after.status).toBe(200);
-  const events = after.body.events;
-  expect(new Set(events.map((e: any) => e.message.id))).toEqual(new Set(sent));
-  expect(events).toHaveLength(total);
-  for (const e of events) expect(e.id).toBeGreaterThan(lastId);
+  const restored = after.body.events;
+  expect(new Set(restored.map((e: any) => e.message.id))).toEqual(new Set(sent));
+  expect(restored).toHaveLength(total);
+  for (const e of restored) expect(e.id).toBeGreaterThan(lastId);
 }, 90_000);
 
 it("gives a restored queue every event that was only in memory when the workers died (Redis delivers again)", async () => {
-  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000", EVENT_WRITE_DELAY_MS: "5000" }, cleanups);
-  const target = { url: `http://127.0.0.1:${server.port}` };
-  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
-
-  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "behind" }] } });
-  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
-  const send = sendTo(target, owner, "behind");
+  const { server, send, events, killAndPoll } = await distributedQueue("behind", { EVENT_WRITE_DELAY_MS: "5000" });
   const sent = [await send("one"), await send("two"), await send("three")];
-  const before = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
+  const before = await events();
   expect(before.body.events.map((e: any) => e.message.id)).toEqual(sent);
   // Nothing of it is in the store yet: the queue holds it in memory only.
   expect(await storedEvents(server.databaseUrl)).toBe(0);
 
-  const killed = workerPids(server);
-  for (const pid of killed) process.kill(pid, "SIGKILL");
-  const after = await pollAfterRestart(target, owner, queue, () => workerPids(server).length >= killed.length + 2);
+  const after = await killAndPoll();
   expect(after.status).toBe(200);
   const ids = after.body.events.map((e: any) => e.message.id);
   expect(new Set(ids)).toEqual(new Set(sent));
@@ -143,25 +148,11 @@ it("gives a restored queue every event that was only in memory when the workers 
 }, 90_000);
 
 it("delivers a message its worker stored but died before delivering (the send's entry is left to the next holder)", async () => {
-  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000" }, cleanups);
-  const target = { url: `http://127.0.0.1:${server.port}` };
-  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
-  const admin = new pg.Client({ connectionString: server.databaseUrl });
-  await admin.connect();
-  cleanups.push(() => admin.end());
+  const { server, target, owner, send, killAndPoll } = await distributedQueue("stored");
+  const admin = await adminClient(server.databaseUrl);
   const stored = async (content: string) =>
     (await admin.query("select id from messages where content = $1", [content])).rows.map((r) => Number(r.id));
-  const eventually = async (what: string, check: () => Promise<boolean>) => {
-    for (let i = 0; i < 100; i++) {
-      if (await check()) return;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    throw new Error(`${what}: not within 10 s`);
-  };
-
-  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "stored" }] } });
-  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
-  const first = await sendTo(target, owner, "stored")("one");
+  const first = await send("one");
 
   // The commit of the next message waits on a lock: its turn has long ended (and its entry would have been
   // acknowledged) when the workers are killed. Released afterwards, the orphaned statement commits the message.
@@ -173,13 +164,12 @@ it("delivers a message its worker stored but died before delivering (the send's 
     return rows[0].n > 0;
   });
   await new Promise((r) => setTimeout(r, 300));
-  const killed = workerPids(server);
-  for (const pid of killed) process.kill(pid, "SIGKILL");
+  const restarted = killAndPoll();
   await admin.query("commit");
   await eventually("the orphaned commit lands", async () => (await stored("two")).length === 1);
   await hung;
 
-  const after = await pollAfterRestart(target, owner, queue, () => workerPids(server).length >= killed.length * 2);
+  const after = await restarted;
   expect(after.status).toBe(200);
   const [second] = await stored("two");
   expect(after.body.events.map((e: any) => e.message.id)).toEqual([first, second]);
@@ -244,32 +234,16 @@ it("keeps an embedded queue's events, under the same ids, across a graceful rest
 }, 90_000);
 
 it("keeps writing a delivered event while the store refuses it, and holds its entry until it is written", async () => {
-  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000" }, cleanups);
-  const target = { url: `http://127.0.0.1:${server.port}` };
-  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
-  const admin = new pg.Client({ connectionString: server.databaseUrl });
-  await admin.connect();
-  cleanups.push(() => admin.end());
+  const { server, send, events, killAndPoll } = await distributedQueue("refused");
+  const admin = await adminClient(server.databaseUrl);
   // A real failure of the events table, not of the shard: every new row breaks this check until it is dropped.
   const refuseEventRows = (on: boolean) =>
     admin.query(on ? "alter table user_events add constraint refused check (seq < 0) not valid" : "alter table user_events drop constraint refused");
-  const eventually = async (what: string, check: () => Promise<boolean>) => {
-    for (let i = 0; i < 100; i++) {
-      if (await check()) return;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    throw new Error(`${what}: not within 10 s`);
-  };
-
-  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "refused" }] } });
-  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
-  const send = sendTo(target, owner, "refused");
-  const poll = () => api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
 
   // While the store refuses the row, the queue has the event; once it accepts rows again, the row is written.
   await refuseEventRows(true);
   const first = await send("one");
-  expect((await poll()).body.events.map((e: any) => e.message.id)).toEqual([first]);
+  expect((await events()).body.events.map((e: any) => e.message.id)).toEqual([first]);
   await new Promise((r) => setTimeout(r, 300));
   expect(await storedEvents(server.databaseUrl)).toBe(0);
   await refuseEventRows(false);
@@ -279,10 +253,9 @@ it("keeps writing a delivered event while the store refuses it, and holds its en
   await refuseEventRows(true);
   const second = await send("two");
   await new Promise((r) => setTimeout(r, 300));
-  const killed = workerPids(server);
-  for (const pid of killed) process.kill(pid, "SIGKILL");
+  const restarted = killAndPoll();
   await refuseEventRows(false);
-  const after = await pollAfterRestart(target, owner, queue, () => workerPids(server).length >= killed.length * 2);
+  const after = await restarted;
   expect(after.status).toBe(200);
   expect(after.body.events.map((e: any) => e.message.id)).toEqual([first, second]);
 }, 90_000);
