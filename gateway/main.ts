@@ -69,6 +69,8 @@ const isZulipPath = (path: string) => path.startsWith("/api/v1/");
  * the runs that had no full GC. Set here, before the node allocates anything of its own, rather than on the command
  * line, so that it holds however the process was started (npm start, a cluster worker, the benchmarks, the tests);
  * V8 reads it at each scavenge, so setting it after start-up takes effect (the figures above were measured so).
+ * The young generation's size is not like that: V8 sizes it when the process starts, so `--max-semi-space-size=64`
+ * is on the command line of `npm start` and `npm run bench` (package.json; cluster workers inherit it).
  */
 function tuneGarbageCollection(): void {
   v8.setFlagsFromString("--no-allocation-site-pretenuring");
