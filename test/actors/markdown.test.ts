@@ -7,7 +7,7 @@
  */
 import fs from "node:fs";
 import { describe, expect, it } from "vitest";
-import { renderMarkdown, type MarkdownContext, type MentionableUser } from "../../actors/markdown.ts";
+import { isPlainLine, renderMarkdown, renderWithMarkdownIt, type MarkdownContext, type MentionableUser } from "../../actors/markdown.ts";
 
 interface CorpusCase {
   name: string;
@@ -271,15 +271,40 @@ describe("other Zulip syntax", () => {
         '<div class="codehilite"><pre><span></span><code>  1. c\n</code></pre></div>',
     );
   });
+});
 
-  it("is fast enough for the send path", () => {
-    const message =
-      "Hi @**King Hamlet**, see #**Denmark>plans** :tada:\n\n* one **bold** item\n* two `code` https://example.com\n\n" +
-      "```python\ndef f():\n    return 1\n```\n> quoted 🎉";
-    renderMarkdown(message);
-    const started = performance.now();
-    for (let i = 0; i < 1000; i++) renderMarkdown(message);
-    // About 30 µs a message on a laptop; the bound only catches a pathological regression.
-    expect(performance.now() - started).toBeLessThan(2000);
+describe("the plain-line shortcut", () => {
+  // Every string of up to three of these: words and the characters that turn words into markdown (list numbers,
+  // domains, emoji names between colons, emoticons, mentions, emphasis, line breaks, entities, non-ASCII).
+  const PIECES = ["hello", "it's", "1", "www", "example", ".com", "tada", ":tada:", "all", " ", "  ", ".", ",", "!", "?", "'", ":",
+    ")", "#", "@", "*", "_", "-", "&", "\n", "é"];
+
+  it("renders exactly what markdown-it renders", () => {
+    let shortcut = 0;
+    const EMOTICONS: MarkdownContext = { translateEmoticons: true };
+    const check = (content: string) => {
+      if (isPlainLine(content)) shortcut++;
+      // With emoticons on, the context that changes the most text.
+      expect(renderMarkdown(content, EMOTICONS), JSON.stringify(content)).toEqual(renderWithMarkdownIt(content, EMOTICONS));
+    };
+    for (const a of PIECES) {
+      check(a);
+      for (const b of PIECES) {
+        check(a + b);
+        for (const c of PIECES) check(a + b + c);
+      }
+    }
+    expect(shortcut).toBeGreaterThan(500);
+  });
+
+  it("takes one line of words and leaves everything that markdown could change to markdown-it", () => {
+    for (const plain of ["hello", "Sounds good.", "ok, see you at 10. Thanks!", "it's done", "Why not?"]) {
+      expect(isPlainLine(plain), plain).toBe(true);
+      expect(renderMarkdown(plain).html).toBe(`<p>${plain}</p>`);
+    }
+    for (const marked of ["1. one", "example.com", "see www.example.com", "a  b", "trailing ", " leading", "a\nb", "smile :)",
+      ":tada:", "@all", "#general", "*hi*", "a & b", "café", "x_y"]) {
+      expect(isPlainLine(marked), marked).toBe(false);
+    }
   });
 });
