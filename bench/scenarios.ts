@@ -95,7 +95,9 @@ export async function startAdapterCeiling(): Promise<Ceiling> {
 /**
  * `redis+postgres ×2`: two worker nodes in this one process, each holding its home shards (shard mod 2), the
  * load sent to the first: half of a message's hops cross between the nodes through Redis, as in a deployment of
- * WORKERS=2, where the one-worker engine has every hop local. The server figures are both nodes'.
+ * WORKERS=2, where the one-worker engine has every hop local. The server figures are both nodes'. Both nodes run
+ * on this process's one event loop, so its figures add the crossings' cost to one core's work; they are not what two
+ * worker processes on two cores would reach (a fan-out's 5,000 cross-node poll replies are made and read here).
  */
 export const ENGINES = ["embedded", "redis+postgres", "redis+postgres ×2"] as const;
 export type EngineName = (typeof ENGINES)[number];
