@@ -902,7 +902,7 @@ export function isPlainLine(content: string): boolean {
 }
 
 export function renderMarkdown(content: string, context: MarkdownContext = {}): RenderResult {
-  if (PLAIN_LINE.test(content)) {
+  if (isPlainLine(content)) {
     return { html: `<p>${content}</p>`, mentionedUserIds: [], mentionedGroupIds: [], wildcardMention: null, hasLink: false };
   }
   return renderWithMarkdownIt(content, context);
