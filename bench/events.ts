@@ -19,13 +19,12 @@
  * The clients (senders, pollers, registrants) run in a child process (bench/event-client.ts).
  */
 import { fork, type ChildProcess } from "node:child_process";
-import os from "node:os";
 import path from "node:path";
 import v8 from "node:v8";
 import vm from "node:vm";
 import { fileURLToPath } from "node:url";
 import { constants as perfConstants, PerformanceObserver, type PerformanceEntry } from "node:perf_hooks";
-import { api, loopDelayMonitor, Population, startRawUwsCeiling, type BenchUser, type Engine, type EngineName } from "./scenarios.ts";
+import { api, loopDelayMonitor, machineCpuMs, Population, startRawUwsCeiling, type BenchUser, type Engine, type EngineName } from "./scenarios.ts";
 import type { Auth, CheckResult, TouchResult, ClientReply, ClientRequest, LatencyFigures, QueueRef, RegisterResult, RttResult, SendResult, WakeResult } from "./event-client.ts";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -75,6 +74,8 @@ export interface ServerSide {
   /** Busy cores of the whole machine, and what nobody above accounts for (other processes: well above 0 = disturbed). */
   machineCores: number;
   otherCores: number;
+  /** CPU the hypervisor took from this VM meanwhile (see machineCpuMs): the run stalled for reasons outside it. */
+  stealCores: number;
   loopDelayMs: { p50: number; p99: number; max: number };
   /** The server's GC pauses over the run: scavenges, and the pauses of full GCs (their incremental steps included). */
   gc: { minor: GcPauses; major: GcPauses };
@@ -179,16 +180,10 @@ export class EventWorld extends Population {
 // ---------------------------------------------------------------------------------------------------------------
 // Measuring the server side
 
-function machineBusyMs(): number {
-  let busy = 0;
-  for (const c of os.cpus()) busy += c.times.user + c.times.nice + c.times.sys + c.times.irq;
-  return busy;
-}
-
 async function observed<T>(engine: Engine, fn: () => Promise<{ result: T; cpuMicros: number }>): Promise<{ result: T; server: ServerSide }> {
   const s0 = await engine.serviceStats().catch(() => undefined);
   const cpu0 = process.cpuUsage();
-  const busy0 = machineBusyMs();
+  const machine0 = machineCpuMs();
   const t0 = performance.now();
   const loop = loopDelayMonitor();
   const gc = { minor: { count: 0, totalMs: 0, maxMs: 0 }, major: { count: 0, totalMs: 0, maxMs: 0 } };
@@ -208,7 +203,8 @@ async function observed<T>(engine: Engine, fn: () => Promise<{ result: T; cpuMic
   const loopDelayMs = loop.stop();
   const wallMs = performance.now() - t0;
   const cpu = process.cpuUsage(cpu0);
-  const machineCores = (machineBusyMs() - busy0) / wallMs;
+  const machine1 = machineCpuMs();
+  const machineCores = (machine1.busy - machine0.busy) / wallMs;
   const s1 = await engine.serviceStats().catch(() => undefined);
   let servicesCores: number | undefined;
   if (s0 && s1 && s1.cpu.size) {
@@ -229,6 +225,7 @@ async function observed<T>(engine: Engine, fn: () => Promise<{ result: T; cpuMic
       clientCores,
       machineCores,
       otherCores,
+      stealCores: (machine1.steal - machine0.steal) / wallMs,
       loopDelayMs,
       gc,
     },
@@ -569,6 +566,7 @@ export function describeServer(s: ServerSide | undefined): string {
     `server ${fmt(s.serverCores, 2)} cores` +
     (s.servicesCores !== undefined ? `, pg+redis ${fmt(s.servicesCores, 2)} cores` : "") +
     `, client ${fmt(s.clientCores, 2)} cores, other processes ${fmt(s.otherCores, 2)} cores${s.otherCores > 0.25 ? " (DISTURBED)" : ""}, ` +
+    `stolen by the hypervisor ${fmt(s.stealCores, 2)} cores, ` +
     `server loop delay p99 ${fmt(s.loopDelayMs.p99, 1)} ms (max ${fmt(s.loopDelayMs.max, 1)}); ` +
     `GC pauses: ${fmt(s.gc.minor.count)} scavenges (mean ${fmt(s.gc.minor.totalMs / (s.gc.minor.count || 1), 1)}, max ${fmt(s.gc.minor.maxMs, 1)} ms), ` +
     `${fmt(s.gc.major.count)} full-GC pauses (total ${fmt(s.gc.major.totalMs, 1)}, max ${fmt(s.gc.major.maxMs, 1)} ms)`

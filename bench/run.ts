@@ -33,6 +33,7 @@ import {
   TIMED_SCENARIOS,
   startAdapterCeiling,
   loopDelayMonitor,
+  machineCpuMs,
   startEngine,
   startRawUwsCeiling,
   HOST,
@@ -333,6 +334,8 @@ interface Measurement {
    * on the machine (and Postgres' shared background writers). Well above 0 means the figures are disturbed.
    */
   otherBusyCores: number;
+  /** CPU the hypervisor took from this VM over the run (see machineCpuMs): stalls no process here accounts for. */
+  stealCores: number;
   eventLoopDelayMs: { p50: number; p99: number; max: number };
   rssMb: number;
   serverLog: LoggedErrors;
@@ -383,17 +386,6 @@ async function measureTimed(scenario: TimedScenario, engine: Engine): Promise<Ti
   };
 }
 
-function machineBusyMs(): { busy: number; total: number } {
-  let busy = 0;
-  let total = 0;
-  for (const c of os.cpus()) {
-    const t = c.times;
-    busy += t.user + t.nice + t.sys + t.irq;
-    total += t.user + t.nice + t.sys + t.irq + t.idle;
-  }
-  return { busy, total };
-}
-
 async function measure(
   load: LoadGenerator,
   opts: Options,
@@ -422,13 +414,13 @@ async function measure(
     await session.post("Profiler.enable");
     await session.post("Profiler.start");
   }
-  const machine0 = machineBusyMs();
+  const machine0 = machineCpuMs();
   const cpu0 = process.cpuUsage();
   const loop = loopDelayMonitor();
   const figures = await load.run({ ...req, duration: opts.duration });
   const eventLoopDelayMs = loop.stop();
   const cpu = process.cpuUsage(cpu0);
-  const machine1 = machineBusyMs();
+  const machine1 = machineCpuMs();
   let profile: Measurement["profile"];
   if (session && profileAs) {
     const { profile: p } = await session.post("Profiler.stop");
@@ -471,6 +463,7 @@ async function measure(
     machineBusyCores: busyMicros / wallMicros,
     services,
     otherBusyCores: Math.max(0, busyMicros - accounted) / wallMicros,
+    stealCores: ((machine1.steal - machine0.steal) * 1000) / wallMicros,
     eventLoopDelayMs,
     rssMb: process.memoryUsage().rss / 2 ** 20,
     serverLog,
@@ -533,6 +526,7 @@ function table(rows: Measurement[]): string {
     "pg+redis µs/req",
     "loadgen cores",
     "other cores",
+    "stolen cores",
     "loop p99 ms",
   ];
   const body = rows.map((m) => [
@@ -550,6 +544,7 @@ function table(rows: Measurement[]): string {
     m.services ? fmt(m.services.perRequestMicros, 1) : "–",
     fmt(m.loadCpuCores, 2),
     fmt(m.otherBusyCores, 2),
+    fmt(m.stealCores, 2),
     fmt(m.eventLoopDelayMs.p99, 1),
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((r) => r[i]!.length)));
@@ -789,6 +784,8 @@ async function main(): Promise<number> {
       "srv CPU: this process (gateway + actors, and PGlite when embedded) per response; pg+redis: this engine's\n" +
       "Postgres backends and the Redis server per response; cores: CPU time / wall time of the measured run.\n" +
       "other cores: busy time of the machine nobody above accounts for (other processes): well above 0 = disturbed.\n" +
+      "stolen cores: CPU time the hypervisor gave to other guests while this VM had work (/proc/stat steal): stalls\n" +
+      "that show in p99 latency and in no profile.\n" +
       "Latencies are autocannon's, in whole milliseconds. loop p99: how late the server's event loop ran a 10 ms timer.",
   );
   for (const m of results) {
