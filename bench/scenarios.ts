@@ -262,13 +262,17 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
 }
 
 let clockTicks: number | undefined;
+/** The unit of /proc's CPU times (USER_HZ), per second. */
+function ticksPerSecond(): number {
+  return (clockTicks ??= Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100);
+}
+
 /** user + system CPU time of a local process from /proc, in µs; undefined when it cannot be read. */
 function procCpuMicros(pid: number): number | undefined {
   try {
-    clockTicks ??= Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
     const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return ((Number(fields[11]) + Number(fields[12])) / clockTicks) * 1e6;
+    return ((Number(fields[11]) + Number(fields[12])) / ticksPerSecond()) * 1e6;
   } catch {
     return undefined;
   }
@@ -784,7 +788,7 @@ export function loopDelayMonitor(): { stop(): { p50: number; p99: number; max: n
 export function machineCpuMs(): { busy: number; steal: number } {
   try {
     const [, user, nice, system, , , irq, , steal] = fs.readFileSync("/proc/stat", "utf8").split("\n", 1)[0]!.trim().split(/\s+/).map(Number);
-    const tick = 1000 / CLOCK_TICKS_PER_SECOND;
+    const tick = 1000 / ticksPerSecond();
     return { busy: (user! + nice! + system! + irq!) * tick, steal: (steal ?? 0) * tick };
   } catch {
     let busy = 0;
@@ -792,6 +796,3 @@ export function machineCpuMs(): { busy: number; steal: number } {
     return { busy, steal: 0 };
   }
 }
-
-/** /proc/stat counts in USER_HZ, 100 on every Linux architecture Node runs on. */
-const CLOCK_TICKS_PER_SECOND = 100;
