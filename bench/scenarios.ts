@@ -261,10 +261,17 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
   }
 }
 
-let clockTicks: number | undefined;
-/** The unit of /proc's CPU times (USER_HZ), per second. */
-function ticksPerSecond(): number {
-  return (clockTicks ??= Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100);
+/**
+ * The unit of /proc's CPU times (USER_HZ), per second: asked once at start-up, because the child process blocks the
+ * event loop for about 20 ms, which inside a measured run (its first reading of the machine's CPU) showed as a stall.
+ */
+const TICKS_PER_SECOND = clockTicksPerSecond();
+function clockTicksPerSecond(): number {
+  try {
+    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+  } catch {
+    return 100;
+  }
 }
 
 /** user + system CPU time of a local process from /proc, in µs; undefined when it cannot be read. */
@@ -272,7 +279,7 @@ function procCpuMicros(pid: number): number | undefined {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return ((Number(fields[11]) + Number(fields[12])) / ticksPerSecond()) * 1e6;
+    return ((Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND) * 1e6;
   } catch {
     return undefined;
   }
@@ -788,7 +795,7 @@ export function loopDelayMonitor(): { stop(): { p50: number; p99: number; max: n
 export function machineCpuMs(): { busy: number; steal: number } {
   try {
     const [, user, nice, system, , , irq, , steal] = fs.readFileSync("/proc/stat", "utf8").split("\n", 1)[0]!.trim().split(/\s+/).map(Number);
-    const tick = 1000 / ticksPerSecond();
+    const tick = 1000 / TICKS_PER_SECOND;
     return { busy: (user! + nice! + system! + irq!) * tick, steal: (steal ?? 0) * tick };
   } catch {
     let busy = 0;
