@@ -1,20 +1,20 @@
 /** Actor kinds, by the `kind` part of their identity. */
 import type { ActorFactory } from "../runtime/actor.ts";
-import { loadAssistantConfig } from "../runtime/assistant-config.ts";
-import { AgentActor } from "./agent.ts";
-import { AgentSessionActor } from "./agent-session.ts";
-import type { AssistantDeps } from "./assistant-deps.ts";
-import { OperatorActor } from "./operator.ts";
-import { ChannelActor } from "./channel.ts";
-import { DmActor } from "./dm.ts";
-import { FlagsActor } from "./flags.ts";
-import { SchedulerActor } from "./scheduler.ts";
-import { UserTopicsActor } from "./user-topics.ts";
+import { loadAssistantConfig } from "./assistant/config.ts";
+import { AgentActor } from "./assistant/agent.ts";
+import { AgentSessionActor } from "./assistant/agent-session.ts";
+import type { AssistantDeps } from "./assistant/deps.ts";
+import { OperatorActor } from "./assistant/operator.ts";
+import { ChannelActor } from "./chat/conversations/channel.ts";
+import { DmActor } from "./chat/conversations/dm.ts";
+import { FlagsActor } from "./chat/conversations/flags.ts";
+import { SchedulerActor } from "./chat/conversations/scheduler.ts";
+import { UserTopicsActor } from "./chat/users/user-topics.ts";
 import type { ActorDeps } from "./deps.ts";
 import { AGENT, AGENT_SESSION, CHANNEL, DM, FLAGS, OPERATOR, REALM, SCHEDULER, USER, USER_TOPICS } from "./protocol.ts";
-import { RealmActor } from "./realm.ts";
-import { UserActor } from "./user.ts";
-import { PRESENCE, PresenceActor } from "./presence.ts";
+import { RealmActor } from "./chat/organization/realm.ts";
+import { UserActor } from "./chat/users/user.ts";
+import { PRESENCE, PresenceActor } from "./chat/users/presence.ts";
 
 export function actorKinds(
   deps: ActorDeps,

@@ -2,7 +2,7 @@
  * What the gateway (and actors) may send to each actor kind, and what comes back. Every message is plain JSON:
  * it may cross processes on the Redis transport.
  */
-import type { MessageRecord } from "./message-format.ts";
+import type { MessageRecord } from "./chat/rendering/message-format.ts";
 
 export const REALM = "realm";
 export const CHANNEL = "channel";
@@ -164,7 +164,7 @@ export type EmailChanged = {
   new_email: string;
 };
 
-// Custom profile fields (actors/profile-fields.ts). The realm actor checks the permissions and values.
+// Custom profile fields (actors/chat/organization/profile-fields.ts). The realm actor checks the permissions and values.
 
 /** POST /realm/profile_fields. */
 export interface CreateProfileField {

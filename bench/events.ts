@@ -15,7 +15,7 @@
  *   (after a full GC) before and after, less what their user actors cost by themselves, divided by the queues.
  *
  * Setup goes around the HTTP API where the API is slow by design: users are created directly in the store with
- * actors/realm.ts insertAccount (no password hashing). Subscriptions and queues go through the API, concurrently.
+ * actors/chat/organization/realm.ts insertAccount (no password hashing). Subscriptions and queues go through the API, concurrently.
  * The clients (senders, pollers, registrants) run in a child process (bench/event-client.ts).
  */
 import { fork, type ChildProcess } from "node:child_process";

@@ -14,9 +14,9 @@ import { sql } from "kysely";
 import uws from "uWebSockets.js";
 import { loadConfig } from "../runtime/config.ts";
 import { Keyring } from "../runtime/secrets.ts";
-import { ROLE } from "../actors/realm.ts";
+import { ROLE } from "../actors/chat/organization/realm.ts";
 import { USER } from "../actors/protocol.ts";
-import { roleGroups, systemGroups } from "../actors/groups.ts";
+import { roleGroups, systemGroups } from "../actors/chat/organization/groups.ts";
 import { startNode, type RunningNode } from "../gateway/main.ts";
 import { startHttpServer } from "../gateway/http.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../test/support/services.ts";
@@ -344,11 +344,11 @@ export class Population {
 
   /**
    * `n` members named `<pool>-<i>@bench.example`, created directly in the store (once), 500 rows per statement:
-   * the rows actors/realm.ts insertAccount writes (a users row with a fresh API key, stored as HMAC + AES-GCM,
+   * the rows actors/chat/organization/realm.ts insertAccount writes (a users row with a fresh API key, stored as HMAC + AES-GCM,
    * and the role's system-group memberships), without its one-at-a-time round trips.
    *
    * With `queuesPerUser`, each user also gets that many event queues (event_types ["message"], the defaults of
-   * POST /register otherwise) seeded as its user actor's snapshot, the durable form actors/user.ts keeps its queue
+   * POST /register otherwise) seeded as its user actor's snapshot, the durable form actors/chat/users/user.ts keeps its queue
    * definitions in and rebuilds them from when it activates (as after a worker restart). Registering 10,000s of
    * queues through POST /register would take minutes (see the register figure); the actors are not active yet,
    * so the first request that reaches one (a poll, a delivery) activates it with these queues. Every scenario

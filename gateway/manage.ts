@@ -1,7 +1,7 @@
 /**
  * The operators' command line: `npm run manage -- <command> [--flag value ...]`. It works on the store directly
  * (as Zulip's manage.py does), so on the embedded store the server must be stopped first; on Postgres it can run
- * beside the workers. Agents, versions and webhooks are written with the same functions (actors/agent-records.ts)
+ * beside the workers. Agents, versions and webhooks are written with the same functions (actors/assistant/agent-records.ts)
  * and checked with the same schemas as the console's endpoints; the agent actors of a running server re-read
  * their row within a second, so a publish or rollback from here is served without a restart.
  */
@@ -11,18 +11,18 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import type { ValidateFunction } from "ajv";
 import type { Transaction } from "kysely";
-import { loadAssistantConfig } from "../runtime/assistant-config.ts";
+import { loadAssistantConfig } from "../actors/assistant/config.ts";
 import { loadConfig, type Config } from "../runtime/config.ts";
 import { Keyring, hashPassword } from "../runtime/secrets.ts";
 import type { Database } from "../runtime/store/schema.ts";
 import type { Store } from "../runtime/store/store.ts";
-import { createdAgent, insertAgent, insertVersion, insertWebhook, publishVersion, readAgent, rollbackAgent, type AgentRow } from "../actors/agent-records.ts";
-import { insertApiKey } from "../actors/operator.ts";
+import { createdAgent, insertAgent, insertVersion, insertWebhook, publishVersion, readAgent, rollbackAgent, type AgentRow } from "../actors/assistant/agent-records.ts";
+import { insertApiKey } from "../actors/assistant/operator.ts";
 import type { KnowledgeDocument, Published } from "../actors/protocol.ts";
-import { findUserByEmail, serverRealmId } from "../actors/reads.ts";
-import { insertAccount, ROLE } from "../actors/realm.ts";
-import { EMAIL } from "../actors/realm.ts";
-import { WEBHOOK_EVENTS } from "../actors/webhooks.ts";
+import { findUserByEmail, serverRealmId } from "../actors/chat/reads/reads.ts";
+import { insertAccount, ROLE } from "../actors/chat/organization/realm.ts";
+import { EMAIL } from "../actors/chat/organization/realm.ts";
+import { WEBHOOK_EVENTS } from "../actors/assistant/webhooks.ts";
 import { checkBody, isUuid } from "./assistant/app.ts";
 import { isOperatorRole, newOperatorApiKey } from "./assistant/auth.ts";
 import { AGENT_BODY, agentSpec, VERSION_BODY, versionSpec, WEBHOOK_BODY, webhookSpec, type AgentBody, type VersionBody } from "./assistant/internal.ts";

@@ -10,7 +10,7 @@ import type { Keyring } from "../runtime/secrets.ts";
 import { openDatabase } from "../runtime/store/db.ts";
 import { SqlStore } from "../runtime/store/sql-store.ts";
 import type { Store } from "../runtime/store/store.ts";
-import { bootstrapOrganization } from "../actors/realm.ts";
+import { bootstrapOrganization } from "../actors/chat/organization/realm.ts";
 
 export const OWNER_EMAIL = "owner@chorus.example";
 

@@ -39,7 +39,7 @@ export interface Config {
   /** Default ask timeout. */
   askTimeoutMs: number;
   /**
-   * How long an event written behind its delivery waits for others to share its commit (see actors/user.ts). Tests
+   * How long an event written behind its delivery waits for others to share its commit (see actors/chat/users/user.ts). Tests
    * lengthen it to make sure a crash falls inside that window.
    */
   eventWriteDelayMs: number;

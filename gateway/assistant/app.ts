@@ -5,7 +5,7 @@
  * whose `extra.headers` become response headers, e.g. Retry-After) and the one Ajv instance.
  */
 import type { ValidateFunction } from "ajv";
-import type { AssistantConfig } from "../../runtime/assistant-config.ts";
+import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import type { Config } from "../../runtime/config.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import type { Keyring } from "../../runtime/secrets.ts";

@@ -14,7 +14,7 @@ import { sql, type Kysely } from "kysely";
 import { ChorusError } from "../../runtime/errors.ts";
 import { Keyring } from "../../runtime/secrets.ts";
 import type { Database } from "../../runtime/store/schema.ts";
-import { ROLE } from "../../actors/realm.ts";
+import { ROLE } from "../../actors/chat/organization/realm.ts";
 import type { HttpRequest } from "../http.ts";
 import { isUserToken, verifyUserToken } from "./user-tokens.ts";
 

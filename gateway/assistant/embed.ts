@@ -14,7 +14,7 @@
 import crypto from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
-import { agentByKey, type AgentSummary } from "../../actors/assistant-reads.ts";
+import { agentByKey, type AgentSummary } from "../../actors/assistant/reads.ts";
 import { AGENT_SESSION, type Answered, type Prepared } from "../../actors/protocol.ts";
 import type { HttpResult, HttpStream } from "../http.ts";
 import { answerAndRecord } from "./generate.ts";

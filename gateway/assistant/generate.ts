@@ -10,11 +10,11 @@
  * - It fails or is aborted after some tokens: what came is the answer (recorded as such).
  */
 import crypto from "node:crypto";
-import { answerExtractive, DONT_KNOW, retrieve, type RetrievedChunk } from "../../actors/answer.ts";
-import { answerSettings } from "../../actors/agent-session.ts";
+import { answerExtractive, DONT_KNOW, retrieve, type RetrievedChunk } from "../../actors/assistant/answer.ts";
+import { answerSettings } from "../../actors/assistant/agent-session.ts";
 import { actorId } from "../../runtime/actor.ts";
 import { AGENT_SESSION, type Answered, type Prepared, type RecordAnswer, type Source } from "../../actors/protocol.ts";
-import type { AssistantConfig } from "../../runtime/assistant-config.ts";
+import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import type { AssistantServices } from "./app.ts";
 import { answerPieces } from "./sse.ts";
 

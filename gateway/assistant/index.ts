@@ -2,7 +2,7 @@
  * The assistant face, assembled: its HTTP app (embed, internal, mobile), the operator authenticator, the rate
  * limits, and, once the HTTP server exists, socket.io on the same uWS app.
  */
-import type { AssistantConfig } from "../../runtime/assistant-config.ts";
+import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import type { Config } from "../../runtime/config.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
 import type { Store } from "../../runtime/store/store.ts";

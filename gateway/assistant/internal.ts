@@ -7,9 +7,9 @@ import crypto from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import { verifyPassword } from "../../runtime/secrets.ts";
-import { findUserByEmail } from "../../actors/reads.ts";
-import { agentById } from "../../actors/assistant-reads.ts";
-import type { VersionAdded } from "../../actors/agent-records.ts";
+import { findUserByEmail } from "../../actors/chat/reads/reads.ts";
+import { agentById } from "../../actors/assistant/reads.ts";
+import type { VersionAdded } from "../../actors/assistant/agent-records.ts";
 import {
   AGENT,
   OPERATOR,
@@ -22,8 +22,8 @@ import {
   type Published,
   type SyncQueued,
 } from "../../actors/protocol.ts";
-import type { AssistantConfig } from "../../runtime/assistant-config.ts";
-import { checkWebhookUrl, WEBHOOK_EVENTS } from "../../actors/webhooks.ts";
+import type { AssistantConfig } from "../../actors/assistant/config.ts";
+import { checkWebhookUrl, WEBHOOK_EVENTS } from "../../actors/assistant/webhooks.ts";
 import { fail, isUuid, json, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
 import { isOperatorRole, newOperatorApiKey, SESSION_COOKIE, SESSION_SECONDS, type Operator } from "./auth.ts";
 

@@ -8,7 +8,7 @@
 import crypto from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
-import { agentById, agentSessions, realmAgents, sessionById, sessionMessages } from "../../actors/assistant-reads.ts";
+import { agentById, agentSessions, realmAgents, sessionById, sessionMessages } from "../../actors/assistant/reads.ts";
 import { AGENT_SESSION, type Answered, type Prepared, type SessionStarted } from "../../actors/protocol.ts";
 import type { HttpRequest } from "../http.ts";
 import { answerAndRecord } from "./generate.ts";

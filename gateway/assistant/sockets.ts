@@ -14,7 +14,7 @@
  */
 import { Redis } from "ioredis";
 import { Server, type Socket } from "socket.io";
-import { sessionById } from "../../actors/assistant-reads.ts";
+import { sessionById } from "../../actors/assistant/reads.ts";
 import type { Answered } from "../../actors/protocol.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import type { HttpServer } from "../http.ts";

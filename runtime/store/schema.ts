@@ -139,7 +139,7 @@ export interface RecipientMemberTable {
 }
 
 /**
- * Zulip's UserMessage: who received a message, and their flags (bitfield, see actors/flags.ts). `user_messages` is
+ * Zulip's UserMessage: who received a message, and their flags (bitfield, see actors/chat/conversations/flags.ts). `user_messages` is
  * a view (read-only) of `user_message_rows` and the not yet expanded `user_message_lists`; writes go to the rows,
  * after Store.expandRecipientLists (migration 2026-11-24T1000-recipient-lists).
  */

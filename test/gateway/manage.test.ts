@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../runtime/config.ts";
 import { startNode } from "../../gateway/main.ts";
 import { api, readZuliprc, startTestServer, type TestServer } from "../support/server.ts";
-import { call } from "../assistant/support.ts";
+import { call } from "./assistant/support.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const run = promisify(execFile);

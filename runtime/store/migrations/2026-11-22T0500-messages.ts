@@ -28,7 +28,7 @@ export async function up(db: Kysely<any>): Promise<void> {
   await sql`insert into recipients (realm_id, type, type_id) select realm_id, 2, id from streams`.execute(db);
   await sql`update messages set recipient_id = r.id from recipients r where r.type = 2 and r.type_id = messages.stream_id`.execute(db);
 
-  // Zulip's UserMessage: a row per message per user who received it; flags is Zulip's bitfield (see actors/flags.ts).
+  // Zulip's UserMessage: a row per message per user who received it; flags is Zulip's bitfield (see actors/chat/conversations/flags.ts).
   await db.schema
     .createTable("user_messages")
     .addColumn("user_id", "integer", (c) => c.notNull())

@@ -2,7 +2,7 @@ import { sql, type Kysely } from "kysely";
 
 /**
  * E-mail invitations, and the outbox their e-mails wait in: the invitation and its e-mail are written in one
- * transaction, and a sender drains the outbox (runtime/mail.ts) when SMTP is configured.
+ * transaction, and a sender drains the outbox (actors/chat/organization/mail.ts) when SMTP is configured.
  */
 export async function up(db: Kysely<any>): Promise<void> {
   await db.schema

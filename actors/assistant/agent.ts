@@ -1,0 +1,159 @@
+/**
+ * agent:<uuid>: one assistant. It creates the agent, its versions and webhook endpoints, publishes and rolls back
+ * (the rows: agent-records.ts), and serves the published version's settings and runtime manifest from memory.
+ *
+ * The management CLI may change the same rows directly (publish, rollback, versions), so the cached row is
+ * re-read once it is ROW_TTL_MS old: a change made outside the actor is served within that time.
+ */
+import crypto from "node:crypto";
+import type { Transaction } from "kysely";
+import type { Actor, ActorContext } from "../../runtime/actor.ts";
+import { ChorusError } from "../../runtime/errors.ts";
+import type { Database } from "../../runtime/store/schema.ts";
+import { createdAgent, insertAgent, insertVersion, insertWebhook, notFound, publishVersion, readAgent, rollbackAgent, type AgentRow } from "./agent-records.ts";
+import type { AssistantDeps } from "./deps.ts";
+import type { ActorDeps } from "../deps.ts";
+import type { AgentMessage, AgentRuntime, CreateAgent, CreatedAgent, Manifest, Published, SyncQueued } from "../protocol.ts";
+import { enqueueDirect, MANIFEST_EVENT } from "./webhooks.ts";
+
+const ROW_TTL_MS = 1000;
+
+export class AgentActor implements Actor {
+  private row?: AgentRow;
+  private rowReadAt = 0;
+  /** The manifest of one published state (version and time of publishing): rebuilt when either changes. */
+  private manifest?: { of: string; manifest: Manifest };
+  /** The published version's settings, cached like the manifest. */
+  private published?: AgentRuntime;
+
+  constructor(
+    private readonly ctx: ActorContext,
+    private readonly deps: ActorDeps,
+    private readonly assistant: AssistantDeps,
+  ) {}
+
+  private async currentRow(): Promise<AgentRow | undefined> {
+    if (!this.row || Date.now() - this.rowReadAt > ROW_TTL_MS) {
+      this.row = await readAgent(this.deps.store.db, this.ctx.key);
+      this.rowReadAt = Date.now();
+    }
+    return this.row;
+  }
+
+  async receive(msg: AgentMessage): Promise<unknown> {
+    if (msg.op === "create") return this.create(msg);
+    const row = await this.currentRow();
+    if (!row) throw notFound("Agent");
+    switch (msg.op) {
+      case "addVersion": {
+        const { op: _, ...version } = msg;
+        return this.write((trx) => insertVersion(trx, row.id, version));
+      }
+      case "addWebhook": {
+        const { op: _, ...hook } = msg;
+        return this.write((trx) => insertWebhook(trx, this.deps.keyring, row.id, hook));
+      }
+      case "publish":
+        return this.changePublished((trx) => publishVersion(trx, row.id, msg.versionId));
+      case "rollback":
+        return this.changePublished((trx) => rollbackAgent(trx, row.id));
+      case "manifest":
+        return this.getManifest(row);
+      case "syncMobile":
+        return this.syncMobile(row);
+      case "runtime":
+        return this.runtime(row);
+    }
+  }
+
+  private write<T>(fn: (trx: Transaction<Database>) => Promise<T>): Promise<T> {
+    return this.deps.store.write(this.ctx.fence(), fn);
+  }
+
+  private async create(msg: CreateAgent): Promise<CreatedAgent> {
+    // A redelivered create (at-least-once transport) finds the row and answers with the same secrets.
+    const { op: _, ...spec } = msg;
+    const row = (await this.currentRow()) ?? (await this.write((trx) => insertAgent(trx, this.deps.keyring, this.ctx.key, spec)));
+    this.row = row;
+    return createdAgent(row, this.deps.keyring);
+  }
+
+  private async changePublished(change: (trx: Transaction<Database>) => Promise<Published>): Promise<Published> {
+    const published = await this.write(change);
+    this.rowReadAt = 0; // read the new state on the next message
+    return published;
+  }
+
+  private async runtime(row: AgentRow): Promise<AgentRuntime> {
+    if (!row.published_version_id) throw new ChorusError("NOT_PUBLISHED", "The agent has no published version yet", 409);
+    if (this.published?.version_id === row.published_version_id) return this.published;
+    const version = await this.deps.store.db
+      .selectFrom("assistant_versions")
+      .select(["settings", "instructions"])
+      .where("id", "=", row.published_version_id)
+      .executeTakeFirstOrThrow();
+    this.published = { version_id: row.published_version_id, instructions: version.instructions, settings: (version.settings ?? {}) as Record<string, unknown> };
+    return this.published;
+  }
+
+  private async getManifest(row: AgentRow): Promise<Manifest> {
+    if (!row.published_version_id) throw new ChorusError("NOT_PUBLISHED", "The agent has no published version", 404);
+    const of = `${row.published_version_id}@${row.published_at}`;
+    if (this.manifest?.of === of) return this.manifest.manifest;
+    const db = this.deps.store.db;
+    const version = await db.selectFrom("assistant_versions").selectAll().where("id", "=", row.published_version_id).executeTakeFirstOrThrow();
+    const documents = await db
+      .selectFrom("assistant_documents")
+      .select(["id", "title"])
+      .where("version_id", "=", version.id)
+      .orderBy("ordinal")
+      .execute();
+    const manifest = {
+      agent_id: row.id,
+      agent_key: row.agent_key,
+      name: row.name,
+      version_id: version.id,
+      published_at: row.published_at,
+      instructions: version.instructions,
+      settings: version.settings,
+      allowed_origins: row.allowed_origins,
+      rate_limit_per_minute: row.rate_limit_per_minute,
+      knowledge: { documents: documents.map((d) => ({ document_id: d.id, title: d.title })) },
+    };
+    const json = canonicalJson(manifest);
+    const built = { json, etag: `"${crypto.createHash("sha256").update(json).digest("base64url")}"` };
+    this.manifest = { of, manifest: built };
+    return built;
+  }
+
+  private async syncMobile(row: AgentRow): Promise<SyncQueued> {
+    if (!row.mobile_webhook_url || !row.mobile_webhook_secret_enc) {
+      throw new ChorusError("NO_MOBILE_BACKEND", "The agent has no mobile backend URL configured", 409);
+    }
+    const manifest = await this.getManifest(row);
+    const url = row.mobile_webhook_url;
+    const secretEnc = row.mobile_webhook_secret_enc;
+    const id = await this.write((trx) =>
+      enqueueDirect(trx, { agentId: row.id, url, secretEnc }, MANIFEST_EVENT, { etag: manifest.etag, manifest: JSON.parse(manifest.json) }),
+    );
+    this.assistant.wakeWebhooks();
+    return { delivery_id: id, url };
+  }
+}
+
+/** JSON with object keys sorted at every level: the same manifest is the same text, byte for byte. */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(sortKeys(value));
+}
+
+function sortKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sortKeys);
+  if (value && typeof value === "object") {
+    return Object.fromEntries(
+      Object.keys(value)
+        .sort()
+        .map((k) => [k, sortKeys((value as Record<string, unknown>)[k])]),
+    );
+  }
+  return value;
+}

@@ -1,0 +1,521 @@
+/**
+ * What channels and direct-message conversations share: a conversation owns its messages. Sends take an id,
+ * commit (the message and its recipients' flag rows in the store's group commit, before the reply), then reach
+ * the recipients' queues. Edits, deletions and reactions of its messages are
+ * turns here too, so they serialise with sends and with each other.
+ *
+ * Subclasses say who the recipients are, how the conversation is displayed, and (channels only) how messages move.
+ */
+import crypto from "node:crypto";
+import { sql, type Transaction } from "kysely";
+import { actorId, PARKED, type Actor, type ActorContext } from "../../../runtime/actor.ts";
+import { ChorusError, errors } from "../../../runtime/errors.ts";
+import type { Database, MessageTable } from "../../../runtime/store/schema.ts";
+import type { ActorDeps } from "../../deps.ts";
+import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
+import { inGroupSetting, type GroupSettingValue } from "../organization/groups.ts";
+import { messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
+import type { MessageRecord } from "../rendering/message-format.ts";
+import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
+import { markdownContext } from "../rendering/mentions.ts";
+import {
+  USER,
+  type Acting,
+  type ConversationMessage,
+  type DeleteMessage,
+  type DeliverMessage,
+  type Edited,
+  type EditMessage,
+  type React,
+  type Sent,
+  type SendToDm,
+} from "../../protocol.ts";
+
+export const invalidMessage = () => errors.badRequest("Invalid message(s)");
+
+/** The stored message a turn works on. */
+export type StoredMessage = Pick<MessageTable, "id" | "sender_id" | "recipient_id" | "stream_id" | "topic" | "content" | "rendered_content" | "date_sent">;
+
+/** What a move to another channel changes in who holds the messages (see ChannelActor.accessChange). */
+export interface AccessChange {
+  /** Users whose flag rows for the moved messages go. */
+  dropFlagsOf: number[];
+  /** Users who get read flag rows for them (already having one changes nothing). */
+  readFlagsFor: number[];
+  /** Users who can no longer read them: a delete_message event instead of update_message. */
+  losingAccess: number[];
+}
+
+/** A move decided by a channel: which messages go where. */
+export interface MovePlan extends AccessChange {
+  messageIds: number[];
+  topic: string;
+  streamId: number;
+  recipientId: number;
+  /** Resolving or unresolving only: no last_moved_timestamp, as in Zulip. */
+  resolveOnly: boolean;
+  /** Users to tell besides this conversation's recipients (the destination channel's subscribers). */
+  alsoNotify: number[];
+  /** Runs after the commit, before events go out (the destination channel learns its new ids). */
+  afterCommit(): Promise<void>;
+  /** Runs last: Notification Bot's notices about the move. */
+  notices(): Promise<void>;
+}
+
+/** Zulip's Realm.WILDCARD_MENTION_THRESHOLD. */
+export const WILDCARD_MENTION_THRESHOLD = 15;
+
+export abstract class Conversation implements Actor {
+  protected lastMessageId = 0;
+  protected realmId = 0;
+  protected realmStr = "";
+  protected recipientId = 0;
+
+  constructor(
+    protected readonly ctx: ActorContext,
+    protected readonly deps: ActorDeps,
+  ) {}
+
+  abstract activate(): Promise<void>;
+  /** Users who receive the conversation's messages and events. */
+  protected abstract recipients(): number[];
+
+  /** Non-recipients who also get new messages (queues following every public channel). */
+  protected observers(): number[] {
+    return [];
+  }
+  protected abstract recordBase(): Pick<MessageRecord, "type" | "stream_id" | "display_recipient">;
+  protected abstract planMove(msg: EditMessage, row: StoredMessage, rules: MessageRules, now: number): Promise<MovePlan>;
+  /** Channel-level permission settings (group-setting values), none for direct messages. */
+  protected channelSetting(_name: string): unknown {
+    return undefined;
+  }
+  protected eventBase(): Record<string, unknown> {
+    return {};
+  }
+
+  receiveConversation(msg: ConversationMessage): Promise<unknown> {
+    switch (msg.op) {
+      case "edit":
+        return this.edit(msg);
+      case "delete":
+        return this.delete(msg);
+      case "react":
+        return this.react(msg);
+    }
+  }
+
+  abstract receive(msg: unknown): unknown;
+
+  // ---- send ---------------------------------------------------------------------------------------------------
+
+  /**
+   * Topics (lower-cased) with a send still committing, and how many: a later send in the same topic is not its
+   * first message even before the first one is in the store.
+   */
+  protected readonly committing = new Map<string, number>();
+
+  /**
+   * `after` runs once the message is committed and delivered, before the reply, with each recipient's mention
+   * flags; it may add fields to the reply.
+   */
+  protected async send(msg: SendToDm, topic: string, after?: (id: number, mentions: Map<number, number>) => Promise<Partial<Sent>>): Promise<typeof PARKED> {
+    const rendered = await this.render(msg.content);
+    const recipients = this.recipients();
+    // Refusals (wildcard mentions) come before the id is taken and the reply parked.
+    const mentions = await this.mentionFlags(rendered, topic, recipients, msg.senderId);
+    const id = await this.deps.ids.take(this.lastMessageId);
+    this.lastMessageId = id;
+    const reply = this.ctx.defer<Sent>();
+    const base = this.recordBase();
+    // `...base` last: see the README's "Benchmark it" on spreads in objects made per message.
+    const record: MessageRecord = {
+      id,
+      sender_id: msg.senderId,
+      sender_email: msg.sender.email,
+      sender_full_name: msg.sender.full_name,
+      sender_realm_str: this.realmStr,
+      recipient_id: this.recipientId,
+      subject: topic,
+      content: msg.content,
+      rendered_content: rendered.html,
+      timestamp: Math.floor(Date.now() / 1000),
+      client: msg.client,
+      ...base,
+    };
+    const senderFlags = (msg.readBySender ? FLAG_BITS.read : 0) | (mentions.get(msg.senderId) ?? 0);
+    // Notification Bot's notices start read for some (see SendToChannel): the usual recipient's flags, and theirs.
+    const readByDefault = msg.unreadOnlyFor !== undefined;
+    const readFor = new Set(msg.readFor);
+    const unreadFor = new Set(msg.unreadOnlyFor);
+    const startsRead = (user: number) => readFor.has(user) || (readByDefault && !unreadFor.has(user));
+    const flagsOf = (user: number) =>
+      user === msg.senderId ? senderFlags : (mentions.get(user) ?? 0) | (startsRead(user) ? FLAG_BITS.read : 0);
+    const rows = recipients.map((user_id) => ({ user_id, flags: flagsOf(user_id) }));
+    // The turn ends here: the next send may take its id while this one commits (the store batches them). Its entry
+    // stays unacknowledged until the fan-out has been handed over: a worker that dies after the commit and before
+    // the deliveries leaves the entry to the next holder, whose redelivered send finds the stored message (by its
+    // send key) and delivers it. Acknowledged at the end of the turn, the message would be stored and in no queue.
+    const topicKey = topic.toLowerCase();
+    this.committing.set(topicKey, (this.committing.get(topicKey) ?? 0) + 1);
+    const delivered = this.deps.store
+      .appendMessage(
+        {
+          id,
+          realm_id: this.realmId,
+          sender_id: msg.senderId,
+          recipient_type: base.type === "stream" ? "stream" : "direct",
+          recipient_id: this.recipientId,
+          stream_id: base.stream_id,
+          topic,
+          content: record.content,
+          rendered_content: record.rendered_content,
+          date_sent: record.timestamp,
+          sending_client: msg.client,
+          send_key: msg.sendKey,
+        },
+        this.ctx.fence(),
+        rows,
+      )
+      .then(async (storedId) => {
+        // A redelivered send resolves with the first attempt's id; that attempt wrote the flag rows.
+        const delivery: DeliverMessage = {
+          op: "deliverMessage",
+          message: storedId === id ? record : Object.assign({}, record, { id: storedId }),
+          flags: readByDefault ? ["read"] : [],
+          flagsFor: Object.fromEntries(
+            [...new Set([msg.senderId, ...mentions.keys(), ...readFor, ...unreadFor])].map((u) => [u, flagList(flagsOf(u))]),
+          ),
+          queueId: msg.queueId,
+          localId: msg.localId,
+        };
+        const recipientSet = new Set(recipients);
+        const observers = this.observers().filter((u) => !recipientSet.has(u));
+        if (observers.length) delivery.observers = observers;
+        await this.deps.system().broadcast([...recipients, ...observers].map((u) => actorId(USER, u)), delivery);
+        reply.resolve({ id: storedId, ...(after ? await after(storedId, mentions) : {}) });
+      })
+      .catch((err) => reply.reject(ChorusError.wrap(err)))
+      .finally(() => {
+        const left = (this.committing.get(topicKey) ?? 1) - 1;
+        if (left) this.committing.set(topicKey, left);
+        else this.committing.delete(topicKey);
+      });
+    this.ctx.holdAcknowledgement(delivered);
+    return PARKED;
+  }
+
+  /** Markdown with the realm's users and channels resolved, so mentions render and are known. */
+  protected async render(content: string): Promise<RenderResult> {
+    return renderZulipMarkdown(content, await markdownContext(this.deps.store.db, this.realmId, content));
+  }
+
+  /**
+   * The mention bits each recipient gets: named users (and members of named groups) `mentioned`; a channel
+   * wildcard flags every recipient, a topic wildcard those who took part in the topic (Zulip's rule).
+   */
+  protected async mentionFlags(r: RenderResult, topic: string, recipients: number[], senderId: number): Promise<Map<number, number>> {
+    const out = new Map<number, number>();
+    await this.checkWildcard(r, topic, recipients, senderId);
+    const add = (u: number, bit: number) => out.set(u, (out.get(u) ?? 0) | bit);
+    const members = new Set(recipients);
+    let named = r.mentionedUserIds;
+    if (r.mentionedGroupIds.length) {
+      const rows = await this.deps.store.db.selectFrom("user_group_members").select("user_id").where("group_id", "in", r.mentionedGroupIds).execute();
+      named = [...named, ...rows.map((x) => x.user_id)];
+    }
+    for (const u of named) if (members.has(u)) add(u, FLAG_BITS.mentioned);
+    if (r.wildcardMention === "channel") for (const u of recipients) add(u, FLAG_BITS.stream_wildcard_mentioned);
+    if (r.wildcardMention === "topic") {
+      for (const u of await this.topicParticipants(topic)) if (members.has(u)) add(u, FLAG_BITS.topic_wildcard_mentioned);
+    }
+    return out;
+  }
+
+  /**
+   * Zulip's rule for wildcard mentions in channels: above WILDCARD_MENTION_THRESHOLD people (subscribers for
+   * `@**all**`, topic participants for `@**topic**`) only `can_mention_many_users_group` may use them.
+   */
+  private async checkWildcard(r: RenderResult, topic: string, recipients: number[], senderId: number): Promise<void> {
+    if (!r.wildcardMention || this.recordBase().type !== "stream") return;
+    const db = this.deps.store.db;
+    const reach =
+      r.wildcardMention === "channel"
+        ? recipients.length
+        : (await this.topicParticipants(topic)).length;
+    if (reach <= WILDCARD_MENTION_THRESHOLD) return;
+    const rules = await messageRules(db, this.realmId);
+    if (await inGroupSetting(db, rules.can_mention_many_users_group, senderId)) return;
+    throw r.wildcardMention === "channel"
+      ? new ChorusError("STREAM_WILDCARD_MENTION_NOT_ALLOWED", "You do not have permission to use channel wildcard mentions in this channel.", 400)
+      : new ChorusError("TOPIC_WILDCARD_MENTION_NOT_ALLOWED", "You do not have permission to use topic wildcard mentions in this topic.", 400);
+  }
+
+  private async topicParticipants(topic: string): Promise<number[]> {
+    const rows = await this.deps.store.db
+      .selectFrom("messages")
+      .select("sender_id")
+      .distinct()
+      .where("recipient_id", "=", this.recipientId)
+      .where(sql`lower(topic)`, "=", topic.toLowerCase())
+      .execute();
+    return rows.map((r) => r.sender_id);
+  }
+
+  // ---- edit and move ------------------------------------------------------------------------------------------
+
+  protected async loadMessage(id: number): Promise<StoredMessage> {
+    const row = await this.deps.store.db
+      .selectFrom("messages")
+      .select(["id", "sender_id", "recipient_id", "stream_id", "topic", "content", "rendered_content", "date_sent"])
+      .where("id", "=", id)
+      .where("recipient_id", "=", this.recipientId)
+      .executeTakeFirst();
+    if (!row) throw invalidMessage();
+    return row;
+  }
+
+  private async edit(msg: EditMessage): Promise<Edited> {
+    const row = await this.loadMessage(msg.messageId);
+    const db = this.deps.store.db;
+    const rules = await messageRules(db, this.realmId);
+    const now = Math.floor(Date.now() / 1000);
+    const contentChanged = msg.content !== undefined;
+    if (contentChanged) {
+      if (!rules.allow_message_editing) throw errors.badRequest("Your organization has turned off message editing");
+      if (row.sender_id !== msg.acting.id) throw errors.badRequest("You don't have permission to edit this message");
+      if (pastLimit(rules.message_content_edit_limit_seconds, row.date_sent, now)) throw errors.badRequest("The time limit for editing this message has passed");
+      if (msg.prevContentSha256 !== undefined && sha256(row.content) !== msg.prevContentSha256) {
+        throw new ChorusError("EXPECTATION_MISMATCH", "'prev_content_sha256' value does not match the expected value.", 400);
+      }
+    }
+    const wantsMove = (msg.topic !== undefined && msg.topic !== row.topic) || (msg.streamId !== undefined && msg.streamId !== row.stream_id);
+    if (!contentChanged && !wantsMove) throw errors.badRequest("Nothing to change");
+    const move = wantsMove ? await this.planMove(msg, row, rules, now) : undefined;
+    const rendering = contentChanged ? await this.render(msg.content!) : undefined;
+    const rendered = rendering?.html;
+    // As Zulip does: the wildcard rules of a send hold for the edited content, and every recipient's mention
+    // flags follow the new content.
+    const mentions = rendering ? await this.mentionFlags(rendering, move?.topic ?? row.topic, this.recipients(), row.sender_id) : undefined;
+
+    await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const entry: Record<string, unknown> = { user_id: msg.acting.id, timestamp: now };
+      if (contentChanged) Object.assign(entry, { prev_content: row.content, prev_rendered_content: row.rendered_content });
+      const moveEntry: Record<string, unknown> = {};
+      if (move && move.topic !== row.topic) Object.assign(moveEntry, { prev_topic: row.topic, topic: move.topic });
+      if (move && move.streamId !== row.stream_id) Object.assign(moveEntry, { prev_stream: row.stream_id, stream: move.streamId });
+      Object.assign(entry, moveEntry);
+      await prependHistory(trx, [row.id], entry, {
+        ...(contentChanged ? { content: msg.content!, rendered_content: rendered!, last_edit_time: now } : {}),
+        ...(move ? moveColumns(move, now) : {}),
+      });
+      const others = move?.messageIds.filter((id) => id !== row.id) ?? [];
+      if (others.length) await prependHistory(trx, others, { user_id: msg.acting.id, timestamp: now, ...moveEntry }, moveColumns(move!, now));
+      // The flag rows below must exist to be changed.
+      if (mentions || move) await this.deps.store.expandRecipientLists(trx, [row.id, ...(move?.messageIds ?? [])]);
+      if (mentions) await setMentionFlags(trx, row.id, mentions);
+      if (move) await applyAccessChange(trx, move);
+    });
+    await move?.afterCommit();
+
+    const event: Record<string, unknown> = {
+      type: "update_message",
+      user_id: msg.acting.id,
+      edit_timestamp: now,
+      message_id: row.id,
+      message_ids: move ? [...new Set([row.id, ...move.messageIds])].sort((a, b) => a - b) : [row.id],
+      rendering_only: false,
+      ...this.eventBase(),
+    };
+    if (contentChanged) {
+      Object.assign(event, {
+        orig_content: row.content,
+        orig_rendered_content: row.rendered_content,
+        content: msg.content,
+        rendered_content: rendered,
+        is_me_message: msg.content!.startsWith("/me "),
+      });
+    }
+    if (move) {
+      Object.assign(event, { propagate_mode: msg.propagateMode, orig_subject: row.topic });
+      if (move.topic !== row.topic) Object.assign(event, { subject: move.topic, topic_links: [] });
+      if (move.streamId !== row.stream_id) event.new_stream_id = move.streamId;
+    }
+    const losing = new Set(move?.losingAccess);
+    const notified = [...new Set([...this.recipients(), ...(move?.alsoNotify ?? [])])].filter((u) => !losing.has(u));
+    await this.deliverWithFlags(notified, row.id, event);
+    if (losing.size) {
+      // For them the messages are gone, as if deleted where they were.
+      const gone = { type: "delete_message", message_ids: event.message_ids, message_type: "stream", stream_id: row.stream_id, topic: row.topic };
+      await this.deps.system().broadcast([...losing].map((u) => actorId(USER, u)), { op: "deliverEvent", event: gone });
+    }
+    if (move) await move.notices();
+    return { detached_uploads: [] };
+  }
+
+  /**
+   * Whether the acting user passes a permission: in the realm's group setting or the channel's, or (for the
+   * `can_delete_any`-style settings, which Zulip lets administrators bypass) an administrator.
+   */
+  protected async allowed(rules: MessageRules, realmSetting: keyof MessageRules, channelSetting: string | undefined, acting: Acting): Promise<boolean> {
+    const db = this.deps.store.db;
+    if (await inGroupSetting(db, rules[realmSetting] as GroupSettingValue, acting.id)) return true;
+    if (channelSetting && (await inGroupSetting(db, this.channelSetting(channelSetting) as GroupSettingValue, acting.id))) return true;
+    return false;
+  }
+
+  // ---- delete -------------------------------------------------------------------------------------------------
+
+  private async delete(msg: DeleteMessage): Promise<Record<string, never>> {
+    const row = await this.loadMessage(msg.messageId);
+    const rules = await messageRules(this.deps.store.db, this.realmId);
+    const now = Math.floor(Date.now() / 1000);
+    const any = await this.allowed(rules, "can_delete_any_message_group", "can_delete_any_message_group", msg.acting);
+    if (!any) {
+      const own = row.sender_id === msg.acting.id && (await this.allowed(rules, "can_delete_own_message_group", "can_delete_own_message_group", msg.acting));
+      if (!own) throw errors.badRequest("You don't have permission to delete this message");
+      if (pastLimit(rules.message_content_delete_limit_seconds, row.date_sent, now)) throw errors.badRequest("The time limit for deleting this message has passed");
+    }
+    await this.removeMessage(row);
+    return {};
+  }
+
+  /** Delete a message of this conversation, with its flags and reactions, and tell the recipients. */
+  protected async removeMessage(row: Pick<StoredMessage, "id" | "stream_id" | "topic">): Promise<void> {
+    await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      await trx.deleteFrom("reactions").where("message_id", "=", row.id).execute();
+      await this.deps.store.expandRecipientLists(trx, [row.id]);
+      await trx.deleteFrom("user_message_rows").where("message_id", "=", row.id).execute();
+      await trx.deleteFrom("messages").where("id", "=", row.id).execute();
+    });
+    // Both id forms: one event serves clients with and without the bulk_message_deletion capability.
+    const event: Record<string, unknown> = { type: "delete_message", message_id: row.id, message_ids: [row.id] };
+    if (row.stream_id !== null) Object.assign(event, { message_type: "stream", stream_id: row.stream_id, topic: row.topic });
+    else event.message_type = "private";
+    await this.deps.system().broadcast(this.recipients().map((u) => actorId(USER, u)), { op: "deliverEvent", event });
+  }
+
+  // ---- reactions ----------------------------------------------------------------------------------------------
+
+  private async react(msg: React): Promise<Record<string, never>> {
+    const row = await this.loadMessage(msg.messageId);
+    const { emoji_code, reaction_type } = msg.reaction;
+    // The name in the event is the stored one: a removal may name the emoji by code alone.
+    const emoji_name = await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      if (msg.add) {
+        const inserted = await trx
+          .insertInto("reactions")
+          .values({ message_id: row.id, user_id: msg.acting.id, emoji_name: msg.reaction.emoji_name, emoji_code, reaction_type })
+          .onConflict((c) => c.columns(["message_id", "user_id", "reaction_type", "emoji_code"]).doNothing())
+          .executeTakeFirst();
+        return Number(inserted.numInsertedOrUpdatedRows ?? 0) > 0 ? msg.reaction.emoji_name : undefined;
+      }
+      const deleted = await trx
+        .deleteFrom("reactions")
+        .where("message_id", "=", row.id)
+        .where("user_id", "=", msg.acting.id)
+        .where("reaction_type", "=", reaction_type)
+        .where("emoji_code", "=", emoji_code)
+        .returning("emoji_name")
+        .executeTakeFirst();
+      return deleted?.emoji_name;
+    });
+    if (emoji_name === undefined) {
+      throw msg.add
+        ? new ChorusError("REACTION_ALREADY_EXISTS", "Reaction already exists.", 400)
+        : new ChorusError("REACTION_DOES_NOT_EXIST", "Reaction doesn't exist.", 400);
+    }
+    const event = {
+      type: "reaction",
+      op: msg.add ? "add" : "remove",
+      message_id: row.id,
+      user_id: msg.acting.id,
+      user: { user_id: msg.acting.id, email: msg.acting.email, full_name: msg.acting.full_name },
+      emoji_name,
+      emoji_code,
+      reaction_type,
+    };
+    await this.deps.system().broadcast(this.recipients().map((u) => actorId(USER, u)), { op: "deliverEvent", event });
+    if (msg.add) await this.afterReaction(msg.acting, row);
+    return {};
+  }
+
+  /** What else adding a reaction does (channels: Zulip's automatic topic policies). */
+  protected async afterReaction(_acting: Acting, _row: StoredMessage): Promise<void> {}
+
+  // ---- events -------------------------------------------------------------------------------------------------
+
+  /**
+   * An event whose `flags` are the receiving user's flags for `messageId` (update_message): one broadcast per
+   * distinct set of flags, so the fan-out stays one entry per shard per set, not one per user.
+   */
+  protected async deliverWithFlags(userIds: number[], messageId: number, event: Record<string, unknown>): Promise<void> {
+    if (!userIds.length) return;
+    const rows = await this.deps.store.db.selectFrom("user_messages").select(["user_id", "flags"]).where("message_id", "=", messageId).where("user_id", "in", userIds).execute();
+    const bits = new Map(rows.map((r) => [r.user_id, r.flags]));
+    const groups = new Map<string, number[]>();
+    for (const u of userIds) {
+      const flags = bits.has(u) ? flagList(bits.get(u)!) : ["read", "historical"];
+      const key = JSON.stringify(flags);
+      groups.set(key, [...(groups.get(key) ?? []), u]);
+    }
+    await Promise.all(
+      [...groups].map(([key, users]) =>
+        this.deps.system().broadcast(users.map((u) => actorId(USER, u)), { op: "deliverEvent", event: Object.assign({}, event, { flags: JSON.parse(key) }) }),
+      ),
+    );
+  }
+}
+
+export function sha256(text: string): string {
+  return crypto.createHash("sha256").update(text, "utf8").digest("hex");
+}
+
+function moveColumns(move: MovePlan, now: number) {
+  return { topic: move.topic, stream_id: move.streamId, recipient_id: move.recipientId, ...(move.resolveOnly ? {} : { last_moved_time: now }) };
+}
+
+/** Replace one message's mention flags with those of its new content (Zulip's update_user_message_flags). */
+async function setMentionFlags(trx: Transaction<Database>, messageId: number, mentions: Map<number, number>): Promise<void> {
+  await trx
+    .updateTable("user_message_rows")
+    .set({ flags: sql`flags & ${~MENTION_FLAGS}` })
+    .where("message_id", "=", messageId)
+    .where(sql`flags & ${MENTION_FLAGS}`, "<>", 0)
+    .execute();
+  const byBits = new Map<number, number[]>();
+  for (const [user, bits] of mentions) {
+    const users = byBits.get(bits);
+    if (users) users.push(user);
+    else byBits.set(bits, [user]);
+  }
+  for (const [bits, users] of byBits) {
+    await trx.updateTable("user_message_rows").set({ flags: sql`flags | ${bits}` }).where("message_id", "=", messageId).where("user_id", "in", users).execute();
+  }
+}
+
+/**
+ * The flag rows a move to another channel takes away and hands out, in the move's transaction. Users and messages
+ * go as arrays: a large topic times a large channel stays one statement of two parameters.
+ */
+async function applyAccessChange(trx: Transaction<Database>, move: MovePlan): Promise<void> {
+  const messages = sql`${sql.val(move.messageIds)}::bigint[]`;
+  if (move.dropFlagsOf.length) {
+    await sql`delete from user_message_rows where user_id = any(${sql.val(move.dropFlagsOf)}::int[]) and message_id = any(${messages})`.execute(trx);
+  }
+  if (move.readFlagsFor.length) {
+    await sql`
+      insert into user_message_rows (user_id, message_id, flags)
+      select u, m, ${FLAG_BITS.read} from unnest(${sql.val(move.readFlagsFor)}::int[]) u cross join unnest(${messages}) m
+      on conflict (user_id, message_id) do nothing`.execute(trx);
+  }
+}
+
+/** Record an edit_history entry (newest first) and apply the changed columns, in the caller's transaction. */
+async function prependHistory(trx: Transaction<Database>, ids: number[], entry: Record<string, unknown>, set: Record<string, unknown>): Promise<void> {
+  await trx
+    .updateTable("messages")
+    .set({ ...set, edit_history: sql`jsonb_build_array(${JSON.stringify(entry)}::jsonb) || coalesce(edit_history, '[]'::jsonb)` } as any)
+    .where(sql<boolean>`id = any(${sql.val(ids)}::bigint[])`)
+    .execute();
+}

@@ -1,0 +1,250 @@
+/**
+ * scheduler:<realm id>: the realm's scheduled messages. Rows are durable (`scheduled_messages`); the actor keeps
+ * one timer for the earliest pending one and delivers what is due through the owning conversation actor, with
+ * the send key `scheduled:<id>`, then records the outcome. Exactly once: a delivery repeated after a crash
+ * between the send and the record (or by a second activation after a shard move) reuses the send key, and the
+ * store commits a send key once. Failures (channel gone, no longer allowed to post) are kept with `failed: true`.
+ *
+ * Nothing activates an actor by itself, so every node wakes the schedulers periodically (`wakeSchedulers`):
+ * after a restart or a shard take-over pending messages are found within one wake interval.
+ */
+import { actorId, type Actor, type ActorContext } from "../../../runtime/actor.ts";
+import { ChorusError, errors } from "../../../runtime/errors.ts";
+import type { Kysely } from "kysely";
+import type { Store } from "../../../runtime/store/store.ts";
+import type { Database } from "../../../runtime/store/schema.ts";
+import type { ActorSystem } from "../../../runtime/system.ts";
+import type { ActorDeps } from "../../deps.ts";
+import { dmKey } from "./dm.ts";
+import { renderMarkdown } from "../rendering/message-format.ts";
+import { CHANNEL, DM, SCHEDULER, USER, type Acting, type ScheduledSpec, type SchedulerMessage, type Sent, type SendToDm } from "../../protocol.ts";
+
+/** Longest single timer: the next check re-reads the store, so a far-off message is never left to setTimeout. */
+const MAX_TIMER_MS = 60 * 60_000;
+export const WAKE_INTERVAL_MS = 30_000;
+
+type Row = {
+  id: number;
+  sender_id: number;
+  type: string;
+  stream_id: number | null;
+  to_user_ids: number[];
+  topic: string;
+  content: string;
+  rendered_content: string;
+  scheduled_timestamp: number;
+  read_by_sender: boolean | null;
+  status: string;
+};
+
+/** Zulip's scheduled message object (GET /scheduled_messages and the scheduled_messages events). */
+export function scheduledObject(r: Row) {
+  return {
+    scheduled_message_id: r.id,
+    type: r.type,
+    to: r.type === "stream" ? r.stream_id : r.to_user_ids,
+    ...(r.type === "stream" ? { topic: r.topic } : {}),
+    content: r.content,
+    rendered_content: r.rendered_content,
+    scheduled_delivery_timestamp: r.scheduled_timestamp,
+    failed: r.status === "failed",
+  };
+}
+
+/** The user's scheduled messages still to send, or that failed (GET /scheduled_messages, POST /register). */
+export async function scheduledMessagesOf(db: Kysely<Database>, userId: number) {
+  const rows = await db
+    .selectFrom("scheduled_messages")
+    .selectAll()
+    .where("sender_id", "=", userId)
+    .where("status", "in", ["pending", "failed"])
+    .orderBy("scheduled_timestamp")
+    .orderBy("id")
+    .execute();
+  return rows.map(scheduledObject);
+}
+
+export const scheduledNotFound = () => new ChorusError("BAD_REQUEST", "Scheduled message does not exist", 404);
+
+export class SchedulerActor implements Actor {
+  private readonly realmId: number;
+  private cancelTimer?: () => void;
+
+  constructor(
+    private readonly ctx: ActorContext,
+    private readonly deps: ActorDeps,
+  ) {
+    this.realmId = Number(ctx.key);
+  }
+
+  async activate(): Promise<void> {
+    await this.rearm();
+  }
+
+  async receive(msg: SchedulerMessage | { op: "tick" }): Promise<unknown> {
+    switch (msg.op) {
+      case "create":
+        return this.create(msg.acting, msg.spec);
+      case "edit":
+        return this.edit(msg.acting, msg.id, msg.spec);
+      case "delete":
+        return this.remove(msg.acting, msg.id);
+      case "wake":
+      case "tick":
+        await this.deliverDue();
+        return {};
+    }
+  }
+
+  private values(spec: ScheduledSpec) {
+    return {
+      type: spec.type,
+      stream_id: spec.streamId,
+      to_user_ids: JSON.stringify(spec.toUserIds),
+      topic: spec.topic,
+      content: spec.content,
+      rendered_content: renderMarkdown(spec.content),
+      scheduled_timestamp: spec.scheduledTimestamp,
+      read_by_sender: spec.readBySender,
+    };
+  }
+
+  private async create(acting: Acting, spec: ScheduledSpec): Promise<{ scheduled_message_id: number }> {
+    const row = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .insertInto("scheduled_messages")
+        .values({ realm_id: this.realmId, sender_id: acting.id, ...this.values(spec), delivered_message_id: null, failure_message: null })
+        .returningAll()
+        .executeTakeFirstOrThrow(),
+    );
+    await this.tellOwner(acting.id, { type: "scheduled_messages", op: "add", scheduled_messages: [scheduledObject(row)] });
+    await this.rearm();
+    return { scheduled_message_id: row.id };
+  }
+
+  private async edit(acting: Acting, id: number, spec: ScheduledSpec): Promise<Record<string, never>> {
+    // Editing a failed message gives it another chance, as in Zulip.
+    const row = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .updateTable("scheduled_messages")
+        .set({ ...this.values(spec), status: "pending", failure_message: null })
+        .where("id", "=", id)
+        .where("sender_id", "=", acting.id)
+        .where("status", "in", ["pending", "failed"])
+        .returningAll()
+        .executeTakeFirst(),
+    );
+    if (!row) throw scheduledNotFound();
+    await this.tellOwner(acting.id, { type: "scheduled_messages", op: "update", scheduled_message: scheduledObject(row) });
+    await this.rearm();
+    return {};
+  }
+
+  private async remove(acting: Acting, id: number): Promise<Record<string, never>> {
+    const gone = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.deleteFrom("scheduled_messages").where("id", "=", id).where("sender_id", "=", acting.id).where("status", "in", ["pending", "failed"]).executeTakeFirst(),
+    );
+    if (!Number(gone.numDeletedRows)) throw scheduledNotFound();
+    await this.tellOwner(acting.id, { type: "scheduled_messages", op: "remove", scheduled_message_id: id });
+    await this.rearm();
+    return {};
+  }
+
+  /** Deliver every pending message that is due, oldest first, recording each outcome before the next. */
+  private async deliverDue(): Promise<void> {
+    const now = Math.floor(Date.now() / 1000);
+    const due = await this.deps.store.db
+      .selectFrom("scheduled_messages")
+      .selectAll()
+      .where("realm_id", "=", this.realmId)
+      .where("status", "=", "pending")
+      .where("scheduled_timestamp", "<=", now)
+      .orderBy("scheduled_timestamp")
+      .orderBy("id")
+      .execute();
+    for (const row of due) await this.deliver(row);
+    await this.rearm();
+  }
+
+  private async deliver(row: Row): Promise<void> {
+    let outcome: { status: "delivered"; messageId: number } | { status: "failed"; error: string };
+    try {
+      const sender = await this.deps.store.db.selectFrom("users").select(["email", "full_name", "is_active", "is_bot"]).where("id", "=", row.sender_id).executeTakeFirst();
+      if (!sender?.is_active) throw errors.badRequest("Sender is deactivated");
+      const send: SendToDm = {
+        op: "send",
+        senderId: row.sender_id,
+        sender: { email: sender.email, full_name: sender.full_name },
+        content: row.content,
+        client: "Zulip",
+        sendKey: `scheduled:${row.id}`,
+        readBySender: row.read_by_sender ?? true,
+      };
+      const sent =
+        row.type === "stream"
+          ? await this.deps.system().ask<Sent>(actorId(CHANNEL, row.stream_id!), { ...send, topic: row.topic, automaticVisibility: !sender.is_bot })
+          : await this.deps.system().ask<Sent>(actorId(DM, dmKey([row.sender_id, ...row.to_user_ids])), send);
+      outcome = { status: "delivered", messageId: sent.id };
+    } catch (err) {
+      const error = ChorusError.wrap(err);
+      // A lost worker or a fenced write says nothing about the message: leave it pending for the next tick.
+      if (error.status >= 500) return;
+      outcome = { status: "failed", error: error.message };
+    }
+    const updated = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .updateTable("scheduled_messages")
+        .set(
+          outcome.status === "delivered"
+            ? { status: "delivered", delivered_message_id: outcome.messageId }
+            : { status: "failed", failure_message: outcome.error },
+        )
+        .where("id", "=", row.id)
+        .returningAll()
+        .executeTakeFirstOrThrow(),
+    );
+    await this.tellOwner(
+      row.sender_id,
+      outcome.status === "delivered"
+        ? { type: "scheduled_messages", op: "remove", scheduled_message_id: row.id }
+        : { type: "scheduled_messages", op: "update", scheduled_message: scheduledObject(updated) },
+    );
+  }
+
+  /** One timer, for the earliest pending message. */
+  private async rearm(): Promise<void> {
+    this.cancelTimer?.();
+    this.cancelTimer = undefined;
+    const next = await this.deps.store.db
+      .selectFrom("scheduled_messages")
+      .select("scheduled_timestamp")
+      .where("realm_id", "=", this.realmId)
+      .where("status", "=", "pending")
+      .orderBy("scheduled_timestamp")
+      .limit(1)
+      .executeTakeFirst();
+    if (!next) return;
+    const ms = Math.min(MAX_TIMER_MS, Math.max(0, next.scheduled_timestamp * 1000 - Date.now()));
+    this.cancelTimer = this.ctx.schedule(ms, { op: "tick" });
+  }
+
+  private async tellOwner(userId: number, event: Record<string, unknown>): Promise<void> {
+    await this.deps.system().broadcast([actorId(USER, userId)], { op: "deliverEvent", event }); // in the queue before success
+  }
+}
+
+/**
+ * Wake every realm's scheduler now and every WAKE_INTERVAL_MS; returns the stop function. Every node runs it:
+ * a wake is a no-op turn where nothing is due.
+ */
+export function wakeSchedulers(system: ActorSystem, store: Store, intervalMs = WAKE_INTERVAL_MS): () => void {
+  const wake = async () => {
+    const realms = await store.db.selectFrom("realms").select("id").where("deactivated", "=", false).execute();
+    await Promise.all(realms.map((r) => system.tell(actorId(SCHEDULER, r.id), { op: "wake" })));
+  };
+  const run = () => void wake().catch(() => {}); // shutting down, or the store is briefly away: the next wake retries
+  run();
+  const timer = setInterval(run, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}

@@ -1,0 +1,288 @@
+/**
+ * realm:<id>: the organization. It serialises what must be unique across the realm (e-mail addresses, channel
+ * names) and owns account and channel creation.
+ */
+import { sql } from "kysely";
+import { actorId, type Actor, type ActorContext } from "../../../runtime/actor.ts";
+import { errors } from "../../../runtime/errors.ts";
+import type { Keyring } from "../../../runtime/secrets.ts";
+import type { Store } from "../../../runtime/store/store.ts";
+import type { ActorDeps } from "../../deps.ts";
+import { streamObject, streamObjects, userObject, visibleStreams, type StreamRow } from "../reads/reads.ts";
+import { metadataWatchers } from "../conversations/channel-access.ts";
+import { channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
+import { planRealmSettings } from "./realm-settings.ts";
+import { realmSettings } from "../users/settings.ts";
+import { checkNewGroup, insertGroup } from "./user-groups.ts";
+import { Invitations } from "./invites.ts";
+import { EmailChanges } from "./email-changes.ts";
+import { ProfileFields } from "./profile-fields.ts";
+import { RealmEmojiChanges } from "./realm-emoji.ts";
+import { renderMarkdown } from "../rendering/message-format.ts";
+import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
+import {
+  USER,
+  type CreatedUser,
+  type CreateGroup,
+  type CreateUser,
+  type EnsureChannels,
+  type EnsuredChannel,
+  type GroupCreated,
+  type RealmMessage,
+  type RealmUpdated,
+  type UpdateRealm,
+  type UpdateUser,
+} from "../../protocol.ts";
+
+
+export { ROLE };
+export { EMAIL, insertAccount, type NewAccount } from "./accounts.ts";
+
+
+export class RealmActor implements Actor {
+  private readonly realmId: number;
+  private readonly invitations: Invitations;
+  private readonly emailChanges: EmailChanges;
+  private readonly profileFields: ProfileFields;
+  private readonly emoji: RealmEmojiChanges;
+
+  constructor(
+    private readonly ctx: ActorContext,
+    private readonly deps: ActorDeps,
+  ) {
+    this.realmId = Number(ctx.key);
+    this.invitations = new Invitations(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event), announceUser: (id) => this.announceUser(id) });
+    this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
+    this.profileFields = new ProfileFields(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event) });
+    this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
+  }
+
+  receive(msg: RealmMessage): Promise<unknown> {
+    switch (msg.op) {
+      case "createUser":
+        return this.createUser(msg);
+      case "ensureChannels":
+        return this.ensureChannels(msg);
+      case "updateRealm":
+        return this.updateRealm(msg);
+      case "updateUser":
+        return this.updateUser(msg);
+      case "createGroup":
+        return this.createGroup(msg);
+      case "invite":
+      case "createInviteLink":
+      case "revokeInvite":
+      case "resendInvite":
+      case "joinInviteLink":
+      case "acceptInvite":
+        return this.invitations.receive(msg);
+      case "startEmailChange":
+      case "confirmEmailChange":
+        return this.emailChanges.receive(msg);
+      case "createProfileField":
+      case "updateProfileField":
+      case "reorderProfileFields":
+      case "deleteProfileField":
+      case "setProfileData":
+      case "removeProfileData":
+        return this.profileFields.receive(msg);
+      case "uploadEmoji":
+      case "deactivateEmoji":
+        return this.emoji.receive(msg);
+    }
+  }
+
+  /** The acting user as the store has them now: roles are checked against the current one, not a cached one. */
+  private async actingUser(id: number) {
+    const user = await this.deps.store.db.selectFrom("users").selectAll().where("id", "=", id).where("realm_id", "=", this.realmId).executeTakeFirst();
+    if (!user?.is_active) throw errors.badRequest("Account is deactivated");
+    return user;
+  }
+
+  private async updateRealm(msg: UpdateRealm): Promise<RealmUpdated> {
+    const acting = await this.actingUser(msg.actingId);
+    const db = this.deps.store.db;
+    const plan = await planRealmSettings(db, this.realmId, acting.role, await realmSettings(db, this.realmId), msg.settings);
+    if (!plan.events.length) return plan.data;
+    await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const row = await trx.selectFrom("realms").select("settings").where("id", "=", this.realmId).executeTakeFirstOrThrow();
+      const settings = { ...(row.settings as Record<string, unknown>), ...plan.stored };
+      await trx.updateTable("realms").set({ settings: JSON.stringify(settings) }).where("id", "=", this.realmId).execute();
+    });
+    for (const event of plan.events) await this.tellRealm(event);
+    return plan.data;
+  }
+
+  /**
+   * Zulip's update_user_backend for role, name and custom profile values: administrators only; owners alone touch
+   * the owner role.
+   */
+  private async updateUser(msg: UpdateUser): Promise<Record<string, never>> {
+    const acting = await this.actingUser(msg.actingId);
+    if (acting.role > ROLE.administrator) throw errors.badRequest("Insufficient permission");
+    const db = this.deps.store.db;
+    const target = await db.selectFrom("users").selectAll().where("id", "=", msg.userId).where("realm_id", "=", this.realmId).executeTakeFirst();
+    if (!target) throw errors.badRequest("No such user");
+    const fullName = msg.fullName?.trim();
+    if (fullName !== undefined) {
+      if (!fullName) throw errors.badRequest("Name too short!");
+      if (fullName.length > MAX_FULL_NAME_LENGTH) throw errors.badRequest("Name too long!");
+    }
+    const role = msg.role;
+    const roleChanges = role !== undefined && role !== target.role;
+    if (roleChanges) {
+      if (!(Object.values(ROLE) as number[]).includes(role)) throw errors.badRequest("Invalid role");
+      if ((role === ROLE.owner || target.role === ROLE.owner) && acting.role !== ROLE.owner) throw errors.badRequest("Must be an organization owner");
+      if (target.role === ROLE.owner) {
+        const owners = await db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("role", "=", ROLE.owner).where("is_active", "=", true).where("is_bot", "=", false).execute();
+        if (owners.length <= 1) throw errors.badRequest("The owner permission cannot be removed from the only organization owner.");
+      }
+    }
+    const nameChanges = fullName !== undefined && fullName !== target.full_name;
+    // After the role and name are checked, before they are written: a bad value changes nothing of those.
+    if (msg.profileData?.length) await this.profileFields.receive({ op: "setProfileData", actingId: acting.id, userId: target.id, data: msg.profileData });
+    if (!roleChanges && !nameChanges) return {};
+    const sawBefore = roleChanges ? await visibleStreams(db, target, { all: true }) : [];
+    const groups = await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      await trx
+        .updateTable("users")
+        .set({ ...(roleChanges ? { role } : {}), ...(nameChanges ? { full_name: fullName } : {}) })
+        .where("id", "=", target.id)
+        .execute();
+      return roleChanges ? moveRoleGroups(trx, this.realmId, target.id, target.role, role!) : { left: [], joined: [] };
+    });
+    if (nameChanges) await this.tellRealm({ type: "realm_user", op: "update", person: { user_id: target.id, full_name: fullName } });
+    if (roleChanges) {
+      await this.tellRealm({ type: "realm_user", op: "update", person: { user_id: target.id, role } });
+      for (const group_id of groups.left) await this.tellRealm({ type: "user_group", op: "remove_members", group_id, user_ids: [target.id] });
+      for (const group_id of groups.joined) await this.tellRealm({ type: "user_group", op: "add_members", group_id, user_ids: [target.id] });
+      await this.tellChannelsSeen(target.id, sawBefore, await visibleStreams(db, Object.assign({}, target, { role: role! }), { all: true }));
+    }
+    return {};
+  }
+
+  /**
+   * A role change can show or hide channels (a guest becoming a member sees the public ones, an administrator
+   * every private one): stream create for those the user now sees, stream delete for those they no longer do.
+   */
+  private async tellChannelsSeen(userId: number, before: StreamRow[], after: StreamRow[]): Promise<void> {
+    const beforeIds = new Set(before.map((s) => s.id));
+    const afterIds = new Set(after.map((s) => s.id));
+    const gained = after.filter((s) => !beforeIds.has(s.id));
+    const lost = before.filter((s) => !afterIds.has(s.id)).map((s) => s.id);
+    const user = [actorId(USER, userId)];
+    if (gained.length) await this.deps.system().broadcast(user, { op: "deliverEvent", event: { type: "stream", op: "create", streams: await streamObjects(this.deps.store.db, gained) } });
+    if (lost.length) await this.deps.system().broadcast(user, { op: "deliverEvent", event: { type: "stream", op: "delete", streams: lost.map((stream_id) => ({ stream_id })), stream_ids: lost } });
+  }
+
+  private async createGroup(msg: CreateGroup): Promise<GroupCreated> {
+    await this.actingUser(msg.actingId);
+    const db = this.deps.store.db;
+    const group = await checkNewGroup(db, this.realmId, msg.actingId, msg);
+    const id = await this.deps.store.write(this.ctx.fence(), (trx) => insertGroup(trx, this.realmId, msg.actingId, group));
+    const [created] = await userGroupObjects(db, this.realmId, [id]);
+    await this.tellRealm({ type: "user_group", op: "add", group: created });
+    return { group_id: id };
+  }
+
+  private async createUser(msg: CreateUser): Promise<CreatedUser> {
+    const created = await this.deps.store.write(this.ctx.fence(), (trx) => insertAccount(trx, this.realmId, msg, this.deps.keyring));
+    await this.announceUser(created.user_id);
+    return created;
+  }
+
+  private async announceUser(userId: number): Promise<void> {
+    const person = await this.deps.store.db.selectFrom("users").selectAll().where("id", "=", userId).executeTakeFirstOrThrow();
+    // A new account shows its address to everyone (the default email_address_visibility) and has no values yet.
+    const visible = { emailVisibility: EMAIL_VISIBILITY.everyone, deliveryEmailVisible: true, profileData: {} };
+    await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false, ...visible }) });
+  }
+
+  /** An event for every active user of the realm (their user actors drop it if they have no queue). */
+  private async tellRealm(event: Record<string, unknown>): Promise<void> {
+    const query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
+    const users = await query.execute();
+    await this.deps.system().broadcast(users.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
+  }
+
+  private async ensureChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
+    const channels = await this.createChannels(msg);
+    // New channels are announced to those who may see them (Zulip's create_stream_if_needed): everyone for a
+    // web-public channel, non-guests for a public one, administrators and the channel's permission groups for a
+    // private one (its subscribers learn of it through their subscription events).
+    const created = channels.filter((c) => c.created).map((c) => c.id);
+    if (created.length) {
+      const rows = await this.deps.store.db.selectFrom("streams").selectAll().where("id", "in", created).execute();
+      const system = this.deps.system();
+      for (const row of rows) {
+        const seeing = await metadataWatchers(this.deps.store.db, row, []);
+        await system.broadcast([...seeing].map((id) => actorId(USER, id)), { op: "deliverEvent", event: { type: "stream", op: "create", streams: [streamObject(row, 0)] } });
+      }
+    }
+    return channels;
+  }
+
+  private createChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
+    const now = Math.floor(Date.now() / 1000);
+    return this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const groups = await systemGroups(trx, this.realmId);
+      const out: EnsuredChannel[] = [];
+      for (const spec of msg.channels) {
+        const existing = await trx
+          .selectFrom("streams")
+          .select(["id", "name"])
+          .where("realm_id", "=", this.realmId)
+          .where(sql`lower(name)`, "=", spec.name.toLowerCase())
+          .executeTakeFirst();
+        if (existing) {
+          out.push(Object.assign({}, existing, { created: false }));
+          continue;
+        }
+        const created = await trx
+          .insertInto("streams")
+          .values({
+            realm_id: this.realmId,
+            name: spec.name,
+            description: spec.description,
+            rendered_description: spec.description ? renderMarkdown(spec.description) : "",
+            invite_only: msg.inviteOnly,
+            is_web_public: msg.isWebPublic,
+            is_default: msg.isDefault,
+            // Public channels always share their history (Zulip's get_default_value_for_history_public_to_subscribers).
+            history_public_to_subscribers: msg.inviteOnly ? (msg.historyPublicToSubscribers ?? false) : true,
+            creator_id: msg.creatorId,
+            date_created: now,
+            message_retention_days: msg.messageRetentionDays,
+            settings: JSON.stringify({ topics_policy: "inherit", ...channelPermissionDefaults(groups, msg.creatorId), ...msg.settings }),
+          })
+          .returning(["id", "name"])
+          .executeTakeFirstOrThrow();
+        out.push(Object.assign({}, created, { created: true }));
+      }
+      return out;
+    });
+  }
+}
+
+/**
+ * First start: an empty store gets an organization and its owner. Runs before any actor (nothing else exists to
+ * race with), in one transaction. Returns the owner's credentials, or undefined when the realm existed.
+ */
+export async function bootstrapOrganization(
+  store: Store,
+  keyring: Keyring,
+  owner: { email: string; fullName: string; passwordHash: string | null },
+): Promise<{ realmId: number; email: string; apiKey: string } | undefined> {
+  return store.db.transaction().execute(async (trx) => {
+    const existing = await trx.selectFrom("realms").select("id").executeTakeFirst();
+    if (existing) return undefined;
+    const realm = await trx
+      .insertInto("realms")
+      .values({ string_id: "", name: "Chorus", date_created: Math.floor(Date.now() / 1000), settings: "{}" })
+      .returning("id")
+      .executeTakeFirstOrThrow();
+    await createSystemGroups(trx, realm.id);
+    const created = await insertAccount(trx, realm.id, Object.assign({}, owner, { role: ROLE.owner }), keyring);
+    return { realmId: realm.id, email: owner.email, apiKey: created.api_key };
+  });
+}

@@ -1,0 +1,200 @@
+/**
+ * What a user keeps on the server, validated and stored for the user actor: settings (Zulip's allowed values),
+ * drafts (Zulip's `to` rules) and navigation views (built-in vs custom). Functions here run inside the user
+ * actor's turn and its store transactions; the actor publishes the events.
+ */
+import type { Kysely, Selectable, Transaction } from "kysely";
+import { ChorusError, errors } from "../../../runtime/errors.ts";
+import type { Database, DraftTable } from "../../../runtime/store/schema.ts";
+import { USER_SETTINGS_DEFAULTS } from "./settings.ts";
+import { AUTOMATIC_POLICY } from "../conversations/topic-policies.ts";
+import { isSubscribed } from "../reads/reads.ts";
+
+type DB = Kysely<Database> | Transaction<Database>;
+
+// ---- settings ---------------------------------------------------------------------------------------------------
+
+const oneOf = (...values: Array<string | number>) => (v: unknown) => values.includes(v as string | number);
+const isBool = (v: unknown) => typeof v === "boolean";
+const intIn = (min: number, max: number) => (v: unknown) => Number.isInteger(v) && (v as number) >= min && (v as number) <= max;
+
+function isTimezone(v: unknown): boolean {
+  if (typeof v !== "string") return false;
+  if (v === "") return true;
+  try {
+    new Intl.DateTimeFormat("en", { timeZone: v });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Every setting PATCH /settings accepts, with the values Zulip allows. */
+export const SETTING_RULES: Record<string, (v: unknown) => boolean> = {
+  twenty_four_hour_time: isBool,
+  web_mark_read_on_scroll_policy: oneOf(1, 2, 3),
+  web_channel_default_view: oneOf(1, 2, 3, 4),
+  starred_message_counts: isBool,
+  receives_typing_notifications: isBool,
+  web_suggest_update_timezone: isBool,
+  fluid_layout_width: isBool,
+  high_contrast_mode: isBool,
+  web_font_size_px: intIn(12, 24),
+  web_line_height_percent: intIn(100, 200),
+  color_scheme: oneOf(1, 2, 3),
+  enable_drafts_synchronization: isBool,
+  translate_emoticons: isBool,
+  display_emoji_reaction_users: isBool,
+  default_language: (v) => typeof v === "string" && /^[a-z]{2,3}(?:[-_][A-Za-z]{2,4})?$/.test(v),
+  web_home_view: oneOf("recent_topics", "inbox", "all_messages"),
+  web_escape_navigates_to_home_view: isBool,
+  left_side_userlist: isBool,
+  emojiset: oneOf("google", "twitter", "text"),
+  demote_inactive_streams: oneOf(1, 2, 3),
+  user_list_style: oneOf(1, 2, 3),
+  web_animate_image_previews: oneOf("always", "on_hover", "never"),
+  web_stream_unreads_count_display_policy: oneOf(1, 2, 3),
+  hide_ai_features: isBool,
+  web_left_sidebar_show_channel_folders: isBool,
+  web_left_sidebar_unreads_count_summary: isBool,
+  timezone: isTimezone,
+  notification_sound: (v) => v === "none" || USER_SETTINGS_DEFAULTS.available_notification_sounds.includes(v as string),
+  email_notifications_batching_period_seconds: intIn(120, 7 * 24 * 3600),
+  enter_sends: isBool,
+  email_address_visibility: oneOf(1, 2, 3, 4, 5),
+  automatically_follow_topics_policy: oneOf(...Object.values(AUTOMATIC_POLICY)),
+  automatically_unmute_topics_in_muted_streams_policy: oneOf(...Object.values(AUTOMATIC_POLICY)),
+  automatically_follow_topics_where_mentioned: isBool,
+  resolved_topic_notice_auto_read_policy: oneOf("always", "except_followed", "never"),
+  ...Object.fromEntries(
+    [
+      "enable_stream_desktop_notifications",
+      "enable_stream_email_notifications",
+      "enable_stream_push_notifications",
+      "enable_stream_audible_notifications",
+      "enable_desktop_notifications",
+      "enable_sounds",
+      "enable_offline_email_notifications",
+      "enable_offline_push_notifications",
+      "enable_online_push_notifications",
+      "enable_followed_topic_desktop_notifications",
+      "enable_followed_topic_email_notifications",
+      "enable_followed_topic_push_notifications",
+      "enable_followed_topic_audible_notifications",
+      "enable_digest_emails",
+      "enable_marketing_emails",
+      "enable_login_emails",
+      "message_content_in_email_notifications",
+      "pm_content_in_desktop_notifications",
+      "wildcard_mentions_notify",
+      "presence_enabled",
+      "send_private_typing_notifications",
+      "send_stream_typing_notifications",
+      "send_read_receipts",
+    ].map((name) => [name, isBool]),
+  ),
+};
+
+export function checkSetting(name: string, value: unknown): void {
+  const rule = SETTING_RULES[name];
+  if (rule && !rule(value)) throw errors.badRequest(`Invalid ${name}`);
+}
+
+// ---- drafts -----------------------------------------------------------------------------------------------------
+
+export interface DraftInput {
+  type: "" | "stream" | "private";
+  to: number[];
+  topic: string;
+  content: string;
+  timestamp?: number;
+}
+
+export function draftObject(row: Selectable<DraftTable>) {
+  return { id: row.id, type: row.type, to: row.to as number[], topic: row.topic, content: row.content, timestamp: row.timestamp };
+}
+
+const draftNotFound = () => new ChorusError("BAD_REQUEST", "Draft does not exist", 404);
+
+/** Zulip's rules for a draft's addressing; returns the row to store. */
+export async function checkDraft(db: DB, userId: number, realmId: number, draft: DraftInput) {
+  if (draft.content.includes("\u0000")) throw errors.badRequest("Content must not contain null bytes");
+  if (draft.topic.includes("\u0000")) throw errors.badRequest("Topic must not contain null bytes");
+  if (draft.timestamp !== undefined && draft.timestamp < 0) throw errors.badRequest("Timestamp must not be negative.");
+  const to = [...new Set(draft.to)];
+  if (draft.type === "") {
+    if (to.length) throw errors.badRequest("Must not have recipients");
+  } else if (draft.type === "stream") {
+    if (to.length !== 1) throw errors.badRequest("Must specify exactly 1 channel ID for channel messages");
+    const stream = await db.selectFrom("streams").select(["id", "invite_only"]).where("id", "=", to[0]!).where("realm_id", "=", realmId).executeTakeFirst();
+    const subscribed = stream ? await isSubscribed(db, userId, stream.id) : false;
+    if (!stream || (stream.invite_only && !subscribed)) throw errors.badRequest("Invalid channel ID");
+  } else if (to.length) {
+    const found = await db.selectFrom("users").select("id").where("realm_id", "=", realmId).where("id", "in", to).execute();
+    if (found.length !== to.length) throw errors.badRequest("Invalid user ID");
+  }
+  return {
+    user_id: userId,
+    type: draft.type,
+    to: JSON.stringify(draft.type === "private" ? to.sort((a, b) => a - b) : to),
+    topic: draft.type === "stream" ? draft.topic : "",
+    content: draft.content,
+    timestamp: draft.timestamp ?? Math.floor(Date.now() / 1000),
+  };
+}
+
+export async function ownDraft(db: DB, userId: number, id: number) {
+  const row = await db.selectFrom("drafts").selectAll().where("id", "=", id).where("user_id", "=", userId).executeTakeFirst();
+  if (!row) throw draftNotFound();
+  return row;
+}
+
+export function draftsOf(db: DB, userId: number) {
+  return db.selectFrom("drafts").selectAll().where("user_id", "=", userId).orderBy("id").execute().then((rows) => rows.map(draftObject));
+}
+
+// ---- navigation views -------------------------------------------------------------------------------------------
+
+/** The views every client has; they may be pinned or unpinned but not named. */
+export const BUILT_IN_VIEWS = new Set(["inbox", "recent", "feed", "drafts", "narrow/has/reaction/sender/me", "narrow/is/mentioned", "narrow/is/starred"]);
+
+export function viewsOf(db: DB, userId: number) {
+  return db
+    .selectFrom("navigation_views")
+    .select(["fragment", "is_pinned", "name"])
+    .where("user_id", "=", userId)
+    .orderBy("fragment")
+    .execute();
+}
+
+export async function checkNewView(db: DB, userId: number, fragment: string, name: string | null) {
+  if (BUILT_IN_VIEWS.has(fragment)) {
+    if (name !== null) throw errors.badRequest("Built-in views cannot have a custom name.");
+  } else if (!name) {
+    throw errors.badRequest("Custom views must have a valid name.");
+  }
+  const clash = await db
+    .selectFrom("navigation_views")
+    .select("fragment")
+    .where("user_id", "=", userId)
+    .where((eb) => (name === null ? eb("fragment", "=", fragment) : eb.or([eb("fragment", "=", fragment), eb("name", "=", name)])))
+    .executeTakeFirst();
+  if (clash) throw errors.badRequest("Navigation view already exists.");
+}
+
+export async function checkViewUpdate(db: DB, userId: number, fragment: string, name: string | undefined) {
+  if (name !== undefined && BUILT_IN_VIEWS.has(fragment)) throw errors.badRequest("Built-in views cannot have a custom name.");
+  const view = await db.selectFrom("navigation_views").selectAll().where("user_id", "=", userId).where("fragment", "=", fragment).executeTakeFirst();
+  if (!view) throw new ChorusError("NOT_FOUND", "Navigation view does not exist.", 404);
+  if (name !== undefined) {
+    const clash = await db
+      .selectFrom("navigation_views")
+      .select("fragment")
+      .where("user_id", "=", userId)
+      .where("name", "=", name)
+      .where("fragment", "!=", fragment)
+      .executeTakeFirst();
+    if (clash) throw errors.badRequest("Navigation view already exists.");
+  }
+  return view;
+}

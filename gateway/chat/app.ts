@@ -1,0 +1,105 @@
+/**
+ * The HTTP application: routing with path parameters, Zulip's parameter decoding and validation, authentication,
+ * and the one place errors become Zulip's envelope. Routes hold no state; they call actors and read modules.
+ */
+import { actorId } from "../../runtime/actor.ts";
+import { ChorusError, errors } from "../../runtime/errors.ts";
+import { REALM } from "../../actors/protocol.ts";
+import type { ActorSystem } from "../../runtime/system.ts";
+import type { Config } from "../../runtime/config.ts";
+import type { Keyring } from "../../runtime/secrets.ts";
+import type { Store } from "../../runtime/store/store.ts";
+import type { Authenticator, AuthUser } from "../auth.ts";
+import { isStream, requestBody, type HttpRequest, type HttpResult, type HttpStream, type UploadedFile } from "../http.ts";
+import { compileParams, decodeParams, type CompiledParams, type ParamsSchema } from "../params.ts";
+import { Router, traced } from "../router.ts";
+
+/** What a route handler gets: its decoded parameters, the caller, and the services. */
+export interface Call<P = Record<string, any>> {
+  params: P;
+  user: AuthUser;
+  req: HttpRequest;
+  /** Files of a multipart body (parts with a file name), which are not parameters. */
+  files: UploadedFile[];
+  services: Services;
+}
+
+export interface Services {
+  system: ActorSystem;
+  store: Store;
+  keyring: Keyring;
+  config: Config;
+  auth: Authenticator;
+  /** The site URL clients should use: the configured one, else built from the request's Host header. */
+  siteUrl(host?: string): string;
+}
+
+export interface RouteSpec {
+  method: "GET" | "POST" | "PATCH" | "PUT" | "DELETE";
+  /** Path under /api/v1, with `{name}` segments. */
+  path: string;
+  /** false: no authentication (server_settings, fetch_api_key). */
+  auth?: boolean;
+  params: ParamsSchema;
+  /** The success body (the envelope is added), or a stream (server-sent events) that answers on its own. */
+  handle(call: Call): Promise<Record<string, unknown> | HttpStream> | Record<string, unknown> | HttpStream;
+}
+
+interface CompiledRoute {
+  method: string;
+  path: string;
+  spec: RouteSpec;
+  params: CompiledParams;
+}
+
+const JSON_HEADERS = { "content-type": "application/json" };
+const UNAUTHORIZED_HEADERS = { ...JSON_HEADERS, "www-authenticate": 'Basic realm="zulip"' };
+
+/** Ask the caller's realm actor, as the caller (the realm actor checks `actingId`'s current role). */
+export function askRealm<T>(call: Call, message: Record<string, unknown>): Promise<T> {
+  return call.services.system.ask<T>(actorId(REALM, call.user.realm_id), { actingId: call.user.id, ...message });
+}
+
+export function envelope(error: ChorusError): HttpResult {
+  const body: Record<string, unknown> = { result: "error", msg: error.message, code: error.code, ...error.extra };
+  return { status: error.status, headers: error.status === 401 ? UNAUTHORIZED_HEADERS : JSON_HEADERS, body: JSON.stringify(body) };
+}
+
+export class App {
+  private readonly router = new Router<CompiledRoute>();
+
+  constructor(readonly services: Services) {}
+
+  add(...specs: RouteSpec[]): void {
+    for (const spec of specs) this.router.add({ method: spec.method, path: spec.path, spec, params: compileParams(spec.params) });
+  }
+
+  handle = (req: HttpRequest): Promise<HttpResult | HttpStream> => traced(req, () => this.dispatch(req), envelope);
+
+  private async dispatch(req: HttpRequest): Promise<HttpResult | HttpStream> {
+    const prefix = "/api/v1";
+    if (!req.path.startsWith(prefix + "/")) return envelope(new ChorusError("BAD_REQUEST", "Not Found", 404));
+    const path = req.path.slice(prefix.length).replace(/\/+$/, "") || "/";
+    const { route, pathParams, allowed } = this.router.match(req.method, path);
+    if (!route) {
+      if (allowed.length) {
+        return {
+          status: 405,
+          headers: JSON_HEADERS,
+          body: JSON.stringify({ result: "error", msg: "Method Not Allowed", allowed_methods: allowed }),
+        };
+      }
+      return envelope(new ChorusError("BAD_REQUEST", `Endpoint not found: ${req.method} ${path}`, 404));
+    }
+    const spec = route.spec;
+    const user = spec.auth === false ? (undefined as unknown as AuthUser) : await this.services.auth.authenticate(req.headers.authorization);
+    const sent = requestBody(req.body, req.headers["content-type"]);
+    if (!sent) throw errors.badRequest("Unsupported Content-Type: send application/x-www-form-urlencoded or multipart/form-data");
+    const { params, ignored } = decodeParams(route.params, req.query, sent.fields, pathParams);
+    const result = await spec.handle({ params, user, req, files: sent.files, services: this.services });
+    if (isStream(result)) return result;
+    const body: Record<string, unknown> = { result: "success", msg: "", ...result };
+    if (ignored.length) body.ignored_parameters_unsupported = ignored;
+    return { status: 200, headers: JSON_HEADERS, body: JSON.stringify(body) };
+  }
+}

@@ -1,0 +1,280 @@
+/** Zulip's event system: POST /register, long-poll GET /events, DELETE /events. */
+import { sql } from "kysely";
+import { actorId } from "../../runtime/actor.ts";
+import { ChorusError, errors } from "../../runtime/errors.ts";
+import type { StreamSink } from "../http.ts";
+import { USER, type Polled, type Registered } from "../../actors/protocol.ts";
+import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
+import { realmUsersFor, streamObjects, subscriptionsOf, unreadMessages, visibleStreams, type UserRow } from "../../actors/chat/reads/reads.ts";
+import { CUSTOM_PROFILE_FIELD_TYPES, profileFieldObjects } from "../../actors/chat/organization/profile-fields.ts";
+import type { RouteSpec, Services } from "./app.ts";
+import { Bool, Str } from "../params.ts";
+import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";
+import { userGroupObjects } from "../../actors/chat/organization/groups.ts";
+import { draftsOf, viewsOf } from "../../actors/chat/users/user-data.ts";
+import { PRESENCE, type PresenceReply } from "../../actors/chat/users/presence.ts";
+import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
+import { scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
+import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
+import { realmEmojiObjects } from "../../actors/chat/organization/realm-emoji.ts";
+
+const StrList = { type: "array", items: Str } as const;
+
+interface InitialStateOptions {
+  clientGravatar: boolean;
+  includeSubscribers: boolean;
+  slimPresence: boolean;
+  /** The `empty_topic_name` client capability: the empty topic is sent as "" rather than its display name. */
+  emptyTopicName: boolean;
+  /** The `user_list_incomplete` client capability: users the viewer may not see are left out, not placeholders. */
+  userListIncomplete: boolean;
+}
+
+/** The initial state of each event type we serve; types not listed contribute nothing. */
+const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOptions) => Promise<Record<string, unknown>>> = {
+  async message(s, u) {
+    const row = await s.store.db
+      .selectFrom("messages")
+      .select(sql<number>`coalesce(max(id), -1)`.as("max"))
+      .where("realm_id", "=", u.realm_id)
+      .executeTakeFirst();
+    return { max_message_id: Number(row?.max ?? -1) };
+  },
+  // Former subscriptions the user can still see are `unsubscribed`; channels they see and never joined,
+  // `never_subscribed` (administrators see every channel's metadata).
+  async subscription(s, u, o) {
+    const db = s.store.db;
+    const [subscriptions, former, visible] = await Promise.all([
+      subscriptionsOf(db, u.id, o.includeSubscribers),
+      subscriptionsOf(db, u.id, o.includeSubscribers, false),
+      registerStreams(s, u),
+    ]);
+    const seen = new Set(visible.map((x) => x.id));
+    const joined = new Set([...subscriptions, ...former].map((x) => x.stream_id));
+    const never = await streamObjects(db, visible.filter((x) => !joined.has(x.id)));
+    return { subscriptions, unsubscribed: former.filter((x) => seen.has(x.stream_id)), never_subscribed: never };
+  },
+  async stream(s, u) {
+    return { streams: await streamObjects(s.store.db, await registerStreams(s, u)) };
+  },
+  async realm(s, u) {
+    const realm = await s.store.db.selectFrom("realms").select(["name", "date_created"]).where("id", "=", u.realm_id).executeTakeFirstOrThrow();
+    const url = s.siteUrl();
+    return {
+      realm_name: realm.name,
+      realm_date_created: realm.date_created,
+      realm_url: url,
+      realm_uri: url,
+      realm_icon_url: "",
+      realm_icon_source: "G",
+      ...(await realmSettings(s.store.db, u.realm_id)),
+    };
+  },
+  async user_settings(s, u) {
+    const stored = await s.store.loadSnapshot<Record<string, unknown>>(USER_SETTINGS, String(u.id));
+    return { user_settings: Object.assign({}, USER_SETTINGS_DEFAULTS, { timezone: u.timezone }, stored?.state) };
+  },
+  async realm_user_groups(s, u) {
+    return { realm_user_groups: await userGroupObjects(s.store.db, u.realm_id) };
+  },
+  async update_message_flags(s, u, o) {
+    return { unread_msgs: await unreadMessages(s.store.db, u.id, { emptyTopicName: o.emptyTopicName }) };
+  },
+  async presence(s, u, o) {
+    const state = await s.system.ask<PresenceReply>(actorId(PRESENCE, u.realm_id), { op: "state", modern: o.slimPresence, historyLimitDays: 14 });
+    const presences = await presencesSeenBy(s.store.db, u, state.presences ?? {}, !o.slimPresence);
+    return { presences, presence_last_update_id: state.presence_last_update_id, server_timestamp: state.server_timestamp };
+  },
+  // Features not built yet: the honest initial state is "none yet".
+  async drafts(s, u) {
+    return { drafts: await draftsOf(s.store.db, u.id) };
+  },
+  async user_topic(s, u) {
+    const rows = await s.store.db
+      .selectFrom("user_topics")
+      .select(["stream_id", "topic_name", "last_updated", "visibility_policy"])
+      .where("user_id", "=", u.id)
+      .orderBy("last_updated")
+      .execute();
+    return { user_topics: rows };
+  },
+  async navigation_views(s, u) {
+    return { navigation_views: await viewsOf(s.store.db, u.id) };
+  },
+  async scheduled_messages(s, u) {
+    return { scheduled_messages: await scheduledMessagesOf(s.store.db, u.id) };
+  },
+  async realm_emoji(s, u) {
+    return { realm_emoji: await realmEmojiObjects(s.store.db, u.realm_id) };
+  },
+  async recent_private_conversations() {
+    return { recent_private_conversations: [] };
+  },
+  async realm_user(s, u, o) {
+    const options = { clientGravatar: o.clientGravatar, includeProfileData: true, siteUrl: s.siteUrl(), omitInaccessible: o.userListIncomplete, withBots: false };
+    return { realm_users: await realmUsersFor(s.store.db, u, options) };
+  },
+  async custom_profile_fields(s, u) {
+    return { custom_profile_fields: await profileFieldObjects(s.store.db, u.realm_id), custom_profile_field_types: CUSTOM_PROFILE_FIELD_TYPES };
+  },
+};
+
+/** The channels POST /register describes: every one the user sees the metadata of. */
+function registerStreams(s: Services, u: UserRow) {
+  return visibleStreams(s.store.db, u, { all: true });
+}
+
+export const eventRoutes: RouteSpec[] = [
+  {
+    method: "POST",
+    path: "/register",
+    params: {
+      type: "object",
+      properties: {
+        event_types: { oneOf: [StrList, { type: "null" }] },
+        fetch_event_types: { oneOf: [StrList, { type: "null" }] },
+        narrow: { type: "array" },
+        all_public_streams: { ...Bool, default: false },
+        client_capabilities: { type: "object" },
+        apply_markdown: { ...Bool, default: false },
+        client_gravatar: { ...Bool, default: true },
+        slim_presence: { ...Bool, default: false },
+        include_subscribers: { oneOf: [Bool, { type: "string", enum: ["true", "false", "partial"] }], default: false },
+      },
+    },
+    async handle({ params, user, services }) {
+      const eventTypes: string[] | null = params.event_types ?? null;
+      const narrow = parseNarrow(params.narrow);
+      // The queue first, then the state: an event racing with this call is in the queue (at worst also
+      // reflected in the state), never in neither.
+      const queue = await services.system.ask<Registered>(actorId(USER, user.id), {
+        op: "register",
+        eventTypes,
+        narrow,
+        applyMarkdown: params.apply_markdown,
+        clientGravatar: params.client_gravatar,
+        allPublicStreams: params.all_public_streams,
+        clientCapabilities: params.client_capabilities ?? {},
+      });
+      const stateTypes: string[] = params.fetch_event_types ?? eventTypes ?? Object.keys(initialState);
+      const options: InitialStateOptions = {
+        clientGravatar: params.client_gravatar,
+        includeSubscribers: params.include_subscribers === true || params.include_subscribers === "true",
+        slimPresence: params.slim_presence,
+        emptyTopicName: params.client_capabilities?.empty_topic_name === true,
+        userListIncomplete: params.client_capabilities?.user_list_incomplete === true,
+      };
+      const parts = await Promise.all(
+        stateTypes
+          .filter((t) => t in initialState)
+          .map((t) => initialState[t]!(services, user, options)),
+      );
+      return {
+        queue_id: queue.queue_id,
+        last_event_id: queue.last_event_id,
+        zulip_feature_level: ZULIP_FEATURE_LEVEL,
+        zulip_version: ZULIP_VERSION,
+        zulip_merge_base: ZULIP_MERGE_BASE,
+        max_message_length: LIMITS.max_message_length,
+        max_topic_length: LIMITS.max_topic_length,
+        max_stream_name_length: LIMITS.max_stream_name_length,
+        max_stream_description_length: LIMITS.max_stream_description_length,
+        event_queue_longpoll_timeout_seconds: services.config.heartbeatSeconds + 40,
+        server_presence_ping_interval_seconds: 60,
+        server_presence_offline_threshold_seconds: 200,
+        ...Object.assign({}, ...parts),
+      };
+    },
+  },
+  {
+    method: "GET",
+    path: "/events",
+    params: {
+      type: "object",
+      properties: { queue_id: Str, last_event_id: { type: "integer", minimum: -1 }, dont_block: { ...Bool, default: false } },
+      required: ["queue_id"],
+    },
+    async handle({ params, user, services, req }) {
+      if (params.last_event_id === undefined) throw errors.missing("last_event_id");
+      // The actor answers with a heartbeat after heartbeatSeconds; the ask only guards against a lost worker.
+      const timeout = services.config.heartbeatSeconds * 1000 + 15_000;
+      // Transient: served without the transport when this worker holds the user (see askTransient).
+      const polled = await services.system.askTransient<Polled>(
+        actorId(USER, user.id),
+        { op: "poll", queueId: params.queue_id, lastEventId: params.last_event_id, dontBlock: params.dont_block },
+        timeout,
+      );
+      if (req.aborted) return { events: [] }; // nobody to tell; the events stay queued until acknowledged
+      return { events: polled.events, queue_id: params.queue_id };
+    },
+  },
+  {
+    // Beyond Zulip: the same queue as server-sent events, one `id:` per event; a client that reconnects with
+    // Last-Event-ID resumes after that event.
+    method: "GET",
+    path: "/events/stream",
+    params: { type: "object", properties: { queue_id: Str, last_event_id: { type: "integer", minimum: -1 } }, required: ["queue_id"] },
+    async handle({ params, user, services, req }) {
+      const header = req.headers["last-event-id"];
+      const resumeFrom = header !== undefined && /^-?\d{1,16}$/.test(header.trim()) ? Number(header.trim()) : (params.last_event_id ?? -1);
+      const poll = (lastEventId: number, after: number, dontBlock: boolean) =>
+        services.system.askTransient<Polled>(
+          actorId(USER, user.id),
+          { op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock },
+          services.config.heartbeatSeconds * 1000 + 15_000,
+        );
+      // An unknown queue is answered as a JSON error, before the stream opens.
+      const first = await poll(resumeFrom, resumeFrom, true);
+      return {
+        status: 200,
+        headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache, no-transform", "x-accel-buffering": "no" },
+        start(sink) {
+          void streamQueue(sink, first.events, resumeFrom, poll);
+        },
+      };
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/events",
+    params: { type: "object", properties: { queue_id: Str }, required: ["queue_id"] },
+    async handle({ params, user, services }) {
+      await services.system.ask(actorId(USER, user.id), { op: "deleteQueue", queueId: params.queue_id });
+      return {};
+    },
+  },
+];
+
+/**
+ * Write a queue's events to an open stream until the client goes away. The stream acknowledges one batch behind
+ * what it has written: a client whose connection dropped can resume from any event of the last batch it saw.
+ */
+async function streamQueue(
+  sink: StreamSink,
+  firstEvents: Polled["events"],
+  resumeFrom: number,
+  poll: (lastEventId: number, after: number, dontBlock: boolean) => Promise<Polled>,
+): Promise<void> {
+  let acknowledged = resumeFrom;
+  let written = resumeFrom;
+  let events = firstEvents;
+  sink.write(": connected\n\n"); // opens the stream for the client before the first event
+  try {
+    while (!sink.closed) {
+      if (events.length) {
+        let open = true;
+        for (const event of events) open = sink.write(`id: ${event.id}\ndata: ${JSON.stringify(event)}\n\n`);
+        const previous = written;
+        written = Number(events.at(-1)!.id);
+        acknowledged = previous;
+        if (!open) await new Promise<void>((resolve) => sink.onDrain(resolve));
+      }
+      if (sink.closed) return;
+      events = (await poll(acknowledged, written, false)).events;
+    }
+  } catch (err) {
+    const error = ChorusError.wrap(err);
+    sink.write(`event: error\ndata: ${JSON.stringify({ result: "error", msg: error.message, code: error.code, ...error.extra })}\n\n`);
+    sink.end();
+  }
+}

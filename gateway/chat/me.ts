@@ -1,0 +1,249 @@
+/** The caller's own data: PATCH /settings, drafts and navigation views. Every change goes through the user actor. */
+import { actorId } from "../../runtime/actor.ts";
+import { errors } from "../../runtime/errors.ts";
+import { hashPassword, verifyPassword } from "../../runtime/secrets.ts";
+import { REALM, USER, type DraftFields, type EmailChanged } from "../../actors/protocol.ts";
+import { serverRealmId } from "../../actors/chat/reads/reads.ts";
+import { checkSetting, draftsOf, SETTING_RULES, viewsOf } from "../../actors/chat/users/user-data.ts";
+import { USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
+import type { Call, RouteSpec } from "./app.ts";
+import { PRESENCE, type PresenceReply } from "../../actors/chat/users/presence.ts";
+import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
+import { Bool, Id, Str, type JsonSchema } from "../params.ts";
+
+/** Each setting's wire type, from its default value. */
+const settingParams: Record<string, JsonSchema> = Object.fromEntries(
+  Object.keys(SETTING_RULES).map((name) => {
+    const example = (USER_SETTINGS_DEFAULTS as Record<string, unknown>)[name];
+    return [name, { type: typeof example === "boolean" ? "boolean" : typeof example === "number" ? "integer" : "string" }];
+  }),
+);
+
+const Draft = {
+  type: "object",
+  properties: {
+    type: { type: "string", enum: ["", "stream", "private"] },
+    to: { type: "array", items: Id },
+    topic: Str,
+    content: Str,
+    timestamp: { type: "integer" },
+    id: {},
+  },
+  required: ["type", "to", "topic", "content"],
+};
+
+function askUser<T>(call: Call, message: Record<string, unknown>): Promise<T> {
+  return call.services.system.ask<T>(actorId(USER, call.user.id), message);
+}
+
+function draftFields(raw: Record<string, unknown>): DraftFields {
+  if ("id" in raw) throw errors.badRequest("Draft ID must not be specified when creating or editing a draft");
+  return raw as unknown as DraftFields;
+}
+
+/** The client's name, for the legacy per-client presence format (Zulip reads it from the User-Agent). */
+function clientName(userAgent: string | undefined): string {
+  return userAgent?.match(/^([A-Za-z][\w.-]{0,40})/)?.[1] ?? "website";
+}
+
+/** Zulip's token rules: APNs tokens are hex; every token is non-empty and at most 4096 characters. */
+function checkPushToken(kind: "apns" | "fcm", token: string): void {
+  if (!token || token.length > 4096) throw errors.badRequest("Empty or invalid length token");
+  if (kind === "apns" && !/^[0-9a-fA-F]+$/.test(token)) throw errors.badRequest("Invalid APNS token");
+}
+
+function pushTokenRoutes(path: string, kind: "apns" | "fcm"): RouteSpec[] {
+  const refuseBots = (call: Call) => {
+    if (call.user.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
+  };
+  return [
+    {
+      method: "POST",
+      path,
+      params: { type: "object", properties: { token: Str, appid: Str }, required: kind === "apns" ? ["token", "appid"] : ["token"] },
+      async handle(call) {
+        refuseBots(call);
+        checkPushToken(kind, call.params.token);
+        return askUser(call, { op: "addPushToken", kind, token: call.params.token, appid: call.params.appid ?? null });
+      },
+    },
+    {
+      method: "DELETE",
+      path,
+      params: { type: "object", properties: { token: Str }, required: ["token"] },
+      async handle(call) {
+        refuseBots(call);
+        checkPushToken(kind, call.params.token);
+        return askUser(call, { op: "removePushToken", kind, token: call.params.token });
+      },
+    },
+  ];
+}
+
+export const meRoutes: RouteSpec[] = [
+  ...pushTokenRoutes("/users/me/apns_device_token", "apns"),
+  ...pushTokenRoutes("/users/me/android_gcm_reg_id", "fcm"),
+  {
+    method: "POST",
+    path: "/users/me/presence",
+    params: {
+      type: "object",
+      properties: {
+        status: { type: "string", enum: ["active", "idle"] },
+        last_update_id: { type: "integer", minimum: -1 },
+        history_limit_days: { type: "integer", minimum: 0, maximum: 3650, default: 14 },
+        ping_only: { ...Bool, default: false },
+        new_user_input: { ...Bool, default: false },
+        slim_presence: { ...Bool, default: false },
+      },
+      required: ["status"],
+    },
+    async handle({ params, user, services, req }) {
+      if (user.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
+      const modern = params.last_update_id !== undefined || params.slim_presence;
+      const reply = await services.system.ask<PresenceReply>(actorId(PRESENCE, user.realm_id), {
+        op: "ping",
+        userId: user.id,
+        email: user.email,
+        status: params.status,
+        client: clientName(req.headers["user-agent"]),
+        fetch: !params.ping_only,
+        lastUpdateId: params.last_update_id ?? null,
+        historyLimitDays: params.history_limit_days,
+        modern,
+      });
+      if (reply.presences) reply.presences = await presencesSeenBy(services.store.db, user, reply.presences, !modern);
+      const empty = !reply.presences || !Object.keys(reply.presences).length;
+      if (params.last_update_id === undefined && empty) reply.presence_last_update_id = -1;
+      return { zephyr_mirror_active: false, ...reply };
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/settings",
+    params: {
+      type: "object",
+      properties: { ...settingParams, full_name: Str, email: Str, old_password: Str, new_password: Str },
+    },
+    async handle(call) {
+      const { params, user } = call;
+      const settings: Record<string, unknown> = {};
+      for (const name of Object.keys(SETTING_RULES)) {
+        if (params[name] === undefined) continue;
+        checkSetting(name, params[name]);
+        settings[name] = params[name];
+      }
+      let fullName: string | undefined;
+      if (params.full_name !== undefined) {
+        fullName = String(params.full_name).trim();
+        if (!fullName) throw errors.badRequest("Name too short!");
+        if (fullName.length > 100) throw errors.badRequest("Name too long!");
+        if (/[\u0000-\u001f\u007f*`\\>"@]/.test(fullName)) throw errors.badRequest("Invalid characters in name!");
+      }
+      let passwordHash: string | undefined;
+      if (params.new_password !== undefined) {
+        if (params.old_password === undefined) throw errors.missing("old_password");
+        if (!(await verifyPassword(params.old_password, user.password_hash))) throw errors.badRequest("Wrong password!");
+        if (!params.new_password) throw errors.badRequest("New password cannot be empty.");
+        passwordHash = await hashPassword(params.new_password);
+      }
+      // Zulip ignores an unchanged (or empty) address; a new one takes effect when the e-mail sent to it is confirmed.
+      const newEmail = params.email?.trim();
+      if (newEmail && newEmail !== user.delivery_email) {
+        await call.services.system.ask(actorId(REALM, user.realm_id), { op: "startEmailChange", userId: user.id, email: newEmail, siteUrl: call.services.siteUrl(call.req.headers.host) });
+      }
+      await askUser(call, { op: "updateSettings", settings, fullName, passwordHash, siteUrl: call.services.siteUrl(call.req.headers.host) });
+      // Cached credentials carry the user's row: its name, password, and API e-mail (which follows the visibility).
+      if (fullName !== undefined || passwordHash !== undefined || settings.email_address_visibility !== undefined) await call.services.auth.forget();
+      return {};
+    },
+  },
+  {
+    // Zulip confirms through a web page (/accounts/confirm_new_email/<key>); Chorus has this JSON endpoint instead.
+    method: "POST",
+    path: "/settings/email/confirm",
+    auth: false,
+    params: { type: "object", properties: { key: { type: "string", minLength: 1, maxLength: 200 } }, required: ["key"] },
+    async handle({ params, services }) {
+      const changed = await services.system.ask<EmailChanged>(actorId(REALM, await serverRealmId(services.store.db)), { op: "confirmEmailChange", key: params.key });
+      // The old address must stop authenticating now, on every worker.
+      await services.auth.forget();
+      return changed;
+    },
+  },
+  {
+    method: "GET",
+    path: "/drafts",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      const drafts = await draftsOf(services.store.db, user.id);
+      return { count: drafts.length, drafts };
+    },
+  },
+  {
+    method: "POST",
+    path: "/drafts",
+    params: { type: "object", properties: { drafts: { type: "array", items: Draft } } },
+    async handle(call) {
+      const drafts = ((call.params.drafts ?? []) as Array<Record<string, unknown>>).map(draftFields);
+      return askUser(call, { op: "createDrafts", drafts });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/drafts/{draft_id}",
+    params: { type: "object", properties: { draft_id: Id, draft: Draft }, required: ["draft_id", "draft"] },
+    async handle(call) {
+      return askUser(call, { op: "editDraft", id: call.params.draft_id, draft: draftFields(call.params.draft) });
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/drafts/{draft_id}",
+    params: { type: "object", properties: { draft_id: Id }, required: ["draft_id"] },
+    async handle(call) {
+      return askUser(call, { op: "deleteDraft", id: call.params.draft_id });
+    },
+  },
+  {
+    method: "GET",
+    path: "/navigation_views",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      return { navigation_views: await viewsOf(services.store.db, user.id) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/navigation_views",
+    params: {
+      type: "object",
+      properties: { fragment: Str, is_pinned: Bool, name: { oneOf: [Str, { type: "null" }] } },
+      required: ["fragment", "is_pinned"],
+    },
+    async handle(call) {
+      const fragment = String(call.params.fragment).trim();
+      if (!fragment) throw errors.badRequest("fragment cannot be blank");
+      const name = typeof call.params.name === "string" ? call.params.name.trim() || null : null;
+      return askUser(call, { op: "addView", fragment, isPinned: call.params.is_pinned, name });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/navigation_views/{fragment}",
+    params: { type: "object", properties: { fragment: Str, is_pinned: Bool, name: Str } },
+    async handle(call) {
+      const name = call.params.name === undefined ? undefined : String(call.params.name).trim();
+      if (name === "") throw errors.badRequest("name cannot be blank");
+      return askUser(call, { op: "updateView", fragment: call.params.fragment, isPinned: call.params.is_pinned, name });
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/navigation_views/{fragment}",
+    params: { type: "object", properties: { fragment: Str } },
+    async handle(call) {
+      return askUser(call, { op: "removeView", fragment: call.params.fragment });
+    },
+  },
+];

@@ -1,0 +1,310 @@
+/**
+ * The markdown renderer against Zulip's own conformance corpus (../shared/zulip/markdown_test_cases.json), plus
+ * the Zulip constructs that need lookups (mentions, groups, channel links), which the corpus barely covers.
+ *
+ * Every corpus case must match byte for byte, except those named in UNSUPPORTED with the reason; those run as
+ * `it.fails`, so a case that starts passing is noticed and moved out of the list.
+ */
+import fs from "node:fs";
+import { describe, expect, it } from "vitest";
+import { isPlainLine, renderMarkdown, renderWithMarkdownIt, type MarkdownContext, type MentionableUser } from "../../../../actors/chat/rendering/markdown.ts";
+
+interface CorpusCase {
+  name: string;
+  input: string;
+  expected_output: string;
+  translate_emoticons?: boolean;
+}
+
+const corpus = JSON.parse(
+  fs.readFileSync(new URL("../../../../../shared/zulip/markdown_test_cases.json", import.meta.url), "utf8"),
+) as { regular_tests: CorpusCase[]; linkify_tests: Array<[string, string, string]> };
+
+const PYGMENTS = "syntax highlighting (Pygments markup and lexer display names) is not done";
+const KATEX = "KaTeX is not installed: math renders as Zulip's tex-error fallback";
+const PREVIEW = "inline image/video/audio previews need the camo proxy and URL fetching (backend_only_rendering)";
+const DATEUTIL = "natural-language dates need dateutil's parser; ISO 8601 and UNIX timestamps work";
+
+const UNSUPPORTED: Record<string, string> = {
+  codeblock_hilite_python: PYGMENTS,
+  codeblock_canonicalize_lang_alias: PYGMENTS,
+  codeblock_hilite_shebang_feature_no_path_1: PYGMENTS,
+  codeblock_hilite_shebang_feature_no_path_2: PYGMENTS,
+  codeblock_hilite_shebang_feature_with_path: PYGMENTS,
+  codeblock_hilite_startinline_php: PYGMENTS,
+  tex_fenced_tex: PYGMENTS,
+  tex_fenced_latex: PYGMENTS,
+  fenced_quotes_inside_mathblock: KATEX,
+  tex_inline: KATEX,
+  tex_complex: KATEX,
+  tex_fenced_math: KATEX,
+  tex_money: KATEX,
+  tex_inline_permissive_spacing: KATEX,
+  tex_safe_script_tag: KATEX,
+  tex_inline_no_markdown_inside: KATEX,
+  tex_display_no_markdown_inside: KATEX,
+  inline_image: PREVIEW,
+  two_inline_images: PREVIEW,
+  deduplicate_inline_previews: PREVIEW,
+  bulleted_list_inlining: PREVIEW,
+  only_inline_image: PREVIEW,
+  only_named_inline_image: PREVIEW,
+  only_inline_video: PREVIEW,
+  only_named_inline_video: PREVIEW,
+  only_inline_audio_camo: PREVIEW,
+  spoiler_with_inline_image: PREVIEW,
+  timestamp_backend_markdown_only: DATEUTIL,
+  timestamp_backend_markdown_and_marked: DATEUTIL,
+  timestamp_timezone: DATEUTIL,
+  fried_egg_emoji_nonexistent: "Zulip's hand-curated emoji names drop iamcal's `fried_egg`; we keep iamcal's names",
+  non_empty_blockquote:
+    "Python-Markdown reads `>` / `>` / `text` as one quote (lazy line after empty quote lines); CommonMark does not",
+  ulist_list_two_space_indent:
+    "Python-Markdown keeps a list item's continuation indentation in the text; invisible once rendered",
+  safe_html_unclosed_tag_and_quotes: "Zulip does not link a URL inside `src=\"…\"`; we link after any quote",
+};
+
+/** The users Zulip's corpus assumes (its test database). */
+const USERS: MentionableUser[] = [{ id: 7, full_name: "Zoe" }];
+
+function corpusContext(testCase: CorpusCase): MarkdownContext {
+  return {
+    realmUrl: "http://zulip.testserver",
+    translateEmoticons: testCase.translate_emoticons ?? false,
+    userById: (id) => USERS.find((u) => u.id === id),
+    userByName: (name) => USERS.find((u) => u.full_name.toLowerCase() === name.toLowerCase()),
+  };
+}
+
+describe("Zulip's markdown corpus", () => {
+  it("names only cases that exist", () => {
+    const names = new Set(corpus.regular_tests.map((t) => t.name));
+    expect(Object.keys(UNSUPPORTED).filter((name) => !names.has(name))).toEqual([]);
+  });
+
+  for (const testCase of corpus.regular_tests) {
+    const reason = UNSUPPORTED[testCase.name];
+    const run = () => expect(renderMarkdown(testCase.input, corpusContext(testCase)).html).toBe(testCase.expected_output);
+    if (reason) it.fails(`${testCase.name} (unsupported: ${reason})`, run);
+    else it(testCase.name, run);
+  }
+});
+
+/** Zulip's linkify cases: input, output with `%s` for the link, and the linked text (empty: no link). */
+const UNSUPPORTED_LINKIFY: Record<string, string> = {
+  "from http://supervisord.org/running.html:": "linkify-it keeps a trailing colon in the URL",
+  "javascript:foo.com": "linkify-it finds no domain right after a colon",
+  "about:blank.com": "linkify-it finds no domain right after a colon",
+  "[foo](javascript:foo.com)": "linkify-it finds no domain right after a colon",
+  "a@b.com/foo": "linkify-it links the e-mail part",
+  "six nested parens https://zulip.com/(we_like_((t(d(o(___)o)o))o_nest_)_nest)_nest": "paren nesting limits differ",
+  "eight is too many https://zulip.com/(we_like_((t(d(o(_(1(2)1)__)o)o))o_nest_)_nest)_nest":
+    "paren nesting limits differ",
+  "quora http://generate.quora.net/render?width=700&from=-4hours&until=now&height=400&bgcolor=black&lineMode=connected&title=arb%20hint%20status&target=alias(ans.hintland.hand.arb.enhint_rate%2C%22enhint%20rate%22)&target=alias(ans.hintland.hand.arb.unhint_rate%2C%22unhint%20rate%22)&target=alias(ans.hintland.hand.arb.size%2C%22hint%20size%22)&target=alias(scale(ans.vagabond.dingarb_cube_count%2C10000)%2C%22cube%20count%20x%2010K%22)&target=alias(scale(hnumbers.time.ding.gegevens.query.count%2C10)%2C%22ding%20gegevens%20query%20count%20x%2010%22)&fgcolor=white&uniq=0.44046106841415167":
+    "markdown-it shows percent-escapes decoded in the link text",
+};
+
+describe("Zulip's linkify corpus", () => {
+  for (const [input, template, url] of corpus.linkify_tests) {
+    // Zulip's test builds the link the same way: bare domains get http://, addresses mailto:.
+    const href = url.startsWith("http") ? url : url.includes("@") ? `mailto:${url}` : `http://${url}`;
+    const expected = url ? template.replace("%s", `<a href="${href}">${url}</a>`) : template;
+    const run = () => expect(renderMarkdown(input, { realmUrl: "http://zulip.testserver" }).html).toBe(expected);
+    const reason = UNSUPPORTED_LINKIFY[input];
+    if (reason) it.fails(`${input.slice(0, 60)} (unsupported: ${reason})`, run);
+    else it(input.slice(0, 80), run);
+  }
+});
+
+describe("mentions, groups and channel links", () => {
+  const hamlet = { id: 10, full_name: "King Hamlet" };
+  const ghost = { id: 11, full_name: "Old Ghost", is_active: false };
+  const users = [hamlet, ghost, { id: 12, full_name: "<b>Evil</b>" }];
+  const context: MarkdownContext = {
+    userByName: (name) => users.find((u) => u.full_name.toLowerCase() === name.toLowerCase()),
+    userById: (id) => users.find((u) => u.id === id),
+    groupByName: (name) => (name === "support" ? { id: 17, name: "support" } : undefined),
+    channelByName: (name) => (name === "Denmark" ? { id: 1, name: "Denmark" } : name === "a.b c" ? { id: 2, name: "a.b c" } : undefined),
+  };
+  const render = (content: string) => renderMarkdown(content, context);
+
+  it("mentions a user by name, reporting the id", () => {
+    const result = render("hi @**king hamlet**");
+    expect(result.html).toBe('<p>hi <span class="user-mention" data-user-id="10">@King Hamlet</span></p>');
+    expect(result.mentionedUserIds).toEqual([10]);
+    expect(result.wildcardMention).toBeNull();
+  });
+
+  it("mentions a user by name and id, and refuses a name that is not that user's", () => {
+    expect(render("@**King Hamlet|10**").html).toBe('<p><span class="user-mention" data-user-id="10">@King Hamlet</span></p>');
+    expect(render("@**|10**").mentionedUserIds).toEqual([10]);
+    const wrong = render("@**Old Ghost|10**");
+    expect(wrong.html).toBe("<p>@<strong>Old Ghost|10</strong></p>"); // what is left is bold text, as in Zulip
+    expect(wrong.mentionedUserIds).toEqual([]);
+  });
+
+  it("renders silent mentions without @ and without notifying", () => {
+    const result = render("@_**King Hamlet**");
+    expect(result.html).toBe('<p><span class="user-mention silent" data-user-id="10">King Hamlet</span></p>');
+    expect(result.mentionedUserIds).toEqual([]);
+  });
+
+  it("mentions a deactivated user silently", () => {
+    const result = render("@**Old Ghost**");
+    expect(result.html).toBe('<p><span class="user-mention silent" data-user-id="11">Old Ghost</span></p>');
+    expect(result.mentionedUserIds).toEqual([]);
+  });
+
+  it("does not mention unknown users, nor inside code or words", () => {
+    const result = render("@**Nobody** and `@**King Hamlet**` and a@**King Hamlet**");
+    expect(result.html).toBe(
+      "<p>@<strong>Nobody</strong> and <code>@**King Hamlet**</code> and a@<strong>King Hamlet</strong></p>",
+    );
+    expect(result.mentionedUserIds).toEqual([]);
+  });
+
+  it("escapes names", () => {
+    expect(render("@**<b>Evil</b>**").html).toBe(
+      '<p><span class="user-mention" data-user-id="12">@&lt;b&gt;Evil&lt;/b&gt;</span></p>',
+    );
+  });
+
+  it("recognises channel and topic wildcards; silent ones do not count", () => {
+    for (const name of ["all", "everyone", "channel", "stream"]) {
+      const result = render(`@**${name}**`);
+      expect(result.html).toBe(`<p><span class="user-mention channel-wildcard-mention" data-user-id="*">@${name}</span></p>`);
+      expect(result.wildcardMention).toBe("channel");
+    }
+    const topic = render("@**topic**");
+    expect(topic.html).toBe('<p><span class="topic-mention">@topic</span></p>');
+    expect(topic.wildcardMention).toBe("topic");
+    expect(render("@**topic** @**all**").wildcardMention).toBe("channel");
+    const silent = render("@_**all**");
+    expect(silent.html).toBe('<p><span class="user-mention channel-wildcard-mention silent" data-user-id="*">all</span></p>');
+    expect(silent.wildcardMention).toBeNull();
+  });
+
+  it("mentions user groups", () => {
+    const result = render("@*support* and @_*support* and @*nope*");
+    expect(result.html).toBe(
+      '<p><span class="user-group-mention" data-user-group-id="17">@support</span> and ' +
+        '<span class="user-group-mention silent" data-user-group-id="17">support</span> and @<em>nope</em></p>',
+    );
+    expect(result.mentionedGroupIds).toEqual([17]);
+  });
+
+  it("links channels and topics with Zulip's narrow encoding", () => {
+    expect(render("#**Denmark**").html).toBe(
+      '<p><a class="stream" data-stream-id="1" href="/#narrow/channel/1-Denmark">#Denmark</a></p>',
+    );
+    expect(render("#**Denmark>some topic**").html).toBe(
+      '<p><a class="stream-topic" data-stream-id="1" href="/#narrow/channel/1-Denmark/topic/some.20topic">#Denmark &gt; some topic</a></p>',
+    );
+    expect(render("#**a.b c>x.y**").html).toBe(
+      '<p><a class="stream-topic" data-stream-id="2" href="/#narrow/channel/2-a.2Eb-c/topic/x.2Ey">#a.b c &gt; x.y</a></p>',
+    );
+    expect(render("#**Nowhere**").html).toBe("<p>#<strong>Nowhere</strong></p>");
+  });
+
+  it("renders without any lookups", () => {
+    expect(renderMarkdown("@**King Hamlet** #**Denmark** @*support*").html).toBe(
+      "<p>@<strong>King Hamlet</strong> #<strong>Denmark</strong> @<em>support</em></p>",
+    );
+  });
+});
+
+describe("other Zulip syntax", () => {
+  it("renders realm emoji, Zulip's own emoji and unicode emoji names", () => {
+    const context: MarkdownContext = {
+      realmEmojiByName: (name) => (name === "party_parrot" ? { id: "3", source_url: "/user_avatars/1/emoji/3.gif" } : undefined),
+    };
+    expect(renderMarkdown(":party_parrot: :zulip: :+1: :thumbs_up:", context).html).toBe(
+      '<p><img alt=":party_parrot:" class="emoji" src="/user_avatars/1/emoji/3.gif" title="party parrot"> ' +
+        '<img alt=":zulip:" class="emoji" src="/static/generated/emoji/images/emoji/unicode/zulip.png" title="zulip"> ' +
+        '<span aria-label="+1" class="emoji emoji-1f44d" role="img" title="+1">:+1:</span> ' +
+        '<span aria-label="thumbs up" class="emoji emoji-1f44d" role="img" title="thumbs up">:thumbs_up:</span></p>',
+    );
+  });
+
+  it("renders spoilers and quotes with nested fences", () => {
+    expect(renderMarkdown("```quote\n```spoiler Title\n```python\nx = 1\n```\n```\n```").html).toBe(
+      "<blockquote>\n" +
+        '<div class="spoiler-block"><div class="spoiler-header">\n<p>Title</p>\n' +
+        '</div><div class="spoiler-content" aria-hidden="true">\n' +
+        '<div class="codehilite" data-code-language="Python"><pre><span></span><code>x = 1\n</code></pre></div>\n' +
+        "</div></div>\n</blockquote>",
+    );
+  });
+
+  it("reports links, and turns realm links into fragments", () => {
+    expect(renderMarkdown("no link here").hasLink).toBe(false);
+    const result = renderMarkdown("see https://chat.example.com/#narrow/channel/1-x", { realmUrl: "https://chat.example.com/" });
+    expect(result.hasLink).toBe(true);
+    expect(result.html).toBe('<p>see <a href="#narrow/channel/1-x">https://chat.example.com/#narrow/channel/1-x</a></p>');
+  });
+
+  it("does not link unsafe schemes", () => {
+    expect(renderMarkdown("[x](javascript:alert(1)) [y](data:text/html,hi)").html).toBe(
+      "<p>[x](javascript:alert(1)) [y](data:text/html,hi)</p>",
+    );
+  });
+
+  it("takes names that are also Object.prototype's keys as plain text", () => {
+    expect(renderMarkdown("```constructor\nx\n```\n:constructor: :__proto__:").html).toBe(
+      '<div class="codehilite" data-code-language="constructor"><pre><span></span><code>x\n</code></pre></div>\n' +
+        "<p>:constructor: :__proto__:</p>",
+    );
+  });
+
+  it("renders ISO 8601 timestamps in UTC", () => {
+    expect(renderMarkdown("<time:2024-02-29T10:00:00+05:30>").html).toBe(
+      '<p><time datetime="2024-02-29T04:30:00Z">2024-02-29T10:00:00+05:30</time></p>',
+    );
+    expect(renderMarkdown("<time:2023-02-29>").html).toBe(
+      '<p><span class="timestamp-error">Invalid time format: 2023-02-29</span></p>',
+    );
+  });
+
+  it("nests ordered lists indented by two spaces, and leaves indented code alone", () => {
+    expect(renderMarkdown("1. a\n  1. b\n\n```\n  1. c\n```").html).toBe(
+      "<ol>\n<li>a<ol>\n<li>b</li>\n</ol>\n</li>\n</ol>\n" +
+        '<div class="codehilite"><pre><span></span><code>  1. c\n</code></pre></div>',
+    );
+  });
+});
+
+describe("the plain-line shortcut", () => {
+  // Every string of up to three of these: words and the characters that turn words into markdown (list numbers,
+  // domains, emoji names between colons, emoticons, mentions, emphasis, line breaks, entities, non-ASCII).
+  const PIECES = ["hello", "it's", "1", "www", "example", ".com", "tada", ":tada:", "all", " ", "  ", ".", ",", "!", "?", "'", ":",
+    ")", "#", "@", "*", "_", "-", "&", "\n", "é"];
+
+  it("renders exactly what markdown-it renders", () => {
+    let shortcut = 0;
+    const EMOTICONS: MarkdownContext = { translateEmoticons: true };
+    const check = (content: string) => {
+      if (isPlainLine(content)) shortcut++;
+      // With emoticons on, the context that changes the most text.
+      expect(renderMarkdown(content, EMOTICONS), JSON.stringify(content)).toEqual(renderWithMarkdownIt(content, EMOTICONS));
+    };
+    for (const a of PIECES) {
+      check(a);
+      for (const b of PIECES) {
+        check(a + b);
+        for (const c of PIECES) check(a + b + c);
+      }
+    }
+    expect(shortcut).toBeGreaterThan(500);
+  });
+
+  it("takes one line of words and leaves everything that markdown could change to markdown-it", () => {
+    for (const plain of ["hello", "Sounds good.", "ok, see you at 10. Thanks!", "it's done", "Why not?"]) {
+      expect(isPlainLine(plain), plain).toBe(true);
+      expect(renderMarkdown(plain).html).toBe(`<p>${plain}</p>`);
+    }
+    for (const marked of ["1. one", "example.com", "see www.example.com", "a  b", "trailing ", " leading", "a\nb", "smile :)",
+      ":tada:", "@all", "#general", "*hi*", "a & b", "café", "x_y"]) {
+      expect(isPlainLine(marked), marked).toBe(false);
+    }
+  });
+});

@@ -1,0 +1,261 @@
+/**
+ * Event queues outlive their worker: with Redis Streams and Postgres, every worker is killed (SIGKILL) while a
+ * queue holds unacknowledged events; once the workers are back the same queue answers with the same events,
+ * under the same ids, and goes on receiving.
+ *
+ * Events are written behind their delivery (actors/chat/users/user.ts): the crash tests that need it lengthen that window
+ * (EVENT_WRITE_DELAY_MS) so that the kill certainly lands while the events exist only in memory. With Redis the
+ * unacknowledged deliveries reach the restarted workers again and the queue has every event; on the embedded
+ * engine nothing can deliver them again, so the queue answers BAD_EVENT_QUEUE_ID instead of a gap.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import pg from "pg";
+import { afterAll, expect, it } from "vitest";
+import { startChorus, startDistributed, workerPids } from "../../../support/process.ts";
+import { api, readZuliprc } from "../../../support/server.ts";
+
+const cleanups: Array<() => Promise<unknown>> = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => {});
+});
+
+type Target = { url: string };
+
+async function storedEvents(url: string): Promise<number> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query("select count(*)::int as n from user_events")).rows[0].n;
+  } finally {
+    await client.end();
+  }
+}
+type Owner = ReturnType<typeof readZuliprc>;
+
+const sendTo = (target: Target, owner: Owner, channel: string) => async (content: string) => {
+  const res = await api(target, "POST", "/messages", { as: owner, params: { type: "stream", to: channel, topic: "t", content } });
+  expect(res.status).toBe(200);
+  return res.body.id as number;
+};
+
+/** Poll until the restarted deployment answers for the queue (any answer but a connection error or a 5xx). */
+async function pollAfterRestart(target: Target, owner: Owner, queue: string, ready: () => boolean): Promise<any> {
+  for (let i = 0; i < 150; i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    if (!ready()) continue;
+    const res = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } }).catch(() => undefined);
+    if (res && res.status < 500) return res;
+  }
+  throw new Error("the deployment did not answer for the queue after the restart");
+}
+
+/** Waits (up to 10 s) for `check` to hold: waiting on an observable fact, not on a guess. */
+async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${what}: not within 10 s`);
+}
+
+/**
+ * Chorus on Redis and Postgres with two workers (short leases, so a killed worker's shards move within seconds),
+ * the owner subscribed to `channel` with one queue of message events. `env` adds to the workers' environment.
+ */
+async function distributedQueue(channel: string, env: Record<string, string> = {}) {
+  const server = await startDistributed({ LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000", ...env }, cleanups);
+  const target = { url: `http://127.0.0.1:${server.port}` };
+  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
+  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: channel }] } });
+  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id as string;
+  const events = (lastEventId = -1) => api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: lastEventId, dont_block: true } });
+  /** SIGKILL every worker, then the queue's first answer from the restarted ones. */
+  const killAndPoll = async () => {
+    const killed = workerPids(server);
+    for (const pid of killed) process.kill(pid, "SIGKILL");
+    return pollAfterRestart(target, owner, queue, () => workerPids(server).length >= killed.length * 2);
+  };
+  return { server, target, owner, queue, send: sendTo(target, owner, channel), events, killAndPoll };
+}
+
+/** A connection to the deployment's database, for what the test does behind Chorus' back; closed at the end. */
+async function adminClient(url: string): Promise<pg.Client> {
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  cleanups.push(() => admin.end());
+  return admin;
+}
+
+it("restores a queue with its unacknowledged events after every worker is killed", async () => {
+  const { target, owner, send, events, killAndPoll } = await distributedQueue("durable");
+  const sent = [await send("one"), await send("two")];
+  const before = await events();
+  expect(before.body.events.map((e: any) => e.message.id)).toEqual(sent);
+
+  const after = await killAndPoll();
+  expect(after.status).toBe(200);
+  expect(after.body.events).toEqual(before.body.events);
+
+  const lastId = after.body.events.at(-1).id;
+  const m3 = await send("three");
+  const next = await events(lastId);
+  expect(next.body.events.map((e: any) => e.message.id)).toEqual([m3]);
+  expect(next.body.events[0].id).toBeGreaterThan(lastId);
+
+  const unknown = await api(target, "GET", "/events", { as: owner, params: { queue_id: "never-registered", last_event_id: -1, dont_block: true } });
+  expect(unknown.body.code).toBe("BAD_EVENT_QUEUE_ID");
+}, 90_000);
+
+it("gives restored events ids above every one used before the crash, past a block of reserved ids", async () => {
+  // A busy user's actor reserves its next block of event ids while the current one lasts (actors/chat/users/user.ts). Here
+  // no event row is written before the crash, so the events delivered again get new ids from where the stored
+  // reservation ends: it must be past every id used, also those of the block reserved in the background.
+  const { server, send, events, killAndPoll } = await distributedQueue("busy", { EVENT_WRITE_DELAY_MS: "60000" });
+  const total = 1600; // one and a half blocks of 1,024
+  const sent: number[] = [];
+  for (let i = 0; i < total; i += 40) sent.push(...(await Promise.all(Array.from({ length: Math.min(40, total - i) }, (_, k) => send(`m${i + k}`)))));
+  const before = await events();
+  expect(before.body.events).toHaveLength(total);
+  expect(await storedEvents(server.databaseUrl)).toBe(0);
+  const lastId = Math.max(...before.body.events.map((e: any) => e.id));
+
+  const after = await killAndPoll();
+  expect(after.status).toBe(200);
+  const restored = after.body.events;
+  expect(new Set(restored.map((e: any) => e.message.id))).toEqual(new Set(sent));
+  expect(restored).toHaveLength(total);
+  for (const e of restored) expect(e.id).toBeGreaterThan(lastId);
+}, 90_000);
+
+it("gives a restored queue every event that was only in memory when the workers died (Redis delivers again)", async () => {
+  const { server, send, events, killAndPoll } = await distributedQueue("behind", { EVENT_WRITE_DELAY_MS: "5000" });
+  const sent = [await send("one"), await send("two"), await send("three")];
+  const before = await events();
+  expect(before.body.events.map((e: any) => e.message.id)).toEqual(sent);
+  // Nothing of it is in the store yet: the queue holds it in memory only.
+  expect(await storedEvents(server.databaseUrl)).toBe(0);
+
+  const after = await killAndPoll();
+  expect(after.status).toBe(200);
+  const ids = after.body.events.map((e: any) => e.message.id);
+  expect(new Set(ids)).toEqual(new Set(sent));
+  expect(ids).toHaveLength(sent.length);
+  // The events' new ids are above every id handed out before the crash: a client that acknowledged those still
+  // receives these.
+  const lastSeen = before.body.events.at(-1).id;
+  for (const e of after.body.events) expect(e.id).toBeGreaterThan(lastSeen);
+}, 90_000);
+
+it("delivers a message its worker stored but died before delivering (the send's entry is left to the next holder)", async () => {
+  const { server, target, owner, send, killAndPoll } = await distributedQueue("stored");
+  const admin = await adminClient(server.databaseUrl);
+  const stored = async (content: string) =>
+    (await admin.query("select id from messages where content = $1", [content])).rows.map((r) => Number(r.id));
+  const first = await send("one");
+
+  // The commit of the next message waits on a lock: its turn has long ended (and its entry would have been
+  // acknowledged) when the workers are killed. Released afterwards, the orphaned statement commits the message.
+  await admin.query("begin");
+  await admin.query("lock table messages in share mode");
+  const hung = api(target, "POST", "/messages", { as: owner, params: { type: "stream", to: "stored", topic: "t", content: "two" } }).catch(() => undefined);
+  await eventually("the commit waits on the lock", async () => {
+    const { rows } = await admin.query("select count(*)::int as n from pg_locks where relation = 'messages'::regclass and not granted");
+    return rows[0].n > 0;
+  });
+  await new Promise((r) => setTimeout(r, 300));
+  const restarted = killAndPoll();
+  await admin.query("commit");
+  await eventually("the orphaned commit lands", async () => (await stored("two")).length === 1);
+  await hung;
+
+  const after = await restarted;
+  expect(after.status).toBe(200);
+  const [second] = await stored("two");
+  expect(after.body.events.map((e: any) => e.message.id)).toEqual([first, second]);
+  expect(await stored("two")).toEqual([second]); // delivered again, not stored again
+}, 90_000);
+
+it("answers BAD_EVENT_QUEUE_ID, never a gap, for a queue whose events died with the embedded process", async () => {
+  const env = { EVENT_WRITE_DELAY_MS: "5000" };
+  const first = await startChorus(env);
+  const dataDir = first.dataDir;
+  cleanups.push(async () => fs.rmSync(dataDir, { recursive: true, force: true }));
+  const target = { url: `http://127.0.0.1:${first.port}` };
+  const owner = readZuliprc(path.join(dataDir, "zuliprc"));
+  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "embedded" }] } });
+  const lost = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
+  const id = await sendTo(target, owner, "embedded")("only in memory");
+  const before = await api(target, "GET", "/events", { as: owner, params: { queue_id: lost, last_event_id: -1, dont_block: true } });
+  expect(before.body.events.map((e: any) => e.message.id)).toEqual([id]);
+  const pids = workerPids(first);
+  expect(pids).toHaveLength(1);
+  process.kill(pids[0]!, "SIGKILL");
+  await first.stop();
+
+  const second = await startChorus(env, dataDir);
+  cleanups.push(async () => void (await second.stop()));
+  const again = { url: `http://127.0.0.1:${second.port}` };
+  const after = await api(again, "GET", "/events", { as: owner, params: { queue_id: lost, last_event_id: -1, dont_block: true } });
+  expect(after.status).toBe(400);
+  expect(after.body.code).toBe("BAD_EVENT_QUEUE_ID");
+  // A queue registered now works as usual, and the message itself was kept.
+  const fresh = (await api(again, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
+  const next = await sendTo(again, owner, "embedded")("after the restart");
+  const events = await api(again, "GET", "/events", { as: owner, params: { queue_id: fresh, last_event_id: -1, dont_block: true } });
+  expect(events.body.events.map((e: any) => e.message.id)).toEqual([next]);
+  const stored = await api(again, "GET", "/messages", { as: owner, params: { anchor: "newest", num_before: 5, num_after: 0, narrow: [{ operator: "channel", operand: "embedded" }] } });
+  expect(stored.body.messages.map((m: any) => m.id)).toEqual([id, next]);
+}, 90_000);
+
+it("keeps an embedded queue's events, under the same ids, across a graceful restart", async () => {
+  const first = await startChorus();
+  const dataDir = first.dataDir;
+  cleanups.push(async () => fs.rmSync(dataDir, { recursive: true, force: true }));
+  const target = { url: `http://127.0.0.1:${first.port}` };
+  const owner = readZuliprc(path.join(dataDir, "zuliprc"));
+  await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "graceful" }] } });
+  const queue = (await api(target, "POST", "/register", { as: owner, params: { event_types: ["message"] } })).body.queue_id;
+  const send = sendTo(target, owner, "graceful");
+  const sent = [await send("one"), await send("two")];
+  const before = await api(target, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
+  expect(before.body.events.map((e: any) => e.message.id)).toEqual(sent);
+  expect(await first.stop()).toBe(0);
+
+  const second = await startChorus({}, dataDir);
+  cleanups.push(async () => void (await second.stop()));
+  const again = { url: `http://127.0.0.1:${second.port}` };
+  const after = await api(again, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
+  expect(after.status).toBe(200);
+  expect(after.body.events).toEqual(before.body.events);
+  const next = await sendTo(again, owner, "graceful")("three");
+  const more = await api(again, "GET", "/events", { as: owner, params: { queue_id: queue, last_event_id: before.body.events.at(-1).id, dont_block: true } });
+  expect(more.body.events.map((e: any) => e.message.id)).toEqual([next]);
+}, 90_000);
+
+it("keeps writing a delivered event while the store refuses it, and holds its entry until it is written", async () => {
+  const { server, send, events, killAndPoll } = await distributedQueue("refused");
+  const admin = await adminClient(server.databaseUrl);
+  // A real failure of the events table, not of the shard: every new row breaks this check until it is dropped.
+  const refuseEventRows = (on: boolean) =>
+    admin.query(on ? "alter table user_events add constraint refused check (seq < 0) not valid" : "alter table user_events drop constraint refused");
+
+  // While the store refuses the row, the queue has the event; once it accepts rows again, the row is written.
+  await refuseEventRows(true);
+  const first = await send("one");
+  expect((await events()).body.events.map((e: any) => e.message.id)).toEqual([first]);
+  await new Promise((r) => setTimeout(r, 300));
+  expect(await storedEvents(server.databaseUrl)).toBe(0);
+  await refuseEventRows(false);
+  await eventually("the refused row is written", async () => (await storedEvents(server.databaseUrl)) === 1);
+
+  // A worker that dies while its write is refused had not acknowledged the delivery: the next one gets it again.
+  await refuseEventRows(true);
+  const second = await send("two");
+  await new Promise((r) => setTimeout(r, 300));
+  const restarted = killAndPoll();
+  await refuseEventRows(false);
+  const after = await restarted;
+  expect(after.status).toBe(200);
+  expect(after.body.events.map((e: any) => e.message.id)).toEqual([first, second]);
+}, 90_000);

@@ -1,0 +1,66 @@
+/**
+ * GET /api/v1/events/stream: a queue as server-sent events, read by a real EventSource client; ids are the
+ * queue's event ids, and a reconnect with Last-Event-ID resumes after that event.
+ */
+import { EventSource } from "eventsource";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { api, ENGINES, startTestServer, type TestServer } from "../../../support/server.ts";
+
+function openStream(server: TestServer, queueId: string, lastEventId?: string) {
+  const auth = `Basic ${Buffer.from(`${server.owner.email}:${server.owner.key}`).toString("base64")}`;
+  const received: Array<{ id: string; data: any }> = [];
+  const source = new EventSource(`${server.url}/api/v1/events/stream?queue_id=${queueId}`, {
+    fetch: (input, init) =>
+      fetch(input, { ...init, headers: { ...init?.headers, authorization: auth, ...(lastEventId ? { "last-event-id": lastEventId } : {}) } }),
+  });
+  source.onmessage = (e) => received.push({ id: e.lastEventId, data: JSON.parse(e.data) });
+  const opened = new Promise<void>((resolve, reject) => {
+    source.onopen = () => resolve();
+    source.onerror = (e) => reject(e);
+  });
+  return { source, received, opened };
+}
+
+async function until(check: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error("timed out waiting");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+describe.each(ENGINES)("event stream on %s", (engine) => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer(engine);
+    await api(server, "POST", "/users/me/subscriptions", { as: server.owner, params: { subscriptions: [{ name: "sse" }] } });
+  });
+  afterAll(async () => server?.close());
+  const send = (content: string) =>
+    api(server, "POST", "/messages", { as: server.owner, params: { type: "stream", to: "sse", topic: "t", content } }).then((r) => r.body.id as number);
+
+  it("streams events with their ids and resumes after Last-Event-ID", async () => {
+    const queue = (await api(server, "POST", "/register", { as: server.owner, params: { event_types: ["message"] } })).body.queue_id;
+    const first = openStream(server, queue);
+    await first.opened;
+    const m1 = await send("one");
+    const m2 = await send("two");
+    await until(() => first.received.length === 2);
+    expect(first.received.map((e) => e.data.message.id)).toEqual([m1, m2]);
+    expect(first.received.map((e) => e.id)).toEqual(first.received.map((e) => String(e.data.id)));
+    first.source.close();
+
+    const m3 = await send("three");
+    const resumed = openStream(server, queue, first.received[0]!.id);
+    await resumed.opened;
+    await until(() => resumed.received.length === 2);
+    expect(resumed.received.map((e) => e.data.message.id)).toEqual([m2, m3]);
+    resumed.source.close();
+  });
+
+  it("answers an unknown queue with BAD_EVENT_QUEUE_ID before opening the stream", async () => {
+    const res = await api(server, "GET", "/events/stream", { as: server.owner, params: { queue_id: "nope" } });
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe("BAD_EVENT_QUEUE_ID");
+  });
+});

@@ -1,0 +1,123 @@
+/**
+ * `has:` narrows read from the rendered content, and bad input at the message routes: every case a clear Zulip
+ * error (or Zulip's truncation), never a 500. Through a real server on both engines.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
+import { ids, messageApi, type User } from "../../../support/messages.ts";
+
+/** One past Number.MAX_SAFE_INTEGER: JSON and Number() would round it onto another id. */
+const PAST_2_53 = "9007199254740993";
+
+describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
+  let server: TestServer;
+  let owner: Credentials;
+  let alice: User;
+
+  const { send, toChannel, get, events, subscribe } = messageApi(() => server);
+  const expectError = (res: { status: number; body: any }, msg: string | RegExp, code = "BAD_REQUEST") => {
+    expect(res.status, JSON.stringify(res.body)).toBe(400);
+    expect(res.body.code).toBe(code);
+    expect(res.body.msg).toMatch(msg);
+  };
+
+  beforeAll(async () => {
+    server = await startTestServer(engine);
+    owner = server.owner;
+    alice = await createUser(server, "alice@example.com", "Alice");
+    const ownerId = (await api(server, "GET", "/users/me", { as: owner })).body.user_id;
+    await subscribe(owner, ["general"], { principals: [ownerId, alice.id] });
+  });
+  afterAll(async () => server?.close());
+
+  it("decides has:link, has:attachment and has:image from the rendered content, in fetches and in queues", async () => {
+    const q = await api(server, "POST", "/register", { as: alice, params: { event_types: ["message"], narrow: [["has", "link"]] } });
+    const web = await toChannel(owner, "has", "see https://example.com/page");
+    const code = await toChannel(owner, "has", "`https://example.com/in-code`");
+    const channel = await toChannel(owner, "has", "over in #**general**");
+    const mail = await toChannel(owner, "has", "write to someone@example.com");
+    const pdf = await toChannel(owner, "has", "[report.pdf](/user_uploads/2/ab/report.pdf)");
+    const upload = await toChannel(owner, "has", "[cat.PNG](/user_uploads/2/cd/cat.PNG)");
+    const external = await toChannel(owner, "has", "https://example.com/dog.jpg?size=large");
+    const has = async (operand: string, negated = false) =>
+      ids(await get(alice, { narrow: [{ operator: "topic", operand: "has" }, { operator: "has", operand, negated }] }));
+    expect(await has("link")).toEqual([web, pdf, upload, external]);
+    expect(await has("attachment")).toEqual([pdf, upload]);
+    expect(await has("image")).toEqual([upload, external]);
+    expect(await has("link", true)).toEqual([code, channel, mail]);
+    expect(await has("reaction")).toEqual([]);
+    const delivered = (await events(alice, q.body.queue_id)).map((e) => e.message.id);
+    expect(delivered).toEqual([web, pdf, upload, external]);
+  });
+
+  it("refuses ids past 2^53 wherever an id is read", async () => {
+    expectError(await get(alice, { anchor: PAST_2_53 }), "Invalid anchor");
+    expectError(await api(server, "GET", "/messages", { as: alice, params: { message_ids: `[${PAST_2_53}]` } }), /message_ids/);
+    expectError(await get(alice, { narrow: `[{"operator":"id","operand":${PAST_2_53}}]` }), /Invalid narrow operand/, "BAD_NARROW");
+    expectError(await get(alice, { narrow: [{ operator: "near", operand: PAST_2_53 }] }), /Invalid narrow operand/, "BAD_NARROW");
+    const template = "/messages/{message_id}";
+    expectError(await api(server, "PATCH", `/messages/${PAST_2_53}`, { as: alice, params: { content: "x" }, template }), /message_id/);
+    expectError(await api(server, "DELETE", `/messages/${PAST_2_53}`, { as: alice, template }), /message_id/);
+    expectError(await api(server, "POST", "/messages/flags", { as: alice, params: { messages: `[${PAST_2_53}]`, op: "add", flag: "read" } }), /messages/);
+    expectError(await send(alice, { type: "direct", to: `[${PAST_2_53}]`, content: "x" }), /to|Invalid/);
+  });
+
+  it("refuses negative and oversized counts, with Zulip's 5000 cap on the sum", async () => {
+    expectError(await get(alice, { num_before: -1 }), "num_before is too small");
+    expectError(await get(alice, { num_after: "-5" }), "num_after is too small");
+    expectError(await get(alice, { num_before: 3000, num_after: 2001 }), "Too many messages requested (maximum 5000).");
+    expectError(await get(alice, { num_before: 0, num_after: 5001 }), "Too many messages requested (maximum 5000).");
+    expectError(await get(alice, { num_before: "1e3" }), "num_before is not an integer");
+    expectError(await get(alice, { num_before: "100000000000000000000" }), "num_before is not an integer");
+    expect((await get(alice, { num_before: 2500, num_after: 2500 })).status).toBe(200);
+    for (const anchor of ["-1", "1.5", " 12", "0x10", ""]) expectError(await get(alice, { anchor }), "Invalid anchor");
+    expectError(await get(alice, { include_anchor: "yes" }), "include_anchor is not a boolean");
+    const tooMany = JSON.stringify(Array.from({ length: 5001 }, (_, i) => i + 1));
+    expectError(await api(server, "GET", "/messages", { as: alice, params: { message_ids: tooMany } }), /message_ids/);
+    expectError(await api(server, "GET", "/messages", { as: alice, params: { message_ids: '[1, "x"]' } }), /message_ids/);
+  });
+
+  it("answers recipient and user lists of any length without a 500", async () => {
+    const huge = Array.from({ length: 70_000 }, (_, i) => i + 1_000_000);
+    expectError(await send(alice, { type: "direct", to: huge, content: "x" }), "Invalid user ID 1000000");
+    const emails = huge.map((i) => `u${i}@example.com`);
+    expectError(await send(alice, { type: "direct", to: emails, content: "x" }), "Invalid email 'u1000000@example.com'");
+    const narrow = [{ operator: "dm", operand: huge.slice(0, 5000) }];
+    expectError(await get(alice, { narrow }), "Invalid narrow operator: unknown user", "BAD_NARROW");
+  });
+
+  it("answers a narrow of thousands of operators with a quick BAD_NARROW, in both forms", async () => {
+    const many = Array.from({ length: 5000 }, (_, i) => ({ operator: "search", operand: `word${i}` }));
+    const started = Date.now();
+    // In a query string as long as uWS reads (its request head stops near 64 KiB), and in a form body.
+    expectError(await get(alice, { narrow: many.slice(0, 1500).map((_, i) => ["id", i]) }), "Invalid narrow: at most 100 operators", "BAD_NARROW");
+    expectError(await api(server, "POST", "/register", { as: alice, params: { narrow: many } }), "Invalid narrow: at most 100 operators", "BAD_NARROW");
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect((await get(alice, { narrow: many.slice(0, 100) })).status).toBe(200);
+    expectError(await get(alice, { narrow: "not json" }), /narrow/, "INVALID_JSON");
+    expectError(await get(alice, { narrow: [{ operator: "topic", operand: { nested: true } }] }), /Invalid narrow operand/, "BAD_NARROW");
+  });
+
+  it("refuses null bytes and empty content, and truncates over-long topics and content as Zulip does", async () => {
+    expectError(await send(alice, { type: "stream", to: "general", topic: "t", content: "a\u0000b" }), /NULL/);
+    expectError(await send(alice, { type: "stream", to: "general", topic: "a\u0000b", content: "x" }), /NULL/);
+    expectError(await send(alice, { type: "stream", to: "general", topic: "t", content: " \n " }), "Message must not be empty");
+    // Inside JSON a NUL is spelled \u0000: still refused, before any query sees it.
+    expectError(await get(alice, { narrow: [{ operator: "search", operand: "a\u0000b" }] }), /NULL/, "BAD_NARROW");
+    expectError(await send(alice, { type: "direct", to: ["nobody\u0000@example.com"], content: "x" }), /NULL/);
+    expectError(await send(alice, { type: "stream", to: ["gen\u0000eral"], topic: "t", content: "x" }), /NULL/);
+    const long = await send(alice, { type: "stream", to: "general", topic: "t".repeat(100), content: "c".repeat(20_000) });
+    expect(long.status).toBe(200);
+    const [m] = (await get(alice, { narrow: [{ operator: "id", operand: long.body.id }] })).body.messages;
+    expect(m.subject).toBe("t".repeat(57) + "...");
+    expect(m.content).toHaveLength(10_000);
+    expect(m.content.endsWith("\n[message truncated]")).toBe(true);
+    const id = long.body.id;
+    const template = "/messages/{message_id}";
+    expectError(await api(server, "PATCH", `/messages/${id}`, { as: alice, params: { content: "\u0000" }, template }), /NULL/);
+    expectError(await api(server, "PATCH", `/messages/${id}`, { as: alice, params: { topic: "a\u0000" }, template }), /NULL/);
+    const edited = await api(server, "PATCH", `/messages/${id}`, { as: alice, params: { topic: "u".repeat(61) }, template });
+    expect(edited.status).toBe(200);
+    expect((await get(alice, { narrow: [{ operator: "id", operand: id }] })).body.messages[0].subject).toBe("u".repeat(57) + "...");
+  });
+});
