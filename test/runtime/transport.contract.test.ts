@@ -7,13 +7,9 @@ import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { MemoryTransport } from "../../runtime/transport/memory.ts";
-import {
-  deleteRedisKeys,
-  GROUP,
-  redisKeys,
-  RedisStreamsTransport,
-  type RedisStreamsOptions,
-} from "../../runtime/transport/redis-streams.ts";
+import { deleteRedisKeys } from "../../runtime/transport/redis-connection.ts";
+import { redisKeys } from "../../runtime/transport/redis-keys.ts";
+import { GROUP, RedisStreamsTransport, type RedisStreamsOptions } from "../../runtime/transport/redis-streams.ts";
 import type { Entry, Reply, Transport, TransportHandlers } from "../../runtime/transport/transport.ts";
 
 const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
