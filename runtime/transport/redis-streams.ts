@@ -30,12 +30,8 @@
  * target's stream exists (script `replyIfAlive`), so replies to a node that is gone are dropped at the source
  * instead of re-creating its stream. A reply to this node itself does not go through Redis.
  *
- * Notices: PUBLISH on one channel (`<prefix>:notices`) that every node SUBSCRIBEs to from `start`, on a connection
- * of its own (ioredis subscribes again after a reconnect; what was published meanwhile is missed, as the contract
- * allows).
- *
- * Connections. One non-blocking command connection for XADD, XACK, group creation, PUBLISH and the scripts; one
- * blocking connection per held shard loop; one for the reply loop; one subscribed to notices. Why one per shard
+ * Connections. One non-blocking command connection for XADD, XACK, group creation and the scripts; one blocking
+ * connection per held shard loop; one for the reply loop. Why one per shard
  * rather than a single multiplexed XREADGROUP over all held streams: shards are few per worker (16 in all by
  * default), each loop keeps its own claim/read/trim phase, its own back-off and its own watchdog, and `release`
  * interrupts exactly one loop by closing its connection — a shared reader would need CLIENT UNBLOCK on every acquire
@@ -53,7 +49,7 @@
 import { createHash, randomUUID } from "node:crypto";
 import type { Redis } from "ioredis";
 import { connectRedis } from "./redis-connection.ts";
-import { channels, redisKeys, type RedisKeys } from "./redis-keys.ts";
+import { redisKeys, type RedisKeys } from "./redis-keys.ts";
 import type { Entry, Reply, ReplyAddress, Transport, TransportHandlers } from "./transport.ts";
 
 export interface RedisStreamsOptions {
@@ -328,7 +324,6 @@ export class RedisStreamsTransport implements Transport {
   private replyLoop?: Promise<void>;
   private replyLast = "0-0";
   private replyWake?: () => void;
-  private noticeConn?: Redis;
   private closing = false;
   private closed?: Promise<void>;
 
@@ -360,20 +355,6 @@ export class RedisStreamsTransport implements Transport {
     await this.cmd.call("SCRIPT", "LOAD", appendAndTake.source);
     this.replyConn = new LoopConnection(() => this.connect("reply", true));
     this.replyLoop = this.runReplies(this.replyConn);
-    this.noticeConn = this.connect("notices", false);
-    this.noticeConn.on("message", (_channel: string, notice: string) => {
-      try {
-        this.handlers?.onNotice(notice);
-      } catch (err) {
-        this.onError(err, "onNotice");
-      }
-    });
-    await this.noticeConn.subscribe(this.keys.channel(channels.notices));
-  }
-
-  async announce(notice: string): Promise<void> {
-    if (this.closing) return;
-    await this.cmd.call("PUBLISH", this.keys.channel(channels.notices), notice);
   }
 
   async send(shard: number, entry: Entry): Promise<void> {
@@ -484,7 +465,6 @@ export class RedisStreamsTransport implements Transport {
       this.replyWake?.();
       this.replyConn?.stop();
       await this.replyLoop;
-      this.noticeConn?.disconnect();
       await Promise.race([this.cmd.quit().catch(NOOP), sleep(1000)]);
       this.cmd.disconnect();
     })();

@@ -97,7 +97,6 @@ afterAll(async () => {
 class Recorder implements TransportHandlers {
   readonly entries: { shard: number; entry: Entry }[] = [];
   readonly replies: Reply[] = [];
-  readonly notices: string[] = [];
   hold?: (entry: Entry) => Promise<void>;
   onEntry(shard: number, entry: Entry): Promise<void> {
     this.entries.push({ shard, entry });
@@ -105,9 +104,6 @@ class Recorder implements TransportHandlers {
   }
   onReply(reply: Reply): void {
     this.replies.push(reply);
-  }
-  onNotice(notice: string): void {
-    this.notices.push(notice);
   }
   bodies(shard?: number): unknown[] {
     return this.entries.filter((e) => shard === undefined || e.shard === shard).map((e) => e.entry.body);
@@ -274,28 +270,6 @@ describe.each(engines)("transport contract: $name", (engine) => {
 
     await t.acquire(6);
     await vi.waitFor(() => expect(rec.bodies(6)).toEqual(["e1", "e2"]), WAIT);
-  });
-
-  it("announces a notice to every started node, the announcer included, once each", async () => {
-    const a = await node();
-    const b = engine.distributed ? await node() : undefined;
-    await a.t.announce("credentials");
-    await (b ?? a).t.announce("settings");
-    for (const { rec } of [a, ...(b ? [b] : [])]) {
-      await vi.waitFor(() => expect([...rec.notices].sort()).toEqual(["credentials", "settings"]), WAIT);
-    }
-    await tick(50);
-    expect(a.rec.notices).toHaveLength(2);
-    // A node of another cluster hears none of it.
-    if (engine.distributed) {
-      const stranger = engine.make(`${scope}-other`, {});
-      open.push(stranger);
-      const rec = new Recorder();
-      await stranger.start(rec);
-      await a.t.announce("not yours");
-      await vi.waitFor(() => expect(a.rec.notices).toContain("not yours"), WAIT);
-      expect(rec.notices).toEqual([]);
-    }
   });
 
   it("close resolves promptly and refuses later sends", async () => {
