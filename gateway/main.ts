@@ -135,7 +135,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   };
   const app = new App(services);
   app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes);
-  const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig });
+  const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub });
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
