@@ -31,7 +31,7 @@ export interface PubSub {
   publish(channel: Channel, message: string): Promise<void>;
   /** Add a handler; resolves once the channel's messages reach it. */
   subscribe(channel: Channel, handler: MessageHandler): Promise<void>;
-  /** Remove a handler added with `subscribe`; it hears nothing from the moment of the call. */
+  /** Remove a handler added with `subscribe`; it hears nothing from the moment of the call. Never waits on Redis. */
   unsubscribe(channel: Channel, handler: MessageHandler): Promise<void>;
   close(): Promise<void>;
 }

@@ -81,8 +81,11 @@ export class RedisPubSub implements PubSub {
     const subscribed = this.handlers.get(name);
     if (!subscribed?.delete(handler) || subscribed.size > 0 || this.closing) return;
     this.handlers.delete(name);
-    // Best effort: a channel left subscribed on Redis only brings messages that no handler hears.
-    await this.subscriber.unsubscribe(name).catch((err) => this.onError(err, `unsubscribing from ${name}`));
+    // Not awaited, so that a shutdown does not wait on a Redis that is down: the handler is gone already, and a
+    // channel left subscribed on Redis only brings messages that no handler hears.
+    this.subscriber.unsubscribe(name).catch((err) => {
+      if (!this.closing) this.onError(err, `unsubscribing from ${name}`);
+    });
   }
 
   close(): Promise<void> {
