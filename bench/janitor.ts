@@ -8,7 +8,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { deleteRedisKeys } from "../runtime/transport/redis-streams.ts";
+import { deleteRedisKeys } from "../runtime/transport/redis-connection.ts";
 import { PG_ADMIN_URL } from "../test/support/services.ts";
 
 export type Resource =

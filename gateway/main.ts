@@ -14,6 +14,9 @@ import type { Store } from "../runtime/store/store.ts";
 import { ActorSystem } from "../runtime/system.ts";
 import { ShardManager } from "../runtime/cluster.ts";
 import { MemoryTransport } from "../runtime/transport/memory.ts";
+import { MemoryPubSub } from "../runtime/transport/memory-pubsub.ts";
+import type { PubSub } from "../runtime/transport/pubsub.ts";
+import { RedisPubSub } from "../runtime/transport/redis-pubsub.ts";
 import { RedisStreamsTransport } from "../runtime/transport/redis-streams.ts";
 import type { Transport } from "../runtime/transport/transport.ts";
 import { actorKinds } from "../actors/index.ts";
@@ -88,14 +91,21 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   if (opts.prepared) store = await openStore(config);
   else ({ store, owner } = await prepareStore(config, keyring));
 
-  const transport: Transport = config.redisUrl
-    ? new RedisStreamsTransport({ url: config.redisUrl, prefix: config.redisPrefix })
-    : new MemoryTransport();
+  // The pub/sub engine matches the transport: in-process for one process, Redis for many workers.
+  let transport: Transport;
+  let pubsub: PubSub;
+  if (config.redisUrl) {
+    transport = new RedisStreamsTransport({ url: config.redisUrl, prefix: config.redisPrefix });
+    pubsub = new RedisPubSub({ url: config.redisUrl, prefix: config.redisPrefix, name: transport.nodeId });
+  } else {
+    transport = new MemoryTransport();
+    pubsub = new MemoryPubSub();
+  }
   let system: ActorSystem;
   const deps: ActorDeps = { store, keyring, config, ids: new MessageIds(store), system: () => system };
   const assistantConfig = loadAssistantConfig();
   const webhooks = new WebhookDelivery(store, keyring, assistantConfig);
-  system = new ActorSystem({ transport, shards: config.shards, kinds: actorKinds(deps, { config: assistantConfig, wakeWebhooks: () => webhooks.wake() }), askTimeoutMs: config.askTimeoutMs });
+  system = new ActorSystem({ transport, pubsub, shards: config.shards, kinds: actorKinds(deps, { config: assistantConfig, wakeWebhooks: () => webhooks.wake() }), askTimeoutMs: config.askTimeoutMs });
   await system.start();
   const shards = new ShardManager(store, system, {
     node: transport.nodeId,
@@ -125,7 +135,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   };
   const app = new App(services);
   app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes);
-  const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig });
+  const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub });
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
@@ -165,6 +175,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         await shards.stop();
         await system.close();
         await transport.close();
+        await pubsub.close();
         http.close();
         await store.close();
         unlock();

@@ -9,12 +9,20 @@
 import { context, propagation, trace, ROOT_CONTEXT, SpanStatusCode, type Context } from "@opentelemetry/api";
 import { PARKED, parseActorId, shardOf, type Actor, type ActorContext, type ActorFactory, type ActorId, type Deferred, type Fence } from "./actor.ts";
 import { ChorusError, errors } from "./errors.ts";
+import type { PubSub } from "./transport/pubsub.ts";
+import { channels } from "./transport/redis-keys.ts";
 import type { Entry, Reply, ReplyAddress, Transport } from "./transport/transport.ts";
 
 const tracer = trace.getTracer("chorus.runtime");
 
 export interface SystemOptions {
   transport: Transport;
+  /**
+   * Carries the notices (`announce`, `onNotice`). They are pub/sub by nature (every node, at most once, nothing
+   * kept), so they take the seam that promises exactly that, which the assistant's socket relay shares (one
+   * subscriber connection per process), and the transport only moves entries and replies.
+   */
+  pubsub: PubSub;
   shards: number;
   kinds: Record<string, ActorFactory>;
   askTimeoutMs: number;
@@ -69,6 +77,9 @@ export class ActorSystem {
   private readonly pending = new Map<string, PendingAsk>();
   private corr = 0;
   private readonly noticeListeners: Array<(notice: string) => void> = [];
+  private readonly hearNotice = (notice: string) => {
+    for (const listener of this.noticeListeners) listener(notice);
+  };
   private sweeper?: NodeJS.Timeout;
   private closing = false;
 
@@ -84,10 +95,8 @@ export class ActorSystem {
     await this.opts.transport.start({
       onEntry: (shard, entry) => this.onEntry(shard, entry),
       onReply: (reply) => this.onReply(reply),
-      onNotice: (notice) => {
-        for (const listener of this.noticeListeners) listener(notice);
-      },
     });
+    await this.opts.pubsub.subscribe(channels.notices, this.hearNotice);
     const idleMs = this.opts.idleMs ?? 5 * 60_000;
     this.sweeper = setInterval(() => void this.passivateIdle(idleMs), Math.min(idleMs, 60_000));
     this.sweeper.unref();
@@ -116,11 +125,11 @@ export class ActorSystem {
   }
 
   /**
-   * Tell every process, this one included, a short notice (best effort: see the transport's guarantees). The
+   * Tell every process, this one included, a short notice (best effort: see the pub/sub's guarantees). The
    * gateway uses it to make every worker drop cached credentials when an account changes.
    */
   announce(notice: string): Promise<void> {
-    return this.opts.transport.announce(notice);
+    return this.opts.pubsub.publish(channels.notices, notice);
   }
 
   onNotice(listener: (notice: string) => void): void {
@@ -411,6 +420,7 @@ export class ActorSystem {
   async close(): Promise<void> {
     this.closing = true;
     if (this.sweeper) clearInterval(this.sweeper);
+    await this.opts.pubsub.unsubscribe(channels.notices, this.hearNotice);
     for (const shard of this.heldShards()) await this.dropShard(shard);
     for (const [corr, p] of this.pending) {
       clearTimeout(p.timer);

@@ -5,6 +5,7 @@
 import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import type { Config } from "../../runtime/config.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
+import type { PubSub } from "../../runtime/transport/pubsub.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
 import type { HttpServer } from "../http.ts";
@@ -23,14 +24,24 @@ export interface AssistantFace {
   close(): Promise<void>;
 }
 
-export function assistantFace(deps: { system: ActorSystem; store: Store; keyring: Keyring; config: Config; assistant: AssistantConfig }): AssistantFace {
+export interface AssistantDeps {
+  system: ActorSystem;
+  store: Store;
+  keyring: Keyring;
+  config: Config;
+  assistant: AssistantConfig;
+  /** Relays the socket.io room events between workers (the same engine as the notices'). */
+  pubsub: PubSub;
+}
+
+export function assistantFace({ pubsub, ...deps }: AssistantDeps): AssistantFace {
   const limits = new RateLimits({ redisUrl: deps.config.redisUrl, prefix: deps.config.redisPrefix });
   const app = new AssistantApp({ ...deps, operators: new OperatorAuth(deps.store.db, deps.keyring), limits });
   app.add(...embedRoutes, ...internalRoutes, ...mobileRoutes);
   return {
     app,
     attach(http) {
-      app.services.sockets = attachSockets(http.app, app.services);
+      app.services.sockets = attachSockets(http.app, app.services, pubsub);
     },
     async close() {
       await app.services.sockets?.close();

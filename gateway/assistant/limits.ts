@@ -4,9 +4,11 @@
  * `Retry-After` and the IETF draft `RateLimit-Limit/-Remaining/-Reset` headers; successes carry the same headers.
  * Redis being unreachable lets requests through (the limit is protection, not correctness) and is logged.
  */
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from "rate-limiter-flexible";
 import { ChorusError } from "../../runtime/errors.ts";
+import { connectRedis } from "../../runtime/transport/redis-connection.ts";
+import { redisKeys, type RedisKeys } from "../../runtime/transport/redis-keys.ts";
 
 export interface Allowance {
   headers: Record<string, string>;
@@ -16,18 +18,20 @@ const WINDOW_SECONDS = 60;
 
 export class RateLimits {
   private readonly limiters = new Map<number, RateLimiterAbstract>();
-  private readonly redis?: Redis;
+  private readonly redis?: { conn: Redis; keys: RedisKeys };
 
-  constructor(private readonly opts: { redisUrl?: string; prefix: string }) {
-    if (opts.redisUrl) this.redis = new Redis(opts.redisUrl, { protocol: 2, maxRetriesPerRequest: 1, enableOfflineQueue: true, lazyConnect: false });
-    this.redis?.on("error", () => {}); // reported per consume; ioredis reconnects
+  constructor(opts: { redisUrl?: string; prefix: string }) {
+    if (!opts.redisUrl) return;
+    // Errors are reported per consume; ioredis reconnects.
+    const conn = connectRedis(opts.redisUrl, "ratelimit", () => {}, { maxRetriesPerRequest: 1 });
+    this.redis = { conn, keys: redisKeys(opts.prefix) };
   }
 
   private limiter(points: number): RateLimiterAbstract {
     let limiter = this.limiters.get(points);
     if (!limiter) {
       limiter = this.redis
-        ? new RateLimiterRedis({ storeClient: this.redis, keyPrefix: `${this.opts.prefix}:ratelimit:${points}`, points, duration: WINDOW_SECONDS })
+        ? new RateLimiterRedis({ storeClient: this.redis.conn, keyPrefix: this.redis.keys.rateLimit(points), points, duration: WINDOW_SECONDS })
         : new RateLimiterMemory({ keyPrefix: `ratelimit:${points}`, points, duration: WINDOW_SECONDS });
       this.limiters.set(points, limiter);
     }
@@ -58,7 +62,7 @@ export class RateLimits {
   }
 
   async close(): Promise<void> {
-    this.redis?.disconnect();
+    this.redis?.conn.disconnect();
   }
 }
 

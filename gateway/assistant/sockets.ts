@@ -7,16 +7,17 @@
  * text and sources.
  *
  * Rooms are per process, and the answer may be produced on another worker than the one a client is connected
- * to: with Redis configured, every room event is published on one Redis channel and each node emits what it
- * hears to its own rooms (including its own events, so the order is the channel's). Without Redis there is one
- * process and events are emitted directly. Pub/sub is at-most-once, like a socket: a client that reconnects
- * reads the history (GET /chat/sessions/{id}/messages).
+ * to: every room event is published on one pub/sub channel (runtime/transport/pubsub.ts) and each node emits what
+ * it hears to its own rooms, its own events included, so every node emits a publisher's events in the order they
+ * were published. Pub/sub is at most once, like a socket: a client that reconnects reads the history
+ * (GET /chat/sessions/{id}/messages).
  */
-import { Redis } from "ioredis";
 import { Server, type Socket } from "socket.io";
 import { sessionById } from "../../actors/assistant/reads.ts";
 import type { Answered } from "../../actors/protocol.ts";
 import { ChorusError } from "../../runtime/errors.ts";
+import type { PubSub } from "../../runtime/transport/pubsub.ts";
+import { channels } from "../../runtime/transport/redis-keys.ts";
 import type { HttpServer } from "../http.ts";
 import type { AssistantServices } from "./app.ts";
 import { isUuid } from "./app.ts";
@@ -75,7 +76,7 @@ type RoomEvent =
   | { kind: "complete"; answered: Answered }
   | { kind: "answer"; answered: Answered };
 
-export function attachSockets(app: HttpServer["app"], services: AssistantServices): AssistantSockets {
+export function attachSockets(app: HttpServer["app"], services: AssistantServices, pubsub: PubSub): AssistantSockets {
   const io = new Server({ serveClient: false, cors: { origin: false } });
   io.attachApp(app);
 
@@ -111,7 +112,7 @@ export function attachSockets(app: HttpServer["app"], services: AssistantService
   /**
    * Emit to the local members of a session's room, each socket's events inside its uWS cork: engine.io's uWS
    * websocket transport sends without corking, and uWS holds uncorked sends made outside its own callbacks (these
-   * come from a Redis message or another request's completion) until something else wakes its loop.
+   * come from a pub/sub message) until something else wakes its loop.
    */
   const emitLocally = (event: RoomEvent) => {
     const sessionId = "answered" in event ? event.answered.session_id : event.sessionId;
@@ -130,28 +131,17 @@ export function attachSockets(app: HttpServer["app"], services: AssistantService
     }
   };
 
-  let publish = emitLocally;
-  let pub: Redis | undefined;
-  let sub: Redis | undefined;
-  const { redisUrl, redisPrefix } = services.config;
-  if (redisUrl) {
-    const channel = `${redisPrefix}:assistant:room-events`;
-    pub = new Redis(redisUrl, { protocol: 2, maxRetriesPerRequest: 1 });
-    sub = new Redis(redisUrl, { protocol: 2 });
-    pub.on("error", () => {});
-    sub.on("error", () => {});
-    void sub.subscribe(channel).catch((err) => console.error("sockets: subscribing to room events failed", err));
-    sub.on("message", (_channel: string, text: string) => {
-      try {
-        emitLocally(JSON.parse(text) as RoomEvent);
-      } catch (err) {
-        console.error("sockets: bad room event", err);
-      }
-    });
-    publish = (event) => {
-      pub!.publish(channel, JSON.stringify(event)).catch((err) => console.error("sockets: publishing a room event failed", err));
-    };
-  }
+  const relay = (text: string) => {
+    try {
+      emitLocally(JSON.parse(text) as RoomEvent);
+    } catch (err) {
+      console.error("sockets: bad room event", err);
+    }
+  };
+  void pubsub.subscribe(channels.assistantRoomEvents, relay).catch((err) => console.error("sockets: subscribing to room events failed", err));
+  const publish = (event: RoomEvent) => {
+    pubsub.publish(channels.assistantRoomEvents, JSON.stringify(event)).catch((err) => console.error("sockets: publishing a room event failed", err));
+  };
 
   return {
     typing: (sessionId) => publish({ kind: "typing", sessionId }),
@@ -160,8 +150,7 @@ export function attachSockets(app: HttpServer["app"], services: AssistantService
     publishComplete: (answered) => publish({ kind: "complete", answered }),
     close: () =>
       new Promise<void>((resolve) => {
-        pub?.disconnect();
-        sub?.disconnect();
+        void pubsub.unsubscribe(channels.assistantRoomEvents, relay);
         io.close(() => resolve());
         // io.close waits for the HTTP server it does not have under attachApp; do not hang on it
         setTimeout(resolve, 100).unref();

@@ -38,12 +38,6 @@ export class MemoryTransport implements Transport {
     queueMicrotask(() => handlers?.onReply(reply));
   }
 
-  async announce(notice: string): Promise<void> {
-    if (this.closed) return;
-    const handlers = this.handlers;
-    queueMicrotask(() => handlers?.onNotice(notice));
-  }
-
   async acquire(shard: number): Promise<void> {
     this.held.add(shard);
     this.drain(shard);

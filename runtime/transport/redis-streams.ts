@@ -1,6 +1,6 @@
 /**
- * The Redis Streams transport: the engine of many workers. Every Redis key it touches is built in `redisKeys`
- * below, and every multi-step Redis operation is one of the named Lua scripts below.
+ * The Redis Streams transport: the engine of many workers. Every Redis key it touches is built by `redisKeys`
+ * (redis-keys.ts), and every multi-step Redis operation is one of the named Lua scripts below.
  *
  * Shard entries: one stream per shard (`<prefix>:shard:<n>`) with one consumer group (`workers`); the consumer
  * name is this node's id. `send` is an XADD; to a shard this node holds it is the script `appendAndTake`, which
@@ -30,12 +30,8 @@
  * target's stream exists (script `replyIfAlive`), so replies to a node that is gone are dropped at the source
  * instead of re-creating its stream. A reply to this node itself does not go through Redis.
  *
- * Notices: PUBLISH on one channel (`<prefix>:notices`) that every node SUBSCRIBEs to from `start`, on a connection
- * of its own (ioredis subscribes again after a reconnect; what was published meanwhile is missed, as the contract
- * allows).
- *
- * Connections. One non-blocking command connection for XADD, XACK, group creation, PUBLISH and the scripts; one
- * blocking connection per held shard loop; one for the reply loop; one subscribed to notices. Why one per shard
+ * Connections. One non-blocking command connection for XADD, XACK, group creation and the scripts; one blocking
+ * connection per held shard loop; one for the reply loop. Why one per shard
  * rather than a single multiplexed XREADGROUP over all held streams: shards are few per worker (16 in all by
  * default), each loop keeps its own claim/read/trim phase, its own back-off and its own watchdog, and `release`
  * interrupts exactly one loop by closing its connection — a shared reader would need CLIENT UNBLOCK on every acquire
@@ -43,16 +39,17 @@
  * watchdog (BLOCK + grace): if Redis has not answered by then the connection is thrown away and replaced (after a
  * reconnect a blocking read can hang forever), and the loop re-claims its pending list, since a read whose reply was
  * lost still moved entries into our pending list. (ioredis 6's own `blockingTimeout` is not used: it resolves the
- * read with null but keeps the connection, whose late reply would then be lost.) Connections speak RESP2
- * (`protocol: 2`): ioredis 6 defaults to RESP3, whose "legacy" mapping flattens XREAD's map reply to
- * `[key, entries]` instead of `[[key, entries]]`.
+ * read with null but keeps the connection, whose late reply would then be lost.) Connections are opened by
+ * `connectRedis` (redis-connection.ts), which makes them speak RESP2.
  *
  * Trimming (Redis 7.0: XTRIM/MAXLEN ignore pending entries, and XAUTOCLAIM silently drops trimmed ones): only the
  * shard's holder trims, with `XTRIM MINID ~ floor` where floor = the lowest pending id over all groups, or a
  * group's last-delivered id when nothing is pending there; entries below it are acknowledged by every group.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
+import { connectRedis } from "./redis-connection.ts";
+import { redisKeys, type RedisKeys } from "./redis-keys.ts";
 import type { Entry, Reply, ReplyAddress, Transport, TransportHandlers } from "./transport.ts";
 
 export interface RedisStreamsOptions {
@@ -87,19 +84,6 @@ export const GROUP = "workers";
 const ENTRY_FIELD = "e";
 const REPLY_FIELD = "r";
 const HELLO_FIELD = "hello";
-
-/** Every Redis key name Chorus' transport uses, built here and nowhere else. */
-export function redisKeys(prefix: string) {
-  if (!prefix) throw new Error("a Redis key prefix is required");
-  return {
-    shard: (n: number) => `${prefix}:shard:${n}`,
-    reply: (node: string) => `${prefix}:reply:${node}`,
-    /** The pub/sub channel of notices (`announce`); not a key, but named under the prefix like one. */
-    notices: `${prefix}:notices`,
-    /** SCAN pattern matching every key under the prefix (glob characters of the prefix escaped). */
-    all: `${prefix.replace(/[*?[\]\\]/g, "\\$&")}:*`,
-  };
-}
 
 /** A named Lua script run by EVALSHA, falling back to EVAL when the server does not know it yet. */
 class LuaScript {
@@ -319,7 +303,7 @@ export class RedisStreamsTransport implements Transport {
   readonly nodeId: string;
   readonly redeliversAfterCrash = true;
   private readonly url: string;
-  private readonly keys: ReturnType<typeof redisKeys>;
+  private readonly keys: RedisKeys;
   private readonly blockMs: number;
   private readonly claimIdleMs: number;
   private readonly drainTimeoutMs: number;
@@ -340,7 +324,6 @@ export class RedisStreamsTransport implements Transport {
   private replyLoop?: Promise<void>;
   private replyLast = "0-0";
   private replyWake?: () => void;
-  private noticeConn?: Redis;
   private closing = false;
   private closed?: Promise<void>;
 
@@ -372,20 +355,6 @@ export class RedisStreamsTransport implements Transport {
     await this.cmd.call("SCRIPT", "LOAD", appendAndTake.source);
     this.replyConn = new LoopConnection(() => this.connect("reply", true));
     this.replyLoop = this.runReplies(this.replyConn);
-    this.noticeConn = this.connect("notices", false);
-    this.noticeConn.on("message", (_channel: string, notice: string) => {
-      try {
-        this.handlers?.onNotice(notice);
-      } catch (err) {
-        this.onError(err, "onNotice");
-      }
-    });
-    await this.noticeConn.subscribe(this.keys.notices);
-  }
-
-  async announce(notice: string): Promise<void> {
-    if (this.closing) return;
-    await this.cmd.call("PUBLISH", this.keys.notices, notice);
   }
 
   async send(shard: number, entry: Entry): Promise<void> {
@@ -496,7 +465,6 @@ export class RedisStreamsTransport implements Transport {
       this.replyWake?.();
       this.replyConn?.stop();
       await this.replyLoop;
-      this.noticeConn?.disconnect();
       await Promise.race([this.cmd.quit().catch(NOOP), sleep(1000)]);
       this.cmd.disconnect();
     })();
@@ -788,44 +756,17 @@ export class RedisStreamsTransport implements Transport {
   // ---- connections -------------------------------------------------------------------------------------------
 
   private connect(role: string, blocking: boolean): Redis {
-    const conn = new Redis(this.url, {
-      protocol: 2,
-      connectionName: `chorus:${this.nodeId}:${role}`,
+    const onError = (err: unknown) => {
+      if (!this.closing) this.onError(err, `connection ${role}`);
+    };
+    return connectRedis(this.url, `${this.nodeId}:${role}`, onError, {
       // Loop connections fail fast and let their loop back off and re-claim; the command connection rides out
       // short reconnects (a resent XADD is a duplicate, which at-least-once delivery allows).
       maxRetriesPerRequest: blocking ? 0 : 3,
       autoResendUnfulfilledCommands: !blocking,
-      // No auto-pipelining: ioredis builds a Pipeline per event-loop turn (it copies the client's commands onto
-      // itself and defines an accessor), and at 1,000 chat messages a second that made the server promote
-      // 8 MB/s into the old generation against 0.25 MB/s without it (scavenges 3.1 → 1.2 ms). Commands of
-      // one turn are rare here: a shard's loop issues one at a time, and acknowledgements are batched.
-      enableAutoPipelining: false,
       commandTimeout: blocking ? undefined : Math.max(5000, this.callTimeoutMs),
     });
-    conn.on("error", (err) => {
-      if (!this.closing) this.onError(err, `connection ${role}`);
-    });
-    return conn;
   }
-}
-
-/** SCAN and delete every key under `prefix` (tests clean up their run with it). */
-export async function deleteRedisKeys(url: string, prefix: string): Promise<number> {
-  const pattern = redisKeys(prefix).all;
-  const conn = new Redis(url, { protocol: 2, maxRetriesPerRequest: 1 });
-  conn.on("error", NOOP);
-  let deleted = 0;
-  try {
-    let cursor = "0";
-    do {
-      const [next, keys] = (await conn.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)) as [string, string[]];
-      cursor = next;
-      if (keys.length) deleted += (await conn.call("UNLINK", ...keys)) as number;
-    } while (cursor !== "0");
-  } finally {
-    conn.disconnect();
-  }
-  return deleted;
 }
 
 function decodeField<T>(fields: string[], name: string): T | undefined {

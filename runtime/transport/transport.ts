@@ -12,11 +12,9 @@
  *   entries sent to a shard nobody holds wait until someone acquires it.
  * - A reply is delivered to the node named in the address, at most once; replies to a node that is gone are dropped
  *   (the asker's timeout covers them).
- * - A notice (`announce`) reaches every started node of the transport, the announcer included, at most once and
- *   in no set order; a node that is disconnected at the time misses it. Notices tell caches to drop what changed
- *   elsewhere; nothing that must not be lost travels as one.
  * What it leaves out: ordering across shards, exactly-once delivery, and durability beyond the engine's own
- * (Redis on these machines keeps nothing on disk: durable state lives in the store, never in the transport).
+ * (Redis on these machines keeps nothing on disk: durable state lives in the store, never in the transport), and
+ * messages to every node (those are pub/sub: pubsub.ts).
  */
 import type { ErrorJSON } from "../errors.ts";
 
@@ -44,7 +42,6 @@ export interface Reply {
 export interface TransportHandlers {
   onEntry(shard: number, entry: Entry): Promise<void>;
   onReply(reply: Reply): void;
-  onNotice(notice: string): void;
 }
 
 export interface Transport {
@@ -58,8 +55,6 @@ export interface Transport {
   start(handlers: TransportHandlers): Promise<void>;
   send(shard: number, entry: Entry): Promise<void>;
   reply(to: ReplyAddress, reply: Reply): Promise<void>;
-  /** Tell every started node, this one included, a short notice (see the guarantees above). */
-  announce(notice: string): Promise<void>;
   /** Start delivering the shard's entries here, including those a previous holder left unacknowledged. */
   acquire(shard: number): Promise<void>;
   /** Stop delivering the shard's entries; resolves once in-flight entries have been acknowledged or abandoned. */

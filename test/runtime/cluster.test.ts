@@ -16,6 +16,7 @@ import { ShardManager } from "../../runtime/cluster.ts";
 import { openDatabase } from "../../runtime/store/db.ts";
 import { SqlStore } from "../../runtime/store/sql-store.ts";
 import { ActorSystem } from "../../runtime/system.ts";
+import { MemoryPubSub } from "../../runtime/transport/memory-pubsub.ts";
 import { RedisStreamsTransport } from "../../runtime/transport/redis-streams.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../support/services.ts";
 
@@ -80,7 +81,8 @@ describe("ShardManager over Postgres and Redis Streams", () => {
   async function worker(index: number): Promise<Worker> {
     const store = await openStore();
     const transport = new RedisStreamsTransport({ url: REDIS_URL, prefix: scope, blockMs: 200, claimIdleMs: 60_000, drainTimeoutMs: 500 });
-    const system = new ActorSystem({ transport, shards: SHARDS, kinds, askTimeoutMs: 10_000 });
+    // Notices play no part in shard ownership: an in-process pub/sub per worker is enough here.
+    const system = new ActorSystem({ transport, pubsub: new MemoryPubSub(), shards: SHARDS, kinds, askTimeoutMs: 10_000 });
     await system.start();
     const manager = new ShardManager(store, system, {
       node: transport.nodeId,

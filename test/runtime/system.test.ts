@@ -11,7 +11,10 @@ import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vites
 import { PARKED, shardOf, type ActorContext, type ActorFactory, type Deferred, type Fence } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import { ActorSystem } from "../../runtime/system.ts";
+import { MemoryPubSub } from "../../runtime/transport/memory-pubsub.ts";
 import { MemoryTransport } from "../../runtime/transport/memory.ts";
+import type { PubSub } from "../../runtime/transport/pubsub.ts";
+import { RedisPubSub } from "../../runtime/transport/redis-pubsub.ts";
 import { RedisStreamsTransport } from "../../runtime/transport/redis-streams.ts";
 import type { Transport } from "../../runtime/transport/transport.ts";
 import { freshRedisPrefix, REDIS_URL } from "../support/services.ts";
@@ -196,13 +199,15 @@ interface Engine {
   /** Transports made with one scope are nodes of one cluster (a memory transport is a cluster of one). */
   distributed: boolean;
   make(scope: string): Transport;
+  /** The pub/sub of a node (for the notices), of the same deployment as the transports made with `scope`. */
+  makePubSub(scope: string): PubSub;
 }
 
 const redisRun = freshRedisPrefix();
 const transportErrors: string[] = [];
 
 const engines: Engine[] = [
-  { name: "memory", distributed: false, make: () => new MemoryTransport() },
+  { name: "memory", distributed: false, make: () => new MemoryTransport(), makePubSub: () => new MemoryPubSub() },
   {
     name: "redis-streams",
     distributed: true,
@@ -215,6 +220,8 @@ const engines: Engine[] = [
         drainTimeoutMs: 1000,
         onError: (err, where) => void transportErrors.push(`${where}: ${String(err)}`),
       }),
+    makePubSub: (scope) =>
+      new RedisPubSub({ url: REDIS_URL, prefix: scope, onError: (err, where) => void transportErrors.push(`${where}: ${String(err)}`) }),
   },
 ];
 
@@ -226,21 +233,23 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
   let scope = "";
   let scopes = 0;
   let probe: Probe;
-  let opened: { system: ActorSystem; transport: Transport }[] = [];
+  let opened: { system: ActorSystem; transport: Transport; pubsub: PubSub }[] = [];
 
   /** A started system (a node) on this test's scope, holding the shards `hold` selects with epoch 100 + shard. */
   async function node(
     opts: { idleMs?: number; askTimeoutMs?: number; hold?: (shard: number) => boolean } = {},
   ): Promise<ActorSystem> {
     const transport = engine.make(scope);
+    const pubsub = engine.makePubSub(scope);
     const system = new ActorSystem({
       transport,
+      pubsub,
       shards: SHARDS,
       kinds: testKinds(probe),
       askTimeoutMs: opts.askTimeoutMs ?? ASK_TIMEOUT_MS,
       idleMs: opts.idleMs,
     });
-    opened.push({ system, transport });
+    opened.push({ system, transport, pubsub });
     await system.start();
     for (let shard = 0; shard < SHARDS; shard++) {
       if (!opts.hold || opts.hold(shard)) await system.holdShard(shard, 100 + shard);
@@ -255,9 +264,10 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
   });
 
   afterEach(async () => {
-    for (const { system, transport } of opened.reverse()) {
+    for (const { system, transport, pubsub } of opened.reverse()) {
       await system.close();
       await transport.close();
+      await pubsub.close();
     }
     opened = [];
     vi.restoreAllMocks();
@@ -591,5 +601,16 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     const ids = Array.from({ length: 16 }, (_, i) => `counter:n${i}`);
     await a.broadcast(ids, { op: "add", by: 1 });
     for (const id of ids) expect(probe.turns.get(id), id).toBe(1);
+  });
+
+  it("announce reaches the notice listeners of every node, the announcer's included, once each", async () => {
+    const a = await node();
+    const b = engine.distributed ? await node() : a;
+    const heard = new Map<ActorSystem, string[]>([a, b].map((system) => [system, []]));
+    for (const [system, notices] of heard) system.onNotice((notice) => notices.push(notice));
+    await a.announce("credentials-changed");
+    for (const notices of heard.values()) await until(() => notices.length > 0);
+    await sleep(30);
+    for (const notices of heard.values()) expect(notices).toEqual(["credentials-changed"]);
   });
 });

@@ -7,13 +7,9 @@ import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { MemoryTransport } from "../../runtime/transport/memory.ts";
-import {
-  deleteRedisKeys,
-  GROUP,
-  redisKeys,
-  RedisStreamsTransport,
-  type RedisStreamsOptions,
-} from "../../runtime/transport/redis-streams.ts";
+import { deleteRedisKeys } from "../../runtime/transport/redis-connection.ts";
+import { redisKeys } from "../../runtime/transport/redis-keys.ts";
+import { GROUP, RedisStreamsTransport, type RedisStreamsOptions } from "../../runtime/transport/redis-streams.ts";
 import type { Entry, Reply, Transport, TransportHandlers } from "../../runtime/transport/transport.ts";
 
 const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
@@ -101,7 +97,6 @@ afterAll(async () => {
 class Recorder implements TransportHandlers {
   readonly entries: { shard: number; entry: Entry }[] = [];
   readonly replies: Reply[] = [];
-  readonly notices: string[] = [];
   hold?: (entry: Entry) => Promise<void>;
   onEntry(shard: number, entry: Entry): Promise<void> {
     this.entries.push({ shard, entry });
@@ -109,9 +104,6 @@ class Recorder implements TransportHandlers {
   }
   onReply(reply: Reply): void {
     this.replies.push(reply);
-  }
-  onNotice(notice: string): void {
-    this.notices.push(notice);
   }
   bodies(shard?: number): unknown[] {
     return this.entries.filter((e) => shard === undefined || e.shard === shard).map((e) => e.entry.body);
@@ -278,28 +270,6 @@ describe.each(engines)("transport contract: $name", (engine) => {
 
     await t.acquire(6);
     await vi.waitFor(() => expect(rec.bodies(6)).toEqual(["e1", "e2"]), WAIT);
-  });
-
-  it("announces a notice to every started node, the announcer included, once each", async () => {
-    const a = await node();
-    const b = engine.distributed ? await node() : undefined;
-    await a.t.announce("credentials");
-    await (b ?? a).t.announce("settings");
-    for (const { rec } of [a, ...(b ? [b] : [])]) {
-      await vi.waitFor(() => expect([...rec.notices].sort()).toEqual(["credentials", "settings"]), WAIT);
-    }
-    await tick(50);
-    expect(a.rec.notices).toHaveLength(2);
-    // A node of another cluster hears none of it.
-    if (engine.distributed) {
-      const stranger = engine.make(`${scope}-other`, {});
-      open.push(stranger);
-      const rec = new Recorder();
-      await stranger.start(rec);
-      await a.t.announce("not yours");
-      await vi.waitFor(() => expect(a.rec.notices).toContain("not yours"), WAIT);
-      expect(rec.notices).toEqual([]);
-    }
   });
 
   it("close resolves promptly and refuses later sends", async () => {

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import pg from "pg";
-import { deleteRedisKeys } from "../../runtime/transport/redis-streams.ts";
+import { deleteRedisKeys } from "../../runtime/transport/redis-connection.ts";
 
 export const PG_ADMIN_URL = process.env.TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 export const REDIS_URL = process.env.TEST_REDIS_URL ?? "redis://127.0.0.1:6379";

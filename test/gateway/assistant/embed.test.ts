@@ -6,6 +6,7 @@
 import crypto from "node:crypto";
 import { EventSource } from "eventsource";
 import { Redis } from "ioredis";
+import { redisKeys } from "../../../runtime/transport/redis-keys.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENGINES, startTestServer, type TestServer } from "../../support/server.ts";
 import { call, createAgent, createVersion, holdRecords, operatorKey, publishedAgent } from "./support.ts";
@@ -281,7 +282,7 @@ describe.each(ENGINES)("embed endpoint on %s", (engine) => {
         // counted in Redis, so every worker shares the budget
         const redis = new Redis(server.node.config.redisUrl!, { protocol: 2 });
         try {
-          expect((await redis.keys(`${server.node.config.redisPrefix}:ratelimit:3*`)).length).toBeGreaterThan(0);
+          expect((await redis.keys(`${redisKeys(server.node.config.redisPrefix).rateLimit(3)}:*`)).length).toBeGreaterThan(0);
         } finally {
           redis.disconnect();
         }
