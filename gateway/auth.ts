@@ -7,7 +7,7 @@
  */
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { Keyring } from "../runtime/secrets.ts";
-import { findUserByEmail, type UserRow } from "../actors/chat/reads/reads.ts";
+import { findUserByEmail, type UserRow } from "../actors/chat/reads/users.ts";
 import { forgetDmParticipants } from "../actors/chat/conversations/dm.ts";
 import type { Kysely } from "kysely";
 import type { Database } from "../runtime/store/schema.ts";

@@ -8,7 +8,7 @@ import type { Database } from "../../runtime/store/schema.ts";
 import { emojiCodeFor, isKnownUnicodeEmojiCode, isValidUnicodeEmoji, isValidZulipExtraEmoji, ZULIP_EXTRA_EMOJI_NAMES } from "../../actors/chat/rendering/emoji.ts";
 import { activeRealmEmoji, realmEmojiById } from "../../actors/chat/organization/realm-emoji.ts";
 import type { Reaction } from "../../actors/protocol.ts";
-import { readableMessage } from "../../actors/chat/reads/reads.ts";
+import { readableMessage } from "../../actors/chat/reads/messages.ts";
 import type { RouteSpec } from "./app.ts";
 import { Id, Str } from "../params.ts";
 import { acting, ownerOf } from "./messages.ts";

@@ -1,7 +1,7 @@
 /** Unauthenticated endpoints clients call first: GET /server_settings and POST /fetch_api_key. */
 import { ChorusError } from "../../runtime/errors.ts";
 import { verifyPassword } from "../../runtime/secrets.ts";
-import { findUserByEmail } from "../../actors/chat/reads/reads.ts";
+import { findUserByEmail } from "../../actors/chat/reads/users.ts";
 import type { RouteSpec } from "./app.ts";
 import { Str } from "../params.ts";
 import { ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";

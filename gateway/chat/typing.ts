@@ -6,7 +6,8 @@
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { USER } from "../../actors/protocol.ts";
-import { requireStream, subscribersOf } from "../../actors/chat/reads/reads.ts";
+import { requireStream } from "../../actors/chat/reads/channels.ts";
+import { subscribersOf } from "../../actors/chat/reads/subscriptions.ts";
 import type { RouteSpec } from "./app.ts";
 import { Id } from "../params.ts";
 import { LIMITS } from "./zulip.ts";

@@ -2,7 +2,7 @@
 import { errors } from "../../runtime/errors.ts";
 import { actorId } from "../../runtime/actor.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
-import { ownUserObject, realmUsersFor, userObjectsFor } from "../../actors/chat/reads/reads.ts";
+import { ownUserObject, realmUsersFor, userObjectsFor } from "../../actors/chat/reads/users.ts";
 import { accessibleUsers } from "../../actors/chat/organization/accounts.ts";
 import { REALM, type CreatedUser } from "../../actors/protocol.ts";
 import { EMAIL, ROLE } from "../../actors/chat/organization/realm.ts";

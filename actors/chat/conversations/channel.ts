@@ -14,7 +14,9 @@ import { ROLE } from "../organization/groups.ts";
 import { isModerator, messageRules, pastLimit, topicPolicyError, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "../reads/narrow.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
-import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, topicHasOtherMessages, type StreamRow, type SubscriptionColumns } from "../reads/reads.ts";
+import { streamObject } from "../reads/channels.ts";
+import { subscriptionObject, SUBSCRIPTION_COLUMNS, type SubscriptionColumns } from "../reads/subscriptions.ts";
+import { topicHasOtherMessages } from "../reads/topics.ts";
 import { metadataWatchers } from "./channel-access.ts";
 import { inGroupSetting, systemGroups, type GroupSettingValue } from "../organization/groups.ts";
 import {

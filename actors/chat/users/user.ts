@@ -32,7 +32,7 @@ import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { UserEvent } from "../../../runtime/store/store.ts";
 import { formatMessage, type MessageRecord } from "../rendering/message-format.ts";
 import { matchesNarrow } from "../reads/narrow.ts";
-import { messageRecords } from "../reads/reads.ts";
+import { messageRecords } from "../reads/messages.ts";
 import {
   CHANNEL,
   USER,
