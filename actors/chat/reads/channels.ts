@@ -18,6 +18,13 @@ export function findStream(db: DB, realmId: number, ref: { id?: number; name?: s
   return q.executeTakeFirst();
 }
 
+/** The realm's channels named (case-insensitively), by lower-cased name. */
+export async function channelsByName(db: DB, realmId: number, names: string[]): Promise<Map<string, StreamRow>> {
+  if (!names.length) return new Map();
+  const rows = await db.selectFrom("streams").selectAll().where("realm_id", "=", realmId).where(sql`lower(name)`, "in", names.map((n) => n.toLowerCase())).execute();
+  return new Map(rows.map((r) => [r.name.toLowerCase(), r]));
+}
+
 /** Which channels GET /streams lists (Zulip's do_get_streams); `all` is every channel the user sees the metadata of. */
 export interface StreamListing {
   public?: boolean;

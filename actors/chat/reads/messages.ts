@@ -31,6 +31,16 @@ export interface MessageQuery {
   allowEmptyTopicName: boolean;
 }
 
+/** The realm's highest message id, -1 when it has none (POST /register's max_message_id). */
+export async function maxMessageId(db: DB, realmId: number): Promise<number> {
+  const row = await db
+    .selectFrom("messages")
+    .select(sql<number>`coalesce(max(id), -1)`.as("max"))
+    .where("realm_id", "=", realmId)
+    .executeTakeFirst();
+  return Number(row?.max ?? -1);
+}
+
 /** Zulip's anchor for "newest": above any message id (and returned as such). */
 export const LARGER_THAN_MAX_MESSAGE_ID = 10_000_000_000_000_000;
 

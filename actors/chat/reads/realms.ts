@@ -8,3 +8,13 @@ type DB = Kysely<Database>;
 export async function serverRealmId(db: DB): Promise<number> {
   return (await db.selectFrom("realms").select("id").orderBy("id").executeTakeFirstOrThrow()).id;
 }
+
+/** The server organization's name for GET /server_settings (undefined before the first realm exists). */
+export async function serverRealmName(db: DB): Promise<string | undefined> {
+  return (await db.selectFrom("realms").select(["name"]).orderBy("id").executeTakeFirst())?.name;
+}
+
+/** A realm's name and creation time (POST /register's realm_name, realm_date_created). */
+export function realmNameAndDate(db: DB, realmId: number) {
+  return db.selectFrom("realms").select(["name", "date_created"]).where("id", "=", realmId).executeTakeFirstOrThrow();
+}

@@ -125,6 +125,31 @@ export async function realmUsersFor(
   return [...objects, ...placeholders].sort((a, b) => a.user_id - b.user_id);
 }
 
+/** A user of the realm by id (GET /users/{user_id}), without their realm's columns. */
+export function userInRealm(db: DB, realmId: number, id: number) {
+  return db.selectFrom("users").selectAll().where("id", "=", id).where("realm_id", "=", realmId).executeTakeFirst();
+}
+
+/** The realm's active users among `ids`, with their addresses (the recipients of a typing notification). */
+export function activeUsersAmong(db: DB, realmId: number, ids: number[]) {
+  return db.selectFrom("users").select(["id", "email"]).where("realm_id", "=", realmId).where("is_active", "=", true).where("id", "in", ids).execute();
+}
+
+/**
+ * Users of the realm named by id or by API e-mail (lower-cased by the caller), bots included, active or not:
+ * the principals of a subscription change. At least one of the two lists is not empty.
+ */
+export function usersByIdOrEmail(db: DB, realmId: number, ids: number[], lowerEmails: string[]) {
+  return db
+    .selectFrom("users")
+    .select(["id", "email", "is_active", "is_bot", "bot_owner_id"])
+    .where("realm_id", "=", realmId)
+    .where((eb) =>
+      eb.or([...(ids.length ? [eb("id", "in", ids)] : []), ...(lowerEmails.length ? [eb(sql`lower(email)`, "in", lowerEmails)] : [])]),
+    )
+    .execute();
+}
+
 export function realmUsers(db: DB, realmId: number) {
   return db.selectFrom("users").selectAll().where("realm_id", "=", realmId).orderBy("id").execute();
 }
