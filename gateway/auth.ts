@@ -7,10 +7,9 @@
  */
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { Keyring } from "../runtime/secrets.ts";
-import { findUserByEmail, type UserRow } from "../actors/chat/reads/reads.ts";
+import { findUserByEmail, type UserRow } from "../actors/chat/reads/users.ts";
 import { forgetDmParticipants } from "../actors/chat/conversations/dm.ts";
-import type { Kysely } from "kysely";
-import type { Database } from "../runtime/store/schema.ts";
+import type { Store } from "../runtime/store/store.ts";
 
 export type AuthUser = UserRow;
 
@@ -22,7 +21,7 @@ export class Authenticator {
   private readonly cache = new Map<string, { user: AuthUser; until: number }>();
 
   constructor(
-    private readonly db: Kysely<Database>,
+    private readonly db: Store["db"],
     private readonly keyring: Keyring,
     /** Tells every worker, this one included (ActorSystem.announce). */
     private readonly announce: (notice: string) => Promise<void>,

@@ -17,9 +17,11 @@ import { Keyring, hashPassword } from "../runtime/secrets.ts";
 import type { Database } from "../runtime/store/schema.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { createdAgent, insertAgent, insertVersion, insertWebhook, publishVersion, readAgent, rollbackAgent, type AgentRow } from "../actors/assistant/agent-records.ts";
+import { agentsWithVersionCounts } from "../actors/assistant/reads.ts";
 import { insertApiKey } from "../actors/assistant/operator.ts";
 import type { KnowledgeDocument, Published } from "../actors/protocol.ts";
-import { findUserByEmail, serverRealmId } from "../actors/chat/reads/reads.ts";
+import { findUserByEmail } from "../actors/chat/reads/users.ts";
+import { serverRealmId } from "../actors/chat/reads/realms.ts";
 import { insertAccount, ROLE } from "../actors/chat/organization/realm.ts";
 import { EMAIL } from "../actors/chat/organization/realm.ts";
 import { WEBHOOK_EVENTS } from "../actors/assistant/webhooks.ts";
@@ -209,18 +211,7 @@ const COMMANDS: Record<string, (ctx: Context) => Promise<void>> = {
   },
 
   async "list-agents"({ store }) {
-    const agents = await store.db
-      .selectFrom("assistant_agents")
-      .select((eb) => [
-        "id",
-        "name",
-        "agent_key",
-        "published_version_id",
-        eb.selectFrom("assistant_versions").select((v) => v.fn.countAll<number>().as("n")).whereRef("agent_id", "=", "assistant_agents.id").as("versions"),
-      ])
-      .orderBy("created_at")
-      .orderBy("id")
-      .execute();
+    const agents = await agentsWithVersionCounts(store.db);
     if (!agents.length) console.log("no agents");
     for (const a of agents) {
       console.log(`${a.id}  ${a.name}  key ${a.agent_key}  published ${a.published_version_id ?? "(none)"}  versions ${Number(a.versions ?? 0)}`);

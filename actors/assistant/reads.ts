@@ -1,5 +1,8 @@
-/** Reads of the assistant's tables that need no actor: agent lookups, session history, lists. Nothing here writes. */
-import type { Kysely } from "kysely";
+/**
+ * Reads of the assistant's tables that need no actor: agent lookups, session history, lists, and the operators' API
+ * keys and console sessions (by hash) with their accounts. Nothing here writes.
+ */
+import { sql, type Kysely } from "kysely";
 import type { Database } from "../../runtime/store/schema.ts";
 import type { Source } from "../protocol.ts";
 
@@ -25,6 +28,22 @@ export async function agentByKey(db: DB, key: string): Promise<AgentSummary | un
 export async function agentById(db: DB, id: string): Promise<AgentSummary | undefined> {
   const row = await db.selectFrom("assistant_agents").select(agentColumns).where("id", "=", id).executeTakeFirst();
   return row && { ...row, allowed_origins: row.allowed_origins as string[] };
+}
+
+/** Every agent of the server, oldest first, with its published version and how many versions it has (the CLI's list-agents). */
+export function agentsWithVersionCounts(db: DB) {
+  return db
+    .selectFrom("assistant_agents")
+    .select((eb) => [
+      "id",
+      "name",
+      "agent_key",
+      "published_version_id",
+      eb.selectFrom("assistant_versions").select((v) => v.fn.countAll<number>().as("n")).whereRef("agent_id", "=", "assistant_agents.id").as("versions"),
+    ])
+    .orderBy("created_at")
+    .orderBy("id")
+    .execute();
 }
 
 export function realmAgents(db: DB, realmId: number) {
@@ -66,4 +85,27 @@ export async function agentSessions(db: DB, agentId: string, limit: number, user
     .limit(limit)
     .execute();
   return rows.map((r) => ({ session_id: r.id, user_id: r.user_id, created_at: new Date(r.created_at * 1000).toISOString() }));
+}
+
+/** The account behind an operator API key (by the key's hash), with whether the key is revoked; undefined for none. */
+export function operatorByApiKeyHash(db: DB, keyHash: string) {
+  return db
+    .selectFrom("operator_api_keys")
+    .innerJoin("users", "users.id", "operator_api_keys.user_id")
+    .innerJoin("realms", "realms.id", "users.realm_id")
+    .select(["users.id", "users.realm_id", "users.delivery_email", "users.role", "users.is_active", "realms.deactivated", "operator_api_keys.revoked"])
+    .where("operator_api_keys.key_hash", "=", keyHash)
+    .executeTakeFirst();
+}
+
+/** The account behind an unexpired console session (by the token's hash), with the session's CSRF token; undefined for none. */
+export function operatorBySessionHash(db: DB, tokenHash: string) {
+  return db
+    .selectFrom("operator_sessions")
+    .innerJoin("users", "users.id", "operator_sessions.user_id")
+    .innerJoin("realms", "realms.id", "users.realm_id")
+    .select(["users.id", "users.realm_id", "users.delivery_email", "users.role", "users.is_active", "realms.deactivated", "operator_sessions.csrf_token"])
+    .where("operator_sessions.token_hash", "=", tokenHash)
+    .where("operator_sessions.expires_at", ">", sql<number>`${Math.floor(Date.now() / 1000)}`)
+    .executeTakeFirst();
 }

@@ -10,11 +10,11 @@
  * The mobile endpoints also take an agent's end users, with a user token (user-tokens.ts).
  */
 import crypto from "node:crypto";
-import { sql, type Kysely } from "kysely";
 import { ChorusError } from "../../runtime/errors.ts";
 import { Keyring } from "../../runtime/secrets.ts";
-import type { Database } from "../../runtime/store/schema.ts";
+import type { Store } from "../../runtime/store/store.ts";
 import { ROLE } from "../../actors/chat/organization/realm.ts";
+import { operatorByApiKeyHash, operatorBySessionHash } from "../../actors/assistant/reads.ts";
 import type { HttpRequest } from "../http.ts";
 import { isUserToken, verifyUserToken } from "./user-tokens.ts";
 
@@ -76,7 +76,7 @@ export class OperatorAuth {
   private readonly cache = new Map<string, Cached>();
 
   constructor(
-    private readonly db: Kysely<Database>,
+    private readonly db: Store["db"],
     private readonly keyring: Keyring,
   ) {}
 
@@ -117,13 +117,7 @@ export class OperatorAuth {
     const hash = this.keyring.hashApiKey(key);
     const hit = this.cached(`k:${hash}`);
     if (hit) return hit.operator;
-    const row = await this.db
-      .selectFrom("operator_api_keys")
-      .innerJoin("users", "users.id", "operator_api_keys.user_id")
-      .innerJoin("realms", "realms.id", "users.realm_id")
-      .select(["users.id", "users.realm_id", "users.delivery_email", "users.role", "users.is_active", "realms.deactivated", "operator_api_keys.revoked"])
-      .where("operator_api_keys.key_hash", "=", hash)
-      .executeTakeFirst();
+    const row = await operatorByApiKeyHash(this.db, hash);
     if (!row || row.revoked || !row.is_active || row.deactivated || !isOperatorRole(row.role)) throw unauthorized("Invalid API key");
     const operator: Operator = { userId: row.id, realmId: row.realm_id, email: row.delivery_email, via: "key" };
     this.remember(`k:${hash}`, { operator, until: Date.now() + CACHE_MS });
@@ -134,14 +128,7 @@ export class OperatorAuth {
     const hash = this.keyring.hashApiKey(token);
     const hit = this.cached(`s:${hash}`);
     if (hit) return hit;
-    const row = await this.db
-      .selectFrom("operator_sessions")
-      .innerJoin("users", "users.id", "operator_sessions.user_id")
-      .innerJoin("realms", "realms.id", "users.realm_id")
-      .select(["users.id", "users.realm_id", "users.delivery_email", "users.role", "users.is_active", "realms.deactivated", "operator_sessions.csrf_token"])
-      .where("operator_sessions.token_hash", "=", hash)
-      .where("operator_sessions.expires_at", ">", sql<number>`${Math.floor(Date.now() / 1000)}`)
-      .executeTakeFirst();
+    const row = await operatorBySessionHash(this.db, hash);
     if (!row || !row.is_active || row.deactivated || !isOperatorRole(row.role)) throw unauthorized("The console session is invalid or expired");
     const entry: Cached = { operator: { userId: row.id, realmId: row.realm_id, email: row.delivery_email, via: "cookie" }, csrf: row.csrf_token, until: Date.now() + CACHE_MS };
     this.remember(`s:${hash}`, entry);

@@ -7,7 +7,7 @@ import crypto from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import { verifyPassword } from "../../runtime/secrets.ts";
-import { findUserByEmail } from "../../actors/chat/reads/reads.ts";
+import { findUserByEmail } from "../../actors/chat/reads/users.ts";
 import { agentById } from "../../actors/assistant/reads.ts";
 import type { VersionAdded } from "../../actors/assistant/agent-records.ts";
 import {

@@ -3,7 +3,6 @@
  * /users/me/subscriptions/properties, GET /streams, PATCH /streams/{stream_id}. Permission rules are actors/chat/conversations/channel-access.ts's; the channel
  * actors write the subscriptions and send their events.
  */
-import { sql } from "kysely";
 import { actorId } from "../../runtime/actor.ts";
 import { ChorusError, errors } from "../../runtime/errors.ts";
 import { CHANNEL, REALM, type EnsuredChannel, type SubscribeResult, type UnsubscribeResult } from "../../actors/protocol.ts";
@@ -11,7 +10,9 @@ import { ROLE } from "../../actors/chat/organization/realm.ts";
 import { canAddSubscribers, canRemoveSubscribers, channelGroupSetting, hasContentAccess, hasMetadataAccess } from "../../actors/chat/conversations/channel-access.ts";
 import { CHANNEL_GROUP_SETTINGS, channelSettingRule, checkGroupSetting, inGroupSetting, type GroupSettingValue } from "../../actors/chat/organization/groups.ts";
 import { realmSettings } from "../../actors/chat/users/settings.ts";
-import { isSubscribed, streamObjects, subscriptionsOf, visibleStreams, type StreamRow, type UserRow } from "../../actors/chat/reads/reads.ts";
+import { isSubscribed, subscriptionsOf } from "../../actors/chat/reads/subscriptions.ts";
+import { channelsByName, findStream, streamObjects, visibleStreams, type StreamRow } from "../../actors/chat/reads/channels.ts";
+import { usersByIdOrEmail, type UserRow } from "../../actors/chat/reads/users.ts";
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS } from "./zulip.ts";
@@ -50,14 +51,7 @@ async function resolvePrincipals(db: DB, caller: UserRow, principals: Array<numb
   if (!principals.length) throw errors.badRequest("principals cannot be empty");
   const byId = principals.filter((p): p is number => typeof p === "number");
   const byEmail = principals.filter((p): p is string => typeof p === "string").map((e) => e.toLowerCase());
-  const rows = await db
-    .selectFrom("users")
-    .select(["id", "email", "is_active", "is_bot", "bot_owner_id"])
-    .where("realm_id", "=", caller.realm_id)
-    .where((eb) =>
-      eb.or([...(byId.length ? [eb("id", "in", byId)] : []), ...(byEmail.length ? [eb(sql`lower(email)`, "in", byEmail)] : [])]),
-    )
-    .execute();
+  const rows = await usersByIdOrEmail(db, caller.realm_id, byId, byEmail);
   const byKey = new Map<number | string, (typeof rows)[number]>();
   for (const r of rows) byKey.set(r.id, r).set(r.email.toLowerCase(), r);
   const users = new Map<number, (typeof rows)[number]>();
@@ -67,12 +61,6 @@ async function resolvePrincipals(db: DB, caller: UserRow, principals: Array<numb
     users.set(row.id, row);
   }
   return [...users.values()];
-}
-
-async function streamsByName(db: DB, realmId: number, names: string[]): Promise<Map<string, StreamRow>> {
-  if (!names.length) return new Map();
-  const rows = await db.selectFrom("streams").selectAll().where("realm_id", "=", realmId).where(sql`lower(name)`, "in", names.map((n) => n.toLowerCase())).execute();
-  return new Map(rows.map((r) => [r.name.toLowerCase(), r]));
 }
 
 /** Zulip's parse_message_retention_days: a positive number of days, "unlimited" (-1) or "realm_default" (null). */
@@ -190,7 +178,7 @@ export const channelRoutes: RouteSpec[] = [
       const subscribingOthers = !!principals && principals.some((p) => p !== user.id && (typeof p !== "string" || p.toLowerCase() !== user.email.toLowerCase()));
 
       // Existing channels need content access (else `unauthorized`), and adding others the permission to.
-      const existing = await streamsByName(db, user.realm_id, [...specs.keys()]);
+      const existing = await channelsByName(db, user.realm_id, [...specs.keys()]);
       const authorized: StreamRow[] = [];
       const unauthorized: string[] = [];
       for (const stream of existing.values()) {
@@ -240,7 +228,7 @@ export const channelRoutes: RouteSpec[] = [
       // Oneself and one's own bots are not "others" (Zulip's user_directly_controls_user).
       const ownBots = targets.some((t) => t.id !== user.id && t.is_bot && t.bot_owner_id === user.id);
       const others = targets.some((t) => t.id !== user.id && !(t.is_bot && t.bot_owner_id === user.id));
-      const found = await streamsByName(db, user.realm_id, names);
+      const found = await channelsByName(db, user.realm_id, names);
       for (const stream of found.values()) {
         if (!others && !ownBots) continue;
         const subscribed = await isSubscribed(db, user.id, stream.id);
@@ -284,7 +272,7 @@ export const channelRoutes: RouteSpec[] = [
       // Everything is checked before anything changes.
       for (const change of changes) {
         checkProperty(change.property, change.value);
-        const stream = await db.selectFrom("streams").selectAll().where("id", "=", change.stream_id).where("realm_id", "=", user.realm_id).executeTakeFirst();
+        const stream = await findStream(db, user.realm_id, { id: change.stream_id });
         const subscribed = !!stream && (await isSubscribed(db, user.id, stream.id));
         if (!stream || !(await hasContentAccess(db, user, stream, subscribed))) throw errors.badRequest("Invalid channel ID");
         if (!subscribed) throw errors.badRequest(`Not subscribed to channel ID ${stream.id}`);
@@ -315,7 +303,7 @@ export const channelRoutes: RouteSpec[] = [
     },
     async handle({ params, user, services }) {
       const db = services.store.db;
-      const stream = await db.selectFrom("streams").selectAll().where("id", "=", params.stream_id).where("realm_id", "=", user.realm_id).executeTakeFirst();
+      const stream = await findStream(db, user.realm_id, { id: params.stream_id });
       if (!stream) throw errors.badRequest("Invalid channel ID");
       const subscribed = await isSubscribed(db, user.id, stream.id);
       // Administrators administer every channel; others through its can_administer_channel_group. Whoever cannot

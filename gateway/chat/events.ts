@@ -1,11 +1,16 @@
 /** Zulip's event system: POST /register, long-poll GET /events, DELETE /events. */
-import { sql } from "kysely";
 import { actorId } from "../../runtime/actor.ts";
 import { ChorusError, errors } from "../../runtime/errors.ts";
 import type { StreamSink } from "../http.ts";
 import { USER, type Polled, type Registered } from "../../actors/protocol.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
-import { realmUsersFor, streamObjects, subscriptionsOf, unreadMessages, visibleStreams, type UserRow } from "../../actors/chat/reads/reads.ts";
+import { realmUsersFor, type UserRow } from "../../actors/chat/reads/users.ts";
+import { streamObjects, visibleStreams } from "../../actors/chat/reads/channels.ts";
+import { subscriptionsOf } from "../../actors/chat/reads/subscriptions.ts";
+import { unreadMessages } from "../../actors/chat/reads/unreads.ts";
+import { maxMessageId } from "../../actors/chat/reads/messages.ts";
+import { realmNameAndDate } from "../../actors/chat/reads/realms.ts";
+import { userTopicsOf } from "../../actors/chat/reads/topics.ts";
 import { CUSTOM_PROFILE_FIELD_TYPES, profileFieldObjects } from "../../actors/chat/organization/profile-fields.ts";
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Str } from "../params.ts";
@@ -33,12 +38,7 @@ interface InitialStateOptions {
 /** The initial state of each event type we serve; types not listed contribute nothing. */
 const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOptions) => Promise<Record<string, unknown>>> = {
   async message(s, u) {
-    const row = await s.store.db
-      .selectFrom("messages")
-      .select(sql<number>`coalesce(max(id), -1)`.as("max"))
-      .where("realm_id", "=", u.realm_id)
-      .executeTakeFirst();
-    return { max_message_id: Number(row?.max ?? -1) };
+    return { max_message_id: await maxMessageId(s.store.db, u.realm_id) };
   },
   // Former subscriptions the user can still see are `unsubscribed`; channels they see and never joined,
   // `never_subscribed` (administrators see every channel's metadata).
@@ -58,7 +58,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     return { streams: await streamObjects(s.store.db, await registerStreams(s, u)) };
   },
   async realm(s, u) {
-    const realm = await s.store.db.selectFrom("realms").select(["name", "date_created"]).where("id", "=", u.realm_id).executeTakeFirstOrThrow();
+    const realm = await realmNameAndDate(s.store.db, u.realm_id);
     const url = s.siteUrl();
     return {
       realm_name: realm.name,
@@ -90,13 +90,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     return { drafts: await draftsOf(s.store.db, u.id) };
   },
   async user_topic(s, u) {
-    const rows = await s.store.db
-      .selectFrom("user_topics")
-      .select(["stream_id", "topic_name", "last_updated", "visibility_policy"])
-      .where("user_id", "=", u.id)
-      .orderBy("last_updated")
-      .execute();
-    return { user_topics: rows };
+    return { user_topics: await userTopicsOf(s.store.db, u.id) };
   },
   async navigation_views(s, u) {
     return { navigation_views: await viewsOf(s.store.db, u.id) };

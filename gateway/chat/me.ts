@@ -3,7 +3,7 @@ import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { hashPassword, verifyPassword } from "../../runtime/secrets.ts";
 import { REALM, USER, type DraftFields, type EmailChanged } from "../../actors/protocol.ts";
-import { serverRealmId } from "../../actors/chat/reads/reads.ts";
+import { serverRealmId } from "../../actors/chat/reads/realms.ts";
 import { checkSetting, draftsOf, SETTING_RULES, viewsOf } from "../../actors/chat/users/user-data.ts";
 import { USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import type { Call, RouteSpec } from "./app.ts";

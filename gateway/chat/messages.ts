@@ -1,6 +1,6 @@
 /**
  * Messages: send (channel and direct), fetch, edit / move, delete, flags, and the topics of a channel. Handlers
- * decode and check the request, find the actor owning the conversation, and ask it; reads go to actors/chat/reads/reads.ts.
+ * decode and check the request, find the actor owning the conversation, and ask it; reads go to the read modules in actors/chat/reads/.
  */
 import { randomUUID } from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
@@ -10,7 +10,10 @@ import { dmKey } from "../../actors/chat/conversations/dm.ts";
 import { checkEditableFlag } from "../../actors/chat/conversations/flags.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
 import { MAX_REPORT_DESCRIPTION, moderationChannel, REPORT_TYPES, reportNotice } from "../../actors/chat/conversations/reports.ts";
-import { EMPTY_TOPIC_DISPLAY_NAME, fetchMessages, readableMessage, readableMessages, requireStream, usersByRef, type UserRow } from "../../actors/chat/reads/reads.ts";
+import { EMPTY_TOPIC_DISPLAY_NAME } from "../../actors/chat/reads/topics.ts";
+import { fetchMessages, readableMessage, readableMessages } from "../../actors/chat/reads/messages.ts";
+import { requireStream } from "../../actors/chat/reads/channels.ts";
+import { usersByRef, type UserRow } from "../../actors/chat/reads/users.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";

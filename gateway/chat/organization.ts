@@ -12,7 +12,7 @@ import { REALM, type CreatedUser, type GroupCreated, type InviteLinkCreated, typ
 import { ProfileValue } from "./profile-fields.ts";
 import { REALM_SETTINGS } from "../../actors/chat/organization/realm-settings.ts";
 import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/chat/organization/invites.ts";
-import { serverRealmId } from "../../actors/chat/reads/reads.ts";
+import { serverRealmId } from "../../actors/chat/reads/realms.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
 import { askRealm, type Call, type RouteSpec } from "./app.ts";
 import { Bool, Id, Str, type JsonSchema, type ParamsSchema } from "../params.ts";

@@ -3,13 +3,12 @@
  * and the realm's custom emoji (actors/chat/organization/realm-emoji.ts).
  */
 import { errors } from "../../runtime/errors.ts";
-import type { Kysely } from "kysely";
-import type { Database } from "../../runtime/store/schema.ts";
 import { emojiCodeFor, isKnownUnicodeEmojiCode, isValidUnicodeEmoji, isValidZulipExtraEmoji, ZULIP_EXTRA_EMOJI_NAMES } from "../../actors/chat/rendering/emoji.ts";
 import { activeRealmEmoji, realmEmojiById } from "../../actors/chat/organization/realm-emoji.ts";
 import type { Reaction } from "../../actors/protocol.ts";
-import { readableMessage } from "../../actors/chat/reads/reads.ts";
-import type { RouteSpec } from "./app.ts";
+import { readableMessage } from "../../actors/chat/reads/messages.ts";
+import { reactionNameOn } from "../../actors/chat/reads/reactions.ts";
+import type { RouteSpec, Services } from "./app.ts";
 import { Id, Str } from "../params.ts";
 import { acting, ownerOf } from "./messages.ts";
 
@@ -24,8 +23,10 @@ const REACTION_PARAMS = {
   required: ["message_id"],
 } as const;
 
+type DB = Services["store"]["db"];
+
 /** Zulip's get_emoji_data: what a name alone means in the realm (its active custom emoji first). */
-async function emojiNamed(db: Kysely<Database>, realmId: number, name: string): Promise<{ code: string; type: string }> {
+async function emojiNamed(db: DB, realmId: number, name: string): Promise<{ code: string; type: string }> {
   const custom = await activeRealmEmoji(db, realmId, name);
   if (custom) return { code: custom.id, type: "realm_emoji" };
   if (ZULIP_EXTRA_EMOJI_NAMES.has(name)) return { code: name, type: "zulip_extra_emoji" };
@@ -35,7 +36,7 @@ async function emojiNamed(db: Kysely<Database>, realmId: number, name: string): 
 }
 
 /** Zulip's check_emoji_request: may this (name, code, type) be added as a new reaction in the realm? */
-async function checkNewReaction(db: Kysely<Database>, realmId: number, reaction: Reaction): Promise<void> {
+async function checkNewReaction(db: DB, realmId: number, reaction: Reaction): Promise<void> {
   const { emoji_name: name, emoji_code: code } = reaction;
   switch (reaction.reaction_type) {
     case "realm_emoji": {
@@ -60,7 +61,7 @@ async function checkNewReaction(db: Kysely<Database>, realmId: number, reaction:
  * checked, as in Zulip: the reaction exists or not, and one whose emoji was deactivated since can still go.
  */
 async function reactionOf(
-  db: Kysely<Database>,
+  db: DB,
   realmId: number,
   messageId: number,
   params: { emoji_name?: string; emoji_code?: string; reaction_type?: string },
@@ -80,14 +81,8 @@ async function reactionOf(
   if (!adding) return reaction;
   // Zulip's check_add_reaction: the same emoji already on the message makes this a vote for that reaction, under
   // its name and unchecked (its emoji may have been deactivated since); only a new one must be valid now.
-  const existing = await db
-    .selectFrom("reactions")
-    .select("emoji_name")
-    .where("message_id", "=", messageId)
-    .where("emoji_code", "=", reaction.emoji_code)
-    .where("reaction_type", "=", reaction.reaction_type)
-    .executeTakeFirst();
-  if (existing) reaction.emoji_name = existing.emoji_name;
+  const existing = await reactionNameOn(db, messageId, reaction);
+  if (existing) reaction.emoji_name = existing;
   else await checkNewReaction(db, realmId, reaction);
   return reaction;
 }

@@ -2,8 +2,10 @@
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { SCHEDULER, type ScheduledSpec } from "../../actors/protocol.ts";
-import { scheduledMessagesOf, scheduledNotFound, scheduledObject } from "../../actors/chat/conversations/scheduler.ts";
-import { isSubscribed, requireStream, type UserRow } from "../../actors/chat/reads/reads.ts";
+import { editableScheduledMessage, scheduledMessagesOf, scheduledNotFound, scheduledObject } from "../../actors/chat/conversations/scheduler.ts";
+import { isSubscribed } from "../../actors/chat/reads/subscriptions.ts";
+import { requireStream } from "../../actors/chat/reads/channels.ts";
+import type { UserRow } from "../../actors/chat/reads/users.ts";
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { acting, directRecipients, normaliseContent, normaliseTopic } from "./messages.ts";
@@ -71,13 +73,7 @@ export const scheduledRoutes: RouteSpec[] = [
       required: ["scheduled_message_id"],
     },
     async handle({ params, user, services }) {
-      const row = await services.store.db
-        .selectFrom("scheduled_messages")
-        .selectAll()
-        .where("id", "=", params.scheduled_message_id)
-        .where("sender_id", "=", user.id)
-        .where("status", "in", ["pending", "failed"])
-        .executeTakeFirst();
+      const row = await editableScheduledMessage(services.store.db, user.id, params.scheduled_message_id);
       if (!row) throw scheduledNotFound();
       if (params.type !== undefined && params.to === undefined) throw errors.badRequest("Recipient required when updating type of scheduled message.");
       const current = scheduledObject(row);

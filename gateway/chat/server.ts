@@ -1,7 +1,8 @@
 /** Unauthenticated endpoints clients call first: GET /server_settings and POST /fetch_api_key. */
 import { ChorusError } from "../../runtime/errors.ts";
 import { verifyPassword } from "../../runtime/secrets.ts";
-import { findUserByEmail } from "../../actors/chat/reads/reads.ts";
+import { findUserByEmail } from "../../actors/chat/reads/users.ts";
+import { serverRealmName } from "../../actors/chat/reads/realms.ts";
 import type { RouteSpec } from "./app.ts";
 import { Str } from "../params.ts";
 import { ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";
@@ -15,7 +16,7 @@ export const serverRoutes: RouteSpec[] = [
     auth: false,
     params: { type: "object", properties: {} },
     async handle({ services, req }) {
-      const realm = await services.store.db.selectFrom("realms").select(["name"]).orderBy("id").executeTakeFirst();
+      const realmName = await serverRealmName(services.store.db);
       const url = services.siteUrl(req.headers.host);
       return {
         authentication_methods: Object.fromEntries(AUTH_METHODS.map((m) => [m, m === "password" || m === "email"])),
@@ -29,7 +30,7 @@ export const serverRoutes: RouteSpec[] = [
         require_email_format_usernames: true,
         realm_url: url,
         realm_uri: url,
-        realm_name: realm?.name ?? "Chorus",
+        realm_name: realmName ?? "Chorus",
         realm_icon: "",
         realm_description: "",
         realm_web_public_access_enabled: false,

@@ -1,9 +1,9 @@
 /** Topics: the topics of a channel, and the user's topic visibility (POST /user_topics and the legacy muted_topics). */
-import { sql } from "kysely";
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { USER_TOPICS, type SetTopicVisibility } from "../../actors/protocol.ts";
-import { EMPTY_TOPIC_DISPLAY_NAME, readableStream } from "../../actors/chat/reads/reads.ts";
+import { channelTopics } from "../../actors/chat/reads/topics.ts";
+import { readableStream } from "../../actors/chat/reads/subscriptions.ts";
 import { VISIBILITY } from "../../actors/chat/users/user-topics.ts";
 import type { RouteSpec } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
@@ -20,23 +20,7 @@ export const topicRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const db = services.store.db;
       const stream = await readableStream(db, user, { id: params.stream_id });
-      // Topics match case-insensitively; a topic shows the name of its latest message, as in Zulip.
-      let query = db
-        .selectFrom("messages as m")
-        .select([sql<string>`(array_agg(m.topic order by m.id desc))[1]`.as("name"), sql<number>`max(m.id)`.as("max_id")])
-        .where("m.stream_id", "=", stream.id)
-        .groupBy(sql`lower(m.topic)`);
-      if (!stream.history_public_to_subscribers) {
-        // Protected history: only the topics of messages the caller received count.
-        query = query.where(({ exists, selectFrom }) =>
-          exists(selectFrom("user_messages as um").select("um.user_id").whereRef("um.message_id", "=", "m.id").where("um.user_id", "=", user.id)),
-        );
-      }
-      const rows = await query.execute();
-      const topics = rows
-        .map((r) => ({ name: r.name === "" && !params.allow_empty_topic_name ? EMPTY_TOPIC_DISPLAY_NAME : r.name, max_id: Number(r.max_id) }))
-        .sort((a, b) => b.max_id - a.max_id);
-      return { topics };
+      return { topics: await channelTopics(db, stream, user.id, { emptyTopicName: params.allow_empty_topic_name }) };
     },
   },
   {

@@ -6,7 +6,9 @@
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { USER } from "../../actors/protocol.ts";
-import { requireStream, subscribersOf } from "../../actors/chat/reads/reads.ts";
+import { requireStream } from "../../actors/chat/reads/channels.ts";
+import { subscribersOf } from "../../actors/chat/reads/subscriptions.ts";
+import { activeUsersAmong } from "../../actors/chat/reads/users.ts";
 import type { RouteSpec } from "./app.ts";
 import { Id } from "../params.ts";
 import { LIMITS } from "./zulip.ts";
@@ -41,7 +43,7 @@ export const typingRoutes: RouteSpec[] = [
       } else {
         if (!params.to) throw errors.missing("to");
         const ids = [...new Set<number>([...params.to, user.id])];
-        const rows = await db.selectFrom("users").select(["id", "email"]).where("realm_id", "=", user.realm_id).where("is_active", "=", true).where("id", "in", ids).execute();
+        const rows = await activeUsersAmong(db, user.realm_id, ids);
         if (rows.length !== ids.length) throw errors.badRequest("Invalid user ID");
         const recipients = rows.map((r) => ({ user_id: r.id, email: r.email })).sort((a, b) => a.user_id - b.user_id);
         notify = recipients.map((r) => r.user_id);

@@ -2,7 +2,7 @@
 import { errors } from "../../runtime/errors.ts";
 import { actorId } from "../../runtime/actor.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
-import { ownUserObject, realmUsersFor, userObjectsFor } from "../../actors/chat/reads/reads.ts";
+import { ownUserObject, realmUsersFor, userInRealm, userObjectsFor } from "../../actors/chat/reads/users.ts";
 import { accessibleUsers } from "../../actors/chat/organization/accounts.ts";
 import { REALM, type CreatedUser } from "../../actors/protocol.ts";
 import { EMAIL, ROLE } from "../../actors/chat/organization/realm.ts";
@@ -59,7 +59,7 @@ export const userRoutes: RouteSpec[] = [
       required: ["user_id"],
     },
     async handle({ params, user, services }) {
-      const target = await services.store.db.selectFrom("users").selectAll().where("id", "=", params.user_id).where("realm_id", "=", user.realm_id).executeTakeFirst();
+      const target = await userInRealm(services.store.db, user.realm_id, params.user_id);
       if (!target) throw errors.badRequest("No such user");
       const access = await accessibleUsers(services.store.db, user);
       if (access && !access.has(target.id)) throw errors.badRequest("Insufficient permission");

@@ -14,7 +14,9 @@ import { ROLE } from "../organization/groups.ts";
 import { isModerator, messageRules, pastLimit, topicPolicyError, type MessageRules } from "./message-rules.ts";
 import { RESOLVED_TOPIC_PREFIX } from "../reads/narrow.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
-import { streamObject, subscriptionObject, SUBSCRIPTION_COLUMNS, topicHasOtherMessages, type StreamRow, type SubscriptionColumns } from "../reads/reads.ts";
+import { streamObject } from "../reads/channels.ts";
+import { subscriptionObject, SUBSCRIPTION_COLUMNS, type SubscriptionColumns } from "../reads/subscriptions.ts";
+import { topicHasOtherMessages } from "../reads/topics.ts";
 import { metadataWatchers } from "./channel-access.ts";
 import { inGroupSetting, systemGroups, type GroupSettingValue } from "../organization/groups.ts";
 import {
@@ -35,6 +37,7 @@ import { renderMarkdown } from "../rendering/message-format.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
 import { TopicPolicies, visibilityAfterParticipation, visibilityAfterSend } from "./topic-policies.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
+import { usersFollowingPublicChannels } from "../users/user.ts";
 import { ensureSystemBot, NOTIFICATION_BOT } from "../organization/system-bots.ts";
 
 /** Zulip's default subscription colours, handed out in turn. */
@@ -115,16 +118,9 @@ export class ChannelActor extends Conversation {
       subscribers: new Set(subs.map((s) => s.user_id)),
     };
     // Registering such a queue saves it in the user's snapshot and then tells the realm's public channels, so a
-    // channel activating in between reads it here and one already active hears of it.
-    const listeners = await db
-      .selectFrom("actor_snapshots")
-      .innerJoin("users", (j) => j.on(sql`users.id::text`, "=", sql.ref("actor_snapshots.key")))
-      .select("users.id")
-      .where("actor_snapshots.kind", "=", USER)
-      .where("users.realm_id", "=", stream.realm_id)
-      .where(sql<boolean>`actor_snapshots.state @> '{"queues": [{"allPublicStreams": true}]}'::jsonb`)
-      .execute();
-    for (const l of listeners) this.publicListeners.add(l.id);
+    // channel activating in between finds it here and one already active hears of it. The user actor's module
+    // reads its snapshots for us (usersFollowingPublicChannels says why a read, not an ask).
+    for (const id of await usersFollowingPublicChannels(db, stream.realm_id)) this.publicListeners.add(id);
   }
 
   /** The channel's recipient id; channels created before they had one get it on first activation. */

@@ -64,6 +64,17 @@ export async function scheduledMessagesOf(db: Kysely<Database>, userId: number) 
   return rows.map(scheduledObject);
 }
 
+/** One of the user's scheduled messages still to send, or that failed (the ones PATCH /scheduled_messages/{id} may edit). */
+export function editableScheduledMessage(db: Kysely<Database>, senderId: number, id: number) {
+  return db
+    .selectFrom("scheduled_messages")
+    .selectAll()
+    .where("id", "=", id)
+    .where("sender_id", "=", senderId)
+    .where("status", "in", ["pending", "failed"])
+    .executeTakeFirst();
+}
+
 export const scheduledNotFound = () => new ChorusError("BAD_REQUEST", "Scheduled message does not exist", 404);
 
 export class SchedulerActor implements Actor {

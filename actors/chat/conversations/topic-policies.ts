@@ -8,7 +8,7 @@ import { sql } from "kysely";
 import { actorId } from "../../../runtime/actor.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { USER_TOPICS, type SetTopicVisibility, type TopicVisibilitySet } from "../../protocol.ts";
-import { topicHasOtherMessages } from "../reads/reads.ts";
+import { topicHasOtherMessages } from "../reads/topics.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "../users/settings.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
 

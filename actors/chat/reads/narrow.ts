@@ -1,7 +1,7 @@
 /**
  * Narrows: Zulip's message filters, in the modern object form (`{operator, operand, negated}`) or the legacy
  * pair form (`["stream", "design"]`). One parser for GET /messages and POST /register (operators normalised to
- * their modern names), one matcher for events; the SQL form is in reads.ts.
+ * their modern names), one matcher for events; the SQL form is in messages.ts.
  */
 import { ChorusError } from "../../../runtime/errors.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
@@ -24,7 +24,7 @@ const MAX_TERMS = 100;
 export const RESOLVED_TOPIC_PREFIX = "✔ ";
 
 /**
- * `has:` operands read from the rendered content (case-insensitive patterns, run in SQL by reads.ts and here for
+ * `has:` operands read from the rendered content (case-insensitive patterns, run in SQL by messages.ts and here for
  * events), so a URL inside a code block is no link. A link is an anchor to the web or to an upload (not Zulip's own
  * channel and topic links, not mailto); an attachment, a link to an upload; an image, an inline image preview or a
  * link to an image file (which Zulip previews).

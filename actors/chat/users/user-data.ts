@@ -8,7 +8,7 @@ import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { Database, DraftTable } from "../../../runtime/store/schema.ts";
 import { USER_SETTINGS_DEFAULTS } from "./settings.ts";
 import { AUTOMATIC_POLICY } from "../conversations/topic-policies.ts";
-import { isSubscribed } from "../reads/reads.ts";
+import { isSubscribed } from "../reads/subscriptions.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 

@@ -27,12 +27,13 @@
  * queue nobody polled for the idle timeout is dropped.
  */
 import { randomUUID } from "node:crypto";
+import { sql } from "kysely";
 import { actorId, PARKED, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { UserEvent } from "../../../runtime/store/store.ts";
 import { formatMessage, type MessageRecord } from "../rendering/message-format.ts";
 import { matchesNarrow } from "../reads/narrow.ts";
-import { messageRecords } from "../reads/reads.ts";
+import { messageRecords } from "../reads/messages.ts";
 import {
   CHANNEL,
   USER,
@@ -137,6 +138,24 @@ interface Snapshot {
   seqFloor: number;
   /** Sequence numbers below this may have been handed out (absent in snapshots written before reservations). */
   seqReserved?: number;
+}
+
+/**
+ * The realm's users with a queue following all public channels (all_public_streams), read from their snapshots:
+ * a channel actor activating starts its public listeners with them. It lives here because it reads this actor's
+ * snapshot format (Snapshot and QueueSpec above); it reads rather than asks, since asking would activate every user
+ * actor of the realm for a question their stored snapshots answer in one query (what the channel did before).
+ */
+export async function usersFollowingPublicChannels(db: ActorDeps["store"]["db"], realmId: number): Promise<number[]> {
+  const rows = await db
+    .selectFrom("actor_snapshots")
+    .innerJoin("users", (j) => j.on(sql`users.id::text`, "=", sql.ref("actor_snapshots.key")))
+    .select("users.id")
+    .where("actor_snapshots.kind", "=", USER)
+    .where("users.realm_id", "=", realmId)
+    .where(sql<boolean>`actor_snapshots.state @> '{"queues": [{"allPublicStreams": true}]}'::jsonb`)
+    .execute();
+  return rows.map((r) => r.id);
 }
 
 /** Sequence numbers reserved per snapshot write: one write per this many events a user receives. */

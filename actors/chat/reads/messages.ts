@@ -1,0 +1,407 @@
+/**
+ * Reads of the `messages` table with the reader's `user_messages` flags: GET /messages (a narrow compiled to SQL
+ * under the access rule), the messages a route acts on, and message records for rebuilding event queues. Nothing
+ * here writes.
+ */
+import { sql, type Kysely, type RawBuilder, type SqlBool } from "kysely";
+import { errors } from "../../../runtime/errors.ts";
+import type { Database } from "../../../runtime/store/schema.ts";
+import { formatMessage, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
+import { ROLE } from "../organization/groups.ts";
+import { dmKey, RECIPIENT_DM } from "../conversations/dm.ts";
+import { FLAG_BITS, flagList, HISTORICAL_FLAGS, MENTION_FLAGS } from "../conversations/flags.ts";
+import { VISIBILITY } from "../users/user-topics.ts";
+import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
+import { findStream } from "./channels.ts";
+import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
+import { usersByRef, type UserRow } from "./users.ts";
+import type { Narrow } from "../../protocol.ts";
+
+type DB = Kysely<Database>;
+
+export interface MessageQuery {
+  anchor: number | "newest" | "oldest" | "first_unread";
+  numBefore: number;
+  numAfter: number;
+  includeAnchor: boolean;
+  narrow: Narrow;
+  /** Fetch exactly these (those that exist, are readable and match the narrow) instead of a range. */
+  messageIds?: number[];
+  format: FormatOptions;
+  allowEmptyTopicName: boolean;
+}
+
+/** The realm's highest message id, -1 when it has none (POST /register's max_message_id). */
+export async function maxMessageId(db: DB, realmId: number): Promise<number> {
+  const row = await db
+    .selectFrom("messages")
+    .select(sql<number>`coalesce(max(id), -1)`.as("max"))
+    .where("realm_id", "=", realmId)
+    .executeTakeFirst();
+  return Number(row?.max ?? -1);
+}
+
+/** Zulip's anchor for "newest": above any message id (and returned as such). */
+export const LARGER_THAN_MAX_MESSAGE_ID = 10_000_000_000_000_000;
+
+
+type Cond = RawBuilder<SqlBool>;
+const FALSE: Cond = sql<SqlBool>`false`;
+
+/** Users named in a narrow, resolved in the caller's realm; an unknown one is Zulip's BAD_NARROW. */
+async function narrowUsers(db: DB, user: UserRow, refs: Array<number | string>): Promise<number[]> {
+  return (await usersByRef(db, user.realm_id, refs)).map((row) => {
+    if (!row) throw badNarrow("Invalid narrow operator: unknown user");
+    return row.id;
+  });
+}
+
+/**
+ * The narrow as SQL over `messages m` left-joined to the reader's `user_messages um`, with the access rule:
+ * channel messages of the channels the user may read (with a channel operator: that channel if readable; with
+ * `channels:public`: every public channel; otherwise the channels they are subscribed to), only what they
+ * received in channels with protected history, and the direct-message conversations they take part in.
+ */
+async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ conds: Cond[]; names: Map<number, string> }> {
+  const conds: Cond[] = [];
+  /** Names of the channels the access rule reaches: display_recipient without another query. */
+  const names = new Map<number, string>();
+  const positive = (op: string) => narrow.find((t) => t.operator === op && !t.negated);
+  const channelTerm = positive("channel");
+  const publicTerm = narrow.find((t) => t.operator === "channels");
+  if (publicTerm?.negated) throw badNarrow("Invalid narrow operator: negated channels:public is not supported");
+  const isGuest = user.role === ROLE.guest;
+  // One round trip for both halves of the access rule: subscribed channels, and the user's conversations.
+  const reachable = await db
+    .selectFrom("subscriptions")
+    .innerJoin("streams", "streams.id", "subscriptions.stream_id")
+    .select([sql<number | null>`streams.id`.as("id"), "streams.name", "streams.invite_only", "streams.history_public_to_subscribers", sql<number | null>`null::int`.as("dm")])
+    .where("subscriptions.user_id", "=", user.id)
+    .where("subscriptions.active", "=", true)
+    .unionAll(
+      db
+        .selectFrom("recipient_members")
+        .select([sql<number | null>`null::int`.as("id"), sql<string>`''`.as("name"), sql<boolean>`false`.as("invite_only"), sql<boolean>`true`.as("history_public_to_subscribers"), sql<number | null>`recipient_id`.as("dm")])
+        .where("user_id", "=", user.id),
+    )
+    .execute();
+  const subscribed = reachable.filter((r) => r.id !== null).map((r) => ({ ...r, id: r.id! }));
+  const dms = reachable.filter((r) => r.dm !== null).map((r) => r.dm!);
+  for (const s of subscribed) names.set(s.id, s.name);
+  const dmAccess = dms.length ? sql<SqlBool>`(m.stream_id is null and m.recipient_id in (${sql.join(dms)}))` : undefined;
+  let open: number[] = [];
+  let received: number[] = [];
+  let withDms = !channelTerm && !publicTerm;
+  if (channelTerm) {
+    const ref = typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) };
+    const stream = await findStream(db, user.realm_id, ref);
+    const sub = stream && subscribed.find((s) => s.id === stream.id);
+    if (!stream) throw badNarrow("Invalid narrow operator: unknown channel");
+    names.set(stream.id, stream.name);
+    // Without access to its history (Zulip's can_access_stream_history), a channel still shows what the user
+    // received in it, like Zulip's search of the user's own messages.
+    const history = stream.is_web_public || (!stream.invite_only && !isGuest) || (sub && stream.history_public_to_subscribers);
+    if (history) open = [stream.id];
+    else received = [stream.id];
+  } else if (publicTerm) {
+    if (isGuest) throw badNarrow("Invalid narrow operator: guests cannot search all public channels");
+    const rows = await db.selectFrom("streams").select(["id", "name"]).where("realm_id", "=", user.realm_id).where("invite_only", "=", false).execute();
+    open = rows.map((r) => r.id);
+    for (const r of rows) names.set(r.id, r.name);
+  } else {
+    open = subscribed.filter((s) => s.history_public_to_subscribers).map((s) => s.id);
+    received = subscribed.filter((s) => !s.history_public_to_subscribers).map((s) => s.id);
+  }
+  const access: Cond[] = [];
+  if (open.length) access.push(sql<SqlBool>`m.stream_id in (${sql.join(open)})`);
+  if (received.length) access.push(sql<SqlBool>`(m.stream_id in (${sql.join(received)}) and um.flags is not null)`);
+  if (withDms && dmAccess) access.push(dmAccess);
+  conds.push(access.length ? sql<SqlBool>`(${sql.join(access, sql` or `)})` : FALSE);
+
+  for (const term of narrow) {
+    let cond: Cond | undefined;
+    switch (term.operator) {
+      case "channel": {
+        if (term === channelTerm) break;
+        const ref = typeof term.operand === "number" ? { id: term.operand } : { name: String(term.operand) };
+        const stream = await findStream(db, user.realm_id, ref);
+        if (!stream) throw badNarrow("Invalid narrow operator: unknown channel");
+        cond = sql<SqlBool>`m.stream_id = ${stream.id}`;
+        break;
+      }
+      case "topic":
+        cond = sql<SqlBool>`(m.stream_id is not null and lower(m.topic) = ${String(term.operand).toLowerCase()})`;
+        break;
+      case "dm": {
+        const ids = await narrowUsers(db, user, operandUsers(term.operand));
+        const key = dmKey([...ids, user.id]);
+        cond = sql<SqlBool>`m.recipient_id = (select id from recipients where type = ${RECIPIENT_DM} and realm_id = ${user.realm_id} and dm_key = ${key})`;
+        if (!term.negated) withDms = true;
+        break;
+      }
+      case "dm-including": {
+        const [id] = await narrowUsers(db, user, operandUsers(term.operand));
+        cond = sql<SqlBool>`m.recipient_id in (select recipient_id from recipient_members where user_id = ${id!})`;
+        break;
+      }
+      case "sender": {
+        const ids = await narrowUsers(db, user, operandUsers(term.operand));
+        cond = sql<SqlBool>`m.sender_id in (${sql.join(ids)})`;
+        break;
+      }
+      case "id":
+        cond = sql<SqlBool>`m.id = ${term.operand as number}`;
+        break;
+      case "is":
+        cond = {
+          dm: sql<SqlBool>`m.stream_id is null`,
+          starred: sql<SqlBool>`coalesce(um.flags & ${FLAG_BITS.starred}, 0) <> 0`,
+          unread: sql<SqlBool>`(um.flags is not null and (um.flags & ${FLAG_BITS.read}) = 0)`,
+          mentioned: sql<SqlBool>`coalesce(um.flags & ${MENTION_FLAGS}, 0) <> 0`,
+          alerted: sql<SqlBool>`coalesce(um.flags & ${FLAG_BITS.has_alert_word}, 0) <> 0`,
+          resolved: sql<SqlBool>`m.topic like ${RESOLVED_TOPIC_PREFIX + "%"}`,
+          followed: sql<SqlBool>`${topicPolicy(user.id, VISIBILITY.followed)}`,
+          // Zulip's is:muted: a muted topic, or a muted channel's topic the user has not unmuted or followed.
+          muted: sql<SqlBool>`(${topicPolicy(user.id, VISIBILITY.muted)} or (m.stream_id in (select stream_id from subscriptions where user_id = ${user.id} and is_muted) and not ${topicPolicy(user.id, VISIBILITY.unmuted)} and not ${topicPolicy(user.id, VISIBILITY.followed)}))`,
+        }[String(term.operand)];
+        break;
+      case "search":
+        // Postgres full-text search over topic and content; an operand with no searchable word matches nothing.
+        cond = sql<SqlBool>`${SEARCH_VECTOR} @@ plainto_tsquery(${SEARCH_CONFIG}::regconfig, ${String(term.operand)})`;
+        break;
+      case "has":
+        cond = {
+          reaction: sql<SqlBool>`exists (select 1 from reactions r where r.message_id = m.id)`,
+          link: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.link}`,
+          image: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.image}`,
+          attachment: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.attachment}`,
+        }[String(term.operand)];
+        break;
+    }
+    if (cond) conds.push(term.negated ? sql<SqlBool>`not (${cond})` : cond);
+  }
+  // A dm operator reaches the conversation even with a channel operator beside it (which then matches nothing).
+  if (withDms && dmAccess && (channelTerm || publicTerm)) conds[0] = sql<SqlBool>`(${conds[0]} or ${dmAccess})`;
+  return { conds, names };
+}
+
+/** The text search configuration and document of a message (Zulip searches topic and content together). */
+const SEARCH_CONFIG = "english";
+const SEARCH_VECTOR = sql`to_tsvector(${SEARCH_CONFIG}::regconfig, m.topic || ' ' || m.content)`;
+const HIGHLIGHT = 'StartSel="<span class=""highlight"">", StopSel=</span>, HighlightAll=TRUE';
+
+/**
+ * Zulip's `match_content` / `match_subject` for a search: the rendered content and the topic with the matched
+ * words wrapped in `<span class="highlight">`.
+ */
+async function searchHighlights(db: DB, ids: number[], search: string): Promise<Map<number, { match_content: string; match_subject: string }>> {
+  const { rows } = await sql<{ id: number; match_content: string; match_subject: string }>`
+    select m.id,
+      ts_headline(${SEARCH_CONFIG}::regconfig, m.rendered_content, plainto_tsquery(${SEARCH_CONFIG}::regconfig, ${search}), ${HIGHLIGHT}) as match_content,
+      ts_headline(${SEARCH_CONFIG}::regconfig, replace(replace(replace(m.topic, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), plainto_tsquery(${SEARCH_CONFIG}::regconfig, ${search}), ${HIGHLIGHT}) as match_subject
+    from messages m where m.id in (${sql.join(ids)})`.execute(db);
+  return new Map(rows.map((r) => [Number(r.id), r]));
+}
+
+/** Whether the message's topic has this visibility policy for the user (Zulip's UserTopic). */
+function topicPolicy(userId: number, policy: number): Cond {
+  return sql<SqlBool>`exists (select 1 from user_topics ut where ut.user_id = ${userId} and ut.stream_id = m.stream_id and ut.topic_key = lower(m.topic) and ut.visibility_policy = ${policy})`;
+}
+
+function messagesWhere(db: DB, user: UserRow, conds: Cond[]) {
+  return db
+    .selectFrom("messages as m")
+    .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
+    .where(sql<SqlBool>`${sql.join(conds, sql` and `)}`);
+}
+
+/**
+ * Messages the user can read around an anchor, with Zulip's found_* flags, or the ones named by `messageIds`.
+ * Each side is one index range scan limited to what was asked for; senders, conversations and reactions are
+ * looked up for the page only.
+ */
+export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
+  const { conds, names } = await compileNarrow(db, user, q.narrow);
+  const columns = [
+    "m.id",
+    "m.sender_id",
+    "m.recipient_id",
+    "m.stream_id",
+    "m.topic",
+    "m.content",
+    "m.rendered_content",
+    "m.date_sent",
+    "m.sending_client",
+    "m.edit_history",
+    "m.last_edit_time",
+    "m.last_moved_time",
+    "um.flags",
+  ] as const;
+  if (q.messageIds) {
+    const rows = q.messageIds.length
+      ? await messagesWhere(db, user, conds).select(columns).where("m.id", "in", q.messageIds).orderBy("m.id").execute()
+      : [];
+    return { messages: await buildMessages(db, user, rows, q, names), history_limited: false };
+  }
+  let anchor: number;
+  if (q.anchor === "first_unread") {
+    const first = await messagesWhere(db, user, [...conds, sql<SqlBool>`(um.flags is not null and (um.flags & ${FLAG_BITS.read}) = 0)`])
+      .select((eb) => eb.fn.min("m.id").as("id"))
+      .executeTakeFirst();
+    anchor = first?.id ?? LARGER_THAN_MAX_MESSAGE_ID;
+  } else anchor = q.anchor === "newest" ? LARGER_THAN_MAX_MESSAGE_ID : q.anchor === "oldest" ? 0 : q.anchor;
+  // Nothing is at or above "newest", nothing below "oldest": those sides need no query.
+  const side = (op: "<" | ">=", order: "asc" | "desc", limit: number) =>
+    limit <= 0 || (op === ">=" && anchor === LARGER_THAN_MAX_MESSAGE_ID) || (op === "<" && anchor === 0) ? Promise.resolve([]) : messagesWhere(db, user, conds).select(columns).where("m.id", op, anchor).orderBy("m.id", order).limit(limit).execute();
+  // One extra row on each side tells whether the oldest / newest match was reached.
+  const [before, atAndAfter] = await Promise.all([side("<", "desc", q.numBefore + 1), side(">=", "asc", q.numAfter + 2)]);
+  const anchorRow = atAndAfter[0]?.id === anchor ? atAndAfter[0] : undefined;
+  const after = atAndAfter.filter((r) => r.id > anchor);
+  const rows = [...before.slice(0, q.numBefore).reverse(), ...(anchorRow && q.includeAnchor ? [anchorRow] : []), ...after.slice(0, q.numAfter)];
+  return {
+    anchor,
+    found_anchor: !!anchorRow,
+    found_oldest: before.length <= q.numBefore,
+    found_newest: after.length <= q.numAfter,
+    history_limited: false,
+    messages: await buildMessages(db, user, rows, q, names),
+  };
+}
+
+interface MessageRow {
+  id: number;
+  sender_id: number;
+  recipient_id: number;
+  stream_id: number | null;
+  topic: string;
+  content: string;
+  rendered_content: string;
+  date_sent: number;
+  sending_client: string;
+  edit_history: unknown[] | null;
+  last_edit_time: number | null;
+  last_moved_time: number | null;
+  flags: number | null;
+}
+
+/**
+ * The reader-independent part of messages (sender, conversation, raw topic), for a page of rows: one query per
+ * kind of thing looked up. `known`: channel names the caller already has.
+ */
+async function messageRecordsOf(db: DB, rows: Omit<MessageRow, "flags" | "edit_history" | "last_edit_time" | "last_moved_time">[], realmStr: string, known = new Map<number, string>()): Promise<MessageRecord[]> {
+  if (!rows.length) return [];
+  const streamIds = [...new Set(rows.map((r) => r.stream_id).filter((s): s is number => s !== null && !known.has(s)))];
+  const dmRecipients = [...new Set(rows.filter((r) => r.stream_id === null).map((r) => r.recipient_id))];
+  const [streams, members] = await Promise.all([
+    streamIds.length ? db.selectFrom("streams").select(["id", "name"]).where("id", "in", streamIds).execute() : [],
+    dmRecipients.length
+      ? db.selectFrom("recipient_members").select(["recipient_id", "user_id"]).where("recipient_id", "in", dmRecipients).orderBy("user_id").execute()
+      : [],
+  ]);
+  const userIds = [...new Set([...rows.map((r) => r.sender_id), ...members.map((m) => m.user_id)])];
+  const users = new Map(
+    (await db.selectFrom("users").select(["id", "email", "full_name"]).where("id", "in", userIds).execute()).map((u) => [u.id, u]),
+  );
+  const streamNames = new Map([...known, ...streams.map((s): [number, string] => [s.id, s.name])]);
+  const people = new Map<number, Array<{ id: number; email: string; full_name: string; is_mirror_dummy: boolean }>>();
+  for (const m of members) {
+    const u = users.get(m.user_id);
+    if (u) people.set(m.recipient_id, [...(people.get(m.recipient_id) ?? []), { id: u.id, email: u.email, full_name: u.full_name, is_mirror_dummy: false }]);
+  }
+  return rows.map((r) => {
+    const sender = users.get(r.sender_id);
+    const isStream = r.stream_id !== null;
+    return {
+      id: r.id,
+      type: isStream ? "stream" : "private",
+      sender_id: r.sender_id,
+      sender_email: sender?.email ?? "",
+      sender_full_name: sender?.full_name ?? "",
+      sender_realm_str: realmStr,
+      recipient_id: r.recipient_id,
+      stream_id: r.stream_id,
+      display_recipient: isStream ? (streamNames.get(r.stream_id!) ?? "") : (people.get(r.recipient_id) ?? []),
+      subject: r.topic,
+      content: r.content,
+      rendered_content: r.rendered_content,
+      timestamp: r.date_sent,
+      client: r.sending_client,
+    };
+  });
+}
+
+/**
+ * Message records by id, as message events carry them (raw topic), for rebuilding event queues from the stream of
+ * message references. Ids with no message (deleted since) are left out.
+ */
+export async function messageRecords(db: DB, ids: number[]): Promise<Map<number, MessageRecord>> {
+  if (!ids.length) return new Map();
+  const rows = await db
+    .selectFrom("messages as m")
+    .innerJoin("realms as r", "r.id", "m.realm_id")
+    .select(["m.id", "m.sender_id", "m.recipient_id", "m.stream_id", "m.topic", "m.content", "m.rendered_content", "m.date_sent", "m.sending_client", "r.string_id"])
+    .where("m.id", "in", ids)
+    .execute();
+  const byRealm = new Map<string, typeof rows>();
+  for (const r of rows) byRealm.set(r.string_id, [...(byRealm.get(r.string_id) ?? []), r]);
+  const records = await Promise.all([...byRealm].map(([realmStr, realmRows]) => messageRecordsOf(db, realmRows, realmStr)));
+  return new Map(records.flat().map((r) => [r.id, r]));
+}
+
+/** Zulip's message objects for a page of rows, with the reader's flags. */
+async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName" | "narrow">, known: Map<number, string>) {
+  if (!rows.length) return [];
+  const ids = rows.map((r) => r.id);
+  const search = q.narrow
+    .filter((t) => t.operator === "search" && !t.negated)
+    .map((t) => String(t.operand))
+    .join(" ");
+  const [records, highlights, reactions] = await Promise.all([
+    messageRecordsOf(db, rows, user.realm_str, known),
+    search ? searchHighlights(db, ids, search) : undefined,
+    db.selectFrom("reactions").select(["message_id", "user_id", "emoji_name", "emoji_code", "reaction_type"]).where("message_id", "in", ids).orderBy("created").execute(),
+  ]);
+  const reactionsOf = new Map<number, unknown[]>();
+  for (const r of reactions) {
+    const reaction = { emoji_name: r.emoji_name, emoji_code: r.emoji_code, reaction_type: r.reaction_type, user_id: r.user_id };
+    reactionsOf.set(Number(r.message_id), [...(reactionsOf.get(Number(r.message_id)) ?? []), reaction]);
+  }
+  return rows.map((r, i) => {
+    const record = records[i]!;
+    if (record.type === "stream" && r.topic === "" && !q.allowEmptyTopicName) record.subject = EMPTY_TOPIC_DISPLAY_NAME;
+    const message: Record<string, unknown> = {
+      ...formatMessage(record, q.format),
+      reactions: reactionsOf.get(r.id) ?? [],
+      flags: r.flags === null ? HISTORICAL_FLAGS : flagList(r.flags),
+    };
+    const match = highlights?.get(r.id);
+    if (match) Object.assign(message, match);
+    if (r.edit_history) message.edit_history = r.edit_history;
+    if (r.last_edit_time !== null) message.last_edit_timestamp = r.last_edit_time;
+    if (r.last_moved_time !== null) message.last_moved_timestamp = r.last_moved_time;
+    return message;
+  });
+}
+
+/**
+ * One message the user may read, for the routes that act on a message (edit, delete, react, flags): the row and
+ * the actor owning it. An unreadable message is Zulip's "Invalid message(s)", indistinguishable from a missing one.
+ */
+export async function readableMessage(db: DB, user: UserRow, id: number) {
+  const [row] = await readableMessages(db, user, [id]);
+  if (!row) throw errors.badRequest("Invalid message(s)");
+  return row;
+}
+
+export async function readableMessages(db: DB, user: UserRow, ids: number[]) {
+  if (!ids.length) return [];
+  const { conds } = await compileNarrow(db, user, []);
+  // Public channels the user is not subscribed to are readable too (their history is public to members).
+  const open = user.role === ROLE.guest ? [] : [sql<SqlBool>`m.stream_id in (select id from streams where realm_id = ${user.realm_id} and not invite_only)`];
+  return messagesWhere(db, user, [sql<SqlBool>`(${sql.join([conds[0]!, ...open], sql` or `)})`])
+    .leftJoin("recipients as r", "r.id", "m.recipient_id")
+    .select(["m.id", "m.sender_id", "m.stream_id", "m.topic", "m.recipient_id", "m.content", "r.dm_key", "um.flags"])
+    .where("m.id", "in", ids)
+    .orderBy("m.id")
+    .execute();
+}

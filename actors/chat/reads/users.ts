@@ -1,0 +1,175 @@
+/**
+ * Reads of the `users` table (with their realm, their e-mail visibility and custom profile values): accounts by
+ * e-mail, id or reference, and Zulip's user objects as a given viewer may see them. Nothing here writes.
+ */
+import { sql, type Kysely, type Selectable, type SqlBool } from "kysely";
+import type { Database, UserTable } from "../../../runtime/store/schema.ts";
+import { gravatarUrl } from "../rendering/message-format.ts";
+import { ROLE } from "../organization/groups.ts";
+import { accessibleUsers, deliveryEmailVisibleTo, EMAIL_VISIBILITY, inaccessibleUserObject } from "../organization/accounts.ts";
+import { profileDataOf, type ProfileValue } from "../organization/profile-fields.ts";
+import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
+
+type DB = Kysely<Database>;
+
+export type UserRow = Selectable<UserTable> & { realm_str: string; realm_deactivated: boolean };
+
+function usersWithRealm(db: DB) {
+  return db
+    .selectFrom("users")
+    .innerJoin("realms", "realms.id", "users.realm_id")
+    .selectAll("users")
+    .select(["realms.string_id as realm_str", "realms.deactivated as realm_deactivated"]);
+}
+
+export function findUserByEmail(db: DB, email: string): Promise<UserRow | undefined> {
+  return usersWithRealm(db).where(sql`lower(users.delivery_email)`, "=", email.toLowerCase()).executeTakeFirst();
+}
+
+
+export function findUserById(db: DB, realmId: number, id: number): Promise<UserRow | undefined> {
+  return usersWithRealm(db).where("users.id", "=", id).where("users.realm_id", "=", realmId).executeTakeFirst();
+}
+
+/** GET /users/me: the caller (their own address and custom profile values), without the bot fields Zulip leaves out there. */
+export async function ownUserObject(db: DB, u: Selectable<UserTable>) {
+  const [me] = await userObjectsFor(db, u, [u], { clientGravatar: false, includeProfileData: true });
+  const { bot_type, bot_owner_id, ...rest } = me!;
+  return rest;
+}
+
+export interface UserObjectOptions {
+  clientGravatar: boolean;
+  /** The user's email_address_visibility setting. */
+  emailVisibility: number;
+  /** Whether the viewer may see the real address (delivery_email is null otherwise). */
+  deliveryEmailVisible: boolean;
+  /** The user's custom profile values; absent when not asked for. Bots never have any. */
+  profileData?: Record<string, ProfileValue>;
+}
+
+/** Zulip's user object (format_user_row): GET /users, GET /users/{id}, realm_users in /register, realm_user events. */
+export function userObject(u: Selectable<UserTable>, opts: UserObjectOptions) {
+  // Zulip: a client computes the Gravatar itself only from an address everyone sees.
+  const clientGravatar = opts.clientGravatar && opts.emailVisibility === EMAIL_VISIBILITY.everyone;
+  return {
+    user_id: u.id,
+    email: u.email,
+    delivery_email: opts.deliveryEmailVisible ? u.delivery_email : null,
+    full_name: u.full_name,
+    date_joined: new Date(u.date_joined * 1000).toISOString(),
+    is_active: u.is_active,
+    is_owner: u.role === ROLE.owner,
+    is_admin: u.role <= ROLE.administrator,
+    is_guest: u.role === ROLE.guest,
+    is_bot: u.is_bot,
+    bot_type: u.bot_type,
+    bot_owner_id: u.bot_owner_id,
+    role: u.role,
+    timezone: u.timezone,
+    avatar_url: clientGravatar ? null : gravatarUrl(u.delivery_email),
+    avatar_version: u.avatar_version,
+    ...(u.is_bot || !opts.profileData ? {} : { profile_data: opts.profileData }),
+  };
+}
+
+/** Each user's email_address_visibility (kept with their settings; Zulip's default, everyone, when never set). */
+export async function emailVisibilities(db: DB, userIds: number[]): Promise<Map<number, number>> {
+  const out = new Map(userIds.map((id) => [id, USER_SETTINGS_DEFAULTS.email_address_visibility as number]));
+  if (!userIds.length) return out;
+  const rows = await db
+    .selectFrom("actor_snapshots")
+    .select(["key", sql<number | null>`(state->>'email_address_visibility')::int`.as("visibility")])
+    .where("kind", "=", USER_SETTINGS)
+    // One array, not one bind parameter per user: the whole realm's list is one query.
+    .where(sql<SqlBool>`key = any(${sql.val(userIds.map(String))}::text[])`)
+    .execute();
+  for (const r of rows) if (r.visibility !== null) out.set(Number(r.key), Number(r.visibility));
+  return out;
+}
+
+/**
+ * Users as `viewer` may see them: the real address only where its owner's setting lets the viewer see it, and
+ * (`includeProfileData`) the custom profile values. A few queries whatever the number of users.
+ */
+export async function userObjectsFor(db: DB, viewer: { id: number; role: number }, rows: Selectable<UserTable>[], opts: { clientGravatar: boolean; includeProfileData: boolean }) {
+  const ids = rows.map((u) => u.id);
+  const [visibility, profiles] = await Promise.all([emailVisibilities(db, ids), opts.includeProfileData ? profileDataOf(db, ids) : undefined]);
+  return rows.map((u) => {
+    const emailVisibility = visibility.get(u.id)!;
+    return userObject(u, {
+      clientGravatar: opts.clientGravatar,
+      emailVisibility,
+      deliveryEmailVisible: deliveryEmailVisibleTo(viewer, u, emailVisibility),
+      profileData: profiles ? (profiles.get(u.id) ?? {}) : undefined,
+    });
+  });
+}
+
+/**
+ * The realm's users as `viewer` may see them (GET /users, register's realm_users). Those the realm's
+ * can_access_all_users_group hides from the viewer are Zulip's "Unknown user" placeholders, or left out for a
+ * client that handles an incomplete list (the user_list_incomplete capability).
+ */
+export async function realmUsersFor(
+  db: DB,
+  viewer: { id: number; role: number; realm_id: number },
+  opts: { clientGravatar: boolean; includeProfileData: boolean; siteUrl: string; omitInaccessible?: boolean; withBots?: boolean },
+) {
+  const rows = (await realmUsers(db, viewer.realm_id)).filter((u) => opts.withBots !== false || !u.is_bot);
+  const access = await accessibleUsers(db, viewer);
+  const seen = access ? rows.filter((u) => access.has(u.id)) : rows;
+  const objects = await userObjectsFor(db, viewer, seen, opts);
+  if (!access || opts.omitInaccessible) return objects;
+  const placeholders = rows.filter((u) => !access.has(u.id)).map((u) => inaccessibleUserObject(u.id, opts.siteUrl));
+  return [...objects, ...placeholders].sort((a, b) => a.user_id - b.user_id);
+}
+
+/** A user of the realm by id (GET /users/{user_id}), without their realm's columns. */
+export function userInRealm(db: DB, realmId: number, id: number) {
+  return db.selectFrom("users").selectAll().where("id", "=", id).where("realm_id", "=", realmId).executeTakeFirst();
+}
+
+/** The realm's active users among `ids`, with their addresses (the recipients of a typing notification). */
+export function activeUsersAmong(db: DB, realmId: number, ids: number[]) {
+  return db.selectFrom("users").select(["id", "email"]).where("realm_id", "=", realmId).where("is_active", "=", true).where("id", "in", ids).execute();
+}
+
+/**
+ * Users of the realm named by id or by API e-mail (lower-cased by the caller), bots included, active or not:
+ * the principals of a subscription change. At least one of the two lists is not empty.
+ */
+export function usersByIdOrEmail(db: DB, realmId: number, ids: number[], lowerEmails: string[]) {
+  return db
+    .selectFrom("users")
+    .select(["id", "email", "is_active", "is_bot", "bot_owner_id"])
+    .where("realm_id", "=", realmId)
+    .where((eb) =>
+      eb.or([...(ids.length ? [eb("id", "in", ids)] : []), ...(lowerEmails.length ? [eb(sql`lower(email)`, "in", lowerEmails)] : [])]),
+    )
+    .execute();
+}
+
+export function realmUsers(db: DB, realmId: number) {
+  return db.selectFrom("users").selectAll().where("realm_id", "=", realmId).orderBy("id").execute();
+}
+
+
+/**
+ * Users of a realm named by id or API e-mail (case-insensitive), in the order named; undefined where none. As in
+ * Zulip, a hidden address does not name its user (that would tell who owns it); the placeholder does. One query
+ * whatever the length of the list: the names go as two arrays, not one bind parameter each.
+ */
+export async function usersByRef(db: DB, realmId: number, refs: Array<number | string>) {
+  const ids = [...new Set(refs.filter((r): r is number => typeof r === "number"))];
+  const emails = [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))];
+  const rows = await db
+    .selectFrom("users")
+    .select(["id", "email", "is_active"])
+    .where("realm_id", "=", realmId)
+    .where(sql<SqlBool>`(id = any(${sql.val(ids)}::int[]) or lower(email) = any(${sql.val(emails)}::text[]))`)
+    .execute();
+  const byId = new Map(rows.map((u) => [u.id, u]));
+  const byEmail = new Map(rows.map((u) => [u.email.toLowerCase(), u]));
+  return refs.map((r) => (typeof r === "number" ? byId.get(r) : byEmail.get(r.toLowerCase())));
+}
