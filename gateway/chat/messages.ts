@@ -204,6 +204,37 @@ export const messageRoutes: RouteSpec[] = [
     },
   },
   {
+    // Zulip's get_message_edit_history: the stored entries (newest first, each with what came before) replayed
+    // from the current message back to the original, oldest first in the answer.
+    method: "GET",
+    path: "/messages/{message_id}/history",
+    params: { type: "object", properties: { message_id: Id, allow_empty_topic_name: { ...Bool, default: false } }, required: ["message_id"] },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const row = await readableMessage(db, user, params.message_id);
+      const stored = await db.selectFrom("messages").select(["rendered_content", "date_sent", "edit_history"]).where("id", "=", row.id).executeTakeFirstOrThrow();
+      const topicName = (topic: string) => (topic === "" && !params.allow_empty_topic_name ? EMPTY_TOPIC_DISPLAY_NAME : topic);
+      let content = row.content;
+      let rendered = stored.rendered_content;
+      let topic = topicName(row.topic);
+      const history: Array<Record<string, unknown>> = [];
+      for (const entry of (stored.edit_history ?? []) as Array<Record<string, any>>) {
+        const snapshot: Record<string, unknown> = { content, rendered_content: rendered, timestamp: entry.timestamp, topic, user_id: entry.user_id };
+        if (entry.prev_topic !== undefined) snapshot.prev_topic = topic = topicName(entry.prev_topic);
+        if (entry.prev_content !== undefined) {
+          // Zulip highlights the differences in this HTML; the new version, unhighlighted, until a diff is built.
+          snapshot.content_html_diff = rendered;
+          snapshot.prev_content = content = entry.prev_content;
+          snapshot.prev_rendered_content = rendered = entry.prev_rendered_content;
+        }
+        if (entry.prev_stream !== undefined) Object.assign(snapshot, { prev_stream: entry.prev_stream, stream: entry.stream });
+        history.push(snapshot);
+      }
+      history.push({ content, rendered_content: rendered, timestamp: stored.date_sent, topic, user_id: row.sender_id });
+      return { message_history: history.reverse() };
+    },
+  },
+  {
     method: "PATCH",
     path: "/messages/{message_id}",
     params: {

@@ -78,6 +78,28 @@ describe.each(ENGINES)("message fetches of real clients on %s", (engine) => {
       expect([refused.status, refused.body.msg]).toEqual([400, "Invalid message(s)"]);
     });
 
+    it("answers the edit history zulip-terminal shows, oldest first, with what each edit changed", async () => {
+      const id = await toChannel(alice, "drafty", "first");
+      const history = (res: { body: any }) => res.body.message_history;
+      const path = `/messages/${id}/history`;
+      const get = (as: User) => api(server, "GET", path, { as, template: "/messages/{message_id}/history" });
+      expect(history(await get(bob))).toEqual([{ content: "first", rendered_content: "<p>first</p>", timestamp: expect.any(Number), topic: "drafty", user_id: alice.id }]);
+      const edit = (params: Record<string, unknown>) => api(server, "PATCH", `/messages/${id}`, { as: alice, params, template: "/messages/{message_id}" });
+      expect((await edit({ content: "second" })).status).toBe(200);
+      expect((await edit({ topic: "final" })).status).toBe(200);
+      const res = await get(bob);
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(history(res)).toEqual([
+        expect.objectContaining({ content: "first", topic: "drafty", user_id: alice.id }),
+        expect.objectContaining({ content: "second", rendered_content: "<p>second</p>", prev_content: "first", prev_rendered_content: "<p>first</p>", topic: "drafty" }),
+        expect.objectContaining({ content: "second", topic: "final", prev_topic: "drafty" }),
+      ]);
+      expect(history(res)[2]).not.toHaveProperty("prev_content");
+      const hidden = await toChannel(alice, "hidden", "psst", "secret");
+      const refused = await api(server, "GET", `/messages/${hidden}/history`, { as: bob, template: "/messages/{message_id}/history" });
+      expect([refused.status, refused.body.msg]).toEqual([400, "Invalid message(s)"]);
+    });
+
     it("refuses a private channel's message to a non-subscriber and an unknown id alike", async () => {
       const id = await toChannel(alice, "hidden", "psst", "secret");
       for (const res of [await one(bob, id), await one(bob, 999_999)]) expect([res.status, res.body.msg]).toEqual([400, "Invalid message(s)"]);
