@@ -8,7 +8,7 @@ import { api, createUser, ENGINES, startTestServer, type TestServer } from "../.
 import { zulipOpenApi } from "../../../support/openapi.ts";
 
 /** The event types whose initial state Chorus computes. */
-export const SERVED_TYPES = [
+const SERVED_TYPES = [
   "message",
   "subscription",
   "stream",
