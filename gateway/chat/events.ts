@@ -22,6 +22,7 @@ import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
 import { scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
 import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import { realmEmojiObjects } from "../../actors/chat/organization/realm-emoji.ts";
+import { mutedTopics, ownUserState, serverRealmState, starredMessages } from "../../actors/chat/reads/register-state.ts";
 
 const StrList = { type: "array", items: Str } as const;
 
@@ -67,6 +68,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
       realm_uri: url,
       realm_icon_url: "",
       realm_icon_source: "G",
+      ...serverRealmState(url),
       ...(await realmSettings(s.store.db, u.realm_id)),
     };
   },
@@ -106,7 +108,15 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async realm_user(s, u, o) {
     const options = { clientGravatar: o.clientGravatar, includeProfileData: true, siteUrl: s.siteUrl(), omitInaccessible: o.userListIncomplete, withBots: false };
-    return { realm_users: await realmUsersFor(s.store.db, u, options) };
+    const [users, settings] = await Promise.all([realmUsersFor(s.store.db, u, options), realmSettings(s.store.db, u.realm_id)]);
+    // Deactivated users are listed apart, in realm_non_active_users.
+    return { realm_users: users.filter((x) => x.is_active), ...(await ownUserState(s.store.db, u, settings, o.clientGravatar)) };
+  },
+  async muted_topics(s, u) {
+    return { muted_topics: await mutedTopics(s.store.db, u.id) };
+  },
+  async starred_messages(s, u) {
+    return { starred_messages: await starredMessages(s.store.db, u.id) };
   },
   async custom_profile_fields(s, u) {
     return { custom_profile_fields: await profileFieldObjects(s.store.db, u.realm_id), custom_profile_field_types: CUSTOM_PROFILE_FIELD_TYPES };

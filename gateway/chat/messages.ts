@@ -5,13 +5,13 @@
 import { randomUUID } from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
-import { CHANNEL, DM, FLAGS, type Acting, type Edited, type PropagateMode, type Sent, type SendToChannel, type SendToDm, type UpdatedFlags } from "../../actors/protocol.ts";
+import { CHANNEL, DM, FLAGS, type Acting, type Edited, type Narrow, type PropagateMode, type Sent, type SendToChannel, type SendToDm, type UpdatedFlags } from "../../actors/protocol.ts";
 import { dmKey } from "../../actors/chat/conversations/dm.ts";
 import { checkEditableFlag } from "../../actors/chat/conversations/flags.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
 import { MAX_REPORT_DESCRIPTION, moderationChannel, REPORT_TYPES, reportNotice } from "../../actors/chat/conversations/reports.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "../../actors/chat/reads/topics.ts";
-import { fetchMessages, readableMessage, readableMessages } from "../../actors/chat/reads/messages.ts";
+import { fetchMessages, LARGER_THAN_MAX_MESSAGE_ID, readableMessage, readableMessages } from "../../actors/chat/reads/messages.ts";
 import { requireStream } from "../../actors/chat/reads/channels.ts";
 import { usersByRef, type UserRow } from "../../actors/chat/reads/users.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
@@ -178,6 +178,66 @@ export const messageRoutes: RouteSpec[] = [
     },
   },
   {
+    // Zulip's json_fetch_raw_message: the same access rule as the routes acting on a message, and the message as
+    // GET /messages shows it (flags ["read", "historical"] where the user has none), with its raw Markdown beside.
+    method: "GET",
+    path: "/messages/{message_id}",
+    params: {
+      type: "object",
+      properties: { message_id: Id, apply_markdown: { ...Bool, default: true }, allow_empty_topic_name: { ...Bool, default: false } },
+      required: ["message_id"],
+    },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const row = await readableMessage(db, user, params.message_id);
+      // Naming the channel reaches its history, as readableMessage does for public channels not subscribed to.
+      const narrow: Narrow = row.stream_id === null ? [] : [{ operator: "channel", operand: row.stream_id, negated: false }];
+      const { messages } = await fetchMessages(db, user, {
+        anchor: 0,
+        numBefore: 0,
+        numAfter: 0,
+        includeAnchor: true,
+        messageIds: [row.id],
+        narrow,
+        format: { applyMarkdown: params.apply_markdown, clientGravatar: true },
+        allowEmptyTopicName: params.allow_empty_topic_name,
+      });
+      if (!messages[0]) throw errors.badRequest("Invalid message(s)");
+      return { raw_content: row.content, message: messages[0] };
+    },
+  },
+  {
+    // Zulip's get_message_edit_history: the stored entries (newest first, each with what came before) replayed
+    // from the current message back to the original, oldest first in the answer.
+    method: "GET",
+    path: "/messages/{message_id}/history",
+    params: { type: "object", properties: { message_id: Id, allow_empty_topic_name: { ...Bool, default: false } }, required: ["message_id"] },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const row = await readableMessage(db, user, params.message_id);
+      const stored = await db.selectFrom("messages").select(["rendered_content", "date_sent", "edit_history"]).where("id", "=", row.id).executeTakeFirstOrThrow();
+      const topicName = (topic: string) => (topic === "" && !params.allow_empty_topic_name ? EMPTY_TOPIC_DISPLAY_NAME : topic);
+      let content = row.content;
+      let rendered = stored.rendered_content;
+      let topic = topicName(row.topic);
+      const history: Array<Record<string, unknown>> = [];
+      for (const entry of (stored.edit_history ?? []) as Array<Record<string, any>>) {
+        const snapshot: Record<string, unknown> = { content, rendered_content: rendered, timestamp: entry.timestamp, topic, user_id: entry.user_id };
+        if (entry.prev_topic !== undefined) snapshot.prev_topic = topic = topicName(entry.prev_topic);
+        if (entry.prev_content !== undefined) {
+          // Zulip highlights the differences in this HTML; the new version, unhighlighted, until a diff is built.
+          snapshot.content_html_diff = rendered;
+          snapshot.prev_content = content = entry.prev_content;
+          snapshot.prev_rendered_content = rendered = entry.prev_rendered_content;
+        }
+        if (entry.prev_stream !== undefined) Object.assign(snapshot, { prev_stream: entry.prev_stream, stream: entry.stream });
+        history.push(snapshot);
+      }
+      history.push({ content, rendered_content: rendered, timestamp: stored.date_sent, topic, user_id: row.sender_id });
+      return { message_history: history.reverse() };
+    },
+  },
+  {
     method: "PATCH",
     path: "/messages/{message_id}",
     params: {
@@ -275,13 +335,15 @@ export const messageRoutes: RouteSpec[] = [
   },
 ];
 
+/**
+ * Zulip's parse_anchor_value: `use_first_unread_anchor` wins over any `anchor` (zulip-terminal sends both, with
+ * anchor=0); a negative anchor is read as 0 and one past the largest id as "newest".
+ */
 function parseAnchor(raw: string | undefined, useFirstUnread: boolean): number | "newest" | "oldest" | "first_unread" {
-  if (raw === undefined) {
-    if (useFirstUnread) return "first_unread";
-    throw errors.missing("anchor");
-  }
-  if (useFirstUnread) throw errors.badRequest("Cannot use both anchor and use_first_unread_anchor");
+  if (useFirstUnread) return "first_unread";
+  if (raw === undefined) throw errors.missing("anchor");
   if (raw === "newest" || raw === "oldest" || raw === "first_unread") return raw;
-  if (/^\d{1,16}$/.test(raw) && Number.isSafeInteger(Number(raw))) return Number(raw);
-  throw errors.badRequest("Invalid anchor");
+  if (!/^[-+]?\d+$/.test(raw.trim())) throw errors.badRequest("Invalid anchor");
+  const anchor = Number(raw.trim());
+  return anchor < 0 ? 0 : anchor >= LARGER_THAN_MAX_MESSAGE_ID ? "newest" : anchor;
 }

@@ -130,6 +130,10 @@ export function realmSettingsDefaults(groups: SystemGroups) {
     realm_can_access_all_users_group: id("role:everyone"),
     realm_direct_message_initiator_group: id("role:everyone"),
     realm_direct_message_permission_group: id("role:everyone"),
+    realm_can_create_bots_group: id("role:members"),
+    realm_can_create_write_only_bots_group: id("role:members"),
+    realm_can_manage_billing_group: id("role:administrators"),
+    realm_can_summarize_topics_group: id("role:everyone"),
   };
 }
 
