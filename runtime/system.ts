@@ -9,6 +9,7 @@
 import { context, propagation, trace, ROOT_CONTEXT, SpanStatusCode, type Context } from "@opentelemetry/api";
 import { PARKED, parseActorId, shardOf, type Actor, type ActorContext, type ActorFactory, type ActorId, type Deferred, type Fence } from "./actor.ts";
 import { ChorusError, errors } from "./errors.ts";
+import { ActorRef, type ActorKind, type MessageFor, type ProtocolShape, type Sender } from "./protocol.ts";
 import type { Entry, Reply, ReplyAddress, Transport } from "./transport/transport.ts";
 
 const tracer = trace.getTracer("chorus.runtime");
@@ -94,10 +95,36 @@ export class ActorSystem {
   }
 
   // ---- the asking side -------------------------------------------------------------------------------------
+  // Senders go through typed references (runtime/protocol.ts); the untyped methods below are the runtime's own.
 
-  ask<T>(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<T> {
+  /** The actor `kind:key`, typed by its kind's protocol. */
+  ref<P extends ProtocolShape<P>>(kind: ActorKind<P>, key: string | number): ActorRef<P> {
+    return new ActorRef<P>(kind.id(key), this.sender);
+  }
+
+  /**
+   * Deliver `message` to the actors of `kind` with these keys, one entry per shard, and wait until every turn has
+   * ended (fan-out by shard: a message for 10,000 users is one entry per shard, not 10,000).
+   */
+  broadcast<P extends ProtocolShape<P>, O extends keyof P>(
+    kind: ActorKind<P>,
+    keys: Iterable<string | number>,
+    message: MessageFor<P, O> & { op: O },
+    timeoutMs = this.opts.askTimeoutMs,
+  ): Promise<void> {
+    return this.broadcastTo(kind, keys, message, timeoutMs);
+  }
+
+  /** What references send through: made once, so a reference is two fields and no closure. */
+  private readonly sender: Sender = {
+    ask: (id, body, timeoutMs) => this.ask(id, body, timeoutMs),
+    askTransient: (id, body, timeoutMs) => this.askTransient(id, body, timeoutMs),
+    tell: (id, body) => this.tell(id, body),
+  };
+
+  private ask(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<unknown> {
     if (this.closing) return Promise.reject(errors.shuttingDown());
-    return this.request<T>(shardOf(id, this.opts.shards), [id], body, timeoutMs, `ask ${parseActorId(id).kind}`);
+    return this.request(shardOf(id, this.opts.shards), [id], body, timeoutMs, `ask ${parseActorId(id).kind}`);
   }
 
   /**
@@ -109,10 +136,10 @@ export class ActorSystem {
    * parks and that entry wakes it. An operation's events are in their queues before the operation returns
    * success (every delivery is an ask), so no such entry is one the poller was already told about.
    */
-  askTransient<T>(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<T> {
+  private askTransient(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<unknown> {
     if (this.closing) return Promise.reject(errors.shuttingDown());
     const shard = shardOf(id, this.opts.shards);
-    return this.request<T>(shard, [id], body, timeoutMs, `ask ${parseActorId(id).kind}`, this.servedHere.has(shard));
+    return this.request(shard, [id], body, timeoutMs, `ask ${parseActorId(id).kind}`, this.servedHere.has(shard));
   }
 
   /**
@@ -127,16 +154,16 @@ export class ActorSystem {
     this.noticeListeners.push(listener);
   }
 
-  async tell(id: ActorId, body: unknown): Promise<void> {
+  private async tell(id: ActorId, body: unknown): Promise<void> {
     if (this.closing) throw errors.shuttingDown();
     await this.opts.transport.send(shardOf(id, this.opts.shards), { targets: [id], body, trace: carrier() });
   }
 
-  /** Deliver `body` to every actor in `ids`, one entry per shard, and wait until every turn has ended. */
-  async broadcast(ids: Iterable<ActorId>, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<void> {
+  private async broadcastTo(kind: { id(key: string | number): ActorId }, keys: Iterable<string | number>, body: unknown, timeoutMs: number): Promise<void> {
     if (this.closing) throw errors.shuttingDown();
     const byShard = new Map<number, ActorId[]>();
-    for (const id of ids) {
+    for (const key of keys) {
+      const id = kind.id(key);
       const shard = shardOf(id, this.opts.shards);
       const list = byShard.get(shard);
       if (list) list.push(id);
