@@ -18,7 +18,7 @@ import type { Database } from "../runtime/store/schema.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { createdAgent, insertAgent, insertVersion, insertWebhook, publishVersion, readAgent, rollbackAgent, type AgentRow } from "../actors/assistant/agent-records.ts";
 import { insertApiKey } from "../actors/assistant/operator.ts";
-import type { KnowledgeDocument, Published } from "../actors/protocol.ts";
+import type { KnowledgeDocument, Published } from "../actors/assistant/agent.protocol.ts";
 import { findUserByEmail, serverRealmId } from "../actors/chat/reads/reads.ts";
 import { insertAccount, ROLE } from "../actors/chat/organization/realm.ts";
 import { EMAIL } from "../actors/chat/organization/realm.ts";

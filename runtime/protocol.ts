@@ -26,6 +26,9 @@ export interface Op<Message extends { op: string }, Reply> {
   reply: Reply;
 }
 
+/** The reply of an operation that has nothing to report (`{}` on the wire). */
+export type Empty = Record<string, never>;
+
 /** What a protocol must look like: each key names an operation whose message has that `op`. */
 export type ProtocolShape<P> = { [O in keyof P]: Op<{ op: O & string }, unknown> };
 
@@ -87,7 +90,7 @@ export class ActorRef<P extends ProtocolShape<P>> {
 }
 
 /** A handler may answer later: it parks the ask with ctx.defer() and returns PARKED. */
-type Answer<R> = R | Promise<R> | typeof PARKED | Promise<typeof PARKED>;
+type Answer<R> = R | typeof PARKED | Promise<R | typeof PARKED>;
 
 /**
  * An actor's implementation of its protocol: one handler per operation, given the actor and that operation's
@@ -95,6 +98,19 @@ type Answer<R> = R | Promise<R> | typeof PARKED | Promise<typeof PARKED>;
  * call its private methods) and its `receive` calls `dispatch`.
  */
 export type Handlers<P, A> = { [O in keyof P]: (actor: A, message: MessageFor<P, O>) => Answer<ReplyFor<P, O>> };
+
+/**
+ * The handlers of a part of an actor (an object the actor holds, such as the realm's invitations) as handlers of
+ * the actor: each calls the part's handler with the part. Built once per actor class, at load.
+ */
+export function forward<P, A, Part>(handlers: Handlers<P, Part>, part: (actor: A) => Part): Handlers<P, A> {
+  const forwarded: Partial<Record<keyof P, (actor: A, message: never) => unknown>> = {};
+  for (const op of Object.keys(handlers) as Array<keyof P>) {
+    const handler = handlers[op] as (part: Part, message: never) => unknown;
+    forwarded[op] = (actor, message) => handler(part(actor), message);
+  }
+  return forwarded as Handlers<P, A>;
+}
 
 /** Run the handler of `message.op`: a property lookup and a call, no allocation. */
 export function dispatch<P, A>(handlers: Handlers<P, A>, actor: A, message: MessageOf<P>): unknown {

@@ -15,7 +15,7 @@
 import { Redis } from "ioredis";
 import { Server, type Socket } from "socket.io";
 import { sessionById } from "../../actors/assistant/reads.ts";
-import type { Answered } from "../../actors/protocol.ts";
+import type { Answered } from "../../actors/assistant/agent-session.protocol.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import type { HttpServer } from "../http.ts";
 import type { AssistantServices } from "./app.ts";

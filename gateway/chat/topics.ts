@@ -1,8 +1,7 @@
 /** Topics: the topics of a channel, and the user's topic visibility (POST /user_topics and the legacy muted_topics). */
 import { sql } from "kysely";
-import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
-import { USER_TOPICS, type SetTopicVisibility } from "../../actors/protocol.ts";
+import { UserTopics, type SetTopicVisibility } from "../../actors/chat/users/user-topics.protocol.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME, readableStream } from "../../actors/chat/reads/reads.ts";
 import { VISIBILITY } from "../../actors/chat/users/user-topics.ts";
 import type { RouteSpec } from "./app.ts";
@@ -50,7 +49,7 @@ export const topicRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const stream = await readableStream(services.store.db, user, { id: params.stream_id });
       const msg: SetTopicVisibility = { op: "setVisibility", streamId: stream.id, topic: normaliseTopic(params.topic), policy: params.visibility_policy };
-      await services.system.ask(actorId(USER_TOPICS, user.id), msg);
+      await services.system.ref(UserTopics, user.id).ask(msg);
       return {};
     },
   },
@@ -71,7 +70,7 @@ export const topicRoutes: RouteSpec[] = [
         params.op === "add"
           ? { op: "setVisibility", streamId: stream.id, topic, policy: VISIBILITY.muted }
           : { op: "setVisibility", streamId: stream.id, topic, policy: VISIBILITY.inherit, require: { policy: VISIBILITY.muted, error: "Topic is not muted" } };
-      await services.system.ask(actorId(USER_TOPICS, user.id), msg);
+      await services.system.ref(UserTopics, user.id).ask(msg);
       return {};
     },
   },

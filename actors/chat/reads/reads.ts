@@ -13,7 +13,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { accessibleUsers, deliveryEmailVisibleTo, EMAIL_VISIBILITY, inaccessibleUserObject } from "../organization/accounts.ts";
 import { profileDataOf, type ProfileValue } from "../organization/profile-fields.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
-import type { Narrow } from "../../protocol.ts";
+import type { Narrow } from "../users/user.protocol.ts";
 
 type DB = Kysely<Database>;
 
