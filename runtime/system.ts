@@ -1,7 +1,7 @@
 /**
  * The actor system of one process: activations of the actors on the shards this process holds, their mailboxes
- * (one turn at a time per actor), and the asking side (`ask`, `tell`, `broadcast`) that reaches any actor on any
- * process through the transport.
+ * (one turn at a time per actor), and the asking side that reaches any actor on any process through the transport:
+ * typed references (`ref(kind, key)`: ask, askTransient, tell) and `broadcast` by kind and keys (runtime/protocol.ts).
  *
  * Messages are plain JSON values. On the memory transport they are passed by reference: neither side may mutate a
  * message after sending or receiving it.
@@ -106,13 +106,24 @@ export class ActorSystem {
    * Deliver `message` to the actors of `kind` with these keys, one entry per shard, and wait until every turn has
    * ended (fan-out by shard: a message for 10,000 users is one entry per shard, not 10,000).
    */
-  broadcast<P extends ProtocolShape<P>, O extends keyof P>(
+  async broadcast<P extends ProtocolShape<P>, O extends keyof P>(
     kind: ActorKind<P>,
     keys: Iterable<string | number>,
     message: MessageFor<P, O> & { op: O },
     timeoutMs = this.opts.askTimeoutMs,
   ): Promise<void> {
-    return this.broadcastTo(kind, keys, message, timeoutMs);
+    if (this.closing) throw errors.shuttingDown();
+    const byShard = new Map<number, ActorId[]>();
+    for (const key of keys) {
+      const id = kind.id(key);
+      const shard = shardOf(id, this.opts.shards);
+      const list = byShard.get(shard);
+      if (list) list.push(id);
+      else byShard.set(shard, [id]);
+    }
+    const results = await Promise.allSettled([...byShard].map(([shard, targets]) => this.request(shard, targets, message, timeoutMs, "broadcast")));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed) throw failed.reason;
   }
 
   /** What references send through: made once, so a reference is two fields and no closure. */
@@ -157,21 +168,6 @@ export class ActorSystem {
   private async tell(id: ActorId, body: unknown): Promise<void> {
     if (this.closing) throw errors.shuttingDown();
     await this.opts.transport.send(shardOf(id, this.opts.shards), { targets: [id], body, trace: carrier() });
-  }
-
-  private async broadcastTo(kind: { id(key: string | number): ActorId }, keys: Iterable<string | number>, body: unknown, timeoutMs: number): Promise<void> {
-    if (this.closing) throw errors.shuttingDown();
-    const byShard = new Map<number, ActorId[]>();
-    for (const key of keys) {
-      const id = kind.id(key);
-      const shard = shardOf(id, this.opts.shards);
-      const list = byShard.get(shard);
-      if (list) list.push(id);
-      else byShard.set(shard, [id]);
-    }
-    const results = await Promise.allSettled([...byShard].map(([shard, targets]) => this.request(shard, targets, body, timeoutMs, "broadcast")));
-    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
-    if (failed) throw failed.reason;
   }
 
   private request<T>(shard: number, targets: ActorId[], body: unknown, timeoutMs: number, spanName: string, here = false): Promise<T> {

@@ -78,7 +78,7 @@ async function typeErrors(system: ActorSystem): Promise<void> {
   };
   // @ts-expect-error a table without the handler of every operation
   const _missing: Handlers<CounterProtocol, CounterActor> = { add: () => 1, get: () => ({ total: 0, name: "" }) };
-  void wrongReply;
+  void [wrongReply, _wrongHandlers, _missing];
 }
 void typeErrors;
 

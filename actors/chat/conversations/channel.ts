@@ -190,7 +190,7 @@ export class ChannelActor extends Conversation {
     const user = `@_**${msg.acting.full_name}|${msg.acting.id}**`;
     // Every notice starts read for the one who moved (Zulip's mark_as_read_for_acting_user).
     const notify = (streamId: number, topic: string, content: string, unreadOnlyFor?: number[]) =>
-      this.deps.system().ref(Channel, streamId).tell({ op: "notify", topic, content, readFor: [msg.acting.id], unreadOnlyFor } satisfies Notify);
+      this.deps.system().ref(Channel, streamId).tell({ op: "notify", topic, content, readFor: [msg.acting.id], unreadOnlyFor });
     if (to.resolveOnly) {
       if (await this.undoResolveNotice(to.topic)) return;
       const resolved = to.topic.startsWith(RESOLVED_TOPIC_PREFIX);

@@ -157,7 +157,7 @@ export class TopicPolicies {
     }
     const losing = new Set(losingAccess);
     const set = (userId: number, streamId: number, topic: string, policy: number) =>
-      this.deps.system().ref(UserTopics, userId).ask({ op: "setVisibility", streamId, topic, policy } satisfies SetTopicVisibility);
+      this.deps.system().ref(UserTopics, userId).ask({ op: "setVisibility", streamId, topic, policy });
     await Promise.all(
       [...policies].map(async ([userId, { old, target }]) => {
         if (old !== VISIBILITY.inherit) await set(userId, id, oldTopic, VISIBILITY.inherit);
