@@ -198,9 +198,9 @@ export const eventRoutes: RouteSpec[] = [
       // The actor answers with a heartbeat after heartbeatSeconds; the ask only guards against a lost worker.
       const timeout = services.config.heartbeatSeconds * 1000 + 15_000;
       // Transient: served without the transport when this worker holds the user (see askTransient).
-      const polled = await services.system.ref(User, user.id).askTransient({ op: "poll", queueId: params.queue_id, lastEventId: params.last_event_id, dontBlock: params.dont_block },
-        timeout,
-      );
+      const polled = await services.system
+        .ref(User, user.id)
+        .askTransient({ op: "poll", queueId: params.queue_id, lastEventId: params.last_event_id, dontBlock: params.dont_block }, timeout);
       if (req.aborted) return { events: [] }; // nobody to tell; the events stay queued until acknowledged
       return { events: polled.events, queue_id: params.queue_id };
     },
@@ -215,9 +215,9 @@ export const eventRoutes: RouteSpec[] = [
       const header = req.headers["last-event-id"];
       const resumeFrom = header !== undefined && /^-?\d{1,16}$/.test(header.trim()) ? Number(header.trim()) : (params.last_event_id ?? -1);
       const poll = (lastEventId: number, after: number, dontBlock: boolean) =>
-        services.system.ref(User, user.id).askTransient({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock },
-          services.config.heartbeatSeconds * 1000 + 15_000,
-        );
+        services.system
+          .ref(User, user.id)
+          .askTransient({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock }, services.config.heartbeatSeconds * 1000 + 15_000);
       // An unknown queue is answered as a JSON error, before the stream opens.
       const first = await poll(resumeFrom, resumeFrom, true);
       return {
