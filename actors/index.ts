@@ -11,26 +11,36 @@ import { FlagsActor } from "./chat/conversations/flags.ts";
 import { SchedulerActor } from "./chat/conversations/scheduler.ts";
 import { UserTopicsActor } from "./chat/users/user-topics.ts";
 import type { ActorDeps } from "./deps.ts";
-import { AGENT, AGENT_SESSION, CHANNEL, DM, FLAGS, OPERATOR, REALM, SCHEDULER, USER, USER_TOPICS } from "./protocol.ts";
+import { AgentSession } from "./assistant/agent-session.protocol.ts";
+import { Agent } from "./assistant/agent.protocol.ts";
+import { Operator } from "./assistant/operator.protocol.ts";
+import { Channel } from "./chat/conversations/channel.protocol.ts";
+import { Dm } from "./chat/conversations/dm.protocol.ts";
+import { Flags } from "./chat/conversations/flags.protocol.ts";
+import { Scheduler } from "./chat/conversations/scheduler.protocol.ts";
+import { Realm } from "./chat/organization/realm.protocol.ts";
+import { UserTopics } from "./chat/users/user-topics.protocol.ts";
+import { User } from "./chat/users/user.protocol.ts";
 import { RealmActor } from "./chat/organization/realm.ts";
 import { UserActor } from "./chat/users/user.ts";
-import { PRESENCE, PresenceActor } from "./chat/users/presence.ts";
+import { PresenceActor } from "./chat/users/presence.ts";
+import { Presence } from "./chat/users/presence.protocol.ts";
 
 export function actorKinds(
   deps: ActorDeps,
   assistant: AssistantDeps = { config: loadAssistantConfig(), wakeWebhooks: () => {} },
 ): Record<string, ActorFactory> {
   return {
-    [REALM]: (ctx) => new RealmActor(ctx, deps),
-    [CHANNEL]: (ctx) => new ChannelActor(ctx, deps),
-    [DM]: (ctx) => new DmActor(ctx, deps),
-    [FLAGS]: (ctx) => new FlagsActor(ctx, deps),
-    [SCHEDULER]: (ctx) => new SchedulerActor(ctx, deps),
-    [USER_TOPICS]: (ctx) => new UserTopicsActor(ctx, deps),
-    [USER]: (ctx) => new UserActor(ctx, deps),
-    [PRESENCE]: (ctx) => new PresenceActor(ctx, deps),
-    [AGENT]: (ctx) => new AgentActor(ctx, deps, assistant),
-    [AGENT_SESSION]: (ctx) => new AgentSessionActor(ctx, deps, assistant),
-    [OPERATOR]: (ctx) => new OperatorActor(ctx, deps),
+    [Realm.name]: (ctx) => new RealmActor(ctx, deps),
+    [Channel.name]: (ctx) => new ChannelActor(ctx, deps),
+    [Dm.name]: (ctx) => new DmActor(ctx, deps),
+    [Flags.name]: (ctx) => new FlagsActor(ctx, deps),
+    [Scheduler.name]: (ctx) => new SchedulerActor(ctx, deps),
+    [UserTopics.name]: (ctx) => new UserTopicsActor(ctx, deps),
+    [User.name]: (ctx) => new UserActor(ctx, deps),
+    [Presence.name]: (ctx) => new PresenceActor(ctx, deps),
+    [Agent.name]: (ctx) => new AgentActor(ctx, deps, assistant),
+    [AgentSession.name]: (ctx) => new AgentSessionActor(ctx, deps, assistant),
+    [Operator.name]: (ctx) => new OperatorActor(ctx, deps),
   };
 }

@@ -15,7 +15,7 @@ import uws from "uWebSockets.js";
 import { loadConfig } from "../runtime/config.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import { ROLE } from "../actors/chat/organization/realm.ts";
-import { USER } from "../actors/protocol.ts";
+import { User } from "../actors/chat/users/user.protocol.ts";
 import { roleGroups, systemGroups } from "../actors/chat/organization/groups.ts";
 import { startNode, type RunningNode } from "../gateway/main.ts";
 import { startHttpServer } from "../gateway/http.ts";
@@ -412,7 +412,7 @@ export class Population {
             .insertInto("actor_snapshots")
             .values(
               users.map((u) => ({
-                kind: USER,
+                kind: User.name,
                 key: String(u.id),
                 version: 1,
                 state: JSON.stringify({

@@ -1,7 +1,7 @@
 /**
  * The actor system of one process: activations of the actors on the shards this process holds, their mailboxes
- * (one turn at a time per actor), and the asking side (`ask`, `tell`, `broadcast`) that reaches any actor on any
- * process through the transport.
+ * (one turn at a time per actor), and the asking side that reaches any actor on any process through the transport:
+ * typed references (`ref(kind, key)`: ask, askTransient, tell) and `broadcast` by kind and keys (runtime/protocol.ts).
  *
  * Messages are plain JSON values. On the memory transport they are passed by reference: neither side may mutate a
  * message after sending or receiving it.
@@ -11,6 +11,7 @@ import { PARKED, parseActorId, shardOf, type Actor, type ActorContext, type Acto
 import { ChorusError, errors } from "./errors.ts";
 import type { PubSub } from "./transport/pubsub.ts";
 import { channels } from "./transport/redis-keys.ts";
+import { ActorRef, type ActorKind, type MessageFor, type ProtocolShape, type Sender } from "./protocol.ts";
 import type { Entry, Reply, ReplyAddress, Transport } from "./transport/transport.ts";
 
 const tracer = trace.getTracer("chorus.runtime");
@@ -103,10 +104,47 @@ export class ActorSystem {
   }
 
   // ---- the asking side -------------------------------------------------------------------------------------
+  // Senders go through typed references (runtime/protocol.ts); the untyped methods below are the runtime's own.
 
-  ask<T>(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<T> {
+  /** The actor `kind:key`, typed by its kind's protocol. */
+  ref<P extends ProtocolShape<P>>(kind: ActorKind<P>, key: string | number): ActorRef<P> {
+    return new ActorRef<P>(kind.id(key), this.sender);
+  }
+
+  /**
+   * Deliver `message` to the actors of `kind` with these keys, one entry per shard, and wait until every turn has
+   * ended (fan-out by shard: a message for 10,000 users is one entry per shard, not 10,000).
+   */
+  async broadcast<P extends ProtocolShape<P>, O extends keyof P>(
+    kind: ActorKind<P>,
+    keys: Iterable<string | number>,
+    message: MessageFor<P, O> & { op: O },
+    timeoutMs = this.opts.askTimeoutMs,
+  ): Promise<void> {
+    if (this.closing) throw errors.shuttingDown();
+    const byShard = new Map<number, ActorId[]>();
+    for (const key of keys) {
+      const id = kind.id(key);
+      const shard = shardOf(id, this.opts.shards);
+      const list = byShard.get(shard);
+      if (list) list.push(id);
+      else byShard.set(shard, [id]);
+    }
+    const results = await Promise.allSettled([...byShard].map(([shard, targets]) => this.request(shard, targets, message, timeoutMs, "broadcast")));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed) throw failed.reason;
+  }
+
+  /** What references send through: made once, so a reference is two fields and no closure. */
+  private readonly sender: Sender = {
+    ask: (id, body, timeoutMs) => this.ask(id, body, timeoutMs),
+    askTransient: (id, body, timeoutMs) => this.askTransient(id, body, timeoutMs),
+    tell: (id, body) => this.tell(id, body),
+  };
+
+  private ask(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<unknown> {
     if (this.closing) return Promise.reject(errors.shuttingDown());
-    return this.request<T>(shardOf(id, this.opts.shards), [id], body, timeoutMs, `ask ${parseActorId(id).kind}`);
+    return this.request(shardOf(id, this.opts.shards), [id], body, timeoutMs, `ask ${parseActorId(id).kind}`);
   }
 
   /**
@@ -118,10 +156,10 @@ export class ActorSystem {
    * parks and that entry wakes it. An operation's events are in their queues before the operation returns
    * success (every delivery is an ask), so no such entry is one the poller was already told about.
    */
-  askTransient<T>(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<T> {
+  private askTransient(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<unknown> {
     if (this.closing) return Promise.reject(errors.shuttingDown());
     const shard = shardOf(id, this.opts.shards);
-    return this.request<T>(shard, [id], body, timeoutMs, `ask ${parseActorId(id).kind}`, this.servedHere.has(shard));
+    return this.request(shard, [id], body, timeoutMs, `ask ${parseActorId(id).kind}`, this.servedHere.has(shard));
   }
 
   /**
@@ -136,24 +174,9 @@ export class ActorSystem {
     this.noticeListeners.push(listener);
   }
 
-  async tell(id: ActorId, body: unknown): Promise<void> {
+  private async tell(id: ActorId, body: unknown): Promise<void> {
     if (this.closing) throw errors.shuttingDown();
     await this.opts.transport.send(shardOf(id, this.opts.shards), { targets: [id], body, trace: carrier() });
-  }
-
-  /** Deliver `body` to every actor in `ids`, one entry per shard, and wait until every turn has ended. */
-  async broadcast(ids: Iterable<ActorId>, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<void> {
-    if (this.closing) throw errors.shuttingDown();
-    const byShard = new Map<number, ActorId[]>();
-    for (const id of ids) {
-      const shard = shardOf(id, this.opts.shards);
-      const list = byShard.get(shard);
-      if (list) list.push(id);
-      else byShard.set(shard, [id]);
-    }
-    const results = await Promise.allSettled([...byShard].map(([shard, targets]) => this.request(shard, targets, body, timeoutMs, "broadcast")));
-    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
-    if (failed) throw failed.reason;
   }
 
   private request<T>(shard: number, targets: ActorId[], body: unknown, timeoutMs: number, spanName: string, here = false): Promise<T> {

@@ -14,19 +14,13 @@ import { ChorusError } from "../../runtime/errors.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
 import type { AssistantAgentTable, Database } from "../../runtime/store/schema.ts";
 import { chunkDocument } from "./answer.ts";
-import type { AddVersion, AddWebhook, CreateAgent, CreatedAgent, Published } from "../protocol.ts";
+import type { AddVersion, AddWebhook, CreateAgent, CreatedAgent, Published, VersionAdded } from "./agent.protocol.ts";
 import { newWebhookSecret } from "./webhooks.ts";
 
 export type AgentRow = Selectable<AssistantAgentTable>;
 type Trx = Transaction<Database>;
 
 export const notFound = (what: string) => new ChorusError("NOT_FOUND", `${what} not found`, 404);
-
-export interface VersionAdded {
-  version_id: string;
-  documents: number;
-  chunks: number;
-}
 
 export function readAgent(db: Kysely<Database>, agentId: string): Promise<AgentRow | undefined> {
   return db.selectFrom("assistant_agents").selectAll().where("id", "=", agentId).executeTakeFirst();

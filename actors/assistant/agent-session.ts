@@ -14,26 +14,16 @@
  * first piece goes out as soon as it exists and production stops when the client goes away.
  */
 import type { Transaction } from "kysely";
-import { actorId, type Actor, type ActorContext } from "../../runtime/actor.ts";
+import { type Actor, type ActorContext } from "../../runtime/actor.ts";
 import type { ChorusError } from "../../runtime/errors.ts";
 import type { Database } from "../../runtime/store/schema.ts";
 import { answerExtractive, DEFAULT_ANSWER_SETTINGS, retrieve, type AnswerSettings } from "./answer.ts";
 import type { AssistantDeps } from "./deps.ts";
 import { notFound } from "./agent-records.ts";
 import type { ActorDeps } from "../deps.ts";
-import {
-  AGENT,
-  type AgentRuntime,
-  type AgentSessionMessage,
-  type Answered,
-  type AskQuestion,
-  type PrepareAnswer,
-  type Prepared,
-  type RecordAnswer,
-  type SessionStarted,
-  type Source,
-  type StartSession,
-} from "../protocol.ts";
+import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.ts";
+import type { AgentSessionProtocol, Answered, AskQuestion, PrepareAnswer, Prepared, RecordAnswer, SessionStarted, Source, StartSession } from "./agent-session.protocol.ts";
+import { Agent, type AgentRuntime } from "./agent.protocol.ts";
 import { enqueueEvents } from "./webhooks.ts";
 
 interface SessionState {
@@ -66,17 +56,16 @@ export class AgentSessionActor implements Actor {
     if (row) this.state = { agentId: row.agent_id, userId: row.user_id, createdAt: row.created_at, nextSeq: Number(row.last_seq ?? 0) + 1 };
   }
 
-  receive(msg: AgentSessionMessage): Promise<unknown> {
-    switch (msg.op) {
-      case "start":
-        return this.start(msg);
-      case "ask":
-        return this.ask(msg);
-      case "prepare":
-        return this.prepare(msg);
-      case "record":
-        return this.record(msg);
-    }
+  /** The implementation of agent-session.protocol.ts. */
+  private static readonly handlers: Handlers<AgentSessionProtocol, AgentSessionActor> = {
+    start: (session, msg) => session.start(msg),
+    ask: (session, msg) => session.ask(msg),
+    prepare: (session, msg) => session.prepare(msg),
+    record: (session, msg) => session.record(msg),
+  };
+
+  receive(msg: MessageOf<AgentSessionProtocol>): unknown {
+    return dispatch(AgentSessionActor.handlers, this, msg);
   }
 
   private async start(msg: StartSession): Promise<SessionStarted> {
@@ -85,7 +74,7 @@ export class AgentSessionActor implements Actor {
       return { session_id: this.ctx.key, created: false };
     }
     // The agent must exist (its actor answers 404 otherwise); an unpublished one may already have sessions.
-    await this.deps.system().ask(actorId(AGENT, msg.agentId), { op: "runtime" }).catch((err: ChorusError) => {
+    await this.deps.system().ref(Agent, msg.agentId).ask({ op: "runtime" }).catch((err: ChorusError) => {
       if (err.code !== "NOT_PUBLISHED") throw err;
     });
     const state = { agentId: msg.agentId, userId: msg.userId, createdAt: Math.floor(Date.now() / 1000), nextSeq: 1 };
@@ -118,7 +107,7 @@ export class AgentSessionActor implements Actor {
 
   /** Unknown agent: 404 from its actor; unpublished: 409. */
   private runtime(agentId: string): Promise<AgentRuntime> {
-    return this.deps.system().ask<AgentRuntime>(actorId(AGENT, agentId), { op: "runtime" });
+    return this.deps.system().ref(Agent, agentId).ask({ op: "runtime" });
   }
 
   private async ask(msg: AskQuestion): Promise<Answered> {

@@ -13,7 +13,8 @@ import type { Database } from "../../runtime/store/schema.ts";
 import { createdAgent, insertAgent, insertVersion, insertWebhook, notFound, publishVersion, readAgent, rollbackAgent, type AgentRow } from "./agent-records.ts";
 import type { AssistantDeps } from "./deps.ts";
 import type { ActorDeps } from "../deps.ts";
-import type { AgentMessage, AgentRuntime, CreateAgent, CreatedAgent, Manifest, Published, SyncQueued } from "../protocol.ts";
+import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.ts";
+import type { AgentProtocol, AgentRuntime, CreateAgent, CreatedAgent, Manifest, Published, SyncQueued } from "./agent.protocol.ts";
 import { enqueueDirect, MANIFEST_EVENT } from "./webhooks.ts";
 
 const ROW_TTL_MS = 1000;
@@ -40,30 +41,27 @@ export class AgentActor implements Actor {
     return this.row;
   }
 
-  async receive(msg: AgentMessage): Promise<unknown> {
-    if (msg.op === "create") return this.create(msg);
+  /** The implementation of agent.protocol.ts: every operation but `create` needs the agent to exist. */
+  private static readonly handlers: Handlers<AgentProtocol, AgentActor> = {
+    create: (agent, msg) => agent.create(msg),
+    addVersion: (agent, { op: _, ...version }) => agent.withRow((row) => agent.write((trx) => insertVersion(trx, row.id, version))),
+    addWebhook: (agent, { op: _, ...hook }) => agent.withRow((row) => agent.write((trx) => insertWebhook(trx, agent.deps.keyring, row.id, hook))),
+    publish: (agent, msg) => agent.withRow((row) => agent.changePublished((trx) => publishVersion(trx, row.id, msg.versionId))),
+    rollback: (agent) => agent.withRow((row) => agent.changePublished((trx) => rollbackAgent(trx, row.id))),
+    manifest: (agent) => agent.withRow((row) => agent.getManifest(row)),
+    syncMobile: (agent) => agent.withRow((row) => agent.syncMobile(row)),
+    runtime: (agent) => agent.withRow((row) => agent.runtime(row)),
+  };
+
+  receive(msg: MessageOf<AgentProtocol>): unknown {
+    return dispatch(AgentActor.handlers, this, msg);
+  }
+
+  /** `then` with the agent's row; 404 when there is no such agent. */
+  private async withRow<T>(then: (row: AgentRow) => Promise<T>): Promise<T> {
     const row = await this.currentRow();
     if (!row) throw notFound("Agent");
-    switch (msg.op) {
-      case "addVersion": {
-        const { op: _, ...version } = msg;
-        return this.write((trx) => insertVersion(trx, row.id, version));
-      }
-      case "addWebhook": {
-        const { op: _, ...hook } = msg;
-        return this.write((trx) => insertWebhook(trx, this.deps.keyring, row.id, hook));
-      }
-      case "publish":
-        return this.changePublished((trx) => publishVersion(trx, row.id, msg.versionId));
-      case "rollback":
-        return this.changePublished((trx) => rollbackAgent(trx, row.id));
-      case "manifest":
-        return this.getManifest(row);
-      case "syncMobile":
-        return this.syncMobile(row);
-      case "runtime":
-        return this.runtime(row);
-    }
+    return then(row);
   }
 
   private write<T>(fn: (trx: Transaction<Database>) => Promise<T>): Promise<T> {

@@ -11,7 +11,7 @@
  */
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../../runtime/store/schema.ts";
-import type { Source } from "../protocol.ts";
+import type { Source } from "./agent-session.protocol.ts";
 
 export const DONT_KNOW = "I don't know the answer to that from the information I have.";
 

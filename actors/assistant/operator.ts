@@ -6,7 +6,8 @@ import type { Transaction } from "kysely";
 import type { Actor, ActorContext } from "../../runtime/actor.ts";
 import type { Database } from "../../runtime/store/schema.ts";
 import type { ActorDeps } from "../deps.ts";
-import type { CreateApiKey, OpenConsoleSession, OperatorMessage } from "../protocol.ts";
+import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.ts";
+import type { CreateApiKey, OpenConsoleSession, OperatorProtocol } from "./operator.protocol.ts";
 
 /** An API key's hash (idempotent by key id). The management CLI writes it directly, the actor under its fence. */
 export async function insertApiKey(trx: Transaction<Database>, userId: number, key: { keyId: string; keyHash: string }): Promise<void> {
@@ -27,13 +28,14 @@ export class OperatorActor implements Actor {
     this.userId = Number(ctx.key);
   }
 
-  receive(msg: OperatorMessage): Promise<unknown> {
-    switch (msg.op) {
-      case "openSession":
-        return this.openSession(msg);
-      case "createApiKey":
-        return this.createApiKey(msg);
-    }
+  /** The implementation of operator.protocol.ts. */
+  private static readonly handlers: Handlers<OperatorProtocol, OperatorActor> = {
+    openSession: (operator, msg) => operator.openSession(msg),
+    createApiKey: (operator, msg) => operator.createApiKey(msg),
+  };
+
+  receive(msg: MessageOf<OperatorProtocol>): unknown {
+    return dispatch(OperatorActor.handlers, this, msg);
   }
 
   private async openSession(msg: OpenConsoleSession): Promise<{ ok: true }> {

@@ -4,7 +4,7 @@
  */
 import { sql, type Kysely } from "kysely";
 import type { Database } from "../../runtime/store/schema.ts";
-import type { Source } from "../protocol.ts";
+import type { Source } from "./agent-session.protocol.ts";
 
 type DB = Kysely<Database>;
 

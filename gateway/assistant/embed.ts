@@ -12,10 +12,9 @@
  * rule can name and which is always refused.
  */
 import crypto from "node:crypto";
-import { actorId } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import { agentByKey, type AgentSummary } from "../../actors/assistant/reads.ts";
-import { AGENT_SESSION, type Answered, type Prepared } from "../../actors/protocol.ts";
+import { AgentSession } from "../../actors/assistant/agent-session.protocol.ts";
 import type { HttpResult, HttpStream } from "../http.ts";
 import { answerAndRecord } from "./generate.ts";
 import { SSE_HEADERS, SseWriter } from "./sse.ts";
@@ -160,7 +159,7 @@ async function answer(call: AssistantCall, agent: AgentSummary, secret: string, 
   if (services.assistant.llm || body.stream) return streamed(call, { agentId: agent.id, sessionId, create, question: body.question, stream: !!body.stream }, headers);
 
   // A JSON answer from the extractive answerer: made and committed in one turn of the session's actor.
-  const answered = await services.system.ask<Answered>(actorId(AGENT_SESSION, sessionId), {
+  const answered = await services.system.ref(AgentSession, sessionId).ask({
     op: "ask",
     agentId: agent.id,
     create,
@@ -190,8 +189,7 @@ async function streamed(
   headers: Record<string, string>,
 ): Promise<HttpResult | HttpStream> {
   const { services, req } = call;
-  const session = actorId(AGENT_SESSION, q.sessionId);
-  const prepared = await services.system.ask<Prepared>(session, { op: "prepare", agentId: q.agentId, create: q.create, withHistory: !!services.assistant.llm });
+  const prepared = await services.system.ref(AgentSession, q.sessionId).ask({ op: "prepare", agentId: q.agentId, create: q.create, withHistory: !!services.assistant.llm });
   const abort = new AbortController();
   const produce = (onDelta: (delta: string) => Promise<void> | void) =>
     answerAndRecord(services, prepared, { agentId: q.agentId, create: q.create, question: q.question }, abort.signal, onDelta);

@@ -12,8 +12,7 @@
 import crypto from "node:crypto";
 import { answerExtractive, DONT_KNOW, retrieve, type RetrievedChunk } from "../../actors/assistant/answer.ts";
 import { answerSettings } from "../../actors/assistant/agent-session.ts";
-import { actorId } from "../../runtime/actor.ts";
-import { AGENT_SESSION, type Answered, type Prepared, type RecordAnswer, type Source } from "../../actors/protocol.ts";
+import { AgentSession, type Answered, type Prepared, type RecordAnswer, type Source } from "../../actors/assistant/agent-session.protocol.ts";
 import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import type { AssistantServices } from "./app.ts";
 import { answerPieces } from "./sse.ts";
@@ -141,7 +140,7 @@ export async function answerAndRecord(
     services.sockets?.publishDelta(sessionId, answerId, delta, ++seq);
     return onDelta(delta);
   });
-  const answered = await services.system.ask<Answered>(actorId(AGENT_SESSION, sessionId), {
+  const answered = await services.system.ref(AgentSession, sessionId).ask({
     op: "record",
     ...exchange,
     questionId: crypto.randomUUID(),

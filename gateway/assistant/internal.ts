@@ -4,24 +4,12 @@
  * handlers only check the caller may see the agent (same organization) and shape the answer.
  */
 import crypto from "node:crypto";
-import { actorId } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import { verifyPassword } from "../../runtime/secrets.ts";
 import { findUserByEmail } from "../../actors/chat/reads/users.ts";
 import { agentById } from "../../actors/assistant/reads.ts";
-import type { VersionAdded } from "../../actors/assistant/agent-records.ts";
-import {
-  AGENT,
-  OPERATOR,
-  type AddVersion,
-  type AddWebhook,
-  type CreateAgent,
-  type CreatedAgent,
-  type KnowledgeDocument,
-  type Manifest,
-  type Published,
-  type SyncQueued,
-} from "../../actors/protocol.ts";
+import { Agent, type AddVersion, type AddWebhook, type CreateAgent, type KnowledgeDocument, type Published } from "../../actors/assistant/agent.protocol.ts";
+import { Operator as OperatorKind } from "../../actors/assistant/operator.protocol.ts";
 import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import { checkWebhookUrl, WEBHOOK_EVENTS } from "../../actors/assistant/webhooks.ts";
 import { fail, isUuid, json, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
@@ -145,7 +133,7 @@ export const internalRoutes: AssistantRoute[] = [
       const token = crypto.randomBytes(32).toString("base64url");
       const csrfToken = crypto.randomBytes(32).toString("base64url");
       const expiresAt = Math.floor(Date.now() / 1000) + SESSION_SECONDS;
-      await services.system.ask(actorId(OPERATOR, user.id), { op: "openSession", tokenHash: services.keyring.hashApiKey(token), csrfToken, expiresAt });
+      await services.system.ref(OperatorKind, user.id).ask({ op: "openSession", tokenHash: services.keyring.hashApiKey(token), csrfToken, expiresAt });
       const secure = req.headers["x-forwarded-proto"] === "https" ? "; Secure" : "";
       return json(
         200,
@@ -161,7 +149,7 @@ export const internalRoutes: AssistantRoute[] = [
     body: { type: "object", properties: {} },
     async handle({ operator, services }) {
       const { key, keyId, keyHash } = newOperatorApiKey(services.keyring);
-      await services.system.ask(actorId(OPERATOR, operator.userId), { op: "createApiKey", keyId, keyHash });
+      await services.system.ref(OperatorKind, operator.userId).ask({ op: "createApiKey", keyId, keyHash });
       return json(201, { key, key_id: keyId }, { "cache-control": "no-store" });
     },
   },
@@ -172,7 +160,7 @@ export const internalRoutes: AssistantRoute[] = [
     maxBodyBytes: 64 * 1024,
     body: AGENT_BODY,
     async handle({ body, operator, services }) {
-      const created = await services.system.ask<CreatedAgent>(actorId(AGENT, crypto.randomUUID()), { op: "create", ...agentSpec(body, operator.realmId, services.assistant) });
+      const created = await services.system.ref(Agent, crypto.randomUUID()).ask({ op: "create", ...agentSpec(body, operator.realmId, services.assistant) });
       return json(201, created, { "cache-control": "no-store" });
     },
   },
@@ -183,7 +171,7 @@ export const internalRoutes: AssistantRoute[] = [
     body: VERSION_BODY,
     async handle({ body, operator, services, pathParams }) {
       const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      const result = await services.system.ask<VersionAdded>(actorId(AGENT, agent.id), { op: "addVersion", ...versionSpec(body) }, 60_000);
+      const result = await services.system.ref(Agent, agent.id).ask({ op: "addVersion", ...versionSpec(body) }, 60_000);
       return json(201, result);
     },
   },
@@ -195,7 +183,7 @@ export const internalRoutes: AssistantRoute[] = [
     body: WEBHOOK_BODY,
     async handle({ body, operator, services, pathParams }) {
       const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      const created = await services.system.ask(actorId(AGENT, agent.id), { op: "addWebhook", ...webhookSpec(body, services.assistant) });
+      const created = await services.system.ref(Agent, agent.id).ask({ op: "addWebhook", ...webhookSpec(body, services.assistant) });
       return json(201, created, { "cache-control": "no-store" });
     },
   },
@@ -207,7 +195,7 @@ export const internalRoutes: AssistantRoute[] = [
     body: { type: "object", properties: { agent_id: { type: "string", pattern: UUID }, version_id: { type: "string", pattern: UUID } }, required: ["agent_id", "version_id"] },
     async handle({ body, operator, services }) {
       const agent = await operatorAgent(services, operator, body.agent_id);
-      const published = await services.system.ask<Published>(actorId(AGENT, agent.id), { op: "publish", versionId: body.version_id.toLowerCase() });
+      const published = await services.system.ref(Agent, agent.id).ask({ op: "publish", versionId: body.version_id.toLowerCase() });
       return json(200, publishedBody(published));
     },
   },
@@ -219,7 +207,7 @@ export const internalRoutes: AssistantRoute[] = [
     body: agentIdBody,
     async handle({ body, operator, services }) {
       const agent = await operatorAgent(services, operator, body.agent_id);
-      const published = await services.system.ask<Published>(actorId(AGENT, agent.id), { op: "rollback" });
+      const published = await services.system.ref(Agent, agent.id).ask({ op: "rollback" });
       return json(200, publishedBody(published));
     },
   },
@@ -232,7 +220,7 @@ export const internalRoutes: AssistantRoute[] = [
       if (!raw) throw fail.badRequest("agent_id: is required");
       if (!isUuid(raw)) throw fail.badRequest("agent_id: must be a UUID");
       const agent = await operatorAgent(services, operator, raw);
-      const manifest = await services.system.ask<Manifest>(actorId(AGENT, agent.id), { op: "manifest" });
+      const manifest = await services.system.ref(Agent, agent.id).ask({ op: "manifest" });
       const headers = { etag: manifest.etag, "cache-control": "no-cache" };
       const ifNoneMatch = req.headers["if-none-match"];
       if (ifNoneMatch && ifNoneMatch.split(",").some((t) => t.trim() === manifest.etag || t.trim() === `W/${manifest.etag}` || t.trim() === "*")) {
@@ -249,7 +237,7 @@ export const internalRoutes: AssistantRoute[] = [
     body: agentIdBody,
     async handle({ body, operator, services }) {
       const agent = await operatorAgent(services, operator, body.agent_id);
-      const queued = await services.system.ask<SyncQueued>(actorId(AGENT, agent.id), { op: "syncMobile" });
+      const queued = await services.system.ref(Agent, agent.id).ask({ op: "syncMobile" });
       return json(202, { queued: true, delivery_id: queued.delivery_id });
     },
   },

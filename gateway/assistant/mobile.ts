@@ -6,10 +6,9 @@
  * complete, while the same answer goes to the session's socket.io room as it is produced.
  */
 import crypto from "node:crypto";
-import { actorId } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import { agentById, agentSessions, realmAgents, sessionById, sessionMessages } from "../../actors/assistant/reads.ts";
-import { AGENT_SESSION, type Answered, type Prepared, type SessionStarted } from "../../actors/protocol.ts";
+import { AgentSession, type Answered } from "../../actors/assistant/agent-session.protocol.ts";
 import type { HttpRequest } from "../http.ts";
 import { answerAndRecord } from "./generate.ts";
 import { fail, isUuid, json, UUID, type AssistantRoute, type AssistantServices } from "./app.ts";
@@ -36,8 +35,7 @@ type SessionRow = Awaited<ReturnType<typeof mobileSession>>;
 
 /** The answer's pieces reach the room as they are produced (sentences, or tokens); the HTTP reply waits for the commit. */
 async function streamedReply(services: AssistantServices, session: SessionRow, content: string, req: HttpRequest): Promise<Answered> {
-  const actor = actorId(AGENT_SESSION, session.id);
-  const prepared = await services.system.ask<Prepared>(actor, { op: "prepare", agentId: session.agent_id, withHistory: !!services.assistant.llm });
+  const prepared = await services.system.ref(AgentSession, session.id).ask({ op: "prepare", agentId: session.agent_id, withHistory: !!services.assistant.llm });
   const abort = new AbortController();
   req.onAbort(() => abort.abort());
   return answerAndRecord(services, prepared, { question: content }, abort.signal);
@@ -102,7 +100,7 @@ export const mobileRoutes: AssistantRoute[] = [
         throw fail.forbidden("FORBIDDEN", "A user token starts sessions for its own user only");
       }
       const userId = caller.kind === "user" ? caller.userId : (body.user_id ?? null);
-      const started = await services.system.ask<SessionStarted>(actorId(AGENT_SESSION, crypto.randomUUID()), { op: "start", agentId: agent.id, userId });
+      const started = await services.system.ref(AgentSession, crypto.randomUUID()).ask({ op: "start", agentId: agent.id, userId });
       return json(201, { session_id: started.session_id });
     },
   },

@@ -14,7 +14,7 @@
  */
 import { Server, type Socket } from "socket.io";
 import { sessionById } from "../../actors/assistant/reads.ts";
-import type { Answered } from "../../actors/protocol.ts";
+import type { Answered } from "../../actors/assistant/agent-session.protocol.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import type { PubSub } from "../../runtime/transport/pubsub.ts";
 import { channels } from "../../runtime/transport/redis-keys.ts";

@@ -2,9 +2,9 @@
  * The HTTP application: routing with path parameters, Zulip's parameter decoding and validation, authentication,
  * and the one place errors become Zulip's envelope. Routes hold no state; they call actors and read modules.
  */
-import { actorId } from "../../runtime/actor.ts";
+import type { MessageFor, ReplyFor } from "../../runtime/protocol.ts";
 import { ChorusError, errors } from "../../runtime/errors.ts";
-import { REALM } from "../../actors/protocol.ts";
+import { Realm, type RealmProtocol } from "../../actors/chat/organization/realm.protocol.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
 import type { Config } from "../../runtime/config.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
@@ -56,8 +56,10 @@ const JSON_HEADERS = { "content-type": "application/json" };
 const UNAUTHORIZED_HEADERS = { ...JSON_HEADERS, "www-authenticate": 'Basic realm="zulip"' };
 
 /** Ask the caller's realm actor, as the caller (the realm actor checks `actingId`'s current role). */
-export function askRealm<T>(call: Call, message: Record<string, unknown>): Promise<T> {
-  return call.services.system.ask<T>(actorId(REALM, call.user.realm_id), { actingId: call.user.id, ...message });
+export function askRealm<O extends keyof RealmProtocol>(call: Call, message: Omit<MessageFor<RealmProtocol, O>, "actingId"> & { op: O }): Promise<ReplyFor<RealmProtocol, O>> {
+  // The compiler cannot see that adding actingId back to the message without it gives the message: say so.
+  const asCaller = { actingId: call.user.id, ...message } as unknown as MessageFor<RealmProtocol, O> & { op: O };
+  return call.services.system.ref(Realm, call.user.realm_id).ask(asCaller);
 }
 
 export function envelope(error: ChorusError): HttpResult {

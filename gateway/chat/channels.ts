@@ -3,9 +3,9 @@
  * /users/me/subscriptions/properties, GET /streams, PATCH /streams/{stream_id}. Permission rules are actors/chat/conversations/channel-access.ts's; the channel
  * actors write the subscriptions and send their events.
  */
-import { actorId } from "../../runtime/actor.ts";
 import { ChorusError, errors } from "../../runtime/errors.ts";
-import { CHANNEL, REALM, type EnsuredChannel, type SubscribeResult, type UnsubscribeResult } from "../../actors/protocol.ts";
+import { Channel } from "../../actors/chat/conversations/channel.protocol.ts";
+import { Realm, type EnsuredChannel } from "../../actors/chat/organization/realm.protocol.ts";
 import { ROLE } from "../../actors/chat/organization/realm.ts";
 import { canAddSubscribers, canRemoveSubscribers, channelGroupSetting, hasContentAccess, hasMetadataAccess } from "../../actors/chat/conversations/channel-access.ts";
 import { CHANNEL_GROUP_SETTINGS, channelSettingRule, checkGroupSetting, inGroupSetting, type GroupSettingValue } from "../../actors/chat/organization/groups.ts";
@@ -117,7 +117,7 @@ async function announceNewChannels(services: Services, user: UserRow, created: E
   const links = created.map((c) => `#**${c.name}**`).join(", ");
   const who = `@_**${user.full_name}|${user.id}**`;
   const content = created.length > 1 ? `${who} created the following channels: ${links}.` : `${who} created a new channel ${links}.`;
-  await services.system.ask(actorId(CHANNEL, target), { op: "notify", topic: "new channels", content });
+  await services.system.ref(Channel, target).ask({ op: "notify", topic: "new channels", content });
 }
 
 /** Settings of POST /users/me/subscriptions/properties, and how each value is checked. */
@@ -193,7 +193,7 @@ export const channelRoutes: RouteSpec[] = [
       const subscribers = principals ? (await resolvePrincipals(db, user, principals)).map((u) => u.id) : [user.id];
       const missing = [...specs.entries()].filter(([key]) => !existing.has(key)).map(([, spec]) => spec);
       const created = missing.length
-        ? await services.system.ask<EnsuredChannel[]>(actorId(REALM, user.realm_id), {
+        ? await services.system.ref(Realm, user.realm_id).ask({
             op: "ensureChannels",
             creatorId: user.id,
             channels: missing,
@@ -201,7 +201,7 @@ export const channelRoutes: RouteSpec[] = [
           })
         : [];
       const channels = [...authorized.map((s) => ({ id: s.id, name: s.name })), ...created];
-      const results = await Promise.all(channels.map((c) => services.system.ask<SubscribeResult>(actorId(CHANNEL, c.id), { op: "subscribe", userIds: subscribers })));
+      const results = await Promise.all(channels.map((c) => services.system.ref(Channel, c.id).ask({ op: "subscribe", userIds: subscribers })));
       const subscribed: Record<string, string[]> = {};
       const already: Record<string, string[]> = {};
       channels.forEach((c, i) => {
@@ -241,7 +241,7 @@ export const channelRoutes: RouteSpec[] = [
       const notRemoved: string[] = [];
       const userIds = targets.map((t) => t.id);
       for (const stream of found.values()) {
-        const result = await services.system.ask<UnsubscribeResult>(actorId(CHANNEL, stream.id), { op: "unsubscribe", userIds });
+        const result = await services.system.ref(Channel, stream.id).ask({ op: "unsubscribe", userIds });
         // One entry per user and channel, as Zulip lists them.
         removed.push(...result.removed.map(() => stream.name));
         notRemoved.push(...result.notSubscribed.map(() => stream.name));
@@ -278,7 +278,7 @@ export const channelRoutes: RouteSpec[] = [
         if (!subscribed) throw errors.badRequest(`Not subscribed to channel ID ${stream.id}`);
       }
       for (const change of changes) {
-        await services.system.ask(actorId(CHANNEL, change.stream_id), { op: "updateSubscription", userId: user.id, property: change.property, value: change.value });
+        await services.system.ref(Channel, change.stream_id).ask({ op: "updateSubscription", userId: user.id, property: change.property, value: change.value });
       }
       return {};
     },
@@ -346,7 +346,7 @@ export const channelRoutes: RouteSpec[] = [
         settings[setting] = await checkGroupSetting(db, user.realm_id, setting, change.new, channelSettingRule(setting));
         if (change.old !== undefined) expected[setting] = change.old;
       }
-      await services.system.ask(actorId(CHANNEL, stream.id), {
+      await services.system.ref(Channel, stream.id).ask({
         op: "updateChannel",
         name,
         description: params.description?.replace(/\n/g, " "),

@@ -1,8 +1,7 @@
 /** Zulip's event system: POST /register, long-poll GET /events, DELETE /events. */
-import { actorId } from "../../runtime/actor.ts";
 import { ChorusError, errors } from "../../runtime/errors.ts";
 import type { StreamSink } from "../http.ts";
-import { USER, type Polled, type Registered } from "../../actors/protocol.ts";
+import { User, type Polled } from "../../actors/chat/users/user.protocol.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
 import { realmUsersFor, type UserRow } from "../../actors/chat/reads/users.ts";
 import { streamObjects, visibleStreams } from "../../actors/chat/reads/channels.ts";
@@ -17,7 +16,7 @@ import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";
 import { userGroupObjects } from "../../actors/chat/organization/groups.ts";
 import { draftsOf, viewsOf } from "../../actors/chat/users/user-data.ts";
-import { PRESENCE, type PresenceReply } from "../../actors/chat/users/presence.ts";
+import { Presence } from "../../actors/chat/users/presence.protocol.ts";
 import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
 import { scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
 import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
@@ -83,7 +82,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     return { unread_msgs: await unreadMessages(s.store.db, u.id, { emptyTopicName: o.emptyTopicName }) };
   },
   async presence(s, u, o) {
-    const state = await s.system.ask<PresenceReply>(actorId(PRESENCE, u.realm_id), { op: "state", modern: o.slimPresence, historyLimitDays: 14 });
+    const state = await s.system.ref(Presence, u.realm_id).ask({ op: "state", modern: o.slimPresence, historyLimitDays: 14 });
     const presences = await presencesSeenBy(s.store.db, u, state.presences ?? {}, !o.slimPresence);
     return { presences, presence_last_update_id: state.presence_last_update_id, server_timestamp: state.server_timestamp };
   },
@@ -151,7 +150,7 @@ export const eventRoutes: RouteSpec[] = [
       const narrow = parseNarrow(params.narrow);
       // The queue first, then the state: an event racing with this call is in the queue (at worst also
       // reflected in the state), never in neither.
-      const queue = await services.system.ask<Registered>(actorId(USER, user.id), {
+      const queue = await services.system.ref(User, user.id).ask({
         op: "register",
         eventTypes,
         narrow,
@@ -203,11 +202,9 @@ export const eventRoutes: RouteSpec[] = [
       // The actor answers with a heartbeat after heartbeatSeconds; the ask only guards against a lost worker.
       const timeout = services.config.heartbeatSeconds * 1000 + 15_000;
       // Transient: served without the transport when this worker holds the user (see askTransient).
-      const polled = await services.system.askTransient<Polled>(
-        actorId(USER, user.id),
-        { op: "poll", queueId: params.queue_id, lastEventId: params.last_event_id, dontBlock: params.dont_block },
-        timeout,
-      );
+      const polled = await services.system
+        .ref(User, user.id)
+        .askTransient({ op: "poll", queueId: params.queue_id, lastEventId: params.last_event_id, dontBlock: params.dont_block }, timeout);
       if (req.aborted) return { events: [] }; // nobody to tell; the events stay queued until acknowledged
       return { events: polled.events, queue_id: params.queue_id };
     },
@@ -222,11 +219,9 @@ export const eventRoutes: RouteSpec[] = [
       const header = req.headers["last-event-id"];
       const resumeFrom = header !== undefined && /^-?\d{1,16}$/.test(header.trim()) ? Number(header.trim()) : (params.last_event_id ?? -1);
       const poll = (lastEventId: number, after: number, dontBlock: boolean) =>
-        services.system.askTransient<Polled>(
-          actorId(USER, user.id),
-          { op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock },
-          services.config.heartbeatSeconds * 1000 + 15_000,
-        );
+        services.system
+          .ref(User, user.id)
+          .askTransient({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock }, services.config.heartbeatSeconds * 1000 + 15_000);
       // An unknown queue is answered as a JSON error, before the stream opens.
       const first = await poll(resumeFrom, resumeFrom, true);
       return {
@@ -243,7 +238,7 @@ export const eventRoutes: RouteSpec[] = [
     path: "/events",
     params: { type: "object", properties: { queue_id: Str }, required: ["queue_id"] },
     async handle({ params, user, services }) {
-      await services.system.ask(actorId(USER, user.id), { op: "deleteQueue", queueId: params.queue_id });
+      await services.system.ref(User, user.id).ask({ op: "deleteQueue", queueId: params.queue_id });
       return {};
     },
   },

@@ -1,13 +1,14 @@
 /** The caller's own data: PATCH /settings, drafts and navigation views. Every change goes through the user actor. */
-import { actorId } from "../../runtime/actor.ts";
+import type { ActorRef } from "../../runtime/protocol.ts";
 import { errors } from "../../runtime/errors.ts";
 import { hashPassword, verifyPassword } from "../../runtime/secrets.ts";
-import { REALM, USER, type DraftFields, type EmailChanged } from "../../actors/protocol.ts";
 import { serverRealmId } from "../../actors/chat/reads/realms.ts";
+import { Realm } from "../../actors/chat/organization/realm.protocol.ts";
+import { User, type DraftFields, type UserProtocol } from "../../actors/chat/users/user.protocol.ts";
 import { checkSetting, draftsOf, SETTING_RULES, viewsOf } from "../../actors/chat/users/user-data.ts";
 import { USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import type { Call, RouteSpec } from "./app.ts";
-import { PRESENCE, type PresenceReply } from "../../actors/chat/users/presence.ts";
+import { Presence } from "../../actors/chat/users/presence.protocol.ts";
 import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
 import { Bool, Id, Str, type JsonSchema } from "../params.ts";
 
@@ -32,8 +33,9 @@ const Draft = {
   required: ["type", "to", "topic", "content"],
 };
 
-function askUser<T>(call: Call, message: Record<string, unknown>): Promise<T> {
-  return call.services.system.ask<T>(actorId(USER, call.user.id), message);
+/** The caller's user actor. */
+function userActor(call: Call): ActorRef<UserProtocol> {
+  return call.services.system.ref(User, call.user.id);
 }
 
 function draftFields(raw: Record<string, unknown>): DraftFields {
@@ -64,7 +66,7 @@ function pushTokenRoutes(path: string, kind: "apns" | "fcm"): RouteSpec[] {
       async handle(call) {
         refuseBots(call);
         checkPushToken(kind, call.params.token);
-        return askUser(call, { op: "addPushToken", kind, token: call.params.token, appid: call.params.appid ?? null });
+        return userActor(call).ask({ op: "addPushToken", kind, token: call.params.token, appid: call.params.appid ?? null });
       },
     },
     {
@@ -74,7 +76,7 @@ function pushTokenRoutes(path: string, kind: "apns" | "fcm"): RouteSpec[] {
       async handle(call) {
         refuseBots(call);
         checkPushToken(kind, call.params.token);
-        return askUser(call, { op: "removePushToken", kind, token: call.params.token });
+        return userActor(call).ask({ op: "removePushToken", kind, token: call.params.token });
       },
     },
   ];
@@ -101,7 +103,7 @@ export const meRoutes: RouteSpec[] = [
     async handle({ params, user, services, req }) {
       if (user.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
       const modern = params.last_update_id !== undefined || params.slim_presence;
-      const reply = await services.system.ask<PresenceReply>(actorId(PRESENCE, user.realm_id), {
+      const reply = await services.system.ref(Presence, user.realm_id).ask({
         op: "ping",
         userId: user.id,
         email: user.email,
@@ -150,9 +152,9 @@ export const meRoutes: RouteSpec[] = [
       // Zulip ignores an unchanged (or empty) address; a new one takes effect when the e-mail sent to it is confirmed.
       const newEmail = params.email?.trim();
       if (newEmail && newEmail !== user.delivery_email) {
-        await call.services.system.ask(actorId(REALM, user.realm_id), { op: "startEmailChange", userId: user.id, email: newEmail, siteUrl: call.services.siteUrl(call.req.headers.host) });
+        await call.services.system.ref(Realm, user.realm_id).ask({ op: "startEmailChange", userId: user.id, email: newEmail, siteUrl: call.services.siteUrl(call.req.headers.host) });
       }
-      await askUser(call, { op: "updateSettings", settings, fullName, passwordHash, siteUrl: call.services.siteUrl(call.req.headers.host) });
+      await userActor(call).ask({ op: "updateSettings", settings, fullName, passwordHash, siteUrl: call.services.siteUrl(call.req.headers.host) });
       // Cached credentials carry the user's row: its name, password, and API e-mail (which follows the visibility).
       if (fullName !== undefined || passwordHash !== undefined || settings.email_address_visibility !== undefined) await call.services.auth.forget();
       return {};
@@ -165,7 +167,7 @@ export const meRoutes: RouteSpec[] = [
     auth: false,
     params: { type: "object", properties: { key: { type: "string", minLength: 1, maxLength: 200 } }, required: ["key"] },
     async handle({ params, services }) {
-      const changed = await services.system.ask<EmailChanged>(actorId(REALM, await serverRealmId(services.store.db)), { op: "confirmEmailChange", key: params.key });
+      const changed = await services.system.ref(Realm, await serverRealmId(services.store.db)).ask({ op: "confirmEmailChange", key: params.key });
       // The old address must stop authenticating now, on every worker.
       await services.auth.forget();
       return changed;
@@ -186,7 +188,7 @@ export const meRoutes: RouteSpec[] = [
     params: { type: "object", properties: { drafts: { type: "array", items: Draft } } },
     async handle(call) {
       const drafts = ((call.params.drafts ?? []) as Array<Record<string, unknown>>).map(draftFields);
-      return askUser(call, { op: "createDrafts", drafts });
+      return userActor(call).ask({ op: "createDrafts", drafts });
     },
   },
   {
@@ -194,7 +196,7 @@ export const meRoutes: RouteSpec[] = [
     path: "/drafts/{draft_id}",
     params: { type: "object", properties: { draft_id: Id, draft: Draft }, required: ["draft_id", "draft"] },
     async handle(call) {
-      return askUser(call, { op: "editDraft", id: call.params.draft_id, draft: draftFields(call.params.draft) });
+      return userActor(call).ask({ op: "editDraft", id: call.params.draft_id, draft: draftFields(call.params.draft) });
     },
   },
   {
@@ -202,7 +204,7 @@ export const meRoutes: RouteSpec[] = [
     path: "/drafts/{draft_id}",
     params: { type: "object", properties: { draft_id: Id }, required: ["draft_id"] },
     async handle(call) {
-      return askUser(call, { op: "deleteDraft", id: call.params.draft_id });
+      return userActor(call).ask({ op: "deleteDraft", id: call.params.draft_id });
     },
   },
   {
@@ -225,7 +227,7 @@ export const meRoutes: RouteSpec[] = [
       const fragment = String(call.params.fragment).trim();
       if (!fragment) throw errors.badRequest("fragment cannot be blank");
       const name = typeof call.params.name === "string" ? call.params.name.trim() || null : null;
-      return askUser(call, { op: "addView", fragment, isPinned: call.params.is_pinned, name });
+      return userActor(call).ask({ op: "addView", fragment, isPinned: call.params.is_pinned, name });
     },
   },
   {
@@ -235,7 +237,7 @@ export const meRoutes: RouteSpec[] = [
     async handle(call) {
       const name = call.params.name === undefined ? undefined : String(call.params.name).trim();
       if (name === "") throw errors.badRequest("name cannot be blank");
-      return askUser(call, { op: "updateView", fragment: call.params.fragment, isPinned: call.params.is_pinned, name });
+      return userActor(call).ask({ op: "updateView", fragment: call.params.fragment, isPinned: call.params.is_pinned, name });
     },
   },
   {
@@ -243,7 +245,7 @@ export const meRoutes: RouteSpec[] = [
     path: "/navigation_views/{fragment}",
     params: { type: "object", properties: { fragment: Str } },
     async handle(call) {
-      return askUser(call, { op: "removeView", fragment: call.params.fragment });
+      return userActor(call).ask({ op: "removeView", fragment: call.params.fragment });
     },
   },
 ];

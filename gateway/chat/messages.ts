@@ -3,9 +3,14 @@
  * decode and check the request, find the actor owning the conversation, and ask it; reads go to the read modules in actors/chat/reads/.
  */
 import { randomUUID } from "node:crypto";
-import { actorId } from "../../runtime/actor.ts";
+import type { ActorRef } from "../../runtime/protocol.ts";
+import type { ActorSystem } from "../../runtime/system.ts";
 import { errors } from "../../runtime/errors.ts";
-import { CHANNEL, DM, FLAGS, type Acting, type Edited, type Narrow, type PropagateMode, type Sent, type SendToChannel, type SendToDm, type UpdatedFlags } from "../../actors/protocol.ts";
+import { Channel } from "../../actors/chat/conversations/channel.protocol.ts";
+import type { Acting, ConversationProtocol, PropagateMode, SendToChannel } from "../../actors/chat/conversations/conversation.protocol.ts";
+import { Dm, type SendToDm } from "../../actors/chat/conversations/dm.protocol.ts";
+import { Flags } from "../../actors/chat/conversations/flags.protocol.ts";
+import type { Narrow } from "../../actors/chat/users/user.protocol.ts";
 import { dmKey } from "../../actors/chat/conversations/dm.ts";
 import { checkEditableFlag } from "../../actors/chat/conversations/flags.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
@@ -77,8 +82,8 @@ export function acting(user: UserRow): Acting {
 }
 
 /** The actor that owns a readable message's conversation. */
-export function ownerOf(row: { stream_id: number | null; dm_key: string | null }): string {
-  return row.stream_id !== null ? actorId(CHANNEL, row.stream_id) : actorId(DM, row.dm_key!);
+export function ownerOf(system: ActorSystem, row: { stream_id: number | null; dm_key: string | null }): ActorRef<ConversationProtocol> {
+  return row.stream_id !== null ? system.ref(Channel, row.stream_id) : system.ref(Dm, row.dm_key!);
 }
 
 export const messageRoutes: RouteSpec[] = [
@@ -118,7 +123,7 @@ export const messageRoutes: RouteSpec[] = [
       if (params.type === "direct" || params.type === "private") {
         const ids = await directRecipients(services, user, directRefs(params.to));
         const send: SendToDm = { op: "send", ...fields };
-        const sent = await services.system.ask<Sent>(actorId(DM, dmKey([user.id, ...ids])), send);
+        const sent = await services.system.ref(Dm, dmKey([user.id, ...ids])).ask(send);
         return { id: sent.id };
       }
       const stream = await requireStream(services.store.db, user.realm_id, channelRef(params.to));
@@ -129,7 +134,7 @@ export const messageRoutes: RouteSpec[] = [
         automaticVisibility: !user.is_bot,
         ...fields,
       };
-      const sent = await services.system.ask<Sent>(actorId(CHANNEL, stream.id), send);
+      const sent = await services.system.ref(Channel, stream.id).ask(send);
       return { ...sent };
     },
   },
@@ -264,7 +269,7 @@ export const messageRoutes: RouteSpec[] = [
       const row = await readableMessage(services.store.db, user, params.message_id);
       // Zulip keeps an emptied message as "(deleted)" rather than refusing the edit.
       const content = params.content === undefined ? undefined : normaliseContent(String(params.content)) || "(deleted)";
-      const edited = await services.system.ask<Edited>(ownerOf(row), {
+      const edited = await ownerOf(services.system, row).ask({
         op: "edit",
         messageId: row.id,
         acting: acting(user),
@@ -285,7 +290,7 @@ export const messageRoutes: RouteSpec[] = [
     params: { type: "object", properties: { message_id: Id }, required: ["message_id"] },
     async handle({ params, user, services }) {
       const row = await readableMessage(services.store.db, user, params.message_id);
-      await services.system.ask(ownerOf(row), { op: "delete", messageId: row.id, acting: acting(user) });
+      await ownerOf(services.system, row).ask({ op: "delete", messageId: row.id, acting: acting(user) });
       return {};
     },
   },
@@ -304,7 +309,7 @@ export const messageRoutes: RouteSpec[] = [
       if (params.report_type === "other" && !description) throw errors.badRequest("For reason=other, an explanation must be provided.");
       const row = await readableMessage(db, user, params.message_id);
       const notice = await reportNotice(db, user.id, row, params.report_type, description);
-      await services.system.ask(actorId(CHANNEL, channel), { op: "notify", ...notice });
+      await services.system.ref(Channel, channel).ask({ op: "notify", ...notice });
       return {};
     },
   },
@@ -329,7 +334,7 @@ export const messageRoutes: RouteSpec[] = [
             : { type: "private", user_ids: r.dm_key!.split(",").map(Number).filter((u) => u !== user.id) },
         ]),
       );
-      await services.system.ask<UpdatedFlags>(actorId(FLAGS, user.id), { op: "updateFlags", add: params.op === "add", flag, messageIds: ids, details });
+      await services.system.ref(Flags, user.id).ask({ op: "updateFlags", add: params.op === "add", flag, messageIds: ids, details });
       return { messages: ids };
     },
   },

@@ -5,10 +5,9 @@
  * Every change is a realm actor turn; permission checks happen there, against the caller's current role.
  */
 import { randomUUID } from "node:crypto";
-import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
-import { REALM, type CreatedUser, type GroupCreated, type InviteLinkCreated, type InviteTerms, type ProfileDataEntry, type RealmUpdated } from "../../actors/protocol.ts";
+import { Realm, type InviteTerms, type ProfileDataEntry } from "../../actors/chat/organization/realm.protocol.ts";
 import { ProfileValue } from "./profile-fields.ts";
 import { REALM_SETTINGS } from "../../actors/chat/organization/realm-settings.ts";
 import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/chat/organization/invites.ts";
@@ -102,7 +101,7 @@ export const organizationRoutes: RouteSpec[] = [
     path: "/realm",
     params: { type: "object", properties: realmSettingParams },
     async handle(call) {
-      return askRealm<RealmUpdated>(call, { op: "updateRealm", settings: call.params });
+      return askRealm(call, { op: "updateRealm", settings: call.params });
     },
   },
   {
@@ -149,7 +148,7 @@ export const organizationRoutes: RouteSpec[] = [
     async handle(call) {
       const { params } = call;
       const settings = Object.fromEntries(GROUP_SETTINGS.filter((s) => params[s] !== undefined).map((s) => [s, params[s]]));
-      const created = await askRealm<GroupCreated>(call, {
+      const created = await askRealm(call, {
         op: "createGroup",
         name: params.name,
         description: params.description,
@@ -183,7 +182,7 @@ export const organizationRoutes: RouteSpec[] = [
     path: "/invites/multiuse",
     params: { type: "object", properties: inviteTermParams },
     async handle(call) {
-      const created = await askRealm<InviteLinkCreated>(call, { op: "createInviteLink", ...inviteTerms(call) });
+      const created = await askRealm(call, { op: "createInviteLink", ...inviteTerms(call) });
       return { invite_link: created.invite_link };
     },
   },
@@ -223,7 +222,7 @@ export const organizationRoutes: RouteSpec[] = [
       required: ["key", "email"],
     },
     async handle({ params, services, req }) {
-      await services.system.ask(actorId(REALM, await serverRealmId(services.store.db)), {
+      await services.system.ref(Realm, await serverRealmId(services.store.db)).ask({
         op: "joinInviteLink",
         key: params.key,
         email: String(params.email).trim(),
@@ -247,7 +246,7 @@ export const organizationRoutes: RouteSpec[] = [
     async handle({ params, services }) {
       const fullName = String(params.full_name).trim();
       if (!fullName) throw errors.badRequest("Name too short!");
-      const created = await services.system.ask<CreatedUser>(actorId(REALM, await serverRealmId(services.store.db)), {
+      const created = await services.system.ref(Realm, await serverRealmId(services.store.db)).ask({
         op: "acceptInvite",
         key: params.key,
         fullName,

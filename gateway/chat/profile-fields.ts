@@ -34,7 +34,7 @@ export const profileFieldRoutes: RouteSpec[] = [
     params: { type: "object", properties: { ...FieldSettings, field_type: { type: "integer" } }, required: ["field_type"] },
     async handle(call) {
       const { params } = call;
-      return askRealm<{ id: number }>(call, {
+      return askRealm(call, {
         op: "createProfileField",
         name: params.name ?? "",
         hint: params.hint ?? "",

@@ -5,10 +5,10 @@
 import { errors } from "../../runtime/errors.ts";
 import { emojiCodeFor, isKnownUnicodeEmojiCode, isValidUnicodeEmoji, isValidZulipExtraEmoji, ZULIP_EXTRA_EMOJI_NAMES } from "../../actors/chat/rendering/emoji.ts";
 import { activeRealmEmoji, realmEmojiById } from "../../actors/chat/organization/realm-emoji.ts";
-import type { Reaction } from "../../actors/protocol.ts";
 import { readableMessage } from "../../actors/chat/reads/messages.ts";
 import { reactionNameOn } from "../../actors/chat/reads/reactions.ts";
 import type { RouteSpec, Services } from "./app.ts";
+import type { Reaction } from "../../actors/chat/conversations/conversation.protocol.ts";
 import { Id, Str } from "../params.ts";
 import { acting, ownerOf } from "./messages.ts";
 
@@ -95,7 +95,7 @@ function route(method: "POST" | "DELETE"): RouteSpec {
     async handle({ params, user, services }) {
       const row = await readableMessage(services.store.db, user, params.message_id);
       const reaction = await reactionOf(services.store.db, user.realm_id, row.id, params, method === "POST");
-      await services.system.ask(ownerOf(row), {
+      await ownerOf(services.system, row).ask({
         op: "react",
         add: method === "POST",
         messageId: row.id,

@@ -1,11 +1,11 @@
 /** Scheduled messages: create, list, edit, delete. Delivery is the realm's scheduler actor's (actors/chat/conversations/scheduler.ts). */
-import { actorId } from "../../runtime/actor.ts";
+
 import { errors } from "../../runtime/errors.ts";
-import { SCHEDULER, type ScheduledSpec } from "../../actors/protocol.ts";
 import { editableScheduledMessage, scheduledMessagesOf, scheduledNotFound, scheduledObject } from "../../actors/chat/conversations/scheduler.ts";
 import { isSubscribed } from "../../actors/chat/reads/subscriptions.ts";
 import { requireStream } from "../../actors/chat/reads/channels.ts";
 import type { UserRow } from "../../actors/chat/reads/users.ts";
+import { Scheduler, type ScheduledSpec } from "../../actors/chat/conversations/scheduler.protocol.ts";
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { acting, directRecipients, normaliseContent, normaliseTopic } from "./messages.ts";
@@ -53,7 +53,7 @@ export const scheduledRoutes: RouteSpec[] = [
     },
     async handle({ params, user, services }) {
       const spec = await specFor(services, user, params as Draft);
-      return services.system.ask(actorId(SCHEDULER, user.realm_id), { op: "create", acting: acting(user), spec });
+      return services.system.ref(Scheduler, user.realm_id).ask({ op: "create", acting: acting(user), spec });
     },
   },
   {
@@ -85,7 +85,7 @@ export const scheduledRoutes: RouteSpec[] = [
         scheduled_delivery_timestamp: params.scheduled_delivery_timestamp ?? row.scheduled_timestamp,
         read_by_sender: row.read_by_sender,
       });
-      return services.system.ask(actorId(SCHEDULER, user.realm_id), { op: "edit", acting: acting(user), id: row.id, spec });
+      return services.system.ref(Scheduler, user.realm_id).ask({ op: "edit", acting: acting(user), id: row.id, spec });
     },
   },
   {
@@ -93,7 +93,7 @@ export const scheduledRoutes: RouteSpec[] = [
     path: "/scheduled_messages/{scheduled_message_id}",
     params: { type: "object", properties: { scheduled_message_id: Id }, required: ["scheduled_message_id"] },
     async handle({ params, user, services }) {
-      return services.system.ask(actorId(SCHEDULER, user.realm_id), { op: "delete", acting: acting(user), id: params.scheduled_message_id });
+      return services.system.ref(Scheduler, user.realm_id).ask({ op: "delete", acting: acting(user), id: params.scheduled_message_id });
     },
   },
 ];

@@ -1,9 +1,8 @@
 /** Topics: the topics of a channel, and the user's topic visibility (POST /user_topics and the legacy muted_topics). */
-import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
-import { USER_TOPICS, type SetTopicVisibility } from "../../actors/protocol.ts";
 import { channelTopics } from "../../actors/chat/reads/topics.ts";
 import { readableStream } from "../../actors/chat/reads/subscriptions.ts";
+import { UserTopics, type SetTopicVisibility } from "../../actors/chat/users/user-topics.protocol.ts";
 import { VISIBILITY } from "../../actors/chat/users/user-topics.ts";
 import type { RouteSpec } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
@@ -34,7 +33,7 @@ export const topicRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const stream = await readableStream(services.store.db, user, { id: params.stream_id });
       const msg: SetTopicVisibility = { op: "setVisibility", streamId: stream.id, topic: normaliseTopic(params.topic), policy: params.visibility_policy };
-      await services.system.ask(actorId(USER_TOPICS, user.id), msg);
+      await services.system.ref(UserTopics, user.id).ask(msg);
       return {};
     },
   },
@@ -55,7 +54,7 @@ export const topicRoutes: RouteSpec[] = [
         params.op === "add"
           ? { op: "setVisibility", streamId: stream.id, topic, policy: VISIBILITY.muted }
           : { op: "setVisibility", streamId: stream.id, topic, policy: VISIBILITY.inherit, require: { policy: VISIBILITY.muted, error: "Topic is not muted" } };
-      await services.system.ask(actorId(USER_TOPICS, user.id), msg);
+      await services.system.ref(UserTopics, user.id).ask(msg);
       return {};
     },
   },

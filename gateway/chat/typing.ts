@@ -3,12 +3,12 @@
  * them; the event goes straight to the recipients' user actors, which drop it for users who turned
  * receives_typing_notifications off. The sender is not notified of their own typing.
  */
-import { actorId } from "../../runtime/actor.ts";
+
 import { errors } from "../../runtime/errors.ts";
-import { USER } from "../../actors/protocol.ts";
 import { requireStream } from "../../actors/chat/reads/channels.ts";
 import { subscribersOf } from "../../actors/chat/reads/subscriptions.ts";
 import { activeUsersAmong } from "../../actors/chat/reads/users.ts";
+import { User } from "../../actors/chat/users/user.protocol.ts";
 import type { RouteSpec } from "./app.ts";
 import { Id } from "../params.ts";
 import { LIMITS } from "./zulip.ts";
@@ -49,8 +49,8 @@ export const typingRoutes: RouteSpec[] = [
         notify = recipients.map((r) => r.user_id);
         event = { type: "typing", op: params.op, message_type: "direct", sender, recipients };
       }
-      const targets = notify.filter((id) => id !== user.id).map((id) => actorId(USER, id));
-      await services.system.broadcast(targets, { op: "deliverEvent", event });
+      const targets = notify.filter((id) => id !== user.id);
+      await services.system.broadcast(User, targets, { op: "deliverEvent", event });
       return {};
     },
   },

@@ -1,10 +1,9 @@
 /** Accounts: POST /users, GET /users/me, GET /users. */
 import { errors } from "../../runtime/errors.ts";
-import { actorId } from "../../runtime/actor.ts";
 import { hashPassword } from "../../runtime/secrets.ts";
 import { ownUserObject, realmUsersFor, userInRealm, userObjectsFor } from "../../actors/chat/reads/users.ts";
 import { accessibleUsers } from "../../actors/chat/organization/accounts.ts";
-import { REALM, type CreatedUser } from "../../actors/protocol.ts";
+import { Realm } from "../../actors/chat/organization/realm.protocol.ts";
 import { EMAIL, ROLE } from "../../actors/chat/organization/realm.ts";
 import type { RouteSpec } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
@@ -32,7 +31,7 @@ export const userRoutes: RouteSpec[] = [
       if (!EMAIL.test(email)) throw errors.badRequest(`Invalid email '${email}'`);
       const fullName = String(params.full_name).trim();
       if (!fullName) throw errors.badRequest("Name too short!");
-      const created = await services.system.ask<CreatedUser>(actorId(REALM, user.realm_id), {
+      const created = await services.system.ref(Realm, user.realm_id).ask({
         op: "createUser",
         email,
         fullName,

@@ -19,6 +19,7 @@ import { ActorSystem } from "../../runtime/system.ts";
 import { MemoryPubSub } from "../../runtime/transport/memory-pubsub.ts";
 import { RedisStreamsTransport } from "../../runtime/transport/redis-streams.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../support/services.ts";
+import { at } from "../support/untyped-actors.ts";
 
 const SHARDS = 8;
 const WORKERS = 2;
@@ -171,7 +172,7 @@ describe("ShardManager over Postgres and Redis Streams", () => {
     for (const shard of all) {
       const owner = shard % 2 === 0 ? w0 : w1;
       const asker = shard % 2 === 0 ? w1 : w0;
-      expect(await asker.system.ask<Fence>(fenceActor(shard), {})).toEqual({ shard, epoch: epoch.get(shard), node: owner.node });
+      expect(await at(asker.system, fenceActor(shard)).ask({})).toEqual({ shard, epoch: epoch.get(shard), node: owner.node });
     }
   });
 
@@ -190,7 +191,7 @@ describe("ShardManager over Postgres and Redis Streams", () => {
     const after = await epochs();
     for (const shard of odds) {
       expect(after.get(shard)).toBe(before.get(shard)! + 1);
-      expect(await w0.system.ask<Fence>(fenceActor(shard), {})).toEqual({ shard, epoch: after.get(shard), node: w0.node });
+      expect(await at(w0.system, fenceActor(shard)).ask({})).toEqual({ shard, epoch: after.get(shard), node: w0.node });
     }
     for (const shard of evens) expect(after.get(shard)).toBe(before.get(shard));
   });
@@ -209,7 +210,7 @@ describe("ShardManager over Postgres and Redis Streams", () => {
     await w1.crash();
     const crashed = Date.now();
     // An ask sent while nobody serves the shard waits in its stream for the next holder.
-    const waiting = w0.system.ask<Fence>(fenceActor(shard), {});
+    const waiting = at(w0.system, fenceActor(shard)).ask({});
     // Nothing is released: the leases stay w1's until they expire.
     expect(await leaseShards(w1.node)).toEqual(odds);
     expect(w1.system.heldShards().sort()).toEqual(odds); // the dead process still believes it owns them
@@ -244,7 +245,7 @@ describe("ShardManager over Postgres and Redis Streams", () => {
     expect(await leaseShards(back.node)).toEqual(odds);
     const home = await epochs();
     for (const s of odds) expect(home.get(s)).toBe(after.get(s)! + 1);
-    expect(await w0.system.ask<Fence>(fenceActor(shard), {})).toEqual({ shard, epoch: home.get(shard), node: back.node });
+    expect(await at(w0.system, fenceActor(shard)).ask({})).toEqual({ shard, epoch: home.get(shard), node: back.node });
     const stale = await admin.write({ shard, epoch: after.get(shard)!, node: w0.node }, async () => "ok").catch((e: unknown) => e);
     expect((stale as ChorusError).code).toBe("FENCED");
   });

@@ -18,6 +18,7 @@ import { RedisPubSub } from "../../runtime/transport/redis-pubsub.ts";
 import { RedisStreamsTransport } from "../../runtime/transport/redis-streams.ts";
 import type { Transport } from "../../runtime/transport/transport.ts";
 import { freshRedisPrefix, REDIS_URL } from "../support/services.ts";
+import { at, broadcastAt, untypedKind } from "../support/untyped-actors.ts";
 
 const SHARDS = 8;
 const ASK_TIMEOUT_MS = 3000;
@@ -87,7 +88,7 @@ function testKinds(p: Probe): Record<string, ActorFactory> {
     deactivate: async () => void bump(p.deactivations, ctx.id),
   });
   return {
-    /** Adds; answers its total. `ms` makes the turn take that long before it counts. */
+    /** Adds; answers its total. `ms` makes the turn take that long before it counts. Keys `fail…` refuse `coded`. */
     counter: (ctx) => {
       let total = 0;
       return {
@@ -95,6 +96,7 @@ function testKinds(p: Probe): Record<string, ActorFactory> {
         async receive(m: Msg) {
           if (m.ms) await sleep(m.ms);
           bump(p.turns, ctx.id);
+          if (m.op === "coded" && ctx.key.startsWith("fail")) throw new ChorusError("STREAM_DOES_NOT_EXIST", "Channel with ID '7' does not exist", 400, { stream_id: 7 });
           if (m.op === "add") total += m.by;
           return total;
         },
@@ -276,26 +278,26 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
 
   it("ask returns the actor's reply, and the actor keeps its state between turns", async () => {
     const system = await node();
-    expect(await system.ask<number>("counter:a", { op: "add", by: 2 })).toBe(2);
-    expect(await system.ask<number>("counter:a", { op: "add", by: 3 })).toBe(5);
-    expect(await system.ask<number>("counter:b", { op: "add", by: 1 })).toBe(1);
+    expect(await at(system, "counter:a").ask({ op: "add", by: 2 })).toBe(2);
+    expect(await at(system, "counter:a").ask({ op: "add", by: 3 })).toBe(5);
+    expect(await at(system, "counter:b").ask({ op: "add", by: 1 })).toBe(1);
     expect(probe.activations.get("counter:a")).toBe(1);
   });
 
   it("tell delivers without waiting for a reply, in order with later asks to the same actor", async () => {
     const system = await node();
-    await expect(system.tell("counter:t", { op: "add", by: 5, ms: 30 })).resolves.toBeUndefined();
+    await expect(at(system, "counter:t").tell({ op: "add", by: 5, ms: 30 })).resolves.toBeUndefined();
     // tell resolved once the entry was accepted, before the (30 ms) turn ran
     expect(probe.turns.get("counter:t")).toBeUndefined();
-    await system.tell("counter:t", { op: "add", by: 1 });
-    expect(await system.ask<number>("counter:t", { op: "get" })).toBe(6);
+    await at(system, "counter:t").tell({ op: "add", by: 1 });
+    expect(await at(system, "counter:t").ask({ op: "get" })).toBe(6);
     expect(probe.turns.get("counter:t")).toBe(3);
   });
 
   it("runs one turn at a time per actor, in the order the asks were sent", async () => {
     const system = await node();
     const tags = ["a", "b", "c", "d", "e"];
-    const replies = await Promise.all(tags.map((tag) => system.ask<string>("slow:one", { tag, ms: 15 })));
+    const replies = await Promise.all(tags.map((tag) => at(system, "slow:one").ask({ tag, ms: 15 })));
     expect(replies).toEqual(tags);
     expect(probe.log).toEqual(tags.flatMap((tag) => [`enter slow:one ${tag}`, `leave slow:one ${tag}`]));
   });
@@ -305,7 +307,7 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     const a = idOn("slow", 3, 0);
     const b = idOn("slow", 3, 1);
     const c = idOn("slow", 5, 0);
-    await Promise.all([a, b, c].map((id) => system.ask(id, { tag: "x", ms: 150 })));
+    await Promise.all([a, b, c].map((id) => at(system, id).ask({ tag: "x", ms: 150 })));
     const firstLeave = probe.log.findIndex((l) => l.startsWith("leave"));
     expect(probe.log.slice(0, firstLeave).sort()).toEqual([`enter ${a} x`, `enter ${b} x`, `enter ${c} x`].sort());
   });
@@ -313,21 +315,21 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
   it("an ask that gets no reply in time fails with REQUEST_TIMEOUT, and its late reply is ignored", async () => {
     const system = await node();
     const started = Date.now();
-    const err = await rejection(system.ask("slow:late", { tag: "late", ms: 200 }, 40));
+    const err = await rejection(at(system, "slow:late").ask({ tag: "late", ms: 200 }, 40));
     expect(Date.now() - started).toBeLessThan(190);
     expect(err.code).toBe("REQUEST_TIMEOUT");
     expect(err.status).toBe(503);
     expect(err.message).toContain("slow:late");
     // The turn still ends and replies; that reply finds no one waiting and must not answer anything else.
     await until(() => probe.log.includes("leave slow:late late"));
-    const next = system.ask<string>("slow:late", { tag: "next", ms: 0 });
+    const next = at(system, "slow:late").ask({ tag: "next", ms: 0 });
     await sleep(50);
     expect(await next).toBe("next");
   });
 
   it("errors thrown by receive reach the asker with code, status, message and extra intact", async () => {
     const system = await node();
-    const err = await rejection(system.ask("failing:1", { op: "coded" }));
+    const err = await rejection(at(system, "failing:1").ask({ op: "coded" }));
     expect(err.toJSON()).toEqual({
       code: "STREAM_DOES_NOT_EXIST",
       msg: "Channel with ID '7' does not exist",
@@ -337,7 +339,7 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
 
     // Unknown failures become 500s that do not leak their detail (and are logged where they happened).
     const logged = vi.spyOn(console, "error").mockImplementation(() => {});
-    const internal = await rejection(system.ask("failing:1", { op: "plain" }));
+    const internal = await rejection(at(system, "failing:1").ask({ op: "plain" }));
     expect(internal.code).toBe("INTERNAL_SERVER_ERROR");
     expect(internal.status).toBe(500);
     expect(internal.message).toBe("Internal server error");
@@ -345,21 +347,21 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect(logged).toHaveBeenCalled();
 
     // A failed turn does not break the actor; a failing told turn reaches nobody.
-    await system.tell("failing:1", { op: "coded" });
-    expect(await system.ask("failing:1", { op: "ok" })).toBe("fine");
+    await at(system, "failing:1").tell({ op: "coded" });
+    expect(await at(system, "failing:1").ask({ op: "ok" })).toBe("fine");
     expect(probe.turns.get("failing:1")).toBe(4);
 
     // Unknown kinds fail the ask instead of hanging it.
     logged.mockClear();
-    const unknown = await rejection(system.ask("nosuchkind:1", {}));
+    const unknown = await rejection(at(system, "nosuchkind:1").ask({}));
     expect(unknown.code).toBe("INTERNAL_SERVER_ERROR");
     expect(unknown.status).toBe(500);
   });
 
   it("a failing activate fails the queued asks, and the next message activates again", async () => {
     const system = await node();
-    const first = system.ask("flaky:1", { n: 1 });
-    const second = system.ask("flaky:1", { n: 2 });
+    const first = at(system, "flaky:1").ask({ n: 1 });
+    const second = at(system, "flaky:1").ask({ n: 2 });
     const firstErr = rejection(first);
     const secondErr = rejection(second);
     await until(() => probe.activations.get("flaky:1") === 1);
@@ -369,46 +371,46 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
       expect(err.toJSON()).toEqual({ code: "NOT_READY", msg: "state could not be loaded", status: 503, extra: { attempt: 1 } });
     }
     expect(probe.activations.get("flaky:1")).toBe(1);
-    expect(await system.ask("flaky:1", { n: 3 })).toBe("ok 3");
+    expect(await at(system, "flaky:1").ask({ n: 3 })).toBe("ok 3");
     expect(probe.activations.get("flaky:1")).toBe(2);
-    expect(await system.ask("flaky:1", { n: 4 })).toBe("ok 4");
+    expect(await at(system, "flaky:1").ask({ n: 4 })).toBe("ok 4");
     expect(probe.activations.get("flaky:1")).toBe(2);
   });
 
   it("a parked ask (ctx.defer + PARKED) is answered when a later turn resolves it, without blocking the actor", async () => {
     const system = await node();
     let answered: string | undefined;
-    const waits = [system.ask<string>("parker:p", { op: "wait" }), system.ask<string>("parker:p", { op: "wait" })];
+    const waits = [at(system, "parker:p").ask({ op: "wait" }), at(system, "parker:p").ask({ op: "wait" })];
     for (const w of waits) void w.then((v) => (answered = v));
     await sleep(50);
     expect(answered).toBeUndefined();
     // The actor takes further turns while the asks are parked; this one answers both.
-    expect(await system.ask<number>("parker:p", { op: "release", value: "hello" })).toBe(2);
+    expect(await at(system, "parker:p").ask({ op: "release", value: "hello" })).toBe(2);
     expect(await Promise.all(waits)).toEqual(["hello", "hello"]);
-    expect(await system.ask<number>("parker:p", { op: "release", value: "again" })).toBe(0);
+    expect(await at(system, "parker:p").ask({ op: "release", value: "again" })).toBe(0);
   });
 
   it("ctx.completeWhen answers a turn only once its work settles, while later turns run", async () => {
     const system = await node();
     let answered = false;
-    const first = system.ask<string>("committer:a", { op: "hold", n: 1 }).then((v) => ((answered = true), v));
-    const second = system.ask<string>("committer:a", { op: "hold", n: 2 });
+    const first = at(system, "committer:a").ask({ op: "hold", n: 1 }).then((v) => ((answered = true), v));
+    const second = at(system, "committer:a").ask({ op: "hold", n: 2 });
     await new Promise((r) => setTimeout(r, 50));
     expect(answered).toBe(false); // its turn ended, but its work has not settled
-    expect(await system.ask<number>("committer:a", { op: "finish" })).toBe(2); // the mailbox did not wait
+    expect(await at(system, "committer:a").ask({ op: "finish" })).toBe(2); // the mailbox did not wait
     expect(await first).toBe("held 1");
     expect(answered).toBe(true);
     await expect(second).resolves.toBe("held 2");
-    const doomed = system.ask<string>("committer:a", { op: "hold", n: 3 });
-    await system.ask("committer:a", { op: "finish", fail: true });
+    const doomed = at(system, "committer:a").ask({ op: "hold", n: 3 });
+    await at(system, "committer:a").ask({ op: "finish", fail: true });
     await expect(doomed).rejects.toMatchObject({ code: "COMMIT_FAILED", status: 503 });
   });
 
   it("ctx.holdAcknowledgement answers at once but keeps the entry in flight until its work settles", async () => {
     const system = await node();
     const shard = 3;
-    expect(await system.ask<string>(idOn("acker", shard, 0), { op: "hold", n: 1 })).toBe("answered 1");
-    await system.broadcast([idOn("acker", shard, 1), idOn("acker", shard, 2)], { op: "hold", n: 2 }); // answered too
+    expect(await at(system, idOn("acker", shard, 0)).ask({ op: "hold", n: 1 })).toBe("answered 1");
+    await broadcastAt(system, [idOn("acker", shard, 1), idOn("acker", shard, 2)], { op: "hold", n: 2 }); // answered too
     expect(probe.ackHolds).toHaveLength(3);
     let released = false;
     const releasing = system.dropShard(shard).then(() => (released = true));
@@ -423,21 +425,21 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
 
   it("a parked ask resolved after the asker timed out is ignored", async () => {
     const system = await node();
-    const err = await rejection(system.ask("parker:gone", { op: "wait" }, 30));
+    const err = await rejection(at(system, "parker:gone").ask({ op: "wait" }, 30));
     expect(err.code).toBe("REQUEST_TIMEOUT");
-    expect(await system.ask<number>("parker:gone", { op: "release", value: "late" })).toBe(1);
+    expect(await at(system, "parker:gone").ask({ op: "release", value: "late" })).toBe(1);
     // A fresh ask is not answered by the stale reply.
-    const fresh = system.ask<string>("parker:gone", { op: "wait" });
+    const fresh = at(system, "parker:gone").ask({ op: "wait" });
     await sleep(30);
-    expect(await system.ask<number>("parker:gone", { op: "release", value: "fresh" })).toBe(1);
+    expect(await at(system, "parker:gone").ask({ op: "release", value: "fresh" })).toBe(1);
     expect(await fresh).toBe("fresh");
   });
 
   it("ctx.schedule delivers a later turn, and its cancel function stops it", async () => {
     const system = await node();
-    await system.ask("timer:1", { op: "arm", tag: "kept", ms: 40 });
-    await system.ask("timer:1", { op: "arm", tag: "cancelled", ms: 40 });
-    await system.ask("timer:1", { op: "cancel", tag: "cancelled" });
+    await at(system, "timer:1").ask({ op: "arm", tag: "kept", ms: 40 });
+    await at(system, "timer:1").ask({ op: "arm", tag: "cancelled", ms: 40 });
+    await at(system, "timer:1").ask({ op: "cancel", tag: "cancelled" });
     expect(probe.ticks).toEqual([]);
     await until(() => probe.ticks.length > 0);
     expect(probe.ticks).toEqual(["timer:1 kept"]);
@@ -449,54 +451,54 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     const system = await node();
     const ids = Array.from({ length: 40 }, (_, i) => `counter:b${i}`);
     expect(new Set(ids.map((id) => shardOf(id, SHARDS))).size).toBeGreaterThan(3);
-    await system.broadcast(ids, { op: "add", by: 1, ms: 20 });
+    await broadcastAt(system, ids, { op: "add", by: 1, ms: 20 });
     for (const id of ids) expect(probe.turns.get(id), id).toBe(1);
-    const totals = await Promise.all(ids.map((id) => system.ask<number>(id, { op: "get" })));
+    const totals = await Promise.all(ids.map((id) => at(system, id).ask({ op: "get" })));
     expect(totals).toEqual(ids.map(() => 1));
 
     // A failing target fails its shard's entry with its error, once every turn of that entry has ended.
-    const failing = idOn("failing", shardOf("counter:b0", SHARDS));
-    const err = await rejection(system.broadcast(["counter:b0", failing], { op: "coded", by: 0, ms: 30 }));
+    const failing = idOn("counter", shardOf("counter:b0", SHARDS), 0, "fail");
+    const err = await rejection(broadcastAt(system, ["counter:b0", failing], { op: "coded", by: 0, ms: 30 }));
     expect(err.code).toBe("STREAM_DOES_NOT_EXIST");
     expect(probe.turns.get("counter:b0")).toBe(3);
     expect(probe.turns.get(failing)).toBe(1);
 
-    await expect(system.broadcast([], { op: "add", by: 1 })).resolves.toBeUndefined();
+    await expect(system.broadcast(untypedKind("counter"), [], { op: "add", by: 1 })).resolves.toBeUndefined();
   });
 
   it("ctx.fence() carries the epoch the shard was held with", async () => {
     const system = await node();
     for (const shard of [0, 3, SHARDS - 1]) {
-      const fence = await system.ask<Fence>(idOn("fence", shard), {});
+      const fence = await at(system, idOn("fence", shard)).ask({});
       expect(fence).toEqual({ shard, epoch: 100 + shard, node: system.nodeId });
     }
   });
 
   it("passivates idle actors that agree, keeps those that refuse, and never one in the middle of a turn", async () => {
     const system = await node({ idleMs: 60 });
-    expect(await system.ask("idle:p", {})).toBe(0);
-    expect(await system.ask("idle:keep", {})).toBe(0);
+    expect(await at(system, "idle:p").ask({})).toBe(0);
+    expect(await at(system, "idle:keep").ask({})).toBe(0);
     await until(() => probe.deactivations.get("idle:p") === 1);
     await sleep(200); // several sweeps
     expect(probe.deactivations.get("idle:keep")).toBeUndefined();
     expect(probe.activations.get("idle:keep")).toBe(1);
 
     // The passivated actor is activated again by its next message; the refusing one was never dropped.
-    expect(await system.ask("idle:p", {})).toBe(1);
+    expect(await at(system, "idle:p").ask({})).toBe(1);
     expect(probe.activations.get("idle:p")).toBe(2);
-    expect(await system.ask("idle:keep", {})).toBe(0);
+    expect(await at(system, "idle:keep").ask({})).toBe(0);
     expect(probe.activations.get("idle:keep")).toBe(1);
 
     // A turn longer than idleMs is not cut short by passivation.
-    expect(await system.ask("idle:busy", { ms: 250 })).toBe(0);
+    expect(await at(system, "idle:busy").ask({ ms: 250 })).toBe(0);
   });
 
   it("dropShard waits for the turn in progress, deactivates that shard's actors only, and a later holder gets its entries", async () => {
     const system = await node();
     const [a1, a2, b1] = [idOn("counter", 1, 0), idOn("counter", 1, 1), idOn("counter", 2, 0)];
-    for (const id of [a1, a2, b1]) expect(await system.ask(id, { op: "add", by: 1 })).toBe(1);
+    for (const id of [a1, a2, b1]) expect(await at(system, id).ask({ op: "add", by: 1 })).toBe(1);
     const slow = idOn("slow", 1, 0);
-    const slowAsk = system.ask<string>(slow, { tag: "s", ms: 150 });
+    const slowAsk = at(system, slow).ask({ tag: "s", ms: 150 });
     await until(() => probe.log.includes(`enter ${slow} s`));
 
     await system.dropShard(1);
@@ -511,21 +513,21 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
 
     // Nobody holds shard 1 now: an ask waits for the next holder instead of failing.
     let settled = false;
-    const waiting = system.ask<number>(a1, { op: "add", by: 10 }).finally(() => (settled = true));
-    const fence = system.ask<Fence>(idOn("fence", 1), {});
+    const waiting = at(system, a1).ask({ op: "add", by: 10 }).finally(() => (settled = true));
+    const fence = at(system, idOn("fence", 1)).ask({});
     await sleep(100);
     expect(settled).toBe(false);
     await system.holdShard(1, 7);
     expect(await waiting).toBe(10); // a new activation: the dropped one's memory is gone
     expect(probe.activations.get(a1)).toBe(2);
     expect((await fence).epoch).toBe(7);
-    expect(await system.ask(b1, { op: "get" })).toBe(1);
+    expect(await at(system, b1).ask({ op: "get" })).toBe(1);
   });
 
   it("close() rejects pending asks with SHUTTING_DOWN, deactivates every actor and refuses new asks", async () => {
     const system = await node();
-    expect(await system.ask("counter:c", { op: "add", by: 1 })).toBe(1);
-    const parked = rejection(system.ask("parker:c", { op: "wait" }));
+    expect(await at(system, "counter:c").ask({ op: "add", by: 1 })).toBe(1);
+    const parked = rejection(at(system, "parker:c").ask({ op: "wait" }));
     await until(() => probe.activations.get("parker:c") === 1);
     await sleep(20);
     await system.close();
@@ -535,7 +537,7 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect(probe.deactivations.get("counter:c")).toBe(1);
     expect(probe.deactivations.get("parker:c")).toBe(1);
     expect(system.heldShards()).toEqual([]);
-    expect((await rejection(system.ask("counter:c", { op: "get" }))).code).toBe("SHUTTING_DOWN");
+    expect((await rejection(at(system, "counter:c").ask({ op: "get" }))).code).toBe("SHUTTING_DOWN");
   });
 
   it("askTransient queues the turn here for a shard held here, and goes through the transport otherwise", async () => {
@@ -545,15 +547,15 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
 
     // Held here: the same activation answers it as an ask, and only the ask used the transport.
     const here = idOn("counter", 2);
-    expect(await system.askTransient<number>(here, { op: "add", by: 1 })).toBe(1);
-    expect(await system.ask<number>(here, { op: "add", by: 2 })).toBe(3);
-    expect(await system.askTransient<number>(here, { op: "get" })).toBe(3);
+    expect(await at(system, here).askTransient({ op: "add", by: 1 })).toBe(1);
+    expect(await at(system, here).ask({ op: "add", by: 2 })).toBe(3);
+    expect(await at(system, here).askTransient({ op: "get" })).toBe(3);
     expect(sentTo()).toEqual([2]);
     expect(probe.activations.get(here)).toBe(1);
 
     // Held by nobody: the entry waits in the transport until a holder takes the shard.
     const nobodys = idOn("counter", 6);
-    const waiting = system.askTransient<number>(nobodys, { op: "add", by: 5 });
+    const waiting = at(system, nobodys).askTransient({ op: "add", by: 5 });
     await until(() => sentTo().length === 2);
     expect(sentTo()).toEqual([2, 6]);
     await system.holdShard(6, 106);
@@ -561,7 +563,7 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
 
     // Dropped: no longer served here; the next holder answers, with a fresh activation.
     await system.dropShard(2);
-    const afterDrop = system.askTransient<number>(here, { op: "get" });
+    const afterDrop = at(system, here).askTransient({ op: "get" });
     await until(() => sentTo().length === 3);
     expect(sentTo()[2]).toBe(2);
     await system.holdShard(2, 202);
@@ -577,29 +579,29 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     const onB = idOn("fence", 3);
 
     // A asks an actor hosted by B, and B one hosted by A.
-    expect(await a.ask<Fence>(onB, {})).toEqual({ shard: 3, epoch: 103, node: b.nodeId });
-    expect(await b.ask<Fence>(onA, {})).toEqual({ shard: 2, epoch: 102, node: a.nodeId });
+    expect(await at(a, onB).ask({})).toEqual({ shard: 3, epoch: 103, node: b.nodeId });
+    expect(await at(b, onA).ask({})).toEqual({ shard: 2, epoch: 102, node: a.nodeId });
 
     // State lives on the hosting node: both askers see the same counter.
     const counter = idOn("counter", 5);
-    expect(await a.ask(counter, { op: "add", by: 1 })).toBe(1);
-    expect(await b.ask(counter, { op: "add", by: 1 })).toBe(2);
-    await a.tell(counter, { op: "add", by: 1 });
-    expect(await a.ask(counter, { op: "get" })).toBe(3);
+    expect(await at(a, counter).ask({ op: "add", by: 1 })).toBe(1);
+    expect(await at(b, counter).ask({ op: "add", by: 1 })).toBe(2);
+    await at(a, counter).tell({ op: "add", by: 1 });
+    expect(await at(a, counter).ask({ op: "get" })).toBe(3);
     expect(probe.activations.get(counter)).toBe(1);
 
     // Errors and parked asks cross nodes too.
-    const err = await rejection(a.ask(idOn("failing", 7), { op: "coded" }));
+    const err = await rejection(at(a, idOn("failing", 7)).ask({ op: "coded" }));
     expect(err.toJSON()).toMatchObject({ code: "STREAM_DOES_NOT_EXIST", status: 400, extra: { stream_id: 7 } });
     const parker = idOn("parker", 1);
-    const parked = a.ask<string>(parker, { op: "wait" });
+    const parked = at(a, parker).ask({ op: "wait" });
     await sleep(30);
-    expect(await b.ask(parker, { op: "release", value: "from B" })).toBe(1);
+    expect(await at(b, parker).ask({ op: "release", value: "from B" })).toBe(1);
     expect(await parked).toBe("from B");
 
     // A broadcast from A covering both nodes' shards.
     const ids = Array.from({ length: 16 }, (_, i) => `counter:n${i}`);
-    await a.broadcast(ids, { op: "add", by: 1 });
+    await broadcastAt(a, ids, { op: "add", by: 1 });
     for (const id of ids) expect(probe.turns.get(id), id).toBe(1);
   });
 

@@ -10,8 +10,7 @@ import { startNode, type RunningNode } from "../../gateway/main.ts";
 import { componentValidator, expectZulipResponse, responseValidator } from "./openapi.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 import { sql } from "kysely";
-import { actorId } from "../../runtime/actor.ts";
-import { REALM, type CreatedUser } from "../../actors/protocol.ts";
+import { Realm } from "../../actors/chat/organization/realm.protocol.ts";
 
 export type EngineName = "embedded" | "redis+postgres";
 export const ENGINES: EngineName[] = ["embedded", "redis+postgres"];
@@ -202,7 +201,7 @@ export async function createUser(server: TestServer, email: string, fullName = e
  */
 export async function createUserWithRole(server: TestServer, email: string, role: number, fullName = email.split("@")[0]!): Promise<Credentials & { id: number }> {
   const realm = await server.node.store.db.selectFrom("realms").select("id").executeTakeFirstOrThrow();
-  const created = await server.node.system.ask<CreatedUser>(actorId(REALM, realm.id), { op: "createUser", email, fullName, passwordHash: null, role });
+  const created = await server.node.system.ref(Realm, realm.id).ask({ op: "createUser", email, fullName, passwordHash: null, role });
   return { email, key: created.api_key, id: created.user_id };
 }
 

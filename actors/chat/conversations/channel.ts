@@ -6,7 +6,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
-import { actorId } from "../../../runtime/actor.ts";
+import type { PARKED } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { Conversation, type AccessChange, type MovePlan, type StoredMessage } from "./conversation.ts";
 import { FLAG_BITS } from "./flags.ts";
@@ -19,20 +19,10 @@ import { subscriptionObject, SUBSCRIPTION_COLUMNS, type SubscriptionColumns } fr
 import { topicHasOtherMessages } from "../reads/topics.ts";
 import { metadataWatchers } from "./channel-access.ts";
 import { inGroupSetting, systemGroups, type GroupSettingValue } from "../organization/groups.ts";
-import {
-  CHANNEL,
-  USER,
-  type Acting,
-  type ChannelMessage,
-  type EditMessage,
-  type MovedIn,
-  type Notify,
-  type SendToChannel,
-  type SubscribeResult,
-  type UnsubscribeResult,
-  type UpdateChannel,
-  type UpdateSubscription,
-} from "../../protocol.ts";
+import { dispatch, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
+import { Channel, type ChannelProtocol, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateChannel, type UpdateSubscription } from "./channel.protocol.ts";
+import type { Acting, EditMessage, SendToChannel } from "./conversation.protocol.ts";
+import { User } from "../users/user.protocol.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
 import { TopicPolicies, visibilityAfterParticipation, visibilityAfterSend } from "./topic-policies.ts";
@@ -139,31 +129,26 @@ export class ChannelActor extends Conversation {
     return (await find())!.id;
   }
 
-  receive(msg: ChannelMessage): unknown {
+  /** The implementation of channel.protocol.ts. */
+  private static readonly handlers: Handlers<ChannelProtocol, ChannelActor> = {
+    ...Conversation.conversationHandlers,
+    subscribe: (channel, msg) => channel.subscribe(msg.userIds),
+    unsubscribe: (channel, msg) => channel.unsubscribe(msg.userIds),
+    updateSubscription: (channel, msg) => channel.updateSubscription(msg),
+    updateChannel: (channel, msg) => channel.updateChannel(msg),
+    send: (channel, msg) => channel.checkSend(msg).then(() => channel.sendAs(msg)),
+    movedIn: (channel, msg) => channel.movedIn(msg),
+    notify: (channel, msg) => channel.notify(msg),
+    publicListener: (channel, msg) => {
+      if (msg.listening) channel.publicListeners.add(msg.userId);
+      else channel.publicListeners.delete(msg.userId);
+    },
+  };
+
+  receive(msg: MessageOf<ChannelProtocol>): unknown {
     // Anything but a send may change what a sender's topic policies depend on (subscriptions, moves, deletions).
     if (msg.op !== "send" && msg.op !== "publicListener") this.settledSenders.clear();
-    switch (msg.op) {
-      case "subscribe":
-        return this.subscribe(msg.userIds);
-      case "unsubscribe":
-        return this.unsubscribe(msg.userIds);
-      case "updateSubscription":
-        return this.updateSubscription(msg);
-      case "updateChannel":
-        return this.updateChannel(msg);
-      case "send":
-        return this.checkSend(msg).then(() => this.sendAs(msg));
-      case "movedIn":
-        return this.movedIn(msg);
-      case "notify":
-        return this.notify(msg);
-      case "publicListener":
-        if (msg.listening) this.publicListeners.add(msg.userId);
-        else this.publicListeners.delete(msg.userId);
-        return;
-      default:
-        return this.receiveConversation(msg);
-    }
+    return dispatch(ChannelActor.handlers, this, msg);
   }
 
   protected recipients(): number[] {
@@ -201,7 +186,7 @@ export class ChannelActor extends Conversation {
     const user = `@_**${msg.acting.full_name}|${msg.acting.id}**`;
     // Every notice starts read for the one who moved (Zulip's mark_as_read_for_acting_user).
     const notify = (streamId: number, topic: string, content: string, unreadOnlyFor?: number[]) =>
-      this.deps.system().tell(actorId(CHANNEL, streamId), { op: "notify", topic, content, readFor: [msg.acting.id], unreadOnlyFor } satisfies Notify);
+      this.deps.system().ref(Channel, streamId).tell({ op: "notify", topic, content, readFor: [msg.acting.id], unreadOnlyFor });
     if (to.resolveOnly) {
       if (await this.undoResolveNotice(to.topic)) return;
       const resolved = to.topic.startsWith(RESOLVED_TOPIC_PREFIX);
@@ -304,7 +289,7 @@ export class ChannelActor extends Conversation {
    * A send, then the topic visibility Zulip's automatic policies give: the sender's (a person's) per their follow /
    * unmute settings, and the mentioned users' (followed, per automatically_follow_topics_where_mentioned).
    */
-  private async sendAs(msg: SendToChannel): Promise<unknown> {
+  private async sendAs(msg: SendToChannel): Promise<typeof PARKED> {
     // A send of this topic still committing means this one does not start the topic. Everything else is decided
     // after the commit, off this actor's turn, so the next send need not wait for it.
     const afterInFlight = this.committing.has(msg.topic.toLowerCase());
@@ -343,7 +328,7 @@ export class ChannelActor extends Conversation {
     if (policy !== undefined) await this.topicPolicies.raise(acting.id, row.topic, policy);
   }
 
-  private async notify(msg: Notify): Promise<unknown> {
+  private async notify(msg: Notify): Promise<typeof PARKED> {
     const bot = await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId);
     return this.send(
       {
@@ -422,19 +407,19 @@ export class ChannelActor extends Conversation {
     // Who sees the channel whoever subscribes (by role or permission group): a new subscriber not among them could
     // not see it before; they and the other subscribers watch its subscriber list.
     const seeingAnyway = await metadataWatchers(this.deps.store.db, row, []);
-    const newcomers = added.filter((u) => !seeingAnyway.has(u)).map((u) => actorId(USER, u));
-    if (newcomers.length) await system.broadcast(newcomers, { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
+    const newcomers = added.filter((u) => !seeingAnyway.has(u));
+    if (newcomers.length) await system.broadcast(User, newcomers, { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
     const subscribers = [...this.state.subscribers].sort((a, b) => a - b);
-    const alike = new Map<string, { event: Record<string, unknown>; users: string[] }>();
+    const alike = new Map<string, { event: Record<string, unknown>; users: number[] }>();
     for (const sub of rows) {
       const event = { type: "subscription", op: "add", subscriptions: [subscriptionObject(object, sub, subscribers)] };
       const key = JSON.stringify(SUBSCRIPTION_COLUMNS.map((c) => sub[c]));
       const group = alike.get(key) ?? alike.set(key, { event, users: [] }).get(key)!;
-      group.users.push(actorId(USER, sub.user_id));
+      group.users.push(sub.user_id);
     }
-    await Promise.all([...alike.values()].map(({ event, users }) => system.broadcast(users, { op: "deliverEvent", event })));
-    const peers = [...new Set([...seeingAnyway, ...this.state.subscribers])].filter((id) => !addedSet.has(id)).map((id) => actorId(USER, id));
-    await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
+    await Promise.all([...alike.values()].map(({ event, users }) => system.broadcast(User, users, { op: "deliverEvent", event })));
+    const peers = [...new Set([...seeingAnyway, ...this.state.subscribers])].filter((id) => !addedSet.has(id));
+    await system.broadcast(User, peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_add", stream_ids: [this.state.id], user_ids: added } });
   }
 
   /**
@@ -454,15 +439,14 @@ export class ChannelActor extends Conversation {
     for (const u of removed) this.state.subscribers.delete(u);
     const system = this.deps.system();
     const { row } = await this.channelObject();
-    const gone = removed.map((id) => actorId(USER, id));
-    await system.broadcast(gone, { op: "deliverEvent", event: { type: "subscription", op: "remove", subscriptions: [{ name: this.state.name, stream_id: this.state.id }] } });
+    await system.broadcast(User, removed, { op: "deliverEvent", event: { type: "subscription", op: "remove", subscriptions: [{ name: this.state.name, stream_id: this.state.id }] } });
     const removedSet = new Set(removed);
     const seeing = await metadataWatchers(db, row, this.state.subscribers);
-    const peers = [...seeing].filter((id) => !removedSet.has(id)).map((id) => actorId(USER, id));
-    await system.broadcast(peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_remove", stream_ids: [this.state.id], user_ids: removed } });
+    const peers = [...seeing].filter((id) => !removedSet.has(id));
+    await system.broadcast(User, peers, { op: "deliverEvent", event: { type: "subscription", op: "peer_remove", stream_ids: [this.state.id], user_ids: removed } });
     const blind = removed.filter((id) => !seeing.has(id));
     const event = { type: "stream", op: "delete", streams: [{ stream_id: this.state.id }], stream_ids: [this.state.id] };
-    if (blind.length) await system.broadcast(blind.map((id) => actorId(USER, id)), { op: "deliverEvent", event });
+    if (blind.length) await system.broadcast(User, blind, { op: "deliverEvent", event });
     return { removed, notSubscribed };
   }
 
@@ -528,14 +512,13 @@ export class ChannelActor extends Conversation {
       metadataWatchers(db, before, this.state.subscribers),
     ]);
     const system = this.deps.system();
-    const users = (ids: number[]) => ids.map((id) => actorId(USER, id));
     // Those who just gained sight of the channel get it whole, in its new state, instead of its changes.
     const kept = [...seeing].filter((id) => saw.has(id));
     const lost = [...saw].filter((id) => !seeing.has(id));
     const gained = [...seeing].filter((id) => !saw.has(id));
-    for (const event of events) await system.broadcast(users(kept), { op: "deliverEvent", event });
-    if (lost.length) await system.broadcast(users(lost), { op: "deliverEvent", event: { type: "stream", op: "delete", streams: [{ stream_id: after.id }], stream_ids: [after.id] } });
-    if (gained.length) await system.broadcast(users(gained), { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
+    for (const event of events) await system.broadcast(User, kept, { op: "deliverEvent", event });
+    if (lost.length) await system.broadcast(User, lost, { op: "deliverEvent", event: { type: "stream", op: "delete", streams: [{ stream_id: after.id }], stream_ids: [after.id] } });
+    if (gained.length) await system.broadcast(User, gained, { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
     return {};
   }
 
@@ -553,7 +536,7 @@ export class ChannelActor extends Conversation {
         .execute(),
     );
     const event = { type: "subscription", op: "update", stream_id: this.state.id, property: msg.property, value: msg.value };
-    await this.deps.system().broadcast([actorId(USER, msg.userId)], { op: "deliverEvent", event });
+    await this.deps.system().broadcast(User, [msg.userId], { op: "deliverEvent", event });
     return {};
   }
 
@@ -608,7 +591,7 @@ export class ChannelActor extends Conversation {
       const subscribers = subs.map((s) => s.user_id);
       if (stream.invite_only && !subscribers.includes(msg.acting.id)) throw errors.badRequest("Invalid channel ID");
       // The destination's recipient row exists once its actor has activated: wake it first (a no-op move-in).
-      await this.deps.system().ask(actorId(CHANNEL, streamId), { op: "movedIn", maxId: 0 });
+      await this.deps.system().ref(Channel, streamId).ask({ op: "movedIn", maxId: 0 });
       const recipient = await db.selectFrom("recipients").select("id").where("type", "=", RECIPIENT_STREAM).where("type_id", "=", streamId).executeTakeFirstOrThrow();
       const settings = (stream.settings ?? {}) as Record<string, unknown>;
       destination = { id: streamId, recipientId: recipient.id, subscribers, topicsPolicy: settings.topics_policy };
@@ -676,7 +659,7 @@ export class ChannelActor extends Conversation {
       alsoNotify: destination.subscribers,
       ...access,
       afterCommit: async () => {
-        if (changesStream) await this.deps.system().ask(actorId(CHANNEL, destination.id), { op: "movedIn", maxId: Math.max(...messageIds) });
+        if (changesStream) await this.deps.system().ref(Channel, destination.id).ask({ op: "movedIn", maxId: Math.max(...messageIds) });
         // As Zulip decides it: change_all moves the whole topic; otherwise, whether the caller sees any message left.
         wholeTopic = msg.propagateMode === "change_all" || !(await this.topicPolicies.hasVisibleMessages(row.topic, msg.acting.id));
         if (wholeTopic) await this.topicPolicies.moveWholeTopic(row.topic, { streamId: destination.id, topic, messageIds }, access.losingAccess);

@@ -8,7 +8,7 @@
  */
 import crypto from "node:crypto";
 import { sql, type Transaction } from "kysely";
-import { actorId, PARKED, type Actor, type ActorContext } from "../../../runtime/actor.ts";
+import { PARKED, type Actor, type ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { Database, MessageTable } from "../../../runtime/store/schema.ts";
 import type { ActorDeps } from "../../deps.ts";
@@ -18,18 +18,10 @@ import { messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
 import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
 import { markdownContext } from "../rendering/mentions.ts";
-import {
-  USER,
-  type Acting,
-  type ConversationMessage,
-  type DeleteMessage,
-  type DeliverMessage,
-  type Edited,
-  type EditMessage,
-  type React,
-  type Sent,
-  type SendToDm,
-} from "../../protocol.ts";
+import type { Handlers } from "../../../runtime/protocol.ts";
+import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, Sent } from "./conversation.protocol.ts";
+import type { SendToDm } from "./dm.protocol.ts";
+import { User, type DeliverMessage } from "../users/user.protocol.ts";
 
 export const invalidMessage = () => errors.badRequest("Invalid message(s)");
 
@@ -94,16 +86,12 @@ export abstract class Conversation implements Actor {
     return {};
   }
 
-  receiveConversation(msg: ConversationMessage): Promise<unknown> {
-    switch (msg.op) {
-      case "edit":
-        return this.edit(msg);
-      case "delete":
-        return this.delete(msg);
-      case "react":
-        return this.react(msg);
-    }
-  }
+  /** The operations every conversation answers (conversation.protocol.ts); each kind's table includes them. */
+  protected static readonly conversationHandlers: Handlers<ConversationProtocol, Conversation> = {
+    edit: (conversation, msg) => conversation.edit(msg),
+    delete: (conversation, msg) => conversation.delete(msg),
+    react: (conversation, msg) => conversation.react(msg),
+  };
 
   abstract receive(msg: unknown): unknown;
 
@@ -192,7 +180,7 @@ export abstract class Conversation implements Actor {
         const recipientSet = new Set(recipients);
         const observers = this.observers().filter((u) => !recipientSet.has(u));
         if (observers.length) delivery.observers = observers;
-        await this.deps.system().broadcast([...recipients, ...observers].map((u) => actorId(USER, u)), delivery);
+        await this.deps.system().broadcast(User, [...recipients, ...observers], delivery);
         reply.resolve({ id: storedId, ...(after ? await after(storedId, mentions) : {}) });
       })
       .catch((err) => reply.reject(ChorusError.wrap(err)))
@@ -347,7 +335,7 @@ export abstract class Conversation implements Actor {
     if (losing.size) {
       // For them the messages are gone, as if deleted where they were.
       const gone = { type: "delete_message", message_ids: event.message_ids, message_type: "stream", stream_id: row.stream_id, topic: row.topic };
-      await this.deps.system().broadcast([...losing].map((u) => actorId(USER, u)), { op: "deliverEvent", event: gone });
+      await this.deps.system().broadcast(User, [...losing], { op: "deliverEvent", event: gone });
     }
     if (move) await move.notices();
     return { detached_uploads: [] };
@@ -392,7 +380,7 @@ export abstract class Conversation implements Actor {
     const event: Record<string, unknown> = { type: "delete_message", message_id: row.id, message_ids: [row.id] };
     if (row.stream_id !== null) Object.assign(event, { message_type: "stream", stream_id: row.stream_id, topic: row.topic });
     else event.message_type = "private";
-    await this.deps.system().broadcast(this.recipients().map((u) => actorId(USER, u)), { op: "deliverEvent", event });
+    await this.deps.system().broadcast(User, this.recipients(), { op: "deliverEvent", event });
   }
 
   // ---- reactions ----------------------------------------------------------------------------------------------
@@ -435,7 +423,7 @@ export abstract class Conversation implements Actor {
       emoji_code,
       reaction_type,
     };
-    await this.deps.system().broadcast(this.recipients().map((u) => actorId(USER, u)), { op: "deliverEvent", event });
+    await this.deps.system().broadcast(User, this.recipients(), { op: "deliverEvent", event });
     if (msg.add) await this.afterReaction(msg.acting, row);
     return {};
   }
@@ -461,7 +449,7 @@ export abstract class Conversation implements Actor {
     }
     await Promise.all(
       [...groups].map(([key, users]) =>
-        this.deps.system().broadcast(users.map((u) => actorId(USER, u)), { op: "deliverEvent", event: Object.assign({}, event, { flags: JSON.parse(key) }) }),
+        this.deps.system().broadcast(User, users, { op: "deliverEvent", event: Object.assign({}, event, { flags: JSON.parse(key) }) }),
       ),
     );
   }

@@ -3,10 +3,12 @@
  * recipient for that set of users. Its recipient id is created with the conversation and never changes, so
  * both directions of a 1:1 conversation share it (Zulip's behaviour since feature level 327).
  */
+import type { PARKED } from "../../../runtime/actor.ts";
 import { errors } from "../../../runtime/errors.ts";
 import { Conversation, type MovePlan } from "./conversation.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
-import type { DmMessage } from "../../protocol.ts";
+import { dispatch, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
+import type { DmProtocol, SendToDm } from "./dm.protocol.ts";
 
 /** Zulip's recipient type for a direct-message group; every conversation is one here, 1:1 included. */
 export const RECIPIENT_DM = 3;
@@ -86,12 +88,17 @@ export class DmActor extends Conversation {
     });
   }
 
-  receive(msg: DmMessage): unknown {
-    if (msg.op === "send") return this.sendWithFreshParticipants(msg);
-    return this.receiveConversation(msg);
+  /** The implementation of dm.protocol.ts. */
+  private static readonly handlers: Handlers<DmProtocol, DmActor> = {
+    ...Conversation.conversationHandlers,
+    send: (dm, msg) => dm.sendWithFreshParticipants(msg),
+  };
+
+  receive(msg: MessageOf<DmProtocol>): unknown {
+    return dispatch(DmActor.handlers, this, msg);
   }
 
-  private async sendWithFreshParticipants(msg: Extract<DmMessage, { op: "send" }>) {
+  private async sendWithFreshParticipants(msg: SendToDm): Promise<typeof PARKED> {
     if (this.participantsChanges !== accountChanges || Date.now() - this.participantsReadAt >= PARTICIPANTS_MS) await this.readParticipants(this.participants.map((p) => p.id));
     return this.send(msg, "");
   }

@@ -9,10 +9,11 @@
  */
 import { sql } from "kysely";
 import type { Actor, ActorContext } from "../../../runtime/actor.ts";
-import { actorId } from "../../../runtime/actor.ts";
 import { errors } from "../../../runtime/errors.ts";
 import type { ActorDeps } from "../../deps.ts";
-import { USER, type UpdateFlags, type UpdatedFlags } from "../../protocol.ts";
+import { dispatch, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
+import type { FlagsProtocol, UpdateFlags, UpdatedFlags } from "./flags.protocol.ts";
+import { User } from "../users/user.protocol.ts";
 
 /** Zulip's flag bits, in Zulip's order (zerver/models/messages.py AbstractUserMessage.ALL_FLAGS). */
 export const FLAG_BITS = {
@@ -60,8 +61,13 @@ export class FlagsActor implements Actor {
     this.userId = Number(ctx.key);
   }
 
-  receive(msg: UpdateFlags): Promise<UpdatedFlags> {
-    return this.update(msg);
+  /** The implementation of flags.protocol.ts. */
+  private static readonly handlers: Handlers<FlagsProtocol, FlagsActor> = {
+    updateFlags: (flags, msg) => flags.update(msg),
+  };
+
+  receive(msg: MessageOf<FlagsProtocol>): unknown {
+    return dispatch(FlagsActor.handlers, this, msg);
   }
 
   /**
@@ -112,7 +118,7 @@ export class FlagsActor implements Actor {
         event.message_details = Object.fromEntries(changed.filter((id) => msg.details?.[id]).map((id) => [id, msg.details![id]]));
       }
       // Asked, not told: the flag change succeeds only once its event is in the user's queues.
-      await this.deps.system().broadcast([actorId(USER, this.userId)], { op: "deliverEvent", event });
+      await this.deps.system().broadcast(User, [this.userId], { op: "deliverEvent", event });
     }
     return { messages: changed };
   }

@@ -8,7 +8,7 @@
  * Nothing activates an actor by itself, so every node wakes the schedulers periodically (`wakeSchedulers`):
  * after a restart or a shard take-over pending messages are found within one wake interval.
  */
-import { actorId, type Actor, type ActorContext } from "../../../runtime/actor.ts";
+import type { Actor, ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { Kysely } from "kysely";
 import type { Store } from "../../../runtime/store/store.ts";
@@ -17,7 +17,12 @@ import type { ActorSystem } from "../../../runtime/system.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { dmKey } from "./dm.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
-import { CHANNEL, DM, SCHEDULER, USER, type Acting, type ScheduledSpec, type SchedulerMessage, type Sent, type SendToDm } from "../../protocol.ts";
+import { dispatch, type Empty, type Handlers, type MessageOf, type Op } from "../../../runtime/protocol.ts";
+import { Channel } from "./channel.protocol.ts";
+import type { Acting } from "./conversation.protocol.ts";
+import { Dm, type SendToDm } from "./dm.protocol.ts";
+import { Scheduler, type ScheduledSpec, type SchedulerProtocol } from "./scheduler.protocol.ts";
+import { User } from "../users/user.protocol.ts";
 
 /** Longest single timer: the next check re-reads the store, so a far-off message is never left to setTimeout. */
 const MAX_TIMER_MS = 60 * 60_000;
@@ -77,6 +82,9 @@ export function editableScheduledMessage(db: Kysely<Database>, senderId: number,
 
 export const scheduledNotFound = () => new ChorusError("BAD_REQUEST", "Scheduled message does not exist", 404);
 
+/** What the scheduler's timer tells it: deliver what is due (private to this actor). */
+type SchedulerTimer = { tick: Op<{ op: "tick" }, Empty> };
+
 export class SchedulerActor implements Actor {
   private readonly realmId: number;
   private cancelTimer?: () => void;
@@ -92,19 +100,17 @@ export class SchedulerActor implements Actor {
     await this.rearm();
   }
 
-  async receive(msg: SchedulerMessage | { op: "tick" }): Promise<unknown> {
-    switch (msg.op) {
-      case "create":
-        return this.create(msg.acting, msg.spec);
-      case "edit":
-        return this.edit(msg.acting, msg.id, msg.spec);
-      case "delete":
-        return this.remove(msg.acting, msg.id);
-      case "wake":
-      case "tick":
-        await this.deliverDue();
-        return {};
-    }
+  /** The implementation of scheduler.protocol.ts, and of the timer's own message. */
+  private static readonly handlers: Handlers<SchedulerProtocol & SchedulerTimer, SchedulerActor> = {
+    create: (scheduler, msg) => scheduler.create(msg.acting, msg.spec),
+    edit: (scheduler, msg) => scheduler.edit(msg.acting, msg.id, msg.spec),
+    delete: (scheduler, msg) => scheduler.remove(msg.acting, msg.id),
+    wake: (scheduler) => scheduler.deliverDue().then(() => ({})),
+    tick: (scheduler) => scheduler.deliverDue().then(() => ({})),
+  };
+
+  receive(msg: MessageOf<SchedulerProtocol & SchedulerTimer>): unknown {
+    return dispatch(SchedulerActor.handlers, this, msg);
   }
 
   private values(spec: ScheduledSpec) {
@@ -193,8 +199,8 @@ export class SchedulerActor implements Actor {
       };
       const sent =
         row.type === "stream"
-          ? await this.deps.system().ask<Sent>(actorId(CHANNEL, row.stream_id!), { ...send, topic: row.topic, automaticVisibility: !sender.is_bot })
-          : await this.deps.system().ask<Sent>(actorId(DM, dmKey([row.sender_id, ...row.to_user_ids])), send);
+          ? await this.deps.system().ref(Channel, row.stream_id!).ask({ ...send, topic: row.topic, automaticVisibility: !sender.is_bot })
+          : await this.deps.system().ref(Dm, dmKey([row.sender_id, ...row.to_user_ids])).ask(send);
       outcome = { status: "delivered", messageId: sent.id };
     } catch (err) {
       const error = ChorusError.wrap(err);
@@ -236,11 +242,11 @@ export class SchedulerActor implements Actor {
       .executeTakeFirst();
     if (!next) return;
     const ms = Math.min(MAX_TIMER_MS, Math.max(0, next.scheduled_timestamp * 1000 - Date.now()));
-    this.cancelTimer = this.ctx.schedule(ms, { op: "tick" });
+    this.cancelTimer = this.ctx.schedule(ms, { op: "tick" } satisfies MessageOf<SchedulerTimer>);
   }
 
   private async tellOwner(userId: number, event: Record<string, unknown>): Promise<void> {
-    await this.deps.system().broadcast([actorId(USER, userId)], { op: "deliverEvent", event }); // in the queue before success
+    await this.deps.system().broadcast(User, [userId], { op: "deliverEvent", event }); // in the queue before success
   }
 }
 
@@ -251,7 +257,7 @@ export class SchedulerActor implements Actor {
 export function wakeSchedulers(system: ActorSystem, store: Store, intervalMs = WAKE_INTERVAL_MS): () => void {
   const wake = async () => {
     const realms = await store.db.selectFrom("realms").select("id").where("deactivated", "=", false).execute();
-    await Promise.all(realms.map((r) => system.tell(actorId(SCHEDULER, r.id), { op: "wake" })));
+    await Promise.all(realms.map((r) => system.ref(Scheduler, r.id).tell({ op: "wake" })));
   };
   const run = () => void wake().catch(() => {}); // shutting down, or the store is briefly away: the next wake retries
   run();

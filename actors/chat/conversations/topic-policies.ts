@@ -5,10 +5,9 @@
  * every change goes through the user's user-topics actor, which writes it and queues the user_topic event.
  */
 import { sql } from "kysely";
-import { actorId } from "../../../runtime/actor.ts";
 import type { ActorDeps } from "../../deps.ts";
-import { USER_TOPICS, type SetTopicVisibility, type TopicVisibilitySet } from "../../protocol.ts";
 import { topicHasOtherMessages } from "../reads/topics.ts";
+import { UserTopics, type SetTopicVisibility } from "../users/user-topics.protocol.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "../users/settings.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
 
@@ -107,7 +106,7 @@ export class TopicPolicies {
   /** An automatic change of one user's policy for a topic of this channel; whether it changed anything. */
   async raise(userId: number, topic: string, policy: number): Promise<boolean> {
     const set: SetTopicVisibility = { op: "setVisibility", streamId: this.channel().id, topic, policy, automatic: true };
-    return (await this.deps.system().ask<TopicVisibilitySet>(actorId(USER_TOPICS, userId), set)).changed;
+    return (await this.deps.system().ref(UserTopics, userId).ask(set)).changed;
   }
 
   /**
@@ -158,7 +157,7 @@ export class TopicPolicies {
     }
     const losing = new Set(losingAccess);
     const set = (userId: number, streamId: number, topic: string, policy: number) =>
-      this.deps.system().ask<TopicVisibilitySet>(actorId(USER_TOPICS, userId), { op: "setVisibility", streamId, topic, policy } satisfies SetTopicVisibility);
+      this.deps.system().ref(UserTopics, userId).ask({ op: "setVisibility", streamId, topic, policy });
     await Promise.all(
       [...policies].map(async ([userId, { old, target }]) => {
         if (old !== VISIBILITY.inherit) await set(userId, id, oldTopic, VISIBILITY.inherit);

@@ -5,7 +5,7 @@ import { Keyring } from "../../../runtime/secrets.ts";
 import type { Database } from "../../../runtime/store/schema.ts";
 import { addToRoleGroups, inGroupSetting, ROLE } from "./groups.ts";
 import { realmGroupSetting } from "../conversations/message-rules.ts";
-import type { CreatedUser } from "../../protocol.ts";
+import type { CreatedUser } from "./realm.protocol.ts";
 import { gravatarUrl } from "../rendering/message-format.ts";
 
 /** Deliberately simple: one @, something on each side, a dot in the domain, no spaces. */

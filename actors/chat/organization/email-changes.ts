@@ -7,7 +7,7 @@
  * the key is only in the e-mail, the table keeps its SHA-256. Confirming changes the address, tells the old
  * address, and sends the `realm_user` update events.
  */
-import { actorId, type ActorContext } from "../../../runtime/actor.ts";
+import { type ActorContext } from "../../../runtime/actor.ts";
 import { errors } from "../../../runtime/errors.ts";
 import { hashEmailKey, newEmailKey, queueEmail } from "./mail.ts";
 import type { ActorDeps } from "../../deps.ts";
@@ -15,7 +15,9 @@ import { ROLE } from "./groups.ts";
 import { accountWithEmail, avatarUpdate, canSeeDeliveryEmail, EMAIL, EMAIL_VISIBILITY } from "./accounts.ts";
 import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
 import { EMAIL_REQUEST_LIMITS, longestWindow, refuseOverLimits } from "./rate-limits.ts";
-import { USER, type ConfirmEmailChange, type EmailChanged, type StartEmailChange } from "../../protocol.ts";
+import type { Handlers } from "../../../runtime/protocol.ts";
+import type { ConfirmEmailChange, EmailChanged, EmailChangesProtocol, StartEmailChange } from "./realm.protocol.ts";
+import { User } from "../users/user.protocol.ts";
 
 /** Zulip's CONFIRMATION_LINK_DEFAULT_VALIDITY_DAYS for e-mail changes: one day. */
 export const EMAIL_CHANGE_VALIDITY_SECONDS = 86400;
@@ -28,9 +30,11 @@ export class EmailChanges {
     private readonly realmId: number,
   ) {}
 
-  receive(msg: StartEmailChange | ConfirmEmailChange): Promise<unknown> {
-    return msg.op === "startEmailChange" ? this.start(msg) : this.confirm(msg);
-  }
+  /** The e-mail change operations of realm.protocol.ts (the realm actor forwards them here). */
+  static readonly handlers: Handlers<EmailChangesProtocol, EmailChanges> = {
+    startEmailChange: (changes, msg) => changes.start(msg),
+    confirmEmailChange: (changes, msg) => changes.confirm(msg),
+  };
 
   private get db() {
     return this.deps.store.db;
@@ -142,7 +146,7 @@ export class EmailChanges {
   private async announce(user: { id: number; avatar_version: number }, newEmail: string, visibility: number): Promise<void> {
     const active = await this.db.selectFrom("users").select(["id", "role"]).where("realm_id", "=", this.realmId).where("is_active", "=", true).execute();
     const tell = (ids: number[], person: Record<string, unknown>) =>
-      this.deps.system().broadcast(ids.map((id) => actorId(USER, id)), { op: "deliverEvent", event: { type: "realm_user", op: "update", person: { user_id: user.id, ...person } } });
+      this.deps.system().broadcast(User, ids, { op: "deliverEvent", event: { type: "realm_user", op: "update", person: { user_id: user.id, ...person } } });
     const everyone = active.map((u) => u.id);
     await tell(
       active.filter((u) => u.id === user.id || canSeeDeliveryEmail(u.role, visibility)).map((u) => u.id),

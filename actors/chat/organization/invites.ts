@@ -12,7 +12,7 @@
  * link's terms (`link_id` set), and its e-mail is accepted as any other.
  */
 import { sql, type Insertable, type Transaction } from "kysely";
-import { actorId, type ActorContext } from "../../../runtime/actor.ts";
+import { type ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { hashEmailKey, newEmailKey, queueEmail } from "./mail.ts";
 import type { Keyring } from "../../../runtime/secrets.ts";
@@ -24,20 +24,11 @@ import { dmKey } from "../conversations/dm.ts";
 import { ensureSystemBot, NOTIFICATION_BOT, WELCOME_BOT } from "./system-bots.ts";
 import { EMAIL, insertAccount } from "./accounts.ts";
 import { EMAIL_REQUEST_LIMITS, longestWindow, refuseOverLimits } from "./rate-limits.ts";
-import {
-  CHANNEL,
-  DM,
-  USER,
-  type AcceptInvite,
-  type CreatedUser,
-  type CreateInviteLink,
-  type Invite,
-  type InviteLinkCreated,
-  type InviteTerms,
-  type JoinInviteLink,
-  type ResendInvite,
-  type RevokeInvite,
-} from "../../protocol.ts";
+import { Channel } from "../conversations/channel.protocol.ts";
+import { Dm } from "../conversations/dm.protocol.ts";
+import type { Handlers } from "../../../runtime/protocol.ts";
+import type { AcceptInvite, CreateInviteLink, CreatedUser, Invite, InviteLinkCreated, InvitesProtocol, InviteTerms, JoinInviteLink, ResendInvite, RevokeInvite } from "./realm.protocol.ts";
+import { User } from "../users/user.protocol.ts";
 
 /** Zulip's default invitation validity, in minutes (ten days). */
 export const DEFAULT_INVITE_EXPIRY_MINUTES = 14400;
@@ -84,22 +75,15 @@ export class Invitations {
     private readonly realm: InvitationsRealm,
   ) {}
 
-  receive(msg: Invite | CreateInviteLink | RevokeInvite | ResendInvite | JoinInviteLink | AcceptInvite): Promise<unknown> {
-    switch (msg.op) {
-      case "invite":
-        return this.invite(msg);
-      case "createInviteLink":
-        return this.createLink(msg);
-      case "revokeInvite":
-        return msg.multiuse ? this.revokeLink(msg) : this.revoke(msg);
-      case "resendInvite":
-        return this.resend(msg);
-      case "joinInviteLink":
-        return this.joinThroughLink(msg);
-      case "acceptInvite":
-        return this.accept(msg);
-    }
-  }
+  /** The invitation operations of realm.protocol.ts (the realm actor forwards them here). */
+  static readonly handlers: Handlers<InvitesProtocol, Invitations> = {
+    invite: (invitations, msg) => invitations.invite(msg),
+    createInviteLink: (invitations, msg) => invitations.createLink(msg),
+    revokeInvite: (invitations, msg) => (msg.multiuse ? invitations.revokeLink(msg) : invitations.revoke(msg)),
+    resendInvite: (invitations, msg) => invitations.resend(msg),
+    joinInviteLink: (invitations, msg) => invitations.joinThroughLink(msg),
+    acceptInvite: (invitations, msg) => invitations.accept(msg),
+  };
 
   private get db() {
     return this.deps.store.db;
@@ -429,7 +413,7 @@ export class Invitations {
       .where("realm_id", "=", this.realmId)
       .where((eb) => eb.or([eb("id", "in", [...invited, -1]), ...(invite.include_realm_default_subscriptions ? [eb("is_default", "=", true)] : [])]))
       .execute();
-    for (const s of streams) await this.deps.system().ask(actorId(CHANNEL, s.id), { op: "subscribe", userIds: [userId] });
+    for (const s of streams) await this.deps.system().ref(Channel, s.id).ask({ op: "subscribe", userIds: [userId] });
     if (invite.welcome_message_custom_text) {
       await this.botMessage(WELCOME_BOT, userId, invite.welcome_message_custom_text, `invite-welcome:${invite.id}`);
     }
@@ -449,7 +433,7 @@ export class Invitations {
   /** A direct message from a system bot. `sendKey`: one per invitation, so a redelivered accept sends it once. */
   private async botMessage(which: typeof NOTIFICATION_BOT, to: number, content: string, sendKey: string): Promise<void> {
     const bot = await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId, which);
-    await this.deps.system().ask(actorId(DM, dmKey([bot.id, to])), {
+    await this.deps.system().ref(Dm, dmKey([bot.id, to])).ask({
       op: "send",
       senderId: bot.id,
       sender: { email: bot.email, full_name: bot.full_name },
@@ -470,7 +454,7 @@ export class Invitations {
       .where("role", "<=", ROLE.administrator)
       .execute();
     const ids = new Set([...admins.map((a) => a.id), referrerId]);
-    await this.deps.system().broadcast([...ids].map((id) => actorId(USER, id)), { op: "deliverEvent", event: { type: "invites_changed" } });
+    await this.deps.system().broadcast(User, [...ids], { op: "deliverEvent", event: { type: "invites_changed" } });
   }
 }
 

@@ -14,7 +14,8 @@ import type { CustomProfileFieldTable, Database } from "../../../runtime/store/s
 import type { ActorDeps } from "../../deps.ts";
 import { ROLE } from "./groups.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
-import type { CreateProfileField, ProfileDataEntry, ProfileFieldMessage, UpdateProfileField } from "../../protocol.ts";
+import type { Handlers } from "../../../runtime/protocol.ts";
+import type { CreateProfileField, ProfileDataEntry, ProfileFieldsProtocol, UpdateProfileField } from "./realm.protocol.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 type FieldRow = Selectable<CustomProfileFieldTable>;
@@ -252,22 +253,15 @@ export class ProfileFields {
     return this.deps.store.db;
   }
 
-  receive(msg: ProfileFieldMessage): Promise<unknown> {
-    switch (msg.op) {
-      case "createProfileField":
-        return this.create(msg);
-      case "updateProfileField":
-        return this.update(msg);
-      case "reorderProfileFields":
-        return this.reorder(msg.actingId, msg.order);
-      case "deleteProfileField":
-        return this.remove(msg.actingId, msg.fieldId);
-      case "setProfileData":
-        return this.setProfileData(msg.actingId, msg.userId, msg.data);
-      case "removeProfileData":
-        return this.setProfileData(msg.actingId, msg.userId, msg.fieldIds.map((id) => ({ id, value: null })));
-    }
-  }
+  /** The profile field operations of realm.protocol.ts (the realm actor forwards them here). */
+  static readonly handlers: Handlers<ProfileFieldsProtocol, ProfileFields> = {
+    createProfileField: (fields, msg) => fields.create(msg),
+    updateProfileField: (fields, msg) => fields.update(msg),
+    reorderProfileFields: (fields, msg) => fields.reorder(msg.actingId, msg.order),
+    deleteProfileField: (fields, msg) => fields.remove(msg.actingId, msg.fieldId),
+    setProfileData: (fields, msg) => fields.setProfileData(msg.actingId, msg.userId, msg.data),
+    removeProfileData: (fields, msg) => fields.setProfileData(msg.actingId, msg.userId, msg.fieldIds.map((id) => ({ id, value: null }))),
+  };
 
   /** The acting user, active and in this realm; `admin`: Zulip's require_realm_admin. */
   private async acting(id: number, admin: boolean) {
@@ -400,7 +394,8 @@ export class ProfileFields {
    * Set (or, value null, remove) a user's values, all checked before any is written. Users change their own
    * values of fields editable by users; administrators change anyone's. Unchanged values send no event.
    */
-  private async setProfileData(actingId: number, userId: number, data: ProfileDataEntry[]): Promise<Record<string, never>> {
+  /** Also the realm actor's, for an administrator's PATCH /users/{user_id} with profile_data. */
+  async setProfileData(actingId: number, userId: number, data: ProfileDataEntry[]): Promise<Record<string, never>> {
     const acting = await this.acting(actingId, actingId !== userId);
     if (acting.is_bot && actingId === userId) throw errors.badRequest("This endpoint does not accept bot requests.");
     const target = await this.db.selectFrom("users").select(["id", "is_bot"]).where("id", "=", userId).where("realm_id", "=", this.realmId).executeTakeFirst();

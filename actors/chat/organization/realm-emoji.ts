@@ -14,7 +14,8 @@ import type { ActorDeps } from "../../deps.ts";
 import { emojiCodeFor } from "../rendering/emoji.ts";
 import { inGroupSetting, ROLE, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "../users/settings.ts";
-import type { DeactivateEmoji, UploadEmoji } from "../../protocol.ts";
+import type { Handlers } from "../../../runtime/protocol.ts";
+import type { DeactivateEmoji, RealmEmojiProtocol, UploadEmoji } from "./realm.protocol.ts";
 
 /** Zulip's MAX_EMOJI_FILE_SIZE_MIB default. */
 export const MAX_EMOJI_FILE_SIZE_MIB = 5;
@@ -208,7 +209,13 @@ export class RealmEmojiChanges {
     },
   ) {}
 
-  async receive(msg: UploadEmoji | DeactivateEmoji): Promise<Record<string, never>> {
+  /** The emoji operations of realm.protocol.ts (the realm actor forwards them here). */
+  static readonly handlers: Handlers<RealmEmojiProtocol, RealmEmojiChanges> = {
+    uploadEmoji: (emoji, msg) => emoji.change(msg),
+    deactivateEmoji: (emoji, msg) => emoji.change(msg),
+  };
+
+  private async change(msg: UploadEmoji | DeactivateEmoji): Promise<Record<string, never>> {
     // A redelivery of a request that committed: it is done (announcing again is harmless, the event is the whole set).
     const done = await this.db.selectFrom("realm_emoji").select("id").where("realm_id", "=", this.realmId).where("last_request_key", "=", msg.requestKey).executeTakeFirst();
     if (done) {

@@ -3,7 +3,7 @@
  * names) and owns account and channel creation.
  */
 import { sql } from "kysely";
-import { actorId, type Actor, type ActorContext } from "../../../runtime/actor.ts";
+import { type Actor, type ActorContext } from "../../../runtime/actor.ts";
 import { errors } from "../../../runtime/errors.ts";
 import type { Keyring } from "../../../runtime/secrets.ts";
 import type { Store } from "../../../runtime/store/store.ts";
@@ -21,19 +21,9 @@ import { ProfileFields } from "./profile-fields.ts";
 import { RealmEmojiChanges } from "./realm-emoji.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
-import {
-  USER,
-  type CreatedUser,
-  type CreateGroup,
-  type CreateUser,
-  type EnsureChannels,
-  type EnsuredChannel,
-  type GroupCreated,
-  type RealmMessage,
-  type RealmUpdated,
-  type UpdateRealm,
-  type UpdateUser,
-} from "../../protocol.ts";
+import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
+import type { CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
+import { User } from "../users/user.protocol.ts";
 
 
 export { ROLE };
@@ -58,39 +48,21 @@ export class RealmActor implements Actor {
     this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
   }
 
-  receive(msg: RealmMessage): Promise<unknown> {
-    switch (msg.op) {
-      case "createUser":
-        return this.createUser(msg);
-      case "ensureChannels":
-        return this.ensureChannels(msg);
-      case "updateRealm":
-        return this.updateRealm(msg);
-      case "updateUser":
-        return this.updateUser(msg);
-      case "createGroup":
-        return this.createGroup(msg);
-      case "invite":
-      case "createInviteLink":
-      case "revokeInvite":
-      case "resendInvite":
-      case "joinInviteLink":
-      case "acceptInvite":
-        return this.invitations.receive(msg);
-      case "startEmailChange":
-      case "confirmEmailChange":
-        return this.emailChanges.receive(msg);
-      case "createProfileField":
-      case "updateProfileField":
-      case "reorderProfileFields":
-      case "deleteProfileField":
-      case "setProfileData":
-      case "removeProfileData":
-        return this.profileFields.receive(msg);
-      case "uploadEmoji":
-      case "deactivateEmoji":
-        return this.emoji.receive(msg);
-    }
+  /** The implementation of realm.protocol.ts; the parts' operations go to the parts' own tables. */
+  private static readonly handlers: Handlers<RealmProtocol, RealmActor> = {
+    createUser: (realm, msg) => realm.createUser(msg),
+    ensureChannels: (realm, msg) => realm.ensureChannels(msg),
+    updateRealm: (realm, msg) => realm.updateRealm(msg),
+    updateUser: (realm, msg) => realm.updateUser(msg),
+    createGroup: (realm, msg) => realm.createGroup(msg),
+    ...forward(Invitations.handlers, (realm: RealmActor) => realm.invitations),
+    ...forward(EmailChanges.handlers, (realm: RealmActor) => realm.emailChanges),
+    ...forward(ProfileFields.handlers, (realm: RealmActor) => realm.profileFields),
+    ...forward(RealmEmojiChanges.handlers, (realm: RealmActor) => realm.emoji),
+  };
+
+  receive(msg: MessageOf<RealmProtocol>): unknown {
+    return dispatch(RealmActor.handlers, this, msg);
   }
 
   /** The acting user as the store has them now: roles are checked against the current one, not a cached one. */
@@ -141,7 +113,7 @@ export class RealmActor implements Actor {
     }
     const nameChanges = fullName !== undefined && fullName !== target.full_name;
     // After the role and name are checked, before they are written: a bad value changes nothing of those.
-    if (msg.profileData?.length) await this.profileFields.receive({ op: "setProfileData", actingId: acting.id, userId: target.id, data: msg.profileData });
+    if (msg.profileData?.length) await this.profileFields.setProfileData(acting.id, target.id, msg.profileData);
     if (!roleChanges && !nameChanges) return {};
     const sawBefore = roleChanges ? await visibleStreams(db, target, { all: true }) : [];
     const groups = await this.deps.store.write(this.ctx.fence(), async (trx) => {
@@ -171,9 +143,8 @@ export class RealmActor implements Actor {
     const afterIds = new Set(after.map((s) => s.id));
     const gained = after.filter((s) => !beforeIds.has(s.id));
     const lost = before.filter((s) => !afterIds.has(s.id)).map((s) => s.id);
-    const user = [actorId(USER, userId)];
-    if (gained.length) await this.deps.system().broadcast(user, { op: "deliverEvent", event: { type: "stream", op: "create", streams: await streamObjects(this.deps.store.db, gained) } });
-    if (lost.length) await this.deps.system().broadcast(user, { op: "deliverEvent", event: { type: "stream", op: "delete", streams: lost.map((stream_id) => ({ stream_id })), stream_ids: lost } });
+    if (gained.length) await this.deps.system().broadcast(User, [userId], { op: "deliverEvent", event: { type: "stream", op: "create", streams: await streamObjects(this.deps.store.db, gained) } });
+    if (lost.length) await this.deps.system().broadcast(User, [userId], { op: "deliverEvent", event: { type: "stream", op: "delete", streams: lost.map((stream_id) => ({ stream_id })), stream_ids: lost } });
   }
 
   private async createGroup(msg: CreateGroup): Promise<GroupCreated> {
@@ -203,7 +174,7 @@ export class RealmActor implements Actor {
   private async tellRealm(event: Record<string, unknown>): Promise<void> {
     const query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
     const users = await query.execute();
-    await this.deps.system().broadcast(users.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
+    await this.deps.system().broadcast(User, users.map((u) => u.id), { op: "deliverEvent", event });
   }
 
   private async ensureChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
@@ -217,7 +188,7 @@ export class RealmActor implements Actor {
       const system = this.deps.system();
       for (const row of rows) {
         const seeing = await metadataWatchers(this.deps.store.db, row, []);
-        await system.broadcast([...seeing].map((id) => actorId(USER, id)), { op: "deliverEvent", event: { type: "stream", op: "create", streams: [streamObject(row, 0)] } });
+        await system.broadcast(User, [...seeing], { op: "deliverEvent", event: { type: "stream", op: "create", streams: [streamObject(row, 0)] } });
       }
     }
     return channels;

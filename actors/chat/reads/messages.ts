@@ -15,7 +15,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { usersByRef, type UserRow } from "./users.ts";
-import type { Narrow } from "../../protocol.ts";
+import type { Narrow } from "../users/user.protocol.ts";
 
 type DB = Kysely<Database>;
 

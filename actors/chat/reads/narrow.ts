@@ -5,7 +5,7 @@
  */
 import { ChorusError } from "../../../runtime/errors.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
-import type { Narrow } from "../../protocol.ts";
+import type { Narrow } from "../users/user.protocol.ts";
 
 /** Legacy operator names and their modern ones (zerver/lib/narrow.py). */
 const ALIASES: Record<string, string> = {

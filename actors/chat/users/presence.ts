@@ -5,11 +5,11 @@
  * realms of up to 100 users, as Zulip does.
  */
 import type { Actor, ActorContext } from "../../../runtime/actor.ts";
-import { actorId } from "../../../runtime/actor.ts";
 import type { ActorDeps } from "../../deps.ts";
-import { USER } from "../../protocol.ts";
+import { dispatch, type Handlers, type MessageOf, type Op } from "../../../runtime/protocol.ts";
+import type { Ping, PresenceProtocol, PresenceReply } from "./presence.protocol.ts";
+import { User } from "./user.protocol.ts";
 
-export const PRESENCE = "presence";
 export const OFFLINE_THRESHOLD_SECONDS = 200;
 const ANNOUNCE_MAX_REALM_USERS = 100;
 const WRITE_BEHIND_MS = 1000;
@@ -23,33 +23,8 @@ interface Entry {
   updateId: number;
 }
 
-export interface Ping {
-  op: "ping";
-  userId: number;
-  email: string;
-  status: "active" | "idle";
-  client: string;
-  /** Answer with others' presence (false for ping_only). */
-  fetch: boolean;
-  /** Modern format, only entries updated after this id (<= 0: everything within the history limit). */
-  lastUpdateId: number | null;
-  historyLimitDays: number;
-  modern: boolean;
-}
-
-export interface PresenceReply {
-  presence_last_update_id: number;
-  server_timestamp?: number;
-  presences?: Record<string, unknown>;
-}
-
-export interface PresenceState {
-  op: "state";
-  modern: boolean;
-  historyLimitDays: number;
-}
-
-type Internal = { op: "flush" };
+/** What the write-behind timer tells the actor (private to it). */
+type PresenceTimer = { flush: Op<{ op: "flush" }, void> };
 
 /** Zulip's modern format: when the user was last active, and last connected at all. */
 export function modernPresence(e: Entry) {
@@ -105,16 +80,18 @@ export class PresenceActor implements Actor {
     await this.flush().catch(() => {}); // best effort: soft state
   }
 
-  receive(msg: Ping | PresenceState | Internal): unknown {
-    switch (msg.op) {
-      case "ping":
-        return this.ping(msg);
-      case "state":
-        return this.state(msg.modern, null, msg.historyLimitDays);
-      case "flush":
-        this.flushScheduled = false;
-        return this.flush();
-    }
+  /** The implementation of presence.protocol.ts, and of the timer's own message. */
+  private static readonly handlers: Handlers<PresenceProtocol & PresenceTimer, PresenceActor> = {
+    ping: (presence, msg) => presence.ping(msg),
+    state: (presence, msg) => presence.state(msg.modern, null, msg.historyLimitDays),
+    flush: (presence) => {
+      presence.flushScheduled = false;
+      return presence.flush();
+    },
+  };
+
+  receive(msg: MessageOf<PresenceProtocol & PresenceTimer>): unknown {
+    return dispatch(PresenceActor.handlers, this, msg);
   }
 
   private async ping(msg: Ping): Promise<PresenceReply> {
@@ -133,7 +110,7 @@ export class PresenceActor implements Actor {
     this.dirty.add(msg.userId);
     if (!this.flushScheduled) {
       this.flushScheduled = true;
-      this.ctx.schedule(WRITE_BEHIND_MS, { op: "flush" });
+      this.ctx.schedule(WRITE_BEHIND_MS, { op: "flush" } satisfies MessageOf<PresenceTimer>);
     }
     if (cameOnline) await this.announce(entry);
     if (!msg.fetch) return { presence_last_update_id: this.lastUpdateId };
@@ -170,7 +147,7 @@ export class PresenceActor implements Actor {
       modern: modernPresence(e),
       legacy: legacyPresence(e),
     };
-    await this.deps.system().broadcast(users.filter((u) => u.id !== e.userId).map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
+    await this.deps.system().broadcast(User, users.filter((u) => u.id !== e.userId).map((u) => u.id), { op: "deliverEvent", event });
   }
 
   private async flush(): Promise<void> {

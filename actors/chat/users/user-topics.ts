@@ -2,10 +2,12 @@
  * user-topics:<user id>: the user's per-topic visibility policies (Zulip's UserTopic: muted, unmuted, followed).
  * Its own kind while `user:<id>` is being reworked (see flags.ts); the table is the same either way.
  */
-import { actorId, type Actor, type ActorContext } from "../../../runtime/actor.ts";
+import type { Actor, ActorContext } from "../../../runtime/actor.ts";
 import { errors } from "../../../runtime/errors.ts";
 import type { ActorDeps } from "../../deps.ts";
-import { USER, type SetTopicVisibility, type TopicVisibilitySet } from "../../protocol.ts";
+import { dispatch, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
+import type { SetTopicVisibility, TopicVisibilitySet, UserTopicsProtocol } from "./user-topics.protocol.ts";
+import { User } from "./user.protocol.ts";
 
 /** Zulip's visibility policies. */
 export const VISIBILITY = { inherit: 0, muted: 1, unmuted: 2, followed: 3 } as const;
@@ -20,7 +22,16 @@ export class UserTopicsActor implements Actor {
     this.userId = Number(ctx.key);
   }
 
-  async receive(msg: SetTopicVisibility): Promise<TopicVisibilitySet> {
+  /** The implementation of user-topics.protocol.ts. */
+  private static readonly handlers: Handlers<UserTopicsProtocol, UserTopicsActor> = {
+    setVisibility: (userTopics, msg) => userTopics.setVisibility(msg),
+  };
+
+  receive(msg: MessageOf<UserTopicsProtocol>): unknown {
+    return dispatch(UserTopicsActor.handlers, this, msg);
+  }
+
+  private async setVisibility(msg: SetTopicVisibility): Promise<TopicVisibilitySet> {
     const key = msg.topic.toLowerCase();
     const now = Math.floor(Date.now() / 1000);
     const changed = await this.deps.store.write(this.ctx.fence(), async (trx) => {
@@ -50,7 +61,7 @@ export class UserTopicsActor implements Actor {
     // Repeating a request changes nothing and, as in Zulip since feature level 169, still succeeds quietly.
     if (changed) {
       const event = { type: "user_topic", stream_id: msg.streamId, topic_name: msg.topic, last_updated: now, visibility_policy: msg.policy };
-      await this.deps.system().broadcast([actorId(USER, this.userId)], { op: "deliverEvent", event }); // in the queue before success
+      await this.deps.system().broadcast(User, [this.userId], { op: "deliverEvent", event }); // in the queue before success
     }
     return { changed };
   }

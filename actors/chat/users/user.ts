@@ -28,28 +28,15 @@
  */
 import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
-import { actorId, PARKED, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
+import { PARKED, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { UserEvent } from "../../../runtime/store/store.ts";
 import { formatMessage, type MessageRecord } from "../rendering/message-format.ts";
 import { matchesNarrow } from "../reads/narrow.ts";
 import { messageRecords } from "../reads/messages.ts";
-import {
-  CHANNEL,
-  USER,
-  type AddPushToken,
-  type AddView,
-  type DeliverMessage,
-  type RemovePushToken,
-  type DraftFields,
-  type Narrow,
-  type Polled,
-  type Register,
-  type Registered,
-  type UpdateSettings,
-  type UpdateView,
-  type UserMessage,
-} from "../../protocol.ts";
+import { dispatch, type Handlers, type MessageOf, type Op } from "../../../runtime/protocol.ts";
+import { Channel } from "../conversations/channel.protocol.ts";
+import { User, type UserProtocol, type AddPushToken, type AddView, type DeliverMessage, type DraftFields, type Narrow, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView } from "./user.protocol.ts";
 import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft } from "./user-data.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
@@ -151,7 +138,7 @@ export async function usersFollowingPublicChannels(db: ActorDeps["store"]["db"],
     .selectFrom("actor_snapshots")
     .innerJoin("users", (j) => j.on(sql`users.id::text`, "=", sql.ref("actor_snapshots.key")))
     .select("users.id")
-    .where("actor_snapshots.kind", "=", USER)
+    .where("actor_snapshots.kind", "=", User.name)
     .where("users.realm_id", "=", realmId)
     .where(sql<boolean>`actor_snapshots.state @> '{"queues": [{"allPublicStreams": true}]}'::jsonb`)
     .execute();
@@ -214,7 +201,11 @@ class RecentIds {
 /** How long seesUser trusts the role it read: a role change reaches event filtering within this (as credentials). */
 const VIEWER_TTL_MS = 2000;
 
-type Internal = { op: "heartbeat"; queueId: string; n: number } | { op: "expire" };
+/** What the actor's own timers tell it (private to it): a parked poll's heartbeat, the idle queues' expiry. */
+type UserTimers = {
+  heartbeat: Op<{ op: "heartbeat"; queueId: string; n: number }, void>;
+  expire: Op<{ op: "expire" }, void>;
+};
 
 export class UserActor implements Actor {
   private readonly queues = new Map<string, EventQueue>();
@@ -243,7 +234,7 @@ export class UserActor implements Actor {
   }
 
   async activate(): Promise<void> {
-    const saved = await this.deps.store.loadSnapshot<Snapshot>(USER, this.ctx.key);
+    const saved = await this.deps.store.loadSnapshot<Snapshot>(User.name, this.ctx.key);
     this.snapshotVersion = saved?.version ?? 0;
     this.seqFloor = saved?.state.seqFloor ?? 1;
     this.seqReserved = Math.max(this.seqFloor, saved?.state.seqReserved ?? 0);
@@ -286,43 +277,34 @@ export class UserActor implements Actor {
     await Promise.all([...unwritten.values()].map((item) => this.deps.store.appendUserEvent({ user_id: this.userId, seq: item.seq, payload: persisted(item.event) }, fence)));
   }
 
-  receive(msg: UserMessage | Internal): unknown {
-    switch (msg.op) {
-      case "register":
-        return this.register(msg);
-      case "poll":
-        return this.poll(msg.queueId, msg.lastEventId, msg.dontBlock, msg.after ?? msg.lastEventId);
-      case "deleteQueue":
-        return this.deleteQueue(msg.queueId);
-      case "deliverMessage":
-        if (this.recentMessages?.has(msg.message.id)) return;
-        if (this.queues.size) (this.recentMessages ??= new RecentIds()).add(msg.message.id);
-        return this.deliver(messageEvent(msg, this.userId), true);
-      case "deliverEvent":
-        return this.deliverEvent(msg.event);
-      case "updateSettings":
-        return this.updateSettings(msg);
-      case "createDrafts":
-        return this.createDrafts(msg.drafts);
-      case "editDraft":
-        return this.editDraft(msg.id, msg.draft);
-      case "deleteDraft":
-        return this.deleteDraft(msg.id);
-      case "addView":
-        return this.addView(msg);
-      case "updateView":
-        return this.updateView(msg);
-      case "removeView":
-        return this.removeView(msg.fragment);
-      case "addPushToken":
-        return this.addPushToken(msg);
-      case "removePushToken":
-        return this.removePushToken(msg);
-      case "heartbeat":
-        return this.heartbeat(msg.queueId, msg.n);
-      case "expire":
-        return this.expire();
-    }
+  /** The implementation of user.protocol.ts, and of the timers' own messages. */
+  private static readonly handlers: Handlers<UserProtocol & UserTimers, UserActor> = {
+    register: (user, msg) => user.register(msg),
+    poll: (user, msg) => user.poll(msg.queueId, msg.lastEventId, msg.dontBlock, msg.after ?? msg.lastEventId),
+    deleteQueue: (user, msg) => user.deleteQueue(msg.queueId),
+    deliverMessage: (user, msg) => user.deliverMessage(msg),
+    deliverEvent: (user, msg) => user.deliverEvent(msg.event),
+    updateSettings: (user, msg) => user.updateSettings(msg),
+    createDrafts: (user, msg) => user.createDrafts(msg.drafts),
+    editDraft: (user, msg) => user.editDraft(msg.id, msg.draft),
+    deleteDraft: (user, msg) => user.deleteDraft(msg.id),
+    addView: (user, msg) => user.addView(msg),
+    updateView: (user, msg) => user.updateView(msg),
+    removeView: (user, msg) => user.removeView(msg.fragment),
+    addPushToken: (user, msg) => user.addPushToken(msg),
+    removePushToken: (user, msg) => user.removePushToken(msg),
+    heartbeat: (user, msg) => user.heartbeat(msg.queueId, msg.n),
+    expire: (user) => user.expire(),
+  };
+
+  receive(msg: MessageOf<UserProtocol & UserTimers>): unknown {
+    return dispatch(UserActor.handlers, this, msg);
+  }
+
+  private deliverMessage(msg: DeliverMessage): Promise<void> | undefined {
+    if (this.recentMessages?.has(msg.message.id)) return;
+    if (this.queues.size) (this.recentMessages ??= new RecentIds()).add(msg.message.id);
+    return this.deliver(messageEvent(msg, this.userId), true);
   }
 
   private makeQueue(spec: QueueSpec): EventQueue {
@@ -336,7 +318,7 @@ export class UserActor implements Actor {
       const low = this.seqReserved - this.nextSeq < SEQ_BLOCK / 2;
       const reserved = low ? Math.max(this.seqReserved, this.nextSeq) + SEQ_BLOCK : this.seqReserved;
       const state: Snapshot = { queues: [...this.queues.values()].map((q) => q.spec), seqFloor: this.seqFloor, seqReserved: reserved };
-      this.snapshotVersion = await this.deps.store.saveSnapshot(USER, this.ctx.key, this.snapshotVersion, state, this.ctx.fence());
+      this.snapshotVersion = await this.deps.store.saveSnapshot(User.name, this.ctx.key, this.snapshotVersion, state, this.ctx.fence());
       this.seqReserved = Math.max(this.seqReserved, reserved);
     };
     const written = this.saving ? this.saving.then(write) : write();
@@ -392,7 +374,8 @@ export class UserActor implements Actor {
     const { realm_id } = await this.account();
     const channels = await this.deps.store.db.selectFrom("streams").select("id").where("realm_id", "=", realm_id).where("invite_only", "=", false).execute();
     await this.deps.system().broadcast(
-      channels.map((c) => actorId(CHANNEL, c.id)),
+      Channel,
+      channels.map((c) => c.id),
       { op: "publicListener", userId: this.userId, listening },
     );
   }
@@ -417,7 +400,7 @@ export class UserActor implements Actor {
     }
     const n = ++q.polls;
     const deferred = this.ctx.defer<Polled>();
-    const cancelHeartbeat = this.ctx.schedule(this.deps.config.heartbeatSeconds * 1000, { op: "heartbeat", queueId, n });
+    const cancelHeartbeat = this.ctx.schedule(this.deps.config.heartbeatSeconds * 1000, { op: "heartbeat", queueId, n } satisfies MessageOf<UserTimers>);
     q.poll = { deferred, cancelHeartbeat, n, after };
     return PARKED;
   }
@@ -532,7 +515,7 @@ export class UserActor implements Actor {
       if (saw !== sees) (sees ? gained : lost).push(viewer.id);
     }
     const tell = (ids: number[], person: Record<string, unknown>) =>
-      this.deps.system().broadcast(ids.map((id) => actorId(USER, id)), { op: "deliverEvent", event: { type: "realm_user", op: "update", person: { user_id: me.id, ...person } } });
+      this.deps.system().broadcast(User, ids, { op: "deliverEvent", event: { type: "realm_user", op: "update", person: { user_id: me.id, ...person } } });
     // The user always sees their own address, so is in neither list (no self-ask).
     await tell(gained, { delivery_email: me.delivery_email });
     await tell(lost, { delivery_email: null });
@@ -548,7 +531,7 @@ export class UserActor implements Actor {
     const { realm_id } = await this.account();
     const others = await this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", realm_id).where("is_active", "=", true).where("id", "!=", this.userId).execute();
     await this.deliver({ kind: "event", event });
-    await this.deps.system().broadcast(others.map((u) => actorId(USER, u.id)), { op: "deliverEvent", event });
+    await this.deps.system().broadcast(User, others.map((u) => u.id), { op: "deliverEvent", event });
   }
 
   private async draftsEnabled(): Promise<boolean> {
@@ -722,7 +705,7 @@ export class UserActor implements Actor {
     if (this.expiryScheduled) return;
     this.expiryScheduled = true;
     const every = Math.min(60_000, this.deps.config.queueTimeoutSeconds * 1000);
-    this.ctx.schedule(every, { op: "expire" });
+    this.ctx.schedule(every, { op: "expire" } satisfies MessageOf<UserTimers>);
   }
 
   /** Drop idle queues, then the stream's events every remaining queue has acknowledged. */

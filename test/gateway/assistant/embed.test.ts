@@ -10,6 +10,7 @@ import { redisKeys } from "../../../runtime/transport/redis-keys.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENGINES, startTestServer, type TestServer } from "../../support/server.ts";
 import { call, createAgent, createVersion, holdRecords, operatorKey, publishedAgent } from "./support.ts";
+import { AgentSession, type AskQuestion } from "../../../actors/assistant/agent-session.protocol.ts";
 
 interface SseEvent {
   id: string;
@@ -111,9 +112,9 @@ describe.each(ENGINES)("embed endpoint on %s", (engine) => {
     it("answers a redelivered ask (same ids, as the at-least-once transport may deliver it) once", async () => {
       const first = await ask(agent.agent_key, { question: "Is shipping free?" });
       const sessionId = first.body.session_id;
-      const msg = { op: "ask", agentId: agent.agent_id, question: "How long do refunds take?", questionId: crypto.randomUUID(), answerId: crypto.randomUUID() };
-      const once = await server.node.system.ask<any>(`agent-session:${sessionId}`, msg);
-      const twice = await server.node.system.ask<any>(`agent-session:${sessionId}`, msg);
+      const msg: AskQuestion = { op: "ask", agentId: agent.agent_id, question: "How long do refunds take?", questionId: crypto.randomUUID(), answerId: crypto.randomUUID() };
+      const once = await server.node.system.ref(AgentSession, sessionId).ask(msg);
+      const twice = await server.node.system.ref(AgentSession, sessionId).ask(msg);
       expect(twice.reply).toEqual(once.reply);
       expect(twice.message).toEqual(once.message);
       const rows = await server.node.store.db.selectFrom("assistant_messages").select("id").where("session_id", "=", sessionId).execute();

@@ -6,6 +6,7 @@ import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createUser, ENGINES, startTestServer, type TestServer } from "../../support/server.ts";
 import { call, createAgent, createVersion, HANDBOOK, OWNER_PASSWORD, operatorKey } from "./support.ts";
+import { Agent, type CreateAgent } from "../../../actors/assistant/agent.protocol.ts";
 
 describe.each(ENGINES)("assistant operator endpoints on %s", (engine) => {
   let server: TestServer;
@@ -100,9 +101,9 @@ describe.each(ENGINES)("assistant operator endpoints on %s", (engine) => {
 
     it("answers a redelivered create with the same agent and secrets", async () => {
       const id = crypto.randomUUID();
-      const create = { op: "create", realmId: 1, name: "Twice", allowedOrigins: [], rateLimitPerMinute: 5, mobileWebhookUrl: null };
-      const once = await server.node.system.ask(`agent:${id}`, create);
-      const twice = await server.node.system.ask(`agent:${id}`, create);
+      const create: CreateAgent = { op: "create", realmId: 1, name: "Twice", allowedOrigins: [], rateLimitPerMinute: 5, mobileWebhookUrl: null };
+      const once = await server.node.system.ref(Agent, id).ask(create);
+      const twice = await server.node.system.ref(Agent, id).ask(create);
       expect(twice).toEqual(once);
       const rows = await server.node.store.db.selectFrom("assistant_agents").select("id").where("id", "=", id).execute();
       expect(rows).toHaveLength(1);

@@ -133,14 +133,15 @@ export async function startReceiver(answer: (hook: ReceivedHook) => number = () 
  * receives meanwhile was sent before the answer was complete and committed.
  */
 export function holdRecords(server: TestServer) {
-  const system = server.node.system;
+  // The system's own (private) ask, which every typed reference sends through.
+  const system = server.node.system as unknown as { ask(id: string, body: any, timeoutMs?: number): Promise<unknown> };
   const ask = system.ask.bind(system);
   let release!: () => void;
   const released = new Promise<void>((resolve) => (release = resolve));
-  system.ask = (async (id: string, body: any, timeoutMs?: number) => {
+  system.ask = async (id: string, body: any, timeoutMs?: number) => {
     if (body?.op === "record") await released;
     return ask(id, body, timeoutMs);
-  }) as typeof system.ask;
+  };
   return {
     release,
     restore: () => {

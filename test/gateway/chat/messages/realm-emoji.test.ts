@@ -7,8 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, createUserWithRole, ENGINES, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
 import { messageApi, type User } from "../../../support/messages.ts";
 import { ROLE } from "../../../../actors/chat/organization/groups.ts";
-import { REALM } from "../../../../actors/protocol.ts";
-import { actorId } from "../../../../runtime/actor.ts";
+import { Realm, type DeactivateEmoji, type UploadEmoji } from "../../../../actors/chat/organization/realm.protocol.ts";
+
 
 /** A 1×1 PNG. */
 const PNG = Buffer.from("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==", "base64");
@@ -176,12 +176,12 @@ describe.each(ENGINES)("custom emoji on %s", (engine) => {
   it("treats a redelivered upload or deactivation as done, not as a refusal", async () => {
     const realm = await server.node.store.db.selectFrom("realms").select("id").executeTakeFirstOrThrow();
     // What the transport delivers again after a worker died between committing and acknowledging.
-    const deliver = (message: Record<string, unknown>) => server.node.system.ask(actorId(REALM, realm.id), message);
+    const deliver = (message: UploadEmoji | DeactivateEmoji) => server.node.system.ref(Realm, realm.id).ask(message);
     const kind = { contentType: "image/png", ext: "png", animated: false };
-    const uploadMessage = { op: "uploadEmoji", actingId: alice.id, name: "redelivered", kind, image: PNG.toString("base64"), requestKey: "upload-1" };
+    const uploadMessage: UploadEmoji = { op: "uploadEmoji", actingId: alice.id, name: "redelivered", kind, image: PNG.toString("base64"), requestKey: "upload-1" };
     expect(await deliver(uploadMessage)).toEqual({});
     expect(await deliver(uploadMessage)).toEqual({});
-    const deactivation = { op: "deactivateEmoji", actingId: alice.id, name: "redelivered", requestKey: "deactivate-1" };
+    const deactivation: DeactivateEmoji = { op: "deactivateEmoji", actingId: alice.id, name: "redelivered", requestKey: "deactivate-1" };
     expect(await deliver(deactivation)).toEqual({});
     expect(await deliver(deactivation)).toEqual({});
     const rows = Object.values(await list()).filter((e: any) => e.name === "redelivered");

@@ -6,8 +6,7 @@ import { openQueue } from "../../../support/queues.ts";
 import { emailKeyFor } from "../../../support/mail.ts";
 import { invitationRealm } from "../../../support/invites.ts";
 import { MailSender } from "../../../../actors/chat/organization/mail.ts";
-import { actorId } from "../../../../runtime/actor.ts";
-import { REALM, type Invite } from "../../../../actors/protocol.ts";
+import { Realm, type Invite } from "../../../../actors/chat/organization/realm.protocol.ts";
 
 type User = Credentials & { id: number };
 
@@ -191,8 +190,8 @@ describe.each(ENGINES)("invitations on %s", (engine) => {
       siteUrl: server.url,
       requestKey: "one-request",
     };
-    await server.node.system.ask(actorId(REALM, realm.id), request);
-    await server.node.system.ask(actorId(REALM, realm.id), request);
+    await server.node.system.ref(Realm, realm.id).ask(request);
+    await server.node.system.ref(Realm, realm.id).ask(request);
     expect(await db.selectFrom("invitations").select("id").where("email", "=", "twice@example.com").execute()).toHaveLength(1);
     expect(await db.selectFrom("email_outbox").select("id").where("to_address", "=", "twice@example.com").execute()).toHaveLength(1);
   });

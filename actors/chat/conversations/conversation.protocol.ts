@@ -1,0 +1,92 @@
+/**
+ * What every conversation (a channel, a direct-message conversation) answers: sends, and edits, deletions and
+ * reactions on its messages. Handlers: Conversation.conversationHandlers in conversation.ts (edit, delete,
+ * react); sends in ChannelActor.handlers (channel.ts) and DmActor.handlers (dm.ts). The kinds are in
+ * channel.protocol.ts and dm.protocol.ts.
+ */
+import type { Empty, Op } from "../../../runtime/protocol.ts";
+
+export interface SendToChannel {
+  op: "send";
+  senderId: number;
+  sender: { email: string; full_name: string };
+  topic: string;
+  content: string;
+  client: string;
+  /** One per HTTP request: a redelivered send commits once. */
+  sendKey: string;
+  /** The sender's queue for local echo, and the client's id for the message. */
+  queueId?: string;
+  localId?: string;
+  readBySender: boolean;
+  /** Guests need a subscription even to public channels. */
+  senderIsGuest?: boolean;
+  /** The sender is a person, not a bot: Zulip's automatic follow / unmute settings apply to their topic. */
+  automaticVisibility?: boolean;
+  /** Recipients for whom the message starts read (Zulip's mark_as_read_for_acting_user on notices). */
+  readFor?: number[];
+  /** When given, the only recipients for whom it starts unread (Zulip's limit_unread_user_ids). */
+  unreadOnlyFor?: number[];
+}
+
+export interface Sent {
+  id: number;
+  /** The sender's new visibility policy for the topic, when the send changed it (Zulip's POST /messages field). */
+  automatic_new_visibility_policy?: number;
+}
+
+/** Who acts, as the gateway authenticated them: permission checks happen in the owning actor. */
+export interface Acting {
+  id: number;
+  role: number;
+  email: string;
+  full_name: string;
+  is_bot: boolean;
+}
+
+export type PropagateMode = "change_one" | "change_later" | "change_all";
+
+/** PATCH /messages/{id}, to the actor owning the message's conversation. */
+export interface EditMessage {
+  op: "edit";
+  messageId: number;
+  acting: Acting;
+  content?: string;
+  prevContentSha256?: string;
+  topic?: string;
+  streamId?: number;
+  propagateMode: PropagateMode;
+  /** Notification Bot notices in the old and the new topic after a move (Zulip's defaults: false, true). */
+  notifyOldThread: boolean;
+  notifyNewThread: boolean;
+}
+
+export interface Edited {
+  detached_uploads: unknown[];
+}
+
+export interface DeleteMessage {
+  op: "delete";
+  messageId: number;
+  acting: Acting;
+}
+
+export interface Reaction {
+  emoji_name: string;
+  emoji_code: string;
+  reaction_type: string;
+}
+
+export interface React {
+  op: "react";
+  add: boolean;
+  messageId: number;
+  acting: Acting;
+  reaction: Reaction;
+}
+
+export type ConversationProtocol = {
+  edit: Op<EditMessage, Edited>;
+  delete: Op<DeleteMessage, Empty>;
+  react: Op<React, Empty>;
+};

@@ -1,0 +1,295 @@
+/**
+ * realm:<realm id>: the organization (accounts, roles, settings, groups, invitations, e-mail changes, custom profile
+ * fields, custom emoji). Handlers: RealmActor.handlers in realm.ts, which forwards the invitation, e-mail change,
+ * profile field and emoji operations to Invitations.handlers (invites.ts), EmailChanges.handlers
+ * (email-changes.ts), ProfileFields.handlers (profile-fields.ts) and RealmEmojiChanges.handlers (realm-emoji.ts).
+ */
+import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
+
+export interface CreateUser {
+  op: "createUser";
+  email: string;
+  fullName: string;
+  /** Hashed by the caller: no password travels through the transport. */
+  passwordHash: string | null;
+  role: number;
+}
+
+export interface CreatedUser {
+  user_id: number;
+  api_key: string;
+}
+
+export interface ChannelSpec {
+  name: string;
+  description: string;
+}
+
+export interface EnsureChannels {
+  op: "ensureChannels";
+  creatorId: number;
+  channels: ChannelSpec[];
+  inviteOnly: boolean;
+  isWebPublic: boolean;
+  isDefault: boolean;
+  historyPublicToSubscribers: boolean | null;
+  /** null: the realm's policy; -1: unlimited. */
+  messageRetentionDays: number | null;
+  /** topics_policy and the can_*_group values the request gave (checked); the rest take Zulip's defaults. */
+  settings: Record<string, unknown>;
+}
+
+export interface EnsuredChannel {
+  id: number;
+  name: string;
+  created: boolean;
+}
+
+/** PATCH /realm: the decoded parameters; the realm actor checks them against the current settings. */
+export interface UpdateRealm {
+  op: "updateRealm";
+  actingId: number;
+  settings: Record<string, unknown>;
+}
+
+/** What changed, as Zulip's PATCH /realm answers it. */
+export type RealmUpdated = Record<string, unknown>;
+
+/** PATCH /users/{user_id}: an administrator changes another user's role, name or custom profile values. */
+export interface UpdateUser {
+  op: "updateUser";
+  actingId: number;
+  userId: number;
+  role?: number;
+  fullName?: string;
+  profileData?: ProfileDataEntry[];
+}
+
+/** POST /user_groups/create. Group-setting values are as the client sent them; the actor checks them. */
+export interface CreateGroup {
+  op: "createGroup";
+  actingId: number;
+  name: string;
+  description: string;
+  members: number[];
+  subgroups: number[];
+  settings: Record<string, unknown>;
+}
+
+export interface GroupCreated {
+  group_id: number;
+}
+
+/** What an invitation (e-mail or link) gives the person who accepts it, as POST /invites and /invites/multiuse take it. */
+export interface InviteTerms {
+  actingId: number;
+  inviteAs: number;
+  streamIds: number[];
+  groupIds: number[];
+  /** null: never expires. */
+  expiresInMinutes: number | null;
+  includeRealmDefaultSubscriptions: boolean;
+  welcomeMessageCustomText: string | null;
+  /** For the link in the e-mail, or the reusable link. */
+  siteUrl: string;
+  /** One per HTTP request: a redelivered request invites nobody twice. */
+  requestKey: string;
+}
+
+/** POST /invites, with the addresses already split. */
+export interface Invite extends InviteTerms {
+  op: "invite";
+  emails: string[];
+  notifyReferrerOnJoin: boolean;
+}
+
+/** POST /invites/multiuse: a reusable invitation link. */
+export interface CreateInviteLink extends InviteTerms {
+  op: "createInviteLink";
+}
+
+export interface InviteLinkCreated {
+  invite_link: string;
+}
+
+/** DELETE /invites/{id} (`multiuse` false) and DELETE /invites/multiuse/{id} (`multiuse` true). */
+export interface RevokeInvite {
+  op: "revokeInvite";
+  actingId: number;
+  inviteId: number;
+  multiuse: boolean;
+}
+
+/** POST /invites/{id}/resend. */
+export interface ResendInvite {
+  op: "resendInvite";
+  actingId: number;
+  inviteId: number;
+  siteUrl: string;
+  requestKey: string;
+}
+
+/** Sign up through a reusable link: an e-mail to the address, whose key then accepts as an e-mail invitation's does. */
+export interface JoinInviteLink {
+  op: "joinInviteLink";
+  key: string;
+  email: string;
+  siteUrl: string;
+  requestKey: string;
+}
+
+/** Accept an invitation: create the invited account. */
+export interface AcceptInvite {
+  op: "acceptInvite";
+  key: string;
+  fullName: string;
+  passwordHash: string;
+}
+
+/** PATCH /settings with a new `email`: a pending change, and a confirmation e-mail to the new address. */
+export interface StartEmailChange {
+  op: "startEmailChange";
+  userId: number;
+  email: string;
+  siteUrl: string;
+}
+
+/** POST /settings/email/confirm: the key from that e-mail. */
+export interface ConfirmEmailChange {
+  op: "confirmEmailChange";
+  key: string;
+}
+
+export type EmailChanged = {
+  user_id: number;
+  old_email: string;
+  new_email: string;
+};
+
+// Custom profile fields (profile-fields.ts). The realm actor checks the permissions and values.
+
+/** POST /realm/profile_fields. */
+export interface CreateProfileField {
+  op: "createProfileField";
+  actingId: number;
+  name: string;
+  hint: string;
+  fieldType: number;
+  fieldData?: Record<string, unknown>;
+  displayInProfileSummary: boolean;
+  required: boolean;
+  editableByUser: boolean;
+}
+
+/** PATCH /realm/profile_fields/{field_id}: what the request gave; the rest stays. */
+export interface UpdateProfileField {
+  op: "updateProfileField";
+  actingId: number;
+  fieldId: number;
+  name?: string;
+  hint?: string;
+  fieldData?: Record<string, unknown>;
+  displayInProfileSummary?: boolean;
+  required?: boolean;
+  editableByUser?: boolean;
+}
+
+/** One value: text, a users field's ids, or null to remove the value. */
+export interface ProfileDataEntry {
+  id: number;
+  value: string | number[] | null;
+}
+
+export interface ReorderProfileFields {
+  op: "reorderProfileFields";
+  actingId: number;
+  order: number[];
+}
+
+export interface DeleteProfileField {
+  op: "deleteProfileField";
+  actingId: number;
+  fieldId: number;
+}
+
+/** PATCH /users/me/profile_data, or an administrator's PATCH /users/{user_id} with profile_data. */
+export interface SetProfileData {
+  op: "setProfileData";
+  actingId: number;
+  userId: number;
+  data: ProfileDataEntry[];
+}
+
+/** DELETE /users/me/profile_data. */
+export interface RemoveProfileData {
+  op: "removeProfileData";
+  actingId: number;
+  userId: number;
+  fieldIds: number[];
+}
+
+/** POST /realm/emoji/{emoji_name}: the name and image already checked by the route (emojiNameOf, imageKind). */
+export interface UploadEmoji {
+  op: "uploadEmoji";
+  actingId: number;
+  name: string;
+  kind: { contentType: string; ext: string; animated: boolean };
+  /** The image bytes, base64: messages are JSON. */
+  image: string;
+  /** One per HTTP request: a redelivered request uploads nothing twice. */
+  requestKey: string;
+}
+
+/** DELETE /realm/emoji/{emoji_name}. */
+export interface DeactivateEmoji {
+  op: "deactivateEmoji";
+  actingId: number;
+  name: string;
+  /** One per HTTP request, as for uploads. */
+  requestKey: string;
+}
+
+/** Invitations (invites.ts). */
+export type InvitesProtocol = {
+  invite: Op<Invite, Empty>;
+  createInviteLink: Op<CreateInviteLink, InviteLinkCreated>;
+  revokeInvite: Op<RevokeInvite, Empty>;
+  resendInvite: Op<ResendInvite, Empty>;
+  joinInviteLink: Op<JoinInviteLink, Empty>;
+  acceptInvite: Op<AcceptInvite, CreatedUser>;
+};
+
+/** E-mail address changes (email-changes.ts). */
+export type EmailChangesProtocol = {
+  startEmailChange: Op<StartEmailChange, Empty>;
+  confirmEmailChange: Op<ConfirmEmailChange, EmailChanged>;
+};
+
+/** Custom profile fields and their values (profile-fields.ts). */
+export type ProfileFieldsProtocol = {
+  createProfileField: Op<CreateProfileField, { id: number }>;
+  updateProfileField: Op<UpdateProfileField, Empty>;
+  reorderProfileFields: Op<ReorderProfileFields, Empty>;
+  deleteProfileField: Op<DeleteProfileField, Empty>;
+  setProfileData: Op<SetProfileData, Empty>;
+  removeProfileData: Op<RemoveProfileData, Empty>;
+};
+
+/** Custom emoji (realm-emoji.ts). */
+export type RealmEmojiProtocol = {
+  uploadEmoji: Op<UploadEmoji, Empty>;
+  deactivateEmoji: Op<DeactivateEmoji, Empty>;
+};
+
+export type RealmProtocol = {
+  createUser: Op<CreateUser, CreatedUser>;
+  ensureChannels: Op<EnsureChannels, EnsuredChannel[]>;
+  updateRealm: Op<UpdateRealm, RealmUpdated>;
+  updateUser: Op<UpdateUser, Empty>;
+  createGroup: Op<CreateGroup, GroupCreated>;
+} & InvitesProtocol &
+  EmailChangesProtocol &
+  ProfileFieldsProtocol &
+  RealmEmojiProtocol;
+
+export const Realm = actorKind<RealmProtocol>("realm");

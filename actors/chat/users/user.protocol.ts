@@ -1,0 +1,146 @@
+/**
+ * user:<user id>: one user's event queues, settings, drafts, navigation views and push tokens. Handlers:
+ * UserActor.handlers in user.ts.
+ */
+import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
+import type { MessageRecord } from "../rendering/message-format.ts";
+
+export type Narrow = Array<{ operator: string; operand: unknown; negated?: boolean }>;
+
+export interface Register {
+  op: "register";
+  eventTypes: string[] | null;
+  narrow: Narrow;
+  applyMarkdown: boolean;
+  clientGravatar: boolean;
+  allPublicStreams: boolean;
+  clientCapabilities: Record<string, unknown>;
+}
+
+export interface Registered {
+  queue_id: string;
+  last_event_id: number;
+}
+
+export interface Poll {
+  op: "poll";
+  queueId: string;
+  /** Acknowledges (drops) every event up to this id. */
+  lastEventId: number;
+  dontBlock: boolean;
+  /** Answer only events above this id (default lastEventId): a stream reads ahead of what it acknowledges. */
+  after?: number;
+}
+
+export interface Polled {
+  events: Array<Record<string, unknown>>;
+}
+
+export interface DeleteQueue {
+  op: "deleteQueue";
+  queueId: string;
+}
+
+/** A message for this user's queues; `localId` goes only to the queue named by `queueId`. */
+export interface DeliverMessage {
+  op: "deliverMessage";
+  message: MessageRecord;
+  flags: string[];
+  /** Per recipient user id: flags that differ from `flags` (the sender's `read`). */
+  flagsFor?: Record<string, string[]>;
+  queueId?: string;
+  localId?: string;
+  /** Users who get the message only because a queue of theirs follows all public channels (all_public_streams). */
+  observers?: number[];
+}
+
+/** Any other event, queued as given (Zulip's payload without `id`). */
+export interface DeliverEvent {
+  op: "deliverEvent";
+  event: Record<string, unknown>;
+}
+
+/** PATCH /settings, already validated: the settings, and the changes that live on the account row. */
+export interface UpdateSettings {
+  op: "updateSettings";
+  settings: Record<string, unknown>;
+  fullName?: string;
+  passwordHash?: string;
+  /** The server's site URL: its host names the placeholder e-mail of a user hiding their address. */
+  siteUrl: string;
+}
+
+export interface DraftFields {
+  type: "" | "stream" | "private";
+  to: number[];
+  topic: string;
+  content: string;
+  timestamp?: number;
+}
+
+export interface CreateDrafts {
+  op: "createDrafts";
+  drafts: DraftFields[];
+}
+
+export interface EditDraft {
+  op: "editDraft";
+  id: number;
+  draft: DraftFields;
+}
+
+export interface DeleteDraft {
+  op: "deleteDraft";
+  id: number;
+}
+
+export interface AddView {
+  op: "addView";
+  fragment: string;
+  isPinned: boolean;
+  name: string | null;
+}
+
+export interface UpdateView {
+  op: "updateView";
+  fragment: string;
+  isPinned?: boolean;
+  name?: string;
+}
+
+export interface RemoveView {
+  op: "removeView";
+  fragment: string;
+}
+
+export interface AddPushToken {
+  op: "addPushToken";
+  kind: "apns" | "fcm";
+  token: string;
+  appid: string | null;
+}
+
+export interface RemovePushToken {
+  op: "removePushToken";
+  kind: "apns" | "fcm";
+  token: string;
+}
+
+export type UserProtocol = {
+  register: Op<Register, Registered>;
+  poll: Op<Poll, Polled>;
+  deleteQueue: Op<DeleteQueue, Empty>;
+  deliverMessage: Op<DeliverMessage, void>;
+  deliverEvent: Op<DeliverEvent, void>;
+  updateSettings: Op<UpdateSettings, Empty>;
+  createDrafts: Op<CreateDrafts, { ids: number[] }>;
+  editDraft: Op<EditDraft, Empty>;
+  deleteDraft: Op<DeleteDraft, Empty>;
+  addView: Op<AddView, Empty>;
+  updateView: Op<UpdateView, Empty>;
+  removeView: Op<RemoveView, Empty>;
+  addPushToken: Op<AddPushToken, Empty>;
+  removePushToken: Op<RemovePushToken, Empty>;
+};
+
+export const User = actorKind<UserProtocol>("user");
