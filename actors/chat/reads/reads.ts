@@ -3,6 +3,7 @@
  */
 import { sql, type Kysely, type RawBuilder, type Selectable, type SqlBool } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
+import { chatErrors } from "../errors.ts";
 import type { Database, StreamTable, SubscriptionTable, UserTable } from "../../../runtime/store/schema.ts";
 import { formatMessage, gravatarUrl, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
 import { CONTENT_ACCESS_SETTINGS, inGroupSettingOf, METADATA_ACCESS_SETTINGS, ROLE, userGroupIds, type GroupSettingValue } from "../organization/groups.ts";
@@ -760,7 +761,7 @@ export async function requireStream(db: DB, realmId: number, ref: { id?: number;
     if (streamCache.size > 10_000) streamCache.clear();
     streamCache.set(key, { row: stream, until: Date.now() + STREAM_CACHE_MS });
   }
-  if (!stream) throw errors.streamNotFound(ref.id !== undefined ? { stream_id: ref.id } : { stream: ref.name });
+  if (!stream) throw chatErrors.streamNotFound(ref.id !== undefined ? { stream_id: ref.id } : { stream: ref.name });
   return stream;
 }
 

@@ -29,6 +29,7 @@
 import { randomUUID } from "node:crypto";
 import { actorId, PARKED, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
+import { chatErrors } from "../errors.ts";
 import type { UserEvent } from "../../../runtime/store/store.ts";
 import { formatMessage, type MessageRecord } from "../rendering/message-format.ts";
 import { matchesNarrow } from "../reads/narrow.ts";
@@ -380,7 +381,7 @@ export class UserActor implements Actor {
 
   private queue(queueId: string): EventQueue {
     const q = this.queues.get(queueId);
-    if (!q) throw errors.badQueue(queueId);
+    if (!q) throw chatErrors.badQueue(queueId);
     return q;
   }
 
