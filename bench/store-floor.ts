@@ -9,10 +9,11 @@ import os from "node:os";
 import path from "node:path";
 import { openDatabase } from "../runtime/store/db.ts";
 import { SqlStore } from "../runtime/store/sql-store.ts";
-import type { NewMessage } from "../runtime/store/store.ts";
+import { MessageLog, type NewMessage } from "../actors/chat/message-log.ts";
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-store-floor-"));
 const store = new SqlStore(await openDatabase({ dataDir: dir }));
+const messageLog = new MessageLog(store);
 await store.migrate();
 await store.ensureShards(1);
 const lease = await store.acquireLease(0, "floor", 600);
@@ -36,7 +37,7 @@ function append(): Promise<number> {
     sending_client: "bench",
     send_key: null,
   };
-  return store.appendMessage(message, fence, [{ user_id: 2, flags: 1 }]);
+  return messageLog.appendMessage(message, fence, [{ user_id: 2, flags: 1 }]);
 }
 
 async function measure(total: number, inFlight: number): Promise<void> {

@@ -22,6 +22,7 @@ import { MailSender } from "../actors/chat/organization/mail.ts";
 import { loadAssistantConfig } from "../actors/assistant/config.ts";
 import { assistantFace } from "./assistant/index.ts";
 import { MessageIds, type ActorDeps } from "../actors/deps.ts";
+import type { MessageLog } from "../actors/chat/message-log.ts";
 import { App, envelope, type Services } from "./chat/app.ts";
 import { errorResult } from "./assistant/app.ts";
 import { ChorusError } from "../runtime/errors.ts";
@@ -50,6 +51,7 @@ export interface RunningNode {
   port: number;
   config: Config;
   store: Store;
+  messageLog: MessageLog;
   system: ActorSystem;
   /** Graceful: stop accepting, finish turns, release leases, close connections. */
   close(): Promise<void>;
@@ -84,15 +86,16 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   const unlock = config.databaseUrl ? () => {} : lockDataDir(config.dataDir);
   const keyring = Keyring.load(config.dataDir, config.secret);
   let store: Store;
+  let messageLog: MessageLog;
   let owner: { email: string; apiKey: string } | undefined;
-  if (opts.prepared) store = await openStore(config);
-  else ({ store, owner } = await prepareStore(config, keyring));
+  if (opts.prepared) ({ store, messageLog } = await openStore(config));
+  else ({ store, messageLog, owner } = await prepareStore(config, keyring));
 
   const transport: Transport = config.redisUrl
     ? new RedisStreamsTransport({ url: config.redisUrl, prefix: config.redisPrefix })
     : new MemoryTransport();
   let system: ActorSystem;
-  const deps: ActorDeps = { store, keyring, config, ids: new MessageIds(store), system: () => system };
+  const deps: ActorDeps = { store, messageLog, keyring, config, ids: new MessageIds(messageLog), system: () => system };
   const assistantConfig = loadAssistantConfig();
   const webhooks = new WebhookDelivery(store, keyring, assistantConfig);
   system = new ActorSystem({ transport, shards: config.shards, kinds: actorKinds(deps, { config: assistantConfig, wakeWebhooks: () => webhooks.wake() }), askTimeoutMs: config.askTimeoutMs });
@@ -154,6 +157,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     port,
     config,
     store,
+    messageLog,
     system,
     close() {
       closing ??= (async () => {

@@ -9,7 +9,7 @@ export const DEFAULT_EVENT_WRITE_DELAY_MS = 10;
 
 /**
  * Past this many recipients a message's flags commit as one list row, expanded into rows after the send (see
- * runtime/store/sql-store.ts): on PGlite a flag row costs 8-15 µs of the commit, so 100 rows cost about what a
+ * actors/chat/message-log.ts): on PGlite a flag row costs 8-15 µs of the commit, so 100 rows cost about what a
  * separate commit does.
  */
 export const DEFAULT_RECIPIENT_LIST_ABOVE = 100;

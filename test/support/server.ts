@@ -18,7 +18,7 @@ export const ENGINES: EngineName[] = ["embedded", "redis+postgres"];
 
 /**
  * Each engine twice: with flag rows, and with every message's recipients kept as a recipient list, never expanded
- * while the test runs (see runtime/store/store.ts). Reads and flag changes must answer the same either way.
+ * while the test runs (see actors/chat/message-log.ts). Reads and flag changes must answer the same either way.
  */
 export const FLAG_STORAGES = ENGINES.flatMap((engine) => [
   { engine, storage: "rows", overrides: {} as Partial<Config> },

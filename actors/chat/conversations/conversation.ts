@@ -158,7 +158,7 @@ export abstract class Conversation implements Actor {
     // send key) and delivers it. Acknowledged at the end of the turn, the message would be stored and in no queue.
     const topicKey = topic.toLowerCase();
     this.committing.set(topicKey, (this.committing.get(topicKey) ?? 0) + 1);
-    const delivered = this.deps.store
+    const delivered = this.deps.messageLog
       .appendMessage(
         {
           id,
@@ -312,7 +312,7 @@ export abstract class Conversation implements Actor {
       const others = move?.messageIds.filter((id) => id !== row.id) ?? [];
       if (others.length) await prependHistory(trx, others, { user_id: msg.acting.id, timestamp: now, ...moveEntry }, moveColumns(move!, now));
       // The flag rows below must exist to be changed.
-      if (mentions || move) await this.deps.store.expandRecipientLists(trx, [row.id, ...(move?.messageIds ?? [])]);
+      if (mentions || move) await this.deps.messageLog.expandRecipientLists(trx, [row.id, ...(move?.messageIds ?? [])]);
       if (mentions) await setMentionFlags(trx, row.id, mentions);
       if (move) await applyAccessChange(trx, move);
     });
@@ -384,7 +384,7 @@ export abstract class Conversation implements Actor {
   protected async removeMessage(row: Pick<StoredMessage, "id" | "stream_id" | "topic">): Promise<void> {
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await trx.deleteFrom("reactions").where("message_id", "=", row.id).execute();
-      await this.deps.store.expandRecipientLists(trx, [row.id]);
+      await this.deps.messageLog.expandRecipientLists(trx, [row.id]);
       await trx.deleteFrom("user_message_rows").where("message_id", "=", row.id).execute();
       await trx.deleteFrom("messages").where("id", "=", row.id).execute();
     });
