@@ -4,9 +4,10 @@ import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { ActorSystem } from "../runtime/system.ts";
 import type { MessageLog } from "./chat/message-log.ts";
+import type { Database } from "./schema.ts";
 
 export interface ActorDeps {
-  store: Store;
+  store: Store<Database>;
   /** Chat's message log (messages, recipient lists, users' event streams, message id blocks) over `store`. */
   messageLog: MessageLog;
   keyring: Keyring;

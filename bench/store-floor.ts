@@ -9,10 +9,11 @@ import os from "node:os";
 import path from "node:path";
 import { openDatabase } from "../runtime/store/db.ts";
 import { SqlStore } from "../runtime/store/sql-store.ts";
+import type { Database } from "../actors/schema.ts";
 import { MessageLog, type NewMessage } from "../actors/chat/message-log.ts";
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-store-floor-"));
-const store = new SqlStore(await openDatabase({ dataDir: dir }));
+const store = new SqlStore<Database>(await openDatabase({ dataDir: dir }));
 const messageLog = new MessageLog(store);
 await store.migrate();
 await store.ensureShards(1);

@@ -10,7 +10,7 @@ import type { Keyring } from "../runtime/secrets.ts";
 import { findUserByEmail, type UserRow } from "../actors/chat/reads/reads.ts";
 import { forgetDmParticipants } from "../actors/chat/conversations/dm.ts";
 import type { Kysely } from "kysely";
-import type { Database } from "../runtime/store/schema.ts";
+import type { Database } from "../actors/schema.ts";
 
 export type AuthUser = UserRow;
 

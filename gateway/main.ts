@@ -46,11 +46,12 @@ import { meRoutes } from "./chat/me.ts";
 import { profileFieldRoutes } from "./chat/profile-fields.ts";
 import { organizationRoutes } from "./chat/organization.ts";
 import { emojiRoutes, isEmojiImagePath, serveEmojiImage } from "./chat/emoji.ts";
+import type { Database } from "../actors/schema.ts";
 
 export interface RunningNode {
   port: number;
   config: Config;
-  store: Store;
+  store: Store<Database>;
   messageLog: MessageLog;
   system: ActorSystem;
   /** Graceful: stop accepting, finish turns, release leases, close connections. */
@@ -85,7 +86,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   }
   const unlock = config.databaseUrl ? () => {} : lockDataDir(config.dataDir);
   const keyring = Keyring.load(config.dataDir, config.secret);
-  let store: Store;
+  let store: Store<Database>;
   let messageLog: MessageLog;
   let owner: { email: string; apiKey: string } | undefined;
   if (opts.prepared) ({ store, messageLog } = await openStore(config));

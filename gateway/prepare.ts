@@ -12,12 +12,13 @@ import { SqlStore } from "../runtime/store/sql-store.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { MessageLog } from "../actors/chat/message-log.ts";
 import { bootstrapOrganization } from "../actors/chat/organization/realm.ts";
+import type { Database } from "../actors/schema.ts";
 
 export const OWNER_EMAIL = "owner@chorus.example";
 
 /** The configured store and chat's message log on it, as they are (a worker whose primary prepared them). */
-export async function openStore(config: Config): Promise<{ store: Store; messageLog: MessageLog }> {
-  const store = new SqlStore(await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }));
+export async function openStore(config: Config): Promise<{ store: Store<Database>; messageLog: MessageLog }> {
+  const store = new SqlStore<Database>(await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }));
   const messageLog = new MessageLog(store, {
     eventWriteDelayMs: config.eventWriteDelayMs,
     recipientListAbove: config.recipientListAbove,
@@ -30,7 +31,7 @@ export async function openStore(config: Config): Promise<{ store: Store; message
 export async function prepareStore(
   config: Config,
   keyring: Keyring,
-): Promise<{ store: Store; messageLog: MessageLog; owner?: { email: string; apiKey: string } }> {
+): Promise<{ store: Store<Database>; messageLog: MessageLog; owner?: { email: string; apiKey: string } }> {
   const { store, messageLog } = await openStore(config);
   await store.migrate();
   const owner = await bootstrapOrganization(store, keyring, {

@@ -16,7 +16,6 @@
 import type { Transaction } from "kysely";
 import { actorId, type Actor, type ActorContext } from "../../runtime/actor.ts";
 import type { ChorusError } from "../../runtime/errors.ts";
-import type { Database } from "../../runtime/store/schema.ts";
 import { answerExtractive, DEFAULT_ANSWER_SETTINGS, retrieve, type AnswerSettings } from "./answer.ts";
 import type { AssistantDeps } from "./deps.ts";
 import { notFound } from "./agent-records.ts";
@@ -35,6 +34,7 @@ import {
   type StartSession,
 } from "../protocol.ts";
 import { enqueueEvents } from "./webhooks.ts";
+import type { Database } from "../schema.ts";
 
 interface SessionState {
   agentId: string;

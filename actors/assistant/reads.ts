@@ -1,7 +1,7 @@
 /** Reads of the assistant's tables that need no actor: agent lookups, session history, lists. Nothing here writes. */
 import type { Kysely } from "kysely";
-import type { Database } from "../../runtime/store/schema.ts";
 import type { Source } from "../protocol.ts";
+import type { Database } from "../schema.ts";
 
 type DB = Kysely<Database>;
 

@@ -20,8 +20,9 @@ import type { Fence } from "../../runtime/actor.ts";
 import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS } from "../../runtime/config.ts";
 import type { Prepared } from "../../runtime/store/db.ts";
 import { column, GroupCommit, staleAgainst, type CommitOutcome, type LeaseRow } from "../../runtime/store/group-commit.ts";
-import type { Database, MessageTable } from "../../runtime/store/schema.ts";
 import type { Store, StoreComponent } from "../../runtime/store/store.ts";
+import type { Database } from "../schema.ts";
+import type { MessageTable } from "./schema.ts";
 
 const tracer = trace.getTracer("chorus.store");
 
@@ -80,7 +81,7 @@ export class MessageLog implements StoreComponent {
    * expandListsLater and LIST_EXPANSION_STEP.
    */
   constructor(
-    private readonly store: Store,
+    private readonly store: Store<Database>,
     private readonly opts: { eventWriteDelayMs?: number; recipientListAbove?: number; recipientListDelayMs?: number; recipientListStep?: number } = {},
   ) {
     store.attach(this);

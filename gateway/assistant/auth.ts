@@ -13,10 +13,10 @@ import crypto from "node:crypto";
 import { sql, type Kysely } from "kysely";
 import { ChorusError } from "../../runtime/errors.ts";
 import { Keyring } from "../../runtime/secrets.ts";
-import type { Database } from "../../runtime/store/schema.ts";
 import { ROLE } from "../../actors/chat/organization/realm.ts";
 import type { HttpRequest } from "../http.ts";
 import { isUserToken, verifyUserToken } from "./user-tokens.ts";
+import type { Database } from "../../actors/schema.ts";
 
 export const SESSION_COOKIE = "chorus_console";
 export const SESSION_SECONDS = 12 * 3600;

@@ -15,6 +15,7 @@ import { internalRoutes } from "./internal.ts";
 import { RateLimits } from "./limits.ts";
 import { mobileRoutes } from "./mobile.ts";
 import { attachSockets } from "./sockets.ts";
+import type { Database } from "../../actors/schema.ts";
 
 export interface AssistantFace {
   app: AssistantApp;
@@ -23,7 +24,7 @@ export interface AssistantFace {
   close(): Promise<void>;
 }
 
-export function assistantFace(deps: { system: ActorSystem; store: Store; keyring: Keyring; config: Config; assistant: AssistantConfig }): AssistantFace {
+export function assistantFace(deps: { system: ActorSystem; store: Store<Database>; keyring: Keyring; config: Config; assistant: AssistantConfig }): AssistantFace {
   const limits = new RateLimits({ redisUrl: deps.config.redisUrl, prefix: deps.config.redisPrefix });
   const app = new AssistantApp({ ...deps, operators: new OperatorAuth(deps.store.db, deps.keyring), limits });
   app.add(...embedRoutes, ...internalRoutes, ...mobileRoutes);

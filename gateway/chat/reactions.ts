@@ -4,7 +4,6 @@
  */
 import { errors } from "../../runtime/errors.ts";
 import type { Kysely } from "kysely";
-import type { Database } from "../../runtime/store/schema.ts";
 import { emojiCodeFor, isKnownUnicodeEmojiCode, isValidUnicodeEmoji, isValidZulipExtraEmoji, ZULIP_EXTRA_EMOJI_NAMES } from "../../actors/chat/rendering/emoji.ts";
 import { activeRealmEmoji, realmEmojiById } from "../../actors/chat/organization/realm-emoji.ts";
 import type { Reaction } from "../../actors/protocol.ts";
@@ -12,6 +11,7 @@ import { readableMessage } from "../../actors/chat/reads/reads.ts";
 import type { RouteSpec } from "./app.ts";
 import { Id, Str } from "../params.ts";
 import { acting, ownerOf } from "./messages.ts";
+import type { Database } from "../../actors/schema.ts";
 
 const REACTION_PARAMS = {
   type: "object",

@@ -3,7 +3,7 @@ import { Migrator, sql, type Kysely, type Transaction } from "kysely";
 import { trace } from "@opentelemetry/api";
 import type { Fence } from "../actor.ts";
 import { errors } from "../errors.ts";
-import type { Database } from "./schema.ts";
+import type { KernelTables } from "./schema.ts";
 import type { Engine, OpenDatabase, Prepared } from "./db.ts";
 import { migrations } from "./migrations/index.ts";
 import { staleAgainst } from "./group-commit.ts";
@@ -11,19 +11,26 @@ import type { Lease, Store, StoreComponent } from "./store.ts";
 
 const tracer = trace.getTracer("chorus.store");
 
-export class SqlStore implements Store {
-  readonly db: Kysely<Database>;
+export class SqlStore<DB extends KernelTables = KernelTables> implements Store<DB> {
+  readonly db: Kysely<DB>;
+  /**
+   * The same database seen through the kernel's tables only, for the store's own statements: kysely cannot type a
+   * query on the known tables of a generic `DB`.
+   */
+  private readonly kernel: Kysely<KernelTables>;
   readonly engine: Engine;
   readonly prepared: Prepared;
   /** What domains built on this store (chat's message log), in the order attached. */
   private readonly components: StoreComponent[] = [];
 
   constructor(database: OpenDatabase) {
-    ({ db: this.db, engine: this.engine, prepared: this.prepared } = database);
+    ({ db: this.kernel, engine: this.engine, prepared: this.prepared } = database);
+    // The caller names the whole database's type; the tables are its migrations' business.
+    this.db = database.db as unknown as Kysely<DB>;
   }
 
   async migrate(): Promise<void> {
-    const migrator = new Migrator({ db: this.db, provider: { getMigrations: async () => migrations } });
+    const migrator = new Migrator({ db: this.kernel, provider: { getMigrations: async () => migrations } });
     const { error, results } = await migrator.migrateToLatest();
     if (error) {
       const failed = results?.find((r) => r.status === "Error");
@@ -40,10 +47,14 @@ export class SqlStore implements Store {
     for (const component of this.components) await component.recover();
   }
 
-  async write<T>(fence: Fence, fn: (trx: Transaction<Database>) => Promise<T>): Promise<T> {
+  write<T>(fence: Fence, fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
+    return this.writeKernel(fence, fn as unknown as (trx: Transaction<KernelTables>) => Promise<T>);
+  }
+
+  private async writeKernel<T>(fence: Fence, fn: (trx: Transaction<KernelTables>) => Promise<T>): Promise<T> {
     return tracer.startActiveSpan("store.commit", async (span) => {
       try {
-        return await this.db.transaction().execute(async (trx) => {
+        return await this.kernel.transaction().execute(async (trx) => {
           const isStale = await fenceChecker(trx, [fence]);
           if (isStale(fence)) throw errors.fenced(fence.shard);
           return fn(trx);
@@ -55,7 +66,7 @@ export class SqlStore implements Store {
   }
 
   async loadSnapshot<S>(kind: string, key: string): Promise<{ version: number; state: S } | undefined> {
-    const row = await this.db
+    const row = await this.kernel
       .selectFrom("actor_snapshots")
       .select(["version", "state"])
       .where("kind", "=", kind)
@@ -68,7 +79,7 @@ export class SqlStore implements Store {
     const next = expectedVersion + 1;
     const json = JSON.stringify(state);
     const now = Math.floor(Date.now() / 1000);
-    return this.write(fence, async (trx) => {
+    return this.writeKernel(fence, async (trx) => {
       const result =
         expectedVersion === 0
           ? await trx
@@ -92,7 +103,7 @@ export class SqlStore implements Store {
   async ensureShards(count: number): Promise<void> {
     await sql`insert into shard_leases (shard, owner, epoch, expires_at)
               select s, null, 0, now() from generate_series(0, ${count - 1}::int) as s
-              on conflict (shard) do nothing`.execute(this.db);
+              on conflict (shard) do nothing`.execute(this.kernel);
   }
 
   async acquireLease(shard: number, node: string, ttlSeconds: number, force = false): Promise<Lease | undefined> {
@@ -102,13 +113,13 @@ export class SqlStore implements Store {
       update shard_leases l set owner = ${node}, epoch = l.epoch + 1, expires_at = now() + make_interval(secs => ${ttlSeconds})
       from before
       where l.shard = before.shard and (${force}::boolean or l.owner is null or l.expires_at < now())
-      returning l.shard, l.epoch, before.owner as previous`.execute(this.db);
+      returning l.shard, l.epoch, before.owner as previous`.execute(this.kernel);
     const row = rows[0];
     return row ? { shard: row.shard, epoch: Number(row.epoch), reclaimed: row.previous !== null } : undefined;
   }
 
   async renewLease(lease: Lease, node: string, ttlSeconds: number): Promise<boolean> {
-    const result = await this.db
+    const result = await this.kernel
       .updateTable("shard_leases")
       .set({ expires_at: sql`now() + make_interval(secs => ${ttlSeconds})` })
       .where("shard", "=", lease.shard)
@@ -119,7 +130,7 @@ export class SqlStore implements Store {
   }
 
   async releaseLease(lease: Lease, node: string): Promise<void> {
-    await this.db
+    await this.kernel
       .updateTable("shard_leases")
       .set({ owner: null, expires_at: sql`now()` })
       .where("shard", "=", lease.shard)
@@ -129,16 +140,16 @@ export class SqlStore implements Store {
   }
 
   async heartbeat(node: string, workerIndex: number, ttlSeconds: number): Promise<Set<number>> {
-    await this.db
+    await this.kernel
       .insertInto("cluster_nodes")
       .values({ node_id: node, worker_index: workerIndex, seen_at: sql`now()` as any })
       .onConflict((c) => c.column("node_id").doUpdateSet({ seen_at: sql`now()` as any, worker_index: workerIndex }))
       .execute();
-    await this.db
+    await this.kernel
       .deleteFrom("cluster_nodes")
       .where("seen_at", "<", sql<Date>`now() - make_interval(secs => ${ttlSeconds * 6})`)
       .execute();
-    const alive = await this.db
+    const alive = await this.kernel
       .selectFrom("cluster_nodes")
       .select("worker_index")
       .where("seen_at", ">", sql<Date>`now() - make_interval(secs => ${ttlSeconds})`)
@@ -147,17 +158,17 @@ export class SqlStore implements Store {
   }
 
   async leave(node: string): Promise<void> {
-    await this.db.deleteFrom("cluster_nodes").where("node_id", "=", node).execute();
+    await this.kernel.deleteFrom("cluster_nodes").where("node_id", "=", node).execute();
   }
 
   async leasesHeldBy(node: string): Promise<Lease[]> {
-    const rows = await this.db.selectFrom("shard_leases").select(["shard", "epoch"]).where("owner", "=", node).execute();
+    const rows = await this.kernel.selectFrom("shard_leases").select(["shard", "epoch"]).where("owner", "=", node).execute();
     return rows.map((r) => ({ shard: r.shard, epoch: Number(r.epoch) }));
   }
 
   async close(): Promise<void> {
     for (const component of this.components) await component.close();
-    await this.db.destroy();
+    await this.kernel.destroy();
   }
 }
 
@@ -166,7 +177,7 @@ export class SqlStore implements Store {
  * the shard's). Locks those lease rows for the rest of the transaction, so a takeover (which bumps the epoch)
  * waits until this write has committed.
  */
-async function fenceChecker(trx: Transaction<Database>, fences: Fence[]): Promise<(fence: Fence) => boolean> {
+async function fenceChecker(trx: Transaction<KernelTables>, fences: Fence[]): Promise<(fence: Fence) => boolean> {
   const shards = [...new Set(fences.map((f) => f.shard))];
   const rows = await trx
     .selectFrom("shard_leases")

@@ -18,7 +18,7 @@
  */
 import type { Kysely, Transaction } from "kysely";
 import type { Fence } from "../actor.ts";
-import type { Database } from "./schema.ts";
+import type { KernelTables } from "./schema.ts";
 import type { Engine, Prepared } from "./db.ts";
 
 /**
@@ -39,10 +39,14 @@ export interface Lease {
   reclaimed?: boolean;
 }
 
-export interface Store {
+/**
+ * `DB` is the whole database's type, composed by the caller (actors/schema.ts); the store itself uses only the
+ * kernel's tables.
+ */
+export interface Store<DB extends KernelTables = KernelTables> {
   readonly engine: Engine;
   /** For reads, and for writes inside `write`. */
-  readonly db: Kysely<Database>;
+  readonly db: Kysely<DB>;
   /** Runs the group commits' statements as named prepared statements, prepared once per connection (see db.ts). */
   readonly prepared: Prepared;
   /** Migrate to the latest schema, then run every component's `recover`. */
@@ -52,7 +56,7 @@ export interface Store {
   /** Run every attached component's `recover`. */
   recover(): Promise<void>;
   /** Run `fn` in one transaction after checking the fence; commits before resolving. */
-  write<T>(fence: Fence, fn: (trx: Transaction<Database>) => Promise<T>): Promise<T>;
+  write<T>(fence: Fence, fn: (trx: Transaction<DB>) => Promise<T>): Promise<T>;
   loadSnapshot<S>(kind: string, key: string): Promise<{ version: number; state: S } | undefined>;
   saveSnapshot<S>(kind: string, key: string, expectedVersion: number, state: S, fence: Fence): Promise<number>;
   /** Make sure lease rows exist for shards [0, count). */

@@ -7,6 +7,7 @@ import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Fence } from "../../runtime/actor.ts";
 import type { ChorusError } from "../../runtime/errors.ts";
+import type { Database } from "../../actors/schema.ts";
 import type { SqlStore } from "../../runtime/store/sql-store.ts";
 import { migrations } from "../../runtime/store/migrations/index.ts";
 import pg from "pg";
@@ -19,7 +20,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 afterAll(dropStoreDatabase);
 
 describe.each(engines)("Store on $name", (engineCase) => {
-  let store: SqlStore;
+  let store: SqlStore<Database>;
   let nextName = 0;
   /** A shard no other test uses, and one leased to `node` with its fence. */
   const { shard, fenceOn } = shardLeaser(SHARDS, () => store);

@@ -8,6 +8,7 @@ import type { Fence } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import { openDatabase, type Engine } from "../../runtime/store/db.ts";
 import { SqlStore } from "../../runtime/store/sql-store.ts";
+import type { Database } from "../../actors/schema.ts";
 import { freshDatabase } from "./services.ts";
 
 /** The Postgres database of this run's engines, created on first use. */
@@ -24,20 +25,20 @@ export async function dropStoreDatabase(): Promise<void> {
 
 export interface EngineCase {
   name: Engine;
-  open(): Promise<SqlStore>;
+  open(): Promise<SqlStore<Database>>;
   /** A second, independent store over the same data (a restarted process), where the engine allows one. */
-  reopen?: () => Promise<SqlStore>;
+  reopen?: () => Promise<SqlStore<Database>>;
 }
 
 export const engines: EngineCase[] = [
   {
     name: "pglite",
-    open: async () => new SqlStore(await openDatabase({ dataDir: "memory://" })),
+    open: async () => new SqlStore<Database>(await openDatabase({ dataDir: "memory://" })),
   },
   {
     name: "postgres",
-    open: async () => new SqlStore(await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused" })),
-    reopen: async () => new SqlStore(await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused", poolSize: 2 })),
+    open: async () => new SqlStore<Database>(await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused" })),
+    reopen: async () => new SqlStore<Database>(await openDatabase({ databaseUrl: await pgUrl(), dataDir: "unused", poolSize: 2 })),
   },
 ];
 
@@ -57,7 +58,7 @@ export async function expectCode(p: Promise<unknown>, code: string): Promise<voi
 }
 
 /** Shards [0, count) handed out one per caller, each leased to its caller's node: a test's own fence. */
-export function shardLeaser(count: number, store: () => SqlStore) {
+export function shardLeaser(count: number, store: () => SqlStore<Database>) {
   let next = 0;
   const shard = (): number => {
     if (next >= count) throw new Error("raise the shard count");

@@ -10,7 +10,7 @@ import crypto from "node:crypto";
 import { sql, type Transaction } from "kysely";
 import { actorId, PARKED, type Actor, type ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
-import type { Database, MessageTable } from "../../../runtime/store/schema.ts";
+import type { MessageTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
 import { inGroupSetting, type GroupSettingValue } from "../organization/groups.ts";
@@ -18,6 +18,7 @@ import { messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
 import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
 import { markdownContext } from "../rendering/mentions.ts";
+import type { Database } from "../../schema.ts";
 import {
   USER,
   type Acting,

@@ -4,9 +4,9 @@
  */
 import { sql, type Kysely, type Transaction } from "kysely";
 import { errors, type ChorusError } from "../../../runtime/errors.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
 import { ROLE, type GroupSettingValue } from "../organization/groups.ts";
 import { realmSettings } from "../users/settings.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 

@@ -12,12 +12,12 @@ import { actorId, type Actor, type ActorContext } from "../../../runtime/actor.t
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { Kysely } from "kysely";
 import type { Store } from "../../../runtime/store/store.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
 import type { ActorSystem } from "../../../runtime/system.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { dmKey } from "./dm.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { CHANNEL, DM, SCHEDULER, USER, type Acting, type ScheduledSpec, type SchedulerMessage, type Sent, type SendToDm } from "../../protocol.ts";
+import type { Database } from "../../schema.ts";
 
 /** Longest single timer: the next check re-reads the store, so a far-off message is never left to setTimeout. */
 const MAX_TIMER_MS = 60 * 60_000;
@@ -237,7 +237,7 @@ export class SchedulerActor implements Actor {
  * Wake every realm's scheduler now and every WAKE_INTERVAL_MS; returns the stop function. Every node runs it:
  * a wake is a no-op turn where nothing is due.
  */
-export function wakeSchedulers(system: ActorSystem, store: Store, intervalMs = WAKE_INTERVAL_MS): () => void {
+export function wakeSchedulers(system: ActorSystem, store: Store<Database>, intervalMs = WAKE_INTERVAL_MS): () => void {
   const wake = async () => {
     const realms = await store.db.selectFrom("realms").select("id").where("deactivated", "=", false).execute();
     await Promise.all(realms.map((r) => system.tell(actorId(SCHEDULER, r.id), { op: "wake" })));

@@ -16,7 +16,7 @@ import { actorId, type ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { hashEmailKey, newEmailKey, queueEmail } from "./mail.ts";
 import type { Keyring } from "../../../runtime/secrets.ts";
-import type { Database, InvitationTable } from "../../../runtime/store/schema.ts";
+import type { InvitationTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { inGroupSetting, ROLE, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "../users/settings.ts";
@@ -24,6 +24,7 @@ import { dmKey } from "../conversations/dm.ts";
 import { ensureSystemBot, NOTIFICATION_BOT, WELCOME_BOT } from "./system-bots.ts";
 import { EMAIL, insertAccount } from "./accounts.ts";
 import { EMAIL_REQUEST_LIMITS, longestWindow, refuseOverLimits } from "./rate-limits.ts";
+import type { Database } from "../../schema.ts";
 import {
   CHANNEL,
   DM,

@@ -20,6 +20,7 @@ import { ProfileFields } from "./profile-fields.ts";
 import { RealmEmojiChanges } from "./realm-emoji.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
+import type { Database } from "../../schema.ts";
 import {
   USER,
   type CreatedUser,
@@ -269,7 +270,7 @@ export class RealmActor implements Actor {
  * race with), in one transaction. Returns the owner's credentials, or undefined when the realm existed.
  */
 export async function bootstrapOrganization(
-  store: Store,
+  store: Store<Database>,
   keyring: Keyring,
   owner: { email: string; fullName: string; passwordHash: string | null },
 ): Promise<{ realmId: number; email: string; apiKey: string } | undefined> {

@@ -4,7 +4,7 @@
 import { sql, type Kysely, type RawBuilder, type Selectable, type SqlBool } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
-import type { Database, StreamTable, SubscriptionTable, UserTable } from "../../../runtime/store/schema.ts";
+import type { StreamTable, SubscriptionTable, UserTable } from "../schema.ts";
 import { formatMessage, gravatarUrl, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
 import { CONTENT_ACCESS_SETTINGS, inGroupSettingOf, METADATA_ACCESS_SETTINGS, ROLE, userGroupIds, type GroupSettingValue } from "../organization/groups.ts";
 import { dmKey, RECIPIENT_DM } from "../conversations/dm.ts";
@@ -15,6 +15,7 @@ import { accessibleUsers, deliveryEmailVisibleTo, EMAIL_VISIBILITY, inaccessible
 import { profileDataOf, type ProfileValue } from "../organization/profile-fields.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
 import type { Narrow } from "../../protocol.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database>;
 

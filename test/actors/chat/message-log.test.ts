@@ -7,6 +7,7 @@ import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Fence } from "../../../runtime/actor.ts";
 import { ChorusError } from "../../../runtime/errors.ts";
+import type { Database } from "../../../actors/schema.ts";
 import type { SqlStore } from "../../../runtime/store/sql-store.ts";
 import { MessageLog, type NewMessage } from "../../../actors/chat/message-log.ts";
 import { dropStoreDatabase, engines, expectCode, shardLeaser } from "../../support/stores.ts";
@@ -17,7 +18,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 afterAll(dropStoreDatabase);
 
 describe.each(engines)("MessageLog on $name", (engineCase) => {
-  let store: SqlStore;
+  let store: SqlStore<Database>;
   let log: MessageLog;
   let nextId = 1_000_000;
   let nextName = 0;
