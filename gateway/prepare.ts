@@ -11,6 +11,7 @@ import { openDatabase } from "../runtime/store/db.ts";
 import { SqlStore } from "../runtime/store/sql-store.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { MessageLog } from "../actors/chat/message-log.ts";
+import { migrations } from "../actors/migrations/index.ts";
 import { bootstrapOrganization } from "../actors/chat/organization/realm.ts";
 import type { Database } from "../actors/schema.ts";
 
@@ -33,7 +34,7 @@ export async function prepareStore(
   keyring: Keyring,
 ): Promise<{ store: Store<Database>; messageLog: MessageLog; owner?: { email: string; apiKey: string } }> {
   const { store, messageLog } = await openStore(config);
-  await store.migrate();
+  await store.migrate(migrations);
   const owner = await bootstrapOrganization(store, keyring, {
     email: process.env.OWNER_EMAIL ?? OWNER_EMAIL,
     fullName: process.env.OWNER_NAME ?? "Owner",

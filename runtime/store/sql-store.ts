@@ -1,11 +1,10 @@
 /** The Store over kysely: the same SQL for PGlite and Postgres. See store.ts for the guarantees. */
-import { Migrator, sql, type Kysely, type Transaction } from "kysely";
+import { Migrator, sql, type Kysely, type Migration, type Transaction } from "kysely";
 import { trace } from "@opentelemetry/api";
 import type { Fence } from "../actor.ts";
 import { errors } from "../errors.ts";
 import type { KernelTables } from "./schema.ts";
 import type { Engine, OpenDatabase, Prepared } from "./db.ts";
-import { migrations } from "./migrations/index.ts";
 import { staleAgainst } from "./group-commit.ts";
 import type { Lease, Store, StoreComponent } from "./store.ts";
 
@@ -29,7 +28,7 @@ export class SqlStore<DB extends KernelTables = KernelTables> implements Store<D
     this.db = database.db as unknown as Kysely<DB>;
   }
 
-  async migrate(): Promise<void> {
+  async migrate(migrations: Record<string, Migration>): Promise<void> {
     const migrator = new Migrator({ db: this.kernel, provider: { getMigrations: async () => migrations } });
     const { error, results } = await migrator.migrateToLatest();
     if (error) {

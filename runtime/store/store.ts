@@ -16,7 +16,7 @@
  * - Leases: at most one owner per shard; taking over an expired lease increments its epoch.
  * What it leaves out: caching (callers cache), any cross-shard transaction, and every domain's own tables.
  */
-import type { Kysely, Transaction } from "kysely";
+import type { Kysely, Migration, Transaction } from "kysely";
 import type { Fence } from "../actor.ts";
 import type { KernelTables } from "./schema.ts";
 import type { Engine, Prepared } from "./db.ts";
@@ -49,8 +49,12 @@ export interface Store<DB extends KernelTables = KernelTables> {
   readonly db: Kysely<DB>;
   /** Runs the group commits' statements as named prepared statements, prepared once per connection (see db.ts). */
   readonly prepared: Prepared;
-  /** Migrate to the latest schema, then run every component's `recover`. */
-  migrate(): Promise<void>;
+  /**
+   * Apply the caller's migrations not applied yet, in the order of their names (kysely records each by name, so
+   * a name never changes), then run every component's `recover`. The store has no migrations of its own: the caller's
+   * list creates the kernel's tables too.
+   */
+  migrate(migrations: Record<string, Migration>): Promise<void>;
   /** Attach a component: recovered after migrations and take-overs, closed before the database. */
   attach(component: StoreComponent): void;
   /** Run every attached component's `recover`. */

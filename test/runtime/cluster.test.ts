@@ -14,6 +14,7 @@ import { ChorusError } from "../../runtime/errors.ts";
 import { ShardManager } from "../../runtime/cluster.ts";
 import { openDatabase } from "../../runtime/store/db.ts";
 import { SqlStore } from "../../runtime/store/sql-store.ts";
+import { migrations } from "../../actors/migrations/index.ts";
 import { ActorSystem } from "../../runtime/system.ts";
 import { RedisStreamsTransport } from "../../runtime/transport/redis-streams.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../support/services.ts";
@@ -134,7 +135,7 @@ describe("ShardManager over Postgres and Redis Streams", () => {
   beforeEach(async () => {
     database = await freshDatabase();
     admin = await openStore();
-    await admin.migrate();
+    await admin.migrate(migrations);
     scope = `${redisRun.prefix}:cluster-${++scopes}`;
   });
 

@@ -9,7 +9,7 @@ import type { Fence } from "../../runtime/actor.ts";
 import type { ChorusError } from "../../runtime/errors.ts";
 import type { Database } from "../../actors/schema.ts";
 import type { SqlStore } from "../../runtime/store/sql-store.ts";
-import { migrations } from "../../runtime/store/migrations/index.ts";
+import { migrations } from "../../actors/migrations/index.ts";
 import pg from "pg";
 import { PG_ADMIN_URL } from "../support/services.ts";
 import { dropStoreDatabase, engines, expectCode, pgUrl, rejection, shardLeaser } from "../support/stores.ts";
@@ -39,7 +39,7 @@ describe.each(engines)("Store on $name", (engineCase) => {
 
   beforeAll(async () => {
     store = await engineCase.open();
-    await store.migrate();
+    await store.migrate(migrations);
     await store.ensureShards(SHARDS);
   });
 
@@ -53,8 +53,8 @@ describe.each(engines)("Store on $name", (engineCase) => {
       const fence = await fenceOn();
       const key = uniqueKey("migrate");
       await store.write(fence, (trx) => trx.insertInto("realms").values(realmRow(key)).execute());
-      await store.migrate();
-      await store.migrate();
+      await store.migrate(migrations);
+      await store.migrate(migrations);
       expect(await realmNamed(key)).toBeDefined();
       const { rows } = await sql<{ n: number }>`select count(*)::int as n from kysely_migration`.execute(store.db);
       expect(rows[0]!.n).toBe(Object.keys(migrations).length); // each applied once

@@ -10,6 +10,7 @@ import { ChorusError } from "../../../runtime/errors.ts";
 import type { Database } from "../../../actors/schema.ts";
 import type { SqlStore } from "../../../runtime/store/sql-store.ts";
 import { MessageLog, type NewMessage } from "../../../actors/chat/message-log.ts";
+import { migrations } from "../../../actors/migrations/index.ts";
 import { dropStoreDatabase, engines, expectCode, shardLeaser } from "../../support/stores.ts";
 
 const SHARDS = 64;
@@ -62,7 +63,7 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
   beforeAll(async () => {
     store = await engineCase.open();
     log = new MessageLog(store);
-    await store.migrate();
+    await store.migrate(migrations);
     await store.ensureShards(SHARDS);
   });
 
@@ -132,7 +133,7 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
       const fresh = await engineCase.open();
       const freshLog = new MessageLog(fresh);
       try {
-        await fresh.migrate();
+        await fresh.migrate(migrations);
         await fresh.ensureShards(SHARDS);
         const s = shard();
         const lease = await fresh.acquireLease(s, "node-a", 60);
@@ -291,7 +292,7 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
         await store.write(fence, (trx) => log.expandRecipientLists(trx, [a.id]));
         expect(await recipientsOf(a.id)).toEqual({ view: [{ user_id: 1, flags: 0 }, { user_id: 2, flags: 1 }], rows: [{ user_id: 1, flags: 0 }, { user_id: 2, flags: 1 }], lists: [] });
         expect(await recipientsOf(b.id)).toEqual({ view: [{ user_id: 3, flags: 8 }], rows: [], lists: [{ user_ids: [3], flags: [8] }] });
-        await store.migrate();
+        await store.migrate(migrations);
         expect(await recipientsOf(b.id)).toEqual({ view: [{ user_id: 3, flags: 8 }], rows: [{ user_id: 3, flags: 8 }], lists: [] });
       });
 
