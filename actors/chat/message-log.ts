@@ -264,7 +264,8 @@ async function commitEvents(prepared: Prepared, batch: PendingEvent[]): Promise<
  * (chorus_append_user_events) do, as one plain statement. The function call cost PGlite about 50 µs more per
  * one-message commit (190 against 240 µs; `return query` copies the answer through a tuplestore, and PL/pgSQL plans
  * and runs its statement under its own executor). The functions stay in the schema, for a node of the previous
- * version during a rolling upgrade.
+ * version during a rolling upgrade. These two constants are the one live definition of the append statements: the
+ * migrations' function bodies are frozen snapshots of what shipped, never called by this code.
  */
 const APPEND_MESSAGES = `
   with lease as (
