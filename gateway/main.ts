@@ -23,6 +23,7 @@ import { loadAssistantConfig } from "../actors/assistant/config.ts";
 import { assistantFace } from "./assistant/index.ts";
 import { MessageIds, type ActorDeps } from "../actors/deps.ts";
 import type { MessageLog } from "../actors/chat/message-log.ts";
+import { loadChatConfig, type ChatConfig } from "../actors/chat/config.ts";
 import { App, envelope, type Services } from "./chat/app.ts";
 import { errorResult } from "./assistant/app.ts";
 import { ChorusError } from "../runtime/errors.ts";
@@ -79,7 +80,7 @@ function tuneGarbageCollection(): void {
   v8.setFlagsFromString("--no-allocation-site-pretenuring");
 }
 
-export async function startNode(config: Config, opts: { workerIndex?: number; prepared?: boolean } = {}): Promise<RunningNode> {
+export async function startNode(config: Config, opts: { workerIndex?: number; prepared?: boolean; chat?: ChatConfig } = {}): Promise<RunningNode> {
   tuneGarbageCollection();
   if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
     throw new Error("WORKERS > 1 needs REDIS_URL and DATABASE_URL: the embedded engines serve one process");
@@ -89,8 +90,9 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   let store: Store<Database>;
   let messageLog: MessageLog;
   let owner: { email: string; apiKey: string } | undefined;
-  if (opts.prepared) ({ store, messageLog } = await openStore(config));
-  else ({ store, messageLog, owner } = await prepareStore(config, keyring));
+  const chat = opts.chat ?? loadChatConfig();
+  if (opts.prepared) ({ store, messageLog } = await openStore(config, chat));
+  else ({ store, messageLog, owner } = await prepareStore(config, keyring, chat));
 
   const transport: Transport = config.redisUrl
     ? new RedisStreamsTransport({ url: config.redisUrl, prefix: config.redisPrefix })

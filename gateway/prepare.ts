@@ -10,6 +10,7 @@ import type { Keyring } from "../runtime/secrets.ts";
 import { openDatabase } from "../runtime/store/db.ts";
 import { SqlStore } from "../runtime/store/sql-store.ts";
 import type { Store } from "../runtime/store/store.ts";
+import { loadChatConfig, type ChatConfig } from "../actors/chat/config.ts";
 import { MessageLog } from "../actors/chat/message-log.ts";
 import { migrations } from "../actors/migrations/index.ts";
 import { bootstrapOrganization } from "../actors/chat/organization/realm.ts";
@@ -18,13 +19,9 @@ import type { Database } from "../actors/schema.ts";
 export const OWNER_EMAIL = "owner@chorus.example";
 
 /** The configured store and chat's message log on it, as they are (a worker whose primary prepared them). */
-export async function openStore(config: Config): Promise<{ store: Store<Database>; messageLog: MessageLog }> {
+export async function openStore(config: Config, chat: ChatConfig = loadChatConfig()): Promise<{ store: Store<Database>; messageLog: MessageLog }> {
   const store = new SqlStore<Database>(await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }));
-  const messageLog = new MessageLog(store, {
-    eventWriteDelayMs: config.eventWriteDelayMs,
-    recipientListAbove: config.recipientListAbove,
-    recipientListDelayMs: config.recipientListDelayMs,
-  });
+  const messageLog = new MessageLog(store, chat);
   return { store, messageLog };
 }
 
@@ -32,8 +29,9 @@ export async function openStore(config: Config): Promise<{ store: Store<Database
 export async function prepareStore(
   config: Config,
   keyring: Keyring,
+  chat: ChatConfig = loadChatConfig(),
 ): Promise<{ store: Store<Database>; messageLog: MessageLog; owner?: { email: string; apiKey: string } }> {
-  const { store, messageLog } = await openStore(config);
+  const { store, messageLog } = await openStore(config, chat);
   await store.migrate(migrations);
   const owner = await bootstrapOrganization(store, keyring, {
     email: process.env.OWNER_EMAIL ?? OWNER_EMAIL,

@@ -17,11 +17,11 @@
 import { sql, type Kysely } from "kysely";
 import { trace } from "@opentelemetry/api";
 import type { Fence } from "../../runtime/actor.ts";
-import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS } from "../../runtime/config.ts";
 import type { Prepared } from "../../runtime/store/db.ts";
 import { column, GroupCommit, staleAgainst, type CommitOutcome, type LeaseRow } from "../../runtime/store/group-commit.ts";
 import type { Store, StoreComponent } from "../../runtime/store/store.ts";
 import type { Database } from "../schema.ts";
+import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS } from "./config.ts";
 import type { MessageTable } from "./schema.ts";
 
 const tracer = trace.getTracer("chorus.store");
