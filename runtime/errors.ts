@@ -44,8 +44,6 @@ export class ChorusError extends Error {
  */
 export const errors = {
   badRequest: (msg: string, extra: Record<string, unknown> = {}) => new ChorusError("BAD_REQUEST", msg, 400, extra),
-  missing: (name: string) => new ChorusError("REQUEST_VARIABLE_MISSING", `Missing '${name}' argument`, 400, { var_name: name }),
-  invalidJson: (name: string) => new ChorusError("INVALID_JSON", `Argument "${name}" is not valid JSON.`, 400),
   unauthorized: (msg: string) => new ChorusError("UNAUTHORIZED", msg, 401),
   /** An ask that got no reply in time: the actor's worker is slow or gone. The client may retry. */
   timeout: (what: string) => new ChorusError("REQUEST_TIMEOUT", `Timed out waiting for ${what}`, 503),

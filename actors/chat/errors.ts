@@ -2,6 +2,9 @@
 import { ChorusError } from "../../runtime/errors.ts";
 
 export const chatErrors = {
+  /** Zulip's request decoding (gateway/params.ts): a required parameter absent, a JSON parameter malformed. */
+  missing: (name: string) => new ChorusError("REQUEST_VARIABLE_MISSING", `Missing '${name}' argument`, 400, { var_name: name }),
+  invalidJson: (name: string) => new ChorusError("INVALID_JSON", `Argument "${name}" is not valid JSON.`, 400),
   streamNotFound: (extra: { stream?: string; stream_id?: number }) =>
     new ChorusError(
       "STREAM_DOES_NOT_EXIST",

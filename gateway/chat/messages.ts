@@ -5,6 +5,7 @@
 import { randomUUID } from "node:crypto";
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
+import { chatErrors } from "../../actors/chat/errors.ts";
 import { CHANNEL, DM, FLAGS, type Acting, type Edited, type PropagateMode, type Sent, type SendToChannel, type SendToDm, type UpdatedFlags } from "../../actors/protocol.ts";
 import { dmKey } from "../../actors/chat/conversations/dm.ts";
 import { checkEditableFlag } from "../../actors/chat/conversations/flags.ts";
@@ -99,7 +100,7 @@ export const messageRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const content = normaliseContent(String(params.content));
       if (!content) throw errors.badRequest("Message must not be empty");
-      if (params.queue_id !== undefined && params.local_id === undefined) throw errors.missing("local_id");
+      if (params.queue_id !== undefined && params.local_id === undefined) throw chatErrors.missing("local_id");
       // The fields of both kinds of send. Spread last, never first: `{ ...fields, more }` made every send's object
       // outlive young-generation GCs (see the README, "Benchmark it").
       const fields = {
@@ -158,8 +159,8 @@ export const messageRoutes: RouteSpec[] = [
         }
         return fetchMessages(services.store.db, user, { anchor: 0, numBefore: 0, numAfter: 0, includeAnchor: true, messageIds: params.message_ids, ...base });
       }
-      if (params.num_before === undefined) throw errors.missing("num_before");
-      if (params.num_after === undefined) throw errors.missing("num_after");
+      if (params.num_before === undefined) throw chatErrors.missing("num_before");
+      if (params.num_after === undefined) throw chatErrors.missing("num_after");
       if (params.num_before + params.num_after > LIMITS.max_messages_per_fetch) {
         throw errors.badRequest(`Too many messages requested (maximum ${LIMITS.max_messages_per_fetch}).`);
       }
@@ -275,7 +276,7 @@ export const messageRoutes: RouteSpec[] = [
 function parseAnchor(raw: string | undefined, useFirstUnread: boolean): number | "newest" | "oldest" | "first_unread" {
   if (raw === undefined) {
     if (useFirstUnread) return "first_unread";
-    throw errors.missing("anchor");
+    throw chatErrors.missing("anchor");
   }
   if (useFirstUnread) throw errors.badRequest("Cannot use both anchor and use_first_unread_anchor");
   if (raw === "newest" || raw === "oldest" || raw === "first_unread") return raw;

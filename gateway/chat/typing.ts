@@ -5,6 +5,7 @@
  */
 import { actorId } from "../../runtime/actor.ts";
 import { errors } from "../../runtime/errors.ts";
+import { chatErrors } from "../../actors/chat/errors.ts";
 import { USER } from "../../actors/protocol.ts";
 import { requireStream, subscribersOf } from "../../actors/chat/reads/reads.ts";
 import type { RouteSpec } from "./app.ts";
@@ -32,14 +33,14 @@ export const typingRoutes: RouteSpec[] = [
       let event: Record<string, unknown>;
       let notify: number[];
       if (params.type === "stream" || params.type === "channel") {
-        if (params.stream_id === undefined) throw errors.missing("stream_id");
-        if (params.topic === undefined) throw errors.missing("topic");
+        if (params.stream_id === undefined) throw chatErrors.missing("stream_id");
+        if (params.topic === undefined) throw chatErrors.missing("topic");
         const stream = await requireStream(db, user.realm_id, { id: params.stream_id });
         notify = (await subscribersOf(db, [stream.id])).get(stream.id) ?? [];
         if (stream.invite_only && !notify.includes(user.id)) throw errors.badRequest("Invalid channel ID");
         event = { type: "typing", op: params.op, message_type: "stream", sender, stream_id: stream.id, topic: params.topic };
       } else {
-        if (!params.to) throw errors.missing("to");
+        if (!params.to) throw chatErrors.missing("to");
         const ids = [...new Set<number>([...params.to, user.id])];
         const rows = await db.selectFrom("users").select(["id", "email"]).where("realm_id", "=", user.realm_id).where("is_active", "=", true).where("id", "in", ids).execute();
         if (rows.length !== ids.length) throw errors.badRequest("Invalid user ID");
