@@ -21,7 +21,7 @@ import type { Prepared } from "../../runtime/store/db.ts";
 import { column, GroupCommit, staleAgainst, type CommitOutcome, type LeaseRow } from "../../runtime/store/group-commit.ts";
 import type { Store, StoreComponent } from "../../runtime/store/store.ts";
 import type { Database } from "../schema.ts";
-import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS } from "./config.ts";
+import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS, type ChatConfig } from "./config.ts";
 import type { MessageTable } from "./schema.ts";
 
 const tracer = trace.getTracer("chorus.store");
@@ -56,6 +56,10 @@ type PendingMessage = { message: NewMessage; recipients?: MessageRecipient[]; fe
 /** An event of a user's durable event stream waiting for the next group commit of events. */
 type PendingEvent = { event: UserEvent; fence: Fence; resolve(): void; reject(err: unknown): void };
 
+/**
+ * One per process, over the process's store, to which it attaches itself: the store recovers it after migrating and
+ * on a shard take-over (lists a crashed holder left), and closes it before the database.
+ */
 export class MessageLog implements StoreComponent {
   /**
    * Messages and user events commit in two independent streams of group commits (each statement is cheaper to plan
@@ -78,11 +82,11 @@ export class MessageLog implements StoreComponent {
    * `eventWriteDelayMs`: how long a write-behind user event waits for company (see appendUserEvent): a fan-out's
    * thousands of events, or a busy second's hundreds, then share a few commits instead of one each.
    * `recipientListAbove`, `recipientListDelayMs`, `recipientListStep`: see DEFAULT_RECIPIENT_LIST_ABOVE,
-   * expandListsLater and LIST_EXPANSION_STEP.
+   * expandListsLater and LIST_EXPANSION_STEP. The defaults are ./config.ts's (tests set the step).
    */
   constructor(
     private readonly store: Store<Database>,
-    private readonly opts: { eventWriteDelayMs?: number; recipientListAbove?: number; recipientListDelayMs?: number; recipientListStep?: number } = {},
+    private readonly opts: Partial<ChatConfig> & { recipientListStep?: number } = {},
   ) {
     store.attach(this);
   }

@@ -61,6 +61,25 @@ describe.each(engines)("Store on $name", (engineCase) => {
     });
   });
 
+  describe("components", () => {
+    it("recovers attached components after every migration and on recover(), and closes them before the database", async () => {
+      const own = await engineCase.open();
+      const calls: string[] = [];
+      own.attach({
+        recover: async () => void calls.push("recover"),
+        close: async () => {
+          // The database is still open: a component commits what it holds pending here.
+          await sql`select 1`.execute(own.db);
+          calls.push("close");
+        },
+      });
+      await own.migrate(migrations);
+      await own.recover();
+      await own.close();
+      expect(calls).toEqual(["recover", "recover", "close"]);
+    });
+  });
+
   describe("write", () => {
     it("commits before it resolves and returns what fn returned", async () => {
       const fence = await fenceOn();
