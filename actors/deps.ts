@@ -3,9 +3,13 @@ import type { Config } from "../runtime/config.ts";
 import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { ActorSystem } from "../runtime/system.ts";
+import type { MessageLog } from "./chat/message-log.ts";
+import type { Database } from "./schema.ts";
 
 export interface ActorDeps {
-  store: Store;
+  store: Store<Database>;
+  /** Chat's message log (messages, recipient lists, users' event streams, message id blocks) over `store`. */
+  messageLog: MessageLog;
   keyring: Keyring;
   config: Config;
   ids: MessageIds;
@@ -23,11 +27,11 @@ export class MessageIds {
   private end = 0;
   private refill?: Promise<void>;
 
-  constructor(private readonly store: Store) {}
+  constructor(private readonly log: MessageLog) {}
 
   async take(above: number): Promise<number> {
     while (this.next >= this.end || this.next <= above) {
-      this.refill ??= this.store.allocateMessageIds().then(
+      this.refill ??= this.log.allocateMessageIds().then(
         (block) => {
           this.next = block.first;
           this.end = block.first + block.size;

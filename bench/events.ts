@@ -573,16 +573,20 @@ export function describeServer(s: ServerSide | undefined): string {
   );
 }
 
-/** BENCH_DIAG=1: time the store calls of a run (wraps the live store's methods; diagnosis only). */
+/** BENCH_DIAG=1: time the store calls of a run (wraps the live store's and message log's methods; diagnosis only). */
 function timeStore(engine: Engine): () => Record<string, { n: number; meanMs: number; maxMs: number }> {
-  const store = engine.node.store as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+  type Methods = Record<string, (...a: unknown[]) => Promise<unknown>>;
+  const store = engine.node.store as unknown as Methods;
+  const messageLog = engine.node.messageLog as unknown as Methods;
   const stats: Record<string, { n: number; total: number; max: number }> = {};
   const originals: Record<string, (...a: unknown[]) => Promise<unknown>> = {};
+  const owner = (name: string) => (name in messageLog ? messageLog : store);
   for (const name of ["appendUserEvent", "appendMessage", "write", "saveSnapshot"]) {
-    const original = store[name]!;
+    const target = owner(name);
+    const original = target[name]!;
     originals[name] = original;
     const st = (stats[name] = { n: 0, total: 0, max: 0 });
-    store[name] = function (this: unknown, ...a: unknown[]) {
+    target[name] = function (this: unknown, ...a: unknown[]) {
       const t0 = performance.now();
       return original.apply(this, a).finally(() => {
         const dt = performance.now() - t0;
@@ -593,7 +597,7 @@ function timeStore(engine: Engine): () => Record<string, { n: number; meanMs: nu
     };
   }
   return () => {
-    for (const [name, f] of Object.entries(originals)) store[name] = f;
+    for (const [name, f] of Object.entries(originals)) owner(name)[name] = f;
     return Object.fromEntries(Object.entries(stats).map(([k, v]) => [k, { n: v.n, meanMs: v.total / Math.max(1, v.n), maxMs: v.max }]));
   };
 }

@@ -9,11 +9,14 @@ import os from "node:os";
 import path from "node:path";
 import { openDatabase } from "../runtime/store/db.ts";
 import { SqlStore } from "../runtime/store/sql-store.ts";
-import type { NewMessage } from "../runtime/store/store.ts";
+import type { Database } from "../actors/schema.ts";
+import { migrations } from "../actors/migrations/index.ts";
+import { MessageLog, type NewMessage } from "../actors/chat/message-log.ts";
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-store-floor-"));
-const store = new SqlStore(await openDatabase({ dataDir: dir }));
-await store.migrate();
+const store = new SqlStore<Database>(await openDatabase({ dataDir: dir }));
+const messageLog = new MessageLog(store);
+await store.migrate(migrations);
 await store.ensureShards(1);
 const lease = await store.acquireLease(0, "floor", 600);
 if (!lease) throw new Error("shard 0 is held");
@@ -36,7 +39,7 @@ function append(): Promise<number> {
     sending_client: "bench",
     send_key: null,
   };
-  return store.appendMessage(message, fence, [{ user_id: 2, flags: 1 }]);
+  return messageLog.appendMessage(message, fence, [{ user_id: 2, flags: 1 }]);
 }
 
 async function measure(total: number, inFlight: number): Promise<void> {

@@ -4,7 +4,6 @@
  * listen on the same port (uWS uses SO_REUSEPORT) and share the shards.
  */
 import cluster from "node:cluster";
-import fs from "node:fs";
 import path from "node:path";
 import v8 from "node:v8";
 import { pathToFileURL } from "node:url";
@@ -25,6 +24,8 @@ import { MailSender } from "../actors/chat/organization/mail.ts";
 import { loadAssistantConfig } from "../actors/assistant/config.ts";
 import { assistantFace } from "./assistant/index.ts";
 import { MessageIds, type ActorDeps } from "../actors/deps.ts";
+import type { MessageLog } from "../actors/chat/message-log.ts";
+import { loadChatConfig, type ChatConfig } from "../actors/chat/config.ts";
 import { App, envelope, type Services } from "./chat/app.ts";
 import { errorResult } from "./assistant/app.ts";
 import { ChorusError } from "../runtime/errors.ts";
@@ -48,11 +49,13 @@ import { meRoutes } from "./chat/me.ts";
 import { profileFieldRoutes } from "./chat/profile-fields.ts";
 import { organizationRoutes } from "./chat/organization.ts";
 import { emojiRoutes, isEmojiImagePath, serveEmojiImage } from "./chat/emoji.ts";
+import type { Database } from "../actors/schema.ts";
 
 export interface RunningNode {
   port: number;
   config: Config;
-  store: Store;
+  store: Store<Database>;
+  messageLog: MessageLog;
   system: ActorSystem;
   /** Graceful: stop accepting, finish turns, release leases, close connections. */
   close(): Promise<void>;
@@ -79,17 +82,19 @@ function tuneGarbageCollection(): void {
   v8.setFlagsFromString("--no-allocation-site-pretenuring");
 }
 
-export async function startNode(config: Config, opts: { workerIndex?: number; prepared?: boolean } = {}): Promise<RunningNode> {
+export async function startNode(config: Config, opts: { workerIndex?: number; prepared?: boolean; chat?: ChatConfig } = {}): Promise<RunningNode> {
   tuneGarbageCollection();
   if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
     throw new Error("WORKERS > 1 needs REDIS_URL and DATABASE_URL: the embedded engines serve one process");
   }
   const unlock = config.databaseUrl ? () => {} : lockDataDir(config.dataDir);
   const keyring = Keyring.load(config.dataDir, config.secret);
-  let store: Store;
+  let store: Store<Database>;
+  let messageLog: MessageLog;
   let owner: { email: string; apiKey: string } | undefined;
-  if (opts.prepared) store = await openStore(config);
-  else ({ store, owner } = await prepareStore(config, keyring));
+  const chat = opts.chat ?? loadChatConfig();
+  if (opts.prepared) ({ store, messageLog } = await openStore(config, chat));
+  else ({ store, messageLog, owner } = await prepareStore(config, keyring, chat));
 
   // The pub/sub engine matches the transport: in-process for one process, Redis for many workers.
   let transport: Transport;
@@ -102,7 +107,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     pubsub = new MemoryPubSub();
   }
   let system: ActorSystem;
-  const deps: ActorDeps = { store, keyring, config, ids: new MessageIds(store), system: () => system };
+  const deps: ActorDeps = { store, messageLog, keyring, config, ids: new MessageIds(messageLog), system: () => system };
   const assistantConfig = loadAssistantConfig();
   const webhooks = new WebhookDelivery(store, keyring, assistantConfig);
   system = new ActorSystem({ transport, pubsub, shards: config.shards, kinds: actorKinds(deps, { config: assistantConfig, wakeWebhooks: () => webhooks.wake() }), askTimeoutMs: config.askTimeoutMs });
@@ -164,6 +169,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     port,
     config,
     store,
+    messageLog,
     system,
     close() {
       closing ??= (async () => {

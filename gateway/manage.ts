@@ -14,7 +14,6 @@ import type { Transaction } from "kysely";
 import { loadAssistantConfig } from "../actors/assistant/config.ts";
 import { loadConfig, type Config } from "../runtime/config.ts";
 import { Keyring, hashPassword } from "../runtime/secrets.ts";
-import type { Database } from "../runtime/store/schema.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { createdAgent, insertAgent, insertVersion, insertWebhook, publishVersion, readAgent, rollbackAgent, type AgentRow } from "../actors/assistant/agent-records.ts";
 import { agentsWithVersionCounts } from "../actors/assistant/reads.ts";
@@ -31,6 +30,7 @@ import { AGENT_BODY, agentSpec, VERSION_BODY, versionSpec, WEBHOOK_BODY, webhook
 import { ajv } from "./validate.ts";
 import { lockDataDir } from "./lock.ts";
 import { prepareStore, siteFor, writeZuliprc } from "./prepare.ts";
+import type { Database } from "../actors/schema.ts";
 
 const HELP = `Usage: npm run manage -- <command> [options]
 
@@ -88,7 +88,7 @@ const OPTIONS = {
 type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>["values"];
 
 interface Context {
-  store: Store;
+  store: Store<Database>;
   keyring: Keyring;
   config: Config;
   values: Values;
@@ -100,7 +100,7 @@ class UsageError extends Error {}
 
 const KNOWLEDGE_EXTENSIONS = new Set([".txt", ".md", ".markdown"]);
 
-async function account(db: Store["db"], email: string | undefined) {
+async function account(db: Store<Database>["db"], email: string | undefined) {
   const user = email ? await findUserByEmail(db, email) : undefined;
   if (!user) throw new UsageError(`no account with e-mail ${email ?? "(missing --email)"}`);
   return user;

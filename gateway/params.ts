@@ -8,6 +8,7 @@
  */
 import type { ErrorObject, ValidateFunction } from "ajv";
 import { ChorusError, errors } from "../runtime/errors.ts";
+import { chatErrors } from "../actors/chat/errors.ts";
 import { ajv } from "./validate.ts";
 
 export interface JsonSchema {
@@ -69,7 +70,7 @@ function decodeOne(name: string, raw: string, schema: JsonSchema): unknown {
         return JSON.parse(raw);
       } catch {
         if (allowsString(schema)) return raw;
-        throw errors.invalidJson(name);
+        throw chatErrors.invalidJson(name);
       }
   }
 }
@@ -80,7 +81,7 @@ function describe(error: ErrorObject, schema: ParamsSchema): ChorusError {
   const label = parts.length > 1 ? `${name}[${parts.slice(1).join("][")}]` : name;
   switch (error.keyword) {
     case "required":
-      return errors.missing(String(error.params.missingProperty));
+      return chatErrors.missing(String(error.params.missingProperty));
     case "type":
       return errors.badRequest(`${label} is not ${article(String(error.params.type))}`);
     case "maxLength":
@@ -130,7 +131,7 @@ export function decodeParams(
     const prop = schema.properties[name] ?? { type: "string" };
     params[name] = decodeOne(name, raw, prop);
   }
-  for (const name of schema.required ?? []) if (params[name] === undefined) throw errors.missing(name);
+  for (const name of schema.required ?? []) if (params[name] === undefined) throw chatErrors.missing(name);
   if (!compiled.validate(params)) throw describe(compiled.validate.errors![0]!, schema);
   return { params, ignored: ignored.sort() };
 }

@@ -10,29 +10,35 @@ import type { Keyring } from "../runtime/secrets.ts";
 import { openDatabase } from "../runtime/store/db.ts";
 import { SqlStore } from "../runtime/store/sql-store.ts";
 import type { Store } from "../runtime/store/store.ts";
+import { loadChatConfig, type ChatConfig } from "../actors/chat/config.ts";
+import { MessageLog } from "../actors/chat/message-log.ts";
+import { migrations } from "../actors/migrations/index.ts";
 import { bootstrapOrganization } from "../actors/chat/organization/realm.ts";
+import type { Database } from "../actors/schema.ts";
 
 export const OWNER_EMAIL = "owner@chorus.example";
 
-/** The configured store, as it is (a worker whose primary prepared it). */
-export async function openStore(config: Config): Promise<Store> {
-  return new SqlStore(await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }), {
-    eventWriteDelayMs: config.eventWriteDelayMs,
-    recipientListAbove: config.recipientListAbove,
-    recipientListDelayMs: config.recipientListDelayMs,
-  });
+/** The configured store and chat's message log on it, as they are (a worker whose primary prepared them). */
+export async function openStore(config: Config, chat: ChatConfig = loadChatConfig()): Promise<{ store: Store<Database>; messageLog: MessageLog }> {
+  const store = new SqlStore<Database>(await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }));
+  const messageLog = new MessageLog(store, chat);
+  return { store, messageLog };
 }
 
 /** Open the store, migrate it, and create the organization on first start. Returns the owner's credentials then. */
-export async function prepareStore(config: Config, keyring: Keyring): Promise<{ store: Store; owner?: { email: string; apiKey: string } }> {
-  const store = await openStore(config);
-  await store.migrate();
+export async function prepareStore(
+  config: Config,
+  keyring: Keyring,
+  chat: ChatConfig = loadChatConfig(),
+): Promise<{ store: Store<Database>; messageLog: MessageLog; owner?: { email: string; apiKey: string } }> {
+  const { store, messageLog } = await openStore(config, chat);
+  await store.migrate(migrations);
   const owner = await bootstrapOrganization(store, keyring, {
     email: process.env.OWNER_EMAIL ?? OWNER_EMAIL,
     fullName: process.env.OWNER_NAME ?? "Owner",
     passwordHash: null,
   });
-  return { store, owner };
+  return { store, messageLog, owner };
 }
 
 export function writeZuliprc(file: string, email: string, apiKey: string, site: string): void {

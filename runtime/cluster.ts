@@ -85,8 +85,8 @@ export class ShardManager {
         await this.system.holdShard(shard, lease.epoch, lease.reclaimed);
         reclaimed ||= !!lease.reclaimed;
       }
-      // A crashed holder may have left recipient lists it committed but did not expand (see store.ts).
-      if (reclaimed) await this.store.expandRecipientLists(this.store.db);
+      // A crashed holder may have left work half-done (see StoreComponent.recover in store.ts).
+      if (reclaimed) await this.store.recover();
     } catch (err) {
       if (!this.stopped) console.error("shard manager tick failed", err);
     }

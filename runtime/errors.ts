@@ -1,6 +1,6 @@
 /**
- * The one error type. Every failure a client may see is a ChorusError with a stable Zulip `code`, an HTTP
- * status and optional extra envelope fields; the gateway turns it into `{"result":"error","msg","code",...extra}`.
+ * The one error type. Every failure a client may see is a ChorusError with a stable `code`, an HTTP status and
+ * optional extra envelope fields; the gateway turns it into `{"result":"error","msg","code",...extra}`.
  * It crosses process boundaries as plain JSON (see toJSON / fromJSON), so a refusal raised inside an actor on
  * another worker reaches the client unchanged.
  */
@@ -38,27 +38,17 @@ export class ChorusError extends Error {
   }
 }
 
-/** Constructors for the errors raised in more than one place, with Zulip's exact wording. */
+/**
+ * Constructors for the kernel's own failures and the generic request errors both products raise (with Zulip's
+ * wording, which the assistant shares). A domain's own errors live with it (actors/chat/errors.ts).
+ */
 export const errors = {
   badRequest: (msg: string, extra: Record<string, unknown> = {}) => new ChorusError("BAD_REQUEST", msg, 400, extra),
-  missing: (name: string) => new ChorusError("REQUEST_VARIABLE_MISSING", `Missing '${name}' argument`, 400, { var_name: name }),
-  invalidJson: (name: string) => new ChorusError("INVALID_JSON", `Argument "${name}" is not valid JSON.`, 400),
   unauthorized: (msg: string) => new ChorusError("UNAUTHORIZED", msg, 401),
-  streamNotFound: (extra: { stream?: string; stream_id?: number }) =>
-    new ChorusError(
-      "STREAM_DOES_NOT_EXIST",
-      extra.stream !== undefined ? `Channel '${extra.stream}' does not exist` : `Channel with ID '${extra.stream_id}' does not exist`,
-      400,
-      extra,
-    ),
-  badQueue: (queueId: string) =>
-    new ChorusError("BAD_EVENT_QUEUE_ID", `Bad event queue ID: ${queueId}`, 400, { queue_id: queueId }),
   /** An ask that got no reply in time: the actor's worker is slow or gone. The client may retry. */
   timeout: (what: string) => new ChorusError("REQUEST_TIMEOUT", `Timed out waiting for ${what}`, 503),
   /** A write by a worker whose shard lease was taken over: refused so two owners never both write. */
   fenced: (shard: number) => new ChorusError("FENCED", `Shard ${shard} is owned by another worker`, 503),
-  /** Zulip's RateLimitedError: the client may try again after `retryAfter` seconds. */
-  rateLimited: (retryAfter: number) => new ChorusError("RATE_LIMIT_HIT", "API usage exceeded rate limit", 429, { "retry-after": retryAfter }),
   conflict: (what: string) => new ChorusError("CONFLICT", `Concurrent update of ${what}`, 409),
   shuttingDown: () => new ChorusError("SHUTTING_DOWN", "The server is shutting down", 503),
 };

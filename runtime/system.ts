@@ -6,7 +6,7 @@
  * Messages are plain JSON values. On the memory transport they are passed by reference: neither side may mutate a
  * message after sending or receiving it.
  */
-import { context, propagation, trace, ROOT_CONTEXT, SpanStatusCode, type Context } from "@opentelemetry/api";
+import { context, propagation, trace, SpanStatusCode, type Context } from "@opentelemetry/api";
 import { PARKED, parseActorId, shardOf, type Actor, type ActorContext, type ActorFactory, type ActorId, type Deferred, type Fence } from "./actor.ts";
 import { ChorusError, errors } from "./errors.ts";
 import type { PubSub } from "./transport/pubsub.ts";

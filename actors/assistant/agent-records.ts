@@ -12,10 +12,11 @@ import crypto from "node:crypto";
 import type { Kysely, Selectable, Transaction } from "kysely";
 import { ChorusError } from "../../runtime/errors.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
-import type { AssistantAgentTable, Database } from "../../runtime/store/schema.ts";
+import type { AssistantAgentTable } from "./schema.ts";
 import { chunkDocument } from "./answer.ts";
 import type { AddVersion, AddWebhook, CreateAgent, CreatedAgent, Published, VersionAdded } from "./agent.protocol.ts";
 import { newWebhookSecret } from "./webhooks.ts";
+import type { Database } from "../schema.ts";
 
 export type AgentRow = Selectable<AssistantAgentTable>;
 type Trx = Transaction<Database>;

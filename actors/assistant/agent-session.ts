@@ -16,7 +16,6 @@
 import type { Transaction } from "kysely";
 import { type Actor, type ActorContext } from "../../runtime/actor.ts";
 import type { ChorusError } from "../../runtime/errors.ts";
-import type { Database } from "../../runtime/store/schema.ts";
 import { answerExtractive, DEFAULT_ANSWER_SETTINGS, retrieve, type AnswerSettings } from "./answer.ts";
 import type { AssistantDeps } from "./deps.ts";
 import { notFound } from "./agent-records.ts";
@@ -25,6 +24,7 @@ import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.
 import type { AgentSessionProtocol, Answered, AskQuestion, PrepareAnswer, Prepared, RecordAnswer, SessionStarted, Source, StartSession } from "./agent-session.protocol.ts";
 import { Agent, type AgentRuntime } from "./agent.protocol.ts";
 import { enqueueEvents } from "./webhooks.ts";
+import type { Database } from "../schema.ts";
 
 interface SessionState {
   agentId: string;

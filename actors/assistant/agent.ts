@@ -9,13 +9,13 @@ import crypto from "node:crypto";
 import type { Transaction } from "kysely";
 import type { Actor, ActorContext } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
-import type { Database } from "../../runtime/store/schema.ts";
 import { createdAgent, insertAgent, insertVersion, insertWebhook, notFound, publishVersion, readAgent, rollbackAgent, type AgentRow } from "./agent-records.ts";
 import type { AssistantDeps } from "./deps.ts";
 import type { ActorDeps } from "../deps.ts";
 import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.ts";
 import type { AgentProtocol, AgentRuntime, CreateAgent, CreatedAgent, Manifest, Published, SyncQueued } from "./agent.protocol.ts";
 import { enqueueDirect, MANIFEST_EVENT } from "./webhooks.ts";
+import type { Database } from "../schema.ts";
 
 const ROW_TTL_MS = 1000;
 

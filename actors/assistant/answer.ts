@@ -10,8 +10,8 @@
  * does not repeat itself. Below `minScore` there is no answer: the service says it does not know.
  */
 import { sql, type Kysely } from "kysely";
-import type { Database } from "../../runtime/store/schema.ts";
 import type { Source } from "./agent-session.protocol.ts";
+import type { Database } from "../schema.ts";
 
 export const DONT_KNOW = "I don't know the answer to that from the information I have.";
 

@@ -4,10 +4,10 @@
  */
 import type { Transaction } from "kysely";
 import type { Actor, ActorContext } from "../../runtime/actor.ts";
-import type { Database } from "../../runtime/store/schema.ts";
 import type { ActorDeps } from "../deps.ts";
 import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.ts";
 import type { CreateApiKey, OpenConsoleSession, OperatorProtocol } from "./operator.protocol.ts";
+import type { Database } from "../schema.ts";
 
 /** An API key's hash (idempotent by key id). The management CLI writes it directly, the actor under its fence. */
 export async function insertApiKey(trx: Transaction<Database>, userId: number, key: { keyId: string; keyHash: string }): Promise<void> {

@@ -3,8 +3,8 @@
  * keys and console sessions (by hash) with their accounts. Nothing here writes.
  */
 import { sql, type Kysely } from "kysely";
-import type { Database } from "../../runtime/store/schema.ts";
 import type { Source } from "./agent-session.protocol.ts";
+import type { Database } from "../schema.ts";
 
 type DB = Kysely<Database>;
 

@@ -24,8 +24,8 @@ import { sql, type Transaction } from "kysely";
 import type { AssistantConfig } from "./config.ts";
 import { ChorusError } from "../../runtime/errors.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
-import type { Database } from "../../runtime/store/schema.ts";
 import type { Store } from "../../runtime/store/store.ts";
+import type { Database } from "../schema.ts";
 
 export const WEBHOOK_EVENTS = ["conversation.created", "message.received", "message.sent"] as const;
 export const MANIFEST_EVENT = "agent.runtime_manifest";
@@ -252,7 +252,7 @@ export class WebhookDelivery {
   private again = false;
 
   constructor(
-    private readonly store: Store,
+    private readonly store: Store<Database>,
     private readonly keyring: Keyring,
     private readonly config: AssistantConfig,
   ) {}

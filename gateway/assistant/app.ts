@@ -17,10 +17,11 @@ import { Router, traced } from "../router.ts";
 import type { MobileCaller, OperatorAuth, Operator } from "./auth.ts";
 import type { RateLimits } from "./limits.ts";
 import type { AssistantSockets } from "./sockets.ts";
+import type { Database } from "../../actors/schema.ts";
 
 export interface AssistantServices {
   system: ActorSystem;
-  store: Store;
+  store: Store<Database>;
   keyring: Keyring;
   config: Config;
   assistant: AssistantConfig;

@@ -16,6 +16,7 @@ import { internalRoutes } from "./internal.ts";
 import { RateLimits } from "./limits.ts";
 import { mobileRoutes } from "./mobile.ts";
 import { attachSockets } from "./sockets.ts";
+import type { Database } from "../../actors/schema.ts";
 
 export interface AssistantFace {
   app: AssistantApp;
@@ -26,7 +27,7 @@ export interface AssistantFace {
 
 export interface AssistantDeps {
   system: ActorSystem;
-  store: Store;
+  store: Store<Database>;
   keyring: Keyring;
   config: Config;
   assistant: AssistantConfig;

@@ -13,6 +13,7 @@ import type { Authenticator, AuthUser } from "../auth.ts";
 import { isStream, requestBody, type HttpRequest, type HttpResult, type HttpStream, type UploadedFile } from "../http.ts";
 import { compileParams, decodeParams, type CompiledParams, type ParamsSchema } from "../params.ts";
 import { Router, traced } from "../router.ts";
+import type { Database } from "../../actors/schema.ts";
 
 /** What a route handler gets: its decoded parameters, the caller, and the services. */
 export interface Call<P = Record<string, any>> {
@@ -26,7 +27,7 @@ export interface Call<P = Record<string, any>> {
 
 export interface Services {
   system: ActorSystem;
-  store: Store;
+  store: Store<Database>;
   keyring: Keyring;
   config: Config;
   auth: Authenticator;

@@ -11,6 +11,7 @@ import { EMOJI_IMAGE_TYPES, emojiNameOf, imageKind, MAX_EMOJI_FILE_SIZE_MIB, rea
 import { askRealm, type RouteSpec } from "./app.ts";
 import type { HttpRequest, HttpResult, UploadedFile } from "../http.ts";
 import { Str, type ParamsSchema } from "../params.ts";
+import type { Database } from "../../actors/schema.ts";
 
 const NAME_PARAMS: ParamsSchema = { type: "object", properties: { emoji_name: Str }, required: ["emoji_name"] };
 
@@ -76,7 +77,7 @@ export function isEmojiImagePath(path: string): boolean {
  * An emoji image: its bytes with the type they were recognised as. An image never changes under its URL (each
  * upload has a new id), so clients may keep it for good.
  */
-export async function serveEmojiImage(store: Store, req: HttpRequest): Promise<HttpResult> {
+export async function serveEmojiImage(store: Store<Database>, req: HttpRequest): Promise<HttpResult> {
   const notFound: HttpResult = { status: 404, headers: { "content-type": "text/plain" }, body: "Not Found" };
   if (req.method !== "GET") return { status: 405, headers: { allow: "GET", "content-type": "text/plain" }, body: "Method Not Allowed" };
   const match = EMOJI_IMAGE_PATH.exec(req.path);

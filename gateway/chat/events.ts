@@ -1,5 +1,6 @@
 /** Zulip's event system: POST /register, long-poll GET /events, DELETE /events. */
-import { ChorusError, errors } from "../../runtime/errors.ts";
+import { ChorusError } from "../../runtime/errors.ts";
+import { chatErrors } from "../../actors/chat/errors.ts";
 import type { StreamSink } from "../http.ts";
 import { User, type Polled } from "../../actors/chat/users/user.protocol.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
@@ -198,7 +199,7 @@ export const eventRoutes: RouteSpec[] = [
       required: ["queue_id"],
     },
     async handle({ params, user, services, req }) {
-      if (params.last_event_id === undefined) throw errors.missing("last_event_id");
+      if (params.last_event_id === undefined) throw chatErrors.missing("last_event_id");
       // The actor answers with a heartbeat after heartbeatSeconds; the ask only guards against a lost worker.
       const timeout = services.config.heartbeatSeconds * 1000 + 15_000;
       // Transient: served without the transport when this worker holds the user (see askTransient).

@@ -1,6 +1,7 @@
 /** The caller's own data: PATCH /settings, drafts and navigation views. Every change goes through the user actor. */
 import type { ActorRef } from "../../runtime/protocol.ts";
 import { errors } from "../../runtime/errors.ts";
+import { chatErrors } from "../../actors/chat/errors.ts";
 import { hashPassword, verifyPassword } from "../../runtime/secrets.ts";
 import { serverRealmId } from "../../actors/chat/reads/realms.ts";
 import { Realm } from "../../actors/chat/organization/realm.protocol.ts";
@@ -144,7 +145,7 @@ export const meRoutes: RouteSpec[] = [
       }
       let passwordHash: string | undefined;
       if (params.new_password !== undefined) {
-        if (params.old_password === undefined) throw errors.missing("old_password");
+        if (params.old_password === undefined) throw chatErrors.missing("old_password");
         if (!(await verifyPassword(params.old_password, user.password_hash))) throw errors.badRequest("Wrong password!");
         if (!params.new_password) throw errors.badRequest("New password cannot be empty.");
         passwordHash = await hashPassword(params.new_password);

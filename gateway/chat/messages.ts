@@ -11,6 +11,7 @@ import type { Acting, ConversationProtocol, PropagateMode, SendToChannel } from 
 import { Dm, type SendToDm } from "../../actors/chat/conversations/dm.protocol.ts";
 import { Flags } from "../../actors/chat/conversations/flags.protocol.ts";
 import type { Narrow } from "../../actors/chat/users/user.protocol.ts";
+import { chatErrors } from "../../actors/chat/errors.ts";
 import { dmKey } from "../../actors/chat/conversations/dm.ts";
 import { checkEditableFlag } from "../../actors/chat/conversations/flags.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
@@ -107,7 +108,7 @@ export const messageRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const content = normaliseContent(String(params.content));
       if (!content) throw errors.badRequest("Message must not be empty");
-      if (params.queue_id !== undefined && params.local_id === undefined) throw errors.missing("local_id");
+      if (params.queue_id !== undefined && params.local_id === undefined) throw chatErrors.missing("local_id");
       // The fields of both kinds of send. Spread last, never first: `{ ...fields, more }` made every send's object
       // outlive young-generation GCs (see the README, "Benchmark it").
       const fields = {
@@ -166,8 +167,8 @@ export const messageRoutes: RouteSpec[] = [
         }
         return fetchMessages(services.store.db, user, { anchor: 0, numBefore: 0, numAfter: 0, includeAnchor: true, messageIds: params.message_ids, ...base });
       }
-      if (params.num_before === undefined) throw errors.missing("num_before");
-      if (params.num_after === undefined) throw errors.missing("num_after");
+      if (params.num_before === undefined) throw chatErrors.missing("num_before");
+      if (params.num_after === undefined) throw chatErrors.missing("num_after");
       if (params.num_before + params.num_after > LIMITS.max_messages_per_fetch) {
         throw errors.badRequest(`Too many messages requested (maximum ${LIMITS.max_messages_per_fetch}).`);
       }
@@ -346,7 +347,7 @@ export const messageRoutes: RouteSpec[] = [
  */
 function parseAnchor(raw: string | undefined, useFirstUnread: boolean): number | "newest" | "oldest" | "first_unread" {
   if (useFirstUnread) return "first_unread";
-  if (raw === undefined) throw errors.missing("anchor");
+  if (raw === undefined) throw chatErrors.missing("anchor");
   if (raw === "newest" || raw === "oldest" || raw === "first_unread") return raw;
   if (!/^[-+]?\d+$/.test(raw.trim())) throw errors.badRequest("Invalid anchor");
   const anchor = Number(raw.trim());

@@ -3,6 +3,7 @@
  * and the realm's custom emoji (actors/chat/organization/realm-emoji.ts).
  */
 import { errors } from "../../runtime/errors.ts";
+import { chatErrors } from "../../actors/chat/errors.ts";
 import { emojiCodeFor, isKnownUnicodeEmojiCode, isValidUnicodeEmoji, isValidZulipExtraEmoji, ZULIP_EXTRA_EMOJI_NAMES } from "../../actors/chat/rendering/emoji.ts";
 import { activeRealmEmoji, realmEmojiById } from "../../actors/chat/organization/realm-emoji.ts";
 import { readableMessage } from "../../actors/chat/reads/messages.ts";
@@ -68,11 +69,11 @@ async function reactionOf(
   adding: boolean,
 ): Promise<Reaction> {
   const name = params.emoji_name;
-  if (name === undefined && adding) throw errors.missing("emoji_name");
+  if (name === undefined && adding) throw chatErrors.missing("emoji_name");
   let type = params.reaction_type === "service_extra_emoji" ? "zulip_extra_emoji" : params.reaction_type;
   let code = params.emoji_code;
   if (code === undefined) {
-    if (name === undefined) throw errors.missing("emoji_name");
+    if (name === undefined) throw chatErrors.missing("emoji_name");
     const named = await emojiNamed(db, realmId, name);
     code = named.code;
     type ??= named.type;

@@ -9,6 +9,7 @@ import { requireStream } from "../../actors/chat/reads/channels.ts";
 import { subscribersOf } from "../../actors/chat/reads/subscriptions.ts";
 import { activeUsersAmong } from "../../actors/chat/reads/users.ts";
 import { User } from "../../actors/chat/users/user.protocol.ts";
+import { chatErrors } from "../../actors/chat/errors.ts";
 import type { RouteSpec } from "./app.ts";
 import { Id } from "../params.ts";
 import { LIMITS } from "./zulip.ts";
@@ -34,14 +35,14 @@ export const typingRoutes: RouteSpec[] = [
       let event: Record<string, unknown>;
       let notify: number[];
       if (params.type === "stream" || params.type === "channel") {
-        if (params.stream_id === undefined) throw errors.missing("stream_id");
-        if (params.topic === undefined) throw errors.missing("topic");
+        if (params.stream_id === undefined) throw chatErrors.missing("stream_id");
+        if (params.topic === undefined) throw chatErrors.missing("topic");
         const stream = await requireStream(db, user.realm_id, { id: params.stream_id });
         notify = (await subscribersOf(db, [stream.id])).get(stream.id) ?? [];
         if (stream.invite_only && !notify.includes(user.id)) throw errors.badRequest("Invalid channel ID");
         event = { type: "typing", op: params.op, message_type: "stream", sender, stream_id: stream.id, topic: params.topic };
       } else {
-        if (!params.to) throw errors.missing("to");
+        if (!params.to) throw chatErrors.missing("to");
         const ids = [...new Set<number>([...params.to, user.id])];
         const rows = await activeUsersAmong(db, user.realm_id, ids);
         if (rows.length !== ids.length) throw errors.badRequest("Invalid user ID");

@@ -20,7 +20,7 @@ import pg from "pg";
 import { serialize, type DatabaseError } from "pg-protocol";
 import { Parser } from "pg-protocol/dist/parser.js";
 import type { BackendMessage, DataRowMessage, RowDescriptionMessage } from "pg-protocol/dist/messages.js";
-import type { Database } from "./schema.ts";
+import type { KernelTables } from "./schema.ts";
 
 export type Engine = "pglite" | "postgres";
 
@@ -33,7 +33,8 @@ export type Engine = "pglite" | "postgres";
 export type Prepared = <R>(name: string, text: string, values: readonly unknown[]) => Promise<R[]>;
 
 export interface OpenDatabase {
-  db: Kysely<Database>;
+  /** Typed with the kernel's tables; the store built on it is told the whole database's type. */
+  db: Kysely<KernelTables>;
   engine: Engine;
   prepared: Prepared;
 }
@@ -52,7 +53,7 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
     // pool; unhandled, it would end the process. The pool drops that connection and opens another when needed.
     pool.on("error", (err) => console.error(`postgres: idle connection lost (${err.message})`));
     const prepared: Prepared = async (name, text, values) => (await pool.query({ name, text, values: values as unknown[] })).rows;
-    return { db: new Kysely<Database>({ dialect: new PostgresDialect({ pool }) }), engine: "postgres", prepared };
+    return { db: new Kysely<KernelTables>({ dialect: new PostgresDialect({ pool }) }), engine: "postgres", prepared };
   }
   const dir = opts.dataDir === "memory://" ? "memory://" : path.join(opts.dataDir, "pglite");
   if (dir !== "memory://") fs.mkdirSync(dir, { recursive: true });
@@ -66,7 +67,7 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
   // Kysely's connections and the prepared statements take turns on PGlite's one session through one lock, so that a
   // statement never interleaves with a transaction or another statement.
   const lock = new SessionLock();
-  const db = new Kysely<Database>({ dialect: serialised(new KyselyPGlite(client).dialect, lock) });
+  const db = new Kysely<KernelTables>({ dialect: serialised(new KyselyPGlite(client).dialect, lock) });
   const session = new PGliteStatements(client, lock);
   const prepared: Prepared = (name, text, values) => session.run(name, text, values);
   return { db, engine: "pglite", prepared };

@@ -6,36 +6,30 @@
  *   on this. PGlite never fsyncs, so the embedded engine survives a killed process, not a power cut.
  * - Every actor write carries a Fence; a write whose fence's epoch is not the shard's current epoch is refused
  *   with FENCED and changes nothing, so a worker that lost its lease cannot write behind its successor's back.
- * - `appendMessage` and `appendUserEvent` group-commit: concurrent appends share one transaction; each resolves
- *   once committed. Appending the same `send_key` twice commits once and resolves both with the first id. A
- *   write-behind event (`behind`) may wait a few milliseconds for others to commit with.
- * - A message's recipients (`user_messages`) are readable as soon as its append resolves. Past `listAbove`
- *   recipients they are committed as one list row and expanded into per-user rows soon after (the view
- *   `user_messages` shows either, exactly once); a writer of flag rows calls `expandRecipientLists` first.
- * - Message id blocks are disjoint and each block is above every block handed out before it.
+ * - Hot appends group-commit (group-commit.ts): concurrent appends share one transaction, each resolves once
+ *   committed, and a stale fence's appends are refused with FENCED while the rest of their batch commits. A domain
+ *   builds its appends on GroupCommit and `prepared` (chat's message log, actors/chat/message-log.ts).
+ * - Components attached to the store (`attach`) recover after every migration and on `recover()` (a shard taken
+ *   from a holder that never released it), and close before the database does.
  * - Snapshots are versioned: `saveSnapshot(…, expected)` succeeds only if the stored version is `expected`
  *   (0 = absent) and returns the new version; otherwise CONFLICT.
  * - Leases: at most one owner per shard; taking over an expired lease increments its epoch.
- * What it leaves out: caching (callers cache), and any cross-shard transaction.
+ * What it leaves out: caching (callers cache), any cross-shard transaction, and every domain's own tables.
  */
-import type { Kysely, Transaction } from "kysely";
+import type { Kysely, Migration, Transaction } from "kysely";
 import type { Fence } from "../actor.ts";
-import type { Database, MessageTable } from "./schema.ts";
-import type { Engine } from "./db.ts";
+import type { KernelTables } from "./schema.ts";
+import type { Engine, Prepared } from "./db.ts";
 
-export type NewMessage = Omit<MessageTable, "id"> & { id: number };
-
-/** A recipient of a new message and their initial flags (a `user_messages` row, Zulip's UserMessage). */
-export interface MessageRecipient {
-  user_id: number;
-  flags: number;
-}
-
-/** One event of a user's durable event stream (what a restored event queue is rebuilt from). */
-export interface UserEvent {
-  user_id: number;
-  seq: number;
-  payload: unknown;
+/**
+ * A domain's durable component built on the store (chat's message log): what a stopped or crashed process left
+ * half-done is finished by `recover`, and what is pending is committed by `close`.
+ */
+export interface StoreComponent {
+  /** Run after every migration, and when a shard is taken over from a holder that never released it. */
+  recover(): Promise<void>;
+  /** Commit whatever is pending; run by the store's close, before the database closes. */
+  close(): Promise<void>;
 }
 
 export interface Lease {
@@ -45,35 +39,28 @@ export interface Lease {
   reclaimed?: boolean;
 }
 
-export interface Store {
+/**
+ * `DB` is the whole database's type, composed by the caller (actors/schema.ts); the store itself uses only the
+ * kernel's tables.
+ */
+export interface Store<DB extends KernelTables = KernelTables> {
   readonly engine: Engine;
   /** For reads, and for writes inside `write`. */
-  readonly db: Kysely<Database>;
-  migrate(): Promise<void>;
+  readonly db: Kysely<DB>;
+  /** Runs the group commits' statements as named prepared statements, prepared once per connection (see db.ts). */
+  readonly prepared: Prepared;
+  /**
+   * Apply the caller's migrations not applied yet, in the order of their names (kysely records each by name, so
+   * a name never changes), then run every component's `recover`. The store has no migrations of its own: the caller's
+   * list creates the kernel's tables too.
+   */
+  migrate(migrations: Record<string, Migration>): Promise<void>;
+  /** Attach a component: recovered after migrations and take-overs, closed before the database. */
+  attach(component: StoreComponent): void;
+  /** Run every attached component's `recover`. */
+  recover(): Promise<void>;
   /** Run `fn` in one transaction after checking the fence; commits before resolving. */
-  write<T>(fence: Fence, fn: (trx: Transaction<Database>) => Promise<T>): Promise<T>;
-  /**
-   * Group-committed message insert; resolves with the stored id (the first one for a repeated send_key). The
-   * recipients' rows commit in the same transaction, and only with a message actually inserted.
-   */
-  appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number>;
-  /**
-   * Expand the recipient lists of these messages (of every message, when omitted) into rows: first thing in a
-   * write transaction that changes their `user_message_rows`, so that the rows to change exist; or on `db`, for
-   * lists a crashed process left.
-   */
-  expandRecipientLists(trx: Kysely<Database>, messageIds?: readonly number[]): Promise<void>;
-  /**
-   * Group-committed; a repeated (user_id, seq) is stored once. `behind`: the caller does not wait on it before
-   * answering anyone, so it may wait a few milliseconds to share its commit with later events.
-   */
-  appendUserEvent(event: UserEvent, fence: Fence, opts?: { behind?: boolean }): Promise<void>;
-  /** The user's stored events after `afterSeq`, oldest first. */
-  userEventsAfter(userId: number, afterSeq: number): Promise<UserEvent[]>;
-  /** Drop the user's events up to and including `throughSeq` (every queue has acknowledged them). */
-  pruneUserEvents(userId: number, throughSeq: number, fence: Fence): Promise<void>;
-  /** A block of message ids [first, first + size), above every block handed out before. */
-  allocateMessageIds(): Promise<{ first: number; size: number }>;
+  write<T>(fence: Fence, fn: (trx: Transaction<DB>) => Promise<T>): Promise<T>;
   loadSnapshot<S>(kind: string, key: string): Promise<{ version: number; state: S } | undefined>;
   saveSnapshot<S>(kind: string, key: string, expectedVersion: number, state: S, fence: Fence): Promise<number>;
   /** Make sure lease rows exist for shards [0, count). */
@@ -92,5 +79,6 @@ export interface Store {
   leave(node: string): Promise<void>;
   /** The leases `node` holds according to the store (for operators and tests; workers track their own). */
   leasesHeldBy(node: string): Promise<Lease[]>;
+  /** Close every attached component, then the database. */
   close(): Promise<void>;
 }

@@ -7,6 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import { loadConfig, type Config } from "../../runtime/config.ts";
 import { startNode, type RunningNode } from "../../gateway/main.ts";
+import { loadChatConfig, type ChatConfig } from "../../actors/chat/config.ts";
 import { componentValidator, expectZulipResponse, responseValidator } from "./openapi.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 import { sql } from "kysely";
@@ -17,11 +18,11 @@ export const ENGINES: EngineName[] = ["embedded", "redis+postgres"];
 
 /**
  * Each engine twice: with flag rows, and with every message's recipients kept as a recipient list, never expanded
- * while the test runs (see runtime/store/store.ts). Reads and flag changes must answer the same either way.
+ * while the test runs (see actors/chat/message-log.ts). Reads and flag changes must answer the same either way.
  */
 export const FLAG_STORAGES = ENGINES.flatMap((engine) => [
-  { engine, storage: "rows", overrides: {} as Partial<Config> },
-  { engine, storage: "recipient lists", overrides: { recipientListAbove: 0, recipientListDelayMs: 3_600_000 } as Partial<Config> },
+  { engine, storage: "rows", overrides: {} as Partial<Config & ChatConfig> },
+  { engine, storage: "recipient lists", overrides: { recipientListAbove: 0, recipientListDelayMs: 3_600_000 } as Partial<Config & ChatConfig> },
 ]);
 
 export interface Credentials {
@@ -75,9 +76,10 @@ export async function engineConfig(engine: EngineName, overrides: Partial<Config
   };
 }
 
-export async function startTestServer(engine: EngineName, overrides: Partial<Config> = {}): Promise<TestServer> {
+/** `overrides` may set chat's settings (actors/chat/config.ts) beside the node's. */
+export async function startTestServer(engine: EngineName, overrides: Partial<Config & ChatConfig> = {}): Promise<TestServer> {
   const { config, dataDir, release } = await engineConfig(engine, overrides);
-  const node = await startNode(config);
+  const node = await startNode(config, { chat: loadChatConfig(overrides) });
   const rc = readZuliprc(path.join(dataDir, "zuliprc"));
   return {
     url: `http://127.0.0.1:${node.port}`,

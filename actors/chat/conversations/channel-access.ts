@@ -14,10 +14,10 @@
  * Guests are never in these groups (Zulip's allow_everyone_group=False settings).
  */
 import type { Kysely } from "kysely";
-import type { Database } from "../../../runtime/store/schema.ts";
 import { CONTENT_ACCESS_SETTINGS, groupSettingMembers, inGroupSetting, METADATA_ACCESS_SETTINGS, ROLE, type GroupSettingValue } from "../organization/groups.ts";
 import { realmGroupSetting } from "./message-rules.ts";
 import type { StreamRow } from "../reads/channels.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database>;
 

@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
 import type { PARKED } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
+import { chatErrors } from "../errors.ts";
 import { Conversation, type AccessChange, type MovePlan, type StoredMessage } from "./conversation.ts";
 import { FLAG_BITS } from "./flags.ts";
 import { ROLE } from "../organization/groups.ts";
@@ -91,7 +92,7 @@ export class ChannelActor extends Conversation {
       .select(["streams.id", "streams.realm_id", "streams.name", "streams.invite_only", "streams.is_web_public", "streams.history_public_to_subscribers", "streams.settings", "realms.string_id"])
       .where("streams.id", "=", id)
       .executeTakeFirst();
-    if (!stream) throw errors.streamNotFound({ stream_id: id });
+    if (!stream) throw chatErrors.streamNotFound({ stream_id: id });
     const subs = await db.selectFrom("subscriptions").select("user_id").where("stream_id", "=", id).where("active", "=", true).execute();
     this.realmId = stream.realm_id;
     this.realmStr = stream.string_id;

@@ -10,7 +10,7 @@ import crypto from "node:crypto";
 import { sql, type Transaction } from "kysely";
 import { PARKED, type Actor, type ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
-import type { Database, MessageTable } from "../../../runtime/store/schema.ts";
+import type { MessageTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
 import { inGroupSetting, type GroupSettingValue } from "../organization/groups.ts";
@@ -22,6 +22,7 @@ import type { Handlers } from "../../../runtime/protocol.ts";
 import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, Sent } from "./conversation.protocol.ts";
 import type { SendToDm } from "./dm.protocol.ts";
 import { User, type DeliverMessage } from "../users/user.protocol.ts";
+import type { Database } from "../../schema.ts";
 
 export const invalidMessage = () => errors.badRequest("Invalid message(s)");
 
@@ -146,7 +147,7 @@ export abstract class Conversation implements Actor {
     // send key) and delivers it. Acknowledged at the end of the turn, the message would be stored and in no queue.
     const topicKey = topic.toLowerCase();
     this.committing.set(topicKey, (this.committing.get(topicKey) ?? 0) + 1);
-    const delivered = this.deps.store
+    const delivered = this.deps.messageLog
       .appendMessage(
         {
           id,
@@ -300,7 +301,7 @@ export abstract class Conversation implements Actor {
       const others = move?.messageIds.filter((id) => id !== row.id) ?? [];
       if (others.length) await prependHistory(trx, others, { user_id: msg.acting.id, timestamp: now, ...moveEntry }, moveColumns(move!, now));
       // The flag rows below must exist to be changed.
-      if (mentions || move) await this.deps.store.expandRecipientLists(trx, [row.id, ...(move?.messageIds ?? [])]);
+      if (mentions || move) await this.deps.messageLog.expandRecipientLists(trx, [row.id, ...(move?.messageIds ?? [])]);
       if (mentions) await setMentionFlags(trx, row.id, mentions);
       if (move) await applyAccessChange(trx, move);
     });
@@ -372,7 +373,7 @@ export abstract class Conversation implements Actor {
   protected async removeMessage(row: Pick<StoredMessage, "id" | "stream_id" | "topic">): Promise<void> {
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await trx.deleteFrom("reactions").where("message_id", "=", row.id).execute();
-      await this.deps.store.expandRecipientLists(trx, [row.id]);
+      await this.deps.messageLog.expandRecipientLists(trx, [row.id]);
       await trx.deleteFrom("user_message_rows").where("message_id", "=", row.id).execute();
       await trx.deleteFrom("messages").where("id", "=", row.id).execute();
     });

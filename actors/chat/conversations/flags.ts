@@ -1,7 +1,7 @@
 /**
  * flags:<user id>: one user's message flags (Zulip's UserMessage.flags), stored as Zulip's bitfield in
  * `user_message_rows`. Rows are created by the conversation actor that commits the message (every recipient gets
- * one, possibly through a recipient list: see runtime/store/store.ts); this actor owns every later change, so two
+ * one, possibly through a recipient list: see actors/chat/message-log.ts); this actor owns every later change, so two
  * clients marking the same messages serialise here.
  *
  * It is its own kind rather than part of `user:<id>` only because that actor is being reworked; the state is
@@ -80,7 +80,7 @@ export class FlagsActor implements Actor {
     const ids = [...new Set(msg.messageIds)];
     if (!ids.length) return { messages: [] };
     const changed = await this.deps.store.write(this.ctx.fence(), async (trx) => {
-      await this.deps.store.expandRecipientLists(trx, ids);
+      await this.deps.messageLog.expandRecipientLists(trx, ids);
       const rows = await trx.selectFrom("user_message_rows").select(["message_id", "flags"]).where("user_id", "=", this.userId).where("message_id", "in", ids).execute();
       const have = new Map(rows.map((r) => [Number(r.message_id), r.flags]));
       const changed: number[] = [];

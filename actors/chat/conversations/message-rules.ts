@@ -2,11 +2,11 @@
  * Who may edit, move, delete: the realm's message settings with Zulip's defaults, and group-setting membership.
  * Read by the actor owning the conversation at the moment it decides, so a settings change applies at once.
  */
-import { sql, type Kysely, type Transaction } from "kysely";
+import type { Kysely, Transaction } from "kysely";
 import { errors, type ChorusError } from "../../../runtime/errors.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
 import { ROLE, type GroupSettingValue } from "../organization/groups.ts";
 import { realmSettings } from "../users/settings.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 

@@ -4,7 +4,7 @@
  */
 import type { Kysely } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
 
 export const REPORT_TYPES = ["spam", "harassment", "inappropriate", "norms", "other"] as const;
 /** Zulip's Realm.MAX_REPORT_MESSAGE_EXPLANATION_LENGTH. */

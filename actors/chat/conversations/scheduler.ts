@@ -12,7 +12,6 @@ import type { Actor, ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { Kysely } from "kysely";
 import type { Store } from "../../../runtime/store/store.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
 import type { ActorSystem } from "../../../runtime/system.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { dmKey } from "./dm.ts";
@@ -23,6 +22,7 @@ import type { Acting } from "./conversation.protocol.ts";
 import { Dm, type SendToDm } from "./dm.protocol.ts";
 import { Scheduler, type ScheduledSpec, type SchedulerProtocol } from "./scheduler.protocol.ts";
 import { User } from "../users/user.protocol.ts";
+import type { Database } from "../../schema.ts";
 
 /** Longest single timer: the next check re-reads the store, so a far-off message is never left to setTimeout. */
 const MAX_TIMER_MS = 60 * 60_000;
@@ -254,7 +254,7 @@ export class SchedulerActor implements Actor {
  * Wake every realm's scheduler now and every WAKE_INTERVAL_MS; returns the stop function. Every node runs it:
  * a wake is a no-op turn where nothing is due.
  */
-export function wakeSchedulers(system: ActorSystem, store: Store, intervalMs = WAKE_INTERVAL_MS): () => void {
+export function wakeSchedulers(system: ActorSystem, store: Store<Database>, intervalMs = WAKE_INTERVAL_MS): () => void {
   const wake = async () => {
     const realms = await store.db.selectFrom("realms").select("id").where("deactivated", "=", false).execute();
     await Promise.all(realms.map((r) => system.ref(Scheduler, r.id).tell({ op: "wake" })));

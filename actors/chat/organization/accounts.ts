@@ -2,11 +2,11 @@
 import { sql, type Kysely, type Transaction } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
 import { Keyring } from "../../../runtime/secrets.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
 import { addToRoleGroups, inGroupSetting, ROLE } from "./groups.ts";
 import { realmGroupSetting } from "../conversations/message-rules.ts";
 import type { CreatedUser } from "./realm.protocol.ts";
 import { gravatarUrl } from "../rendering/message-format.ts";
+import type { Database } from "../../schema.ts";
 
 /** Deliberately simple: one @, something on each side, a dot in the domain, no spaces. */
 export const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;

@@ -4,7 +4,7 @@
  */
 import { sql, type Kysely, type Transaction } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 

@@ -16,7 +16,7 @@ import { type ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { hashEmailKey, newEmailKey, queueEmail } from "./mail.ts";
 import type { Keyring } from "../../../runtime/secrets.ts";
-import type { Database, InvitationTable } from "../../../runtime/store/schema.ts";
+import type { InvitationTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { inGroupSetting, ROLE, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "../users/settings.ts";
@@ -29,6 +29,7 @@ import { Dm } from "../conversations/dm.protocol.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { AcceptInvite, CreateInviteLink, CreatedUser, Invite, InviteLinkCreated, InvitesProtocol, InviteTerms, JoinInviteLink, ResendInvite, RevokeInvite } from "./realm.protocol.ts";
 import { User } from "../users/user.protocol.ts";
+import type { Database } from "../../schema.ts";
 
 /** Zulip's default invitation validity, in minutes (ten days). */
 export const DEFAULT_INVITE_EXPIRY_MINUTES = 14400;

@@ -8,7 +8,7 @@ import { createHash, randomBytes } from "node:crypto";
 import nodemailer, { type Transporter } from "nodemailer";
 import { sql, type Transaction } from "kysely";
 import type { Store } from "../../../runtime/store/store.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
 
 /** What the store keeps of a key sent by e-mail (invitations, e-mail changes): its SHA-256, never the key. */
 export const hashEmailKey = (key: string) => createHash("sha256").update(key).digest("hex");
@@ -44,7 +44,7 @@ export class MailSender {
   private readonly transport: Transporter;
 
   constructor(
-    private readonly store: Store,
+    private readonly store: Store<Database>,
     private readonly config: MailConfig,
   ) {
     this.transport = nodemailer.createTransport(config.smtpUrl);

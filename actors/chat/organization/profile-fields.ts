@@ -10,12 +10,13 @@
 import { sql, type Kysely, type Selectable, type SqlBool, type Transaction } from "kysely";
 import type { ActorContext } from "../../../runtime/actor.ts";
 import { errors } from "../../../runtime/errors.ts";
-import type { CustomProfileFieldTable, Database } from "../../../runtime/store/schema.ts";
+import type { CustomProfileFieldTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { ROLE } from "./groups.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { CreateProfileField, ProfileDataEntry, ProfileFieldsProtocol, UpdateProfileField } from "./realm.protocol.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 type FieldRow = Selectable<CustomProfileFieldTable>;

@@ -1,5 +1,5 @@
 /** Limits on requests that e-mail an address someone chose, so that they cannot be used to spam it. */
-import { errors } from "../../../runtime/errors.ts";
+import { chatErrors } from "../errors.ts";
 
 /** (seconds, requests): Zulip's email_change_by_user limits — two an hour, five a day. */
 export type RequestLimits = Array<[number, number]>;
@@ -19,6 +19,6 @@ export function refuseOverLimits(earlier: number[], limits: RequestLimits, now: 
   const newestFirst = [...earlier].sort((a, b) => b - a);
   for (const [seconds, limit] of limits) {
     const inWindow = newestFirst.filter((t) => t > now - seconds);
-    if (inWindow.length >= limit) throw errors.rateLimited(inWindow[limit - 1]! + seconds - now);
+    if (inWindow.length >= limit) throw chatErrors.rateLimited(inWindow[limit - 1]! + seconds - now);
   }
 }

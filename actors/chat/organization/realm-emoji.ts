@@ -9,13 +9,13 @@
 import type { Kysely } from "kysely";
 import type { ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { emojiCodeFor } from "../rendering/emoji.ts";
 import { inGroupSetting, ROLE, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "../users/settings.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { DeactivateEmoji, RealmEmojiProtocol, UploadEmoji } from "./realm.protocol.ts";
+import type { Database } from "../../schema.ts";
 
 /** Zulip's MAX_EMOJI_FILE_SIZE_MIB default. */
 export const MAX_EMOJI_FILE_SIZE_MIB = 5;

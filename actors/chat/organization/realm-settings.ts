@@ -8,8 +8,8 @@
  */
 import type { Kysely } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
 import { checkGroupSetting, ROLE, type GroupSettingRule } from "./groups.ts";
+import type { Database } from "../../schema.ts";
 
 type Rule =
   | { kind: "bool" }

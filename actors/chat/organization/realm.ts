@@ -24,6 +24,7 @@ import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./account
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
 import type { CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
 import { User } from "../users/user.protocol.ts";
+import type { Database } from "../../schema.ts";
 
 
 export { ROLE };
@@ -241,7 +242,7 @@ export class RealmActor implements Actor {
  * race with), in one transaction. Returns the owner's credentials, or undefined when the realm existed.
  */
 export async function bootstrapOrganization(
-  store: Store,
+  store: Store<Database>,
   keyring: Keyring,
   owner: { email: string; fullName: string; passwordHash: string | null },
 ): Promise<{ realmId: number; email: string; apiKey: string } | undefined> {

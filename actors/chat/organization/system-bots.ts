@@ -9,6 +9,7 @@ import type { Keyring } from "../../../runtime/secrets.ts";
 import type { Store } from "../../../runtime/store/store.ts";
 import { insertAccount } from "./accounts.ts";
 import { ROLE } from "./groups.ts";
+import type { Database } from "../../schema.ts";
 
 export const NOTIFICATION_BOT = { email: "notification-bot@zulip.com", fullName: "Notification Bot" };
 export const WELCOME_BOT = { email: "welcome-bot@zulip.com", fullName: "Welcome Bot" };
@@ -22,7 +23,7 @@ export interface BotUser {
   full_name: string;
 }
 
-export async function ensureSystemBot(store: Store, fence: Fence, keyring: Keyring, realmId: number, bot = NOTIFICATION_BOT): Promise<BotUser> {
+export async function ensureSystemBot(store: Store<Database>, fence: Fence, keyring: Keyring, realmId: number, bot = NOTIFICATION_BOT): Promise<BotUser> {
   const find = () =>
     store.db.selectFrom("users").select(["id", "email", "full_name"]).where("realm_id", "=", realmId).where("delivery_email", "=", bot.email).executeTakeFirst();
   const found = await find();

@@ -4,10 +4,10 @@
  */
 import { sql, type Kysely, type Transaction } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
 import { checkActiveUsers, checkGroupSetting, GROUP_PERMISSIONS, inGroupSetting, systemGroups, type GroupSettingRule, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "../users/settings.ts";
 import type { CreateGroup } from "./realm.protocol.ts";
+import type { Database } from "../../schema.ts";
 
 export const MAX_GROUP_NAME_LENGTH = 100;
 export const MAX_GROUP_DESCRIPTION_LENGTH = 1024;

@@ -3,8 +3,9 @@
  * and Zulip's channel objects with their subscriber counts. Nothing here writes.
  */
 import { sql, type Kysely, type Selectable } from "kysely";
-import { errors } from "../../../runtime/errors.ts";
-import type { Database, StreamTable } from "../../../runtime/store/schema.ts";
+import { chatErrors } from "../errors.ts";
+import type { Database } from "../../schema.ts";
+import type { StreamTable } from "../schema.ts";
 import { CONTENT_ACCESS_SETTINGS, inGroupSettingOf, METADATA_ACCESS_SETTINGS, ROLE, userGroupIds, type GroupSettingValue } from "../organization/groups.ts";
 import type { UserRow } from "./users.ts";
 
@@ -144,6 +145,6 @@ export async function requireStream(db: DB, realmId: number, ref: { id?: number;
     if (streamCache.size > 10_000) streamCache.clear();
     streamCache.set(key, { row: stream, until: Date.now() + STREAM_CACHE_MS });
   }
-  if (!stream) throw errors.streamNotFound(ref.id !== undefined ? { stream_id: ref.id } : { stream: ref.name });
+  if (!stream) throw chatErrors.streamNotFound(ref.id !== undefined ? { stream_id: ref.id } : { stream: ref.name });
   return stream;
 }

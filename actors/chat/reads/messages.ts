@@ -5,7 +5,7 @@
  */
 import { sql, type Kysely, type RawBuilder, type SqlBool } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
-import type { Database } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
 import { formatMessage, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
 import { ROLE } from "../organization/groups.ts";
 import { dmKey, RECIPIENT_DM } from "../conversations/dm.ts";

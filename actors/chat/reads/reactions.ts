@@ -1,6 +1,6 @@
 /** Reads of the `reactions` table outside a message page (GET /messages reads a page's reactions with its messages). Nothing here writes. */
 import type { Kysely } from "kysely";
-import type { Database } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database>;
 

@@ -1,6 +1,6 @@
 /** Reads of the `realms` table: the server's organization and a realm's name. Nothing here writes. */
 import type { Kysely } from "kysely";
-import type { Database } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database>;
 

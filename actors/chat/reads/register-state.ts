@@ -5,7 +5,7 @@
  * them (zulip-terminal indexes `user_id`, `muted_topics`).
  */
 import { sql, type Kysely, type SqlBool } from "kysely";
-import type { Database } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
 import { FLAG_BITS } from "../conversations/flags.ts";
 import { inGroupSetting, ROLE, type GroupSettingValue } from "../organization/groups.ts";
 import { NOTIFICATION_BOT, WELCOME_BOT } from "../organization/system-bots.ts";

@@ -4,7 +4,8 @@
  */
 import type { Kysely, Selectable } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
-import type { Database, SubscriptionTable } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
+import type { SubscriptionTable } from "../schema.ts";
 import { ROLE } from "../organization/groups.ts";
 import { findStream, streamObject, subscriberCounts, type StreamRow } from "./channels.ts";
 import type { UserRow } from "./users.ts";

@@ -3,7 +3,7 @@
  * topics (`user_topics`, written by the user-topics actor). Nothing here writes.
  */
 import { sql, type Kysely } from "kysely";
-import type { Database } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database>;
 

@@ -1,6 +1,6 @@
 /** Reads of the user's unread messages (`user_messages` flags): Zulip's `unread_msgs` in POST /register. Nothing here writes. */
 import { sql, type Kysely } from "kysely";
-import type { Database } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
 import { FLAG_BITS } from "../conversations/flags.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";

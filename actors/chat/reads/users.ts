@@ -3,7 +3,8 @@
  * e-mail, id or reference, and Zulip's user objects as a given viewer may see them. Nothing here writes.
  */
 import { sql, type Kysely, type Selectable, type SqlBool } from "kysely";
-import type { Database, UserTable } from "../../../runtime/store/schema.ts";
+import type { Database } from "../../schema.ts";
+import type { UserTable } from "../schema.ts";
 import { gravatarUrl } from "../rendering/message-format.ts";
 import { ROLE } from "../organization/groups.ts";
 import { accessibleUsers, deliveryEmailVisibleTo, EMAIL_VISIBILITY, inaccessibleUserObject } from "../organization/accounts.ts";

@@ -5,9 +5,9 @@
  * custom emoji (cached per realm) only when the content has some `:name:`.
  */
 import { sql, type Kysely } from "kysely";
-import type { Database } from "../../../runtime/store/schema.ts";
 import type { MarkdownContext, MentionableUser } from "./markdown.ts";
 import { activeRealmEmojiByName } from "../organization/realm-emoji.ts";
+import type { Database } from "../../schema.ts";
 
 const USER_MENTION = /@_?\*\*([^*|]+?)(?:\|(\d{1,15}))?\*\*/g;
 const CHANNEL_LINK = /#\*\*([^*>]+)/g;

@@ -3,8 +3,8 @@
  * users' settings) override these; what has no stored value yet is Zulip's default.
  */
 import type { Kysely, Transaction } from "kysely";
-import type { Database } from "../../../runtime/store/schema.ts";
 import { systemGroups, type SystemGroups } from "../organization/groups.ts";
+import type { Database } from "../../schema.ts";
 
 export const USER_SETTINGS_DEFAULTS = {
   twenty_four_hour_time: false,

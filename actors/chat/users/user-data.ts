@@ -5,10 +5,11 @@
  */
 import type { Kysely, Selectable, Transaction } from "kysely";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
-import type { Database, DraftTable } from "../../../runtime/store/schema.ts";
+import type { DraftTable } from "../schema.ts";
 import { USER_SETTINGS_DEFAULTS } from "./settings.ts";
 import { AUTOMATIC_POLICY } from "../conversations/topic-policies.ts";
 import { isSubscribed } from "../reads/subscriptions.ts";
+import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 

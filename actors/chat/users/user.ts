@@ -30,7 +30,8 @@ import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
 import { PARKED, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
-import type { UserEvent } from "../../../runtime/store/store.ts";
+import { chatErrors } from "../errors.ts";
+import type { UserEvent } from "../message-log.ts";
 import { formatMessage, type MessageRecord } from "../rendering/message-format.ts";
 import { matchesNarrow } from "../reads/narrow.ts";
 import { messageRecords } from "../reads/messages.ts";
@@ -245,7 +246,7 @@ export class UserActor implements Actor {
       await this.saveSnapshot();
       return;
     }
-    const rows = await this.deps.store.userEventsAfter(this.userId, 0);
+    const rows = await this.deps.messageLog.userEventsAfter(this.userId, 0);
     this.nextSeq = Math.max(this.nextSeq, (rows.at(-1)?.seq ?? 0) + 1);
     const stored = await hydrate(this.deps.store.db, rows);
     this.recentMessages = new RecentIds();
@@ -274,7 +275,7 @@ export class UserActor implements Actor {
     for (const q of this.queues.values()) for (const item of q.items) if (item.unwritten) unwritten.set(item.seq, item);
     if (!unwritten.size) return;
     const fence = this.ctx.fence();
-    await Promise.all([...unwritten.values()].map((item) => this.deps.store.appendUserEvent({ user_id: this.userId, seq: item.seq, payload: persisted(item.event) }, fence)));
+    await Promise.all([...unwritten.values()].map((item) => this.deps.messageLog.appendUserEvent({ user_id: this.userId, seq: item.seq, payload: persisted(item.event) }, fence)));
   }
 
   /** The implementation of user.protocol.ts, and of the timers' own messages. */
@@ -382,7 +383,7 @@ export class UserActor implements Actor {
 
   private queue(queueId: string): EventQueue {
     const q = this.queues.get(queueId);
-    if (!q) throw errors.badQueue(queueId);
+    if (!q) throw chatErrors.badQueue(queueId);
     return q;
   }
 
@@ -642,7 +643,7 @@ export class UserActor implements Actor {
     if (unwritten) return;
     // The turn ends while the row commits, so the next deliveries join the same group commit.
     const row: UserEvent = { user_id: this.userId, seq, payload: persisted(event) };
-    const written = behind ? this.writeBehind(row) : this.deps.store.appendUserEvent(row, this.ctx.fence());
+    const written = behind ? this.writeBehind(row) : this.deps.messageLog.appendUserEvent(row, this.ctx.fence());
     this.inFlight.add(seq);
     const settled = written.finally(() => this.inFlight.delete(seq));
     if (!behind) return this.ctx.completeWhen(settled);
@@ -658,7 +659,7 @@ export class UserActor implements Actor {
   private async writeBehind(row: UserEvent): Promise<void> {
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.deps.store.appendUserEvent(row, this.ctx.fence(), { behind: true });
+        return await this.deps.messageLog.appendUserEvent(row, this.ctx.fence(), { behind: true });
       } catch (err) {
         if (ChorusError.wrap(err).code === "FENCED") throw err;
         const retryMs = Math.min(WRITE_BEHIND_RETRY_MS * 2 ** attempt, WRITE_BEHIND_RETRY_MAX_MS);
@@ -730,7 +731,7 @@ export class UserActor implements Actor {
     }
     if (changed) {
       await this.saveSnapshot();
-      await this.deps.store.pruneUserEvents(this.userId, this.seqFloor - 1, this.ctx.fence());
+      await this.deps.messageLog.pruneUserEvents(this.userId, this.seqFloor - 1, this.ctx.fence());
     }
     // Best effort: a channel that still lists this user delivers to no queue.
     if (expiredPublic && !this.followsPublicChannels()) this.tellPublicChannels(false).catch(() => {});

@@ -1,3 +1,8 @@
+/**
+ * The first schema, frozen as shipped: it mixes the kernel's tables (actor_snapshots, shard_leases, cluster_nodes)
+ * with chat's (realms, users, streams, subscriptions, messages, the message id sequence), so it stays here whole, a
+ * snapshot of history, rather than split between the domains. Never edited: later changes are new migrations.
+ */
 import { sql, type Kysely } from "kysely";
 
 export async function up(db: Kysely<any>): Promise<void> {
@@ -87,7 +92,7 @@ export async function up(db: Kysely<any>): Promise<void> {
     .execute();
   await sql`create index subscriptions_stream on subscriptions (stream_id) where active`.execute(db);
 
-  // Message ids come from the store in blocks of 256 (see Store.allocateMessageIds).
+  // Message ids come from the store in blocks of 256 (see MessageLog.allocateMessageIds in actors/chat/message-log.ts).
   await sql`create sequence message_id_blocks start with 1 increment by 256`.execute(db);
   await db.schema
     .createTable("messages")

@@ -1,3 +1,8 @@
+/*
+ * Frozen snapshot: a shipped migration, never edited. Its function bodies are the append statements as they were
+ * on this date; both functions were replaced since, and the live statements are defined once, in
+ * actors/chat/message-log.ts (APPEND_MESSAGES, APPEND_USER_EVENTS). Paths below are where code lived then.
+ */
 import { sql, type Kysely } from "kysely";
 
 /**

@@ -1,3 +1,9 @@
+/*
+ * Frozen snapshot: a shipped migration, never edited. chorus_append_messages is kept in the schema for a node of an
+ * earlier version during a rolling upgrade; the live statement is defined once, in actors/chat/message-log.ts
+ * (APPEND_MESSAGES). chorus_expand_recipient_lists, defined here only, is live: the message log calls it. Paths
+ * below are where code lived when this shipped.
+ */
 import { sql, type Kysely } from "kysely";
 
 /**

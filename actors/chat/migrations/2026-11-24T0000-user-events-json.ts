@@ -1,3 +1,8 @@
+/*
+ * Frozen snapshot: a shipped migration, never edited. chorus_append_user_events is kept in the schema for a node of
+ * an earlier version during a rolling upgrade; the live statement is defined once, in actors/chat/message-log.ts
+ * (APPEND_USER_EVENTS).
+ */
 import { sql, type Kysely } from "kysely";
 
 /**

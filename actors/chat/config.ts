@@ -1,0 +1,37 @@
+/**
+ * Chat's own tuning, read from the environment in one place (beside runtime/config.ts, which reads the kernel's and
+ * the gateway's settings). Read when a node starts; tests pass overrides instead.
+ */
+import { int } from "../../runtime/config.ts";
+
+/** How long an event written behind its delivery waits for others to share its commit, by default. */
+export const DEFAULT_EVENT_WRITE_DELAY_MS = 10;
+
+/**
+ * Past this many recipients a message's flags commit as one list row, expanded into rows after the send (see
+ * ./message-log.ts): on PGlite a flag row costs 8-15 µs of the commit, so 100 rows cost about what a separate commit
+ * does.
+ */
+export const DEFAULT_RECIPIENT_LIST_ABOVE = 100;
+/** How long after its commit a recipient list is expanded: after the send's deliveries, which it would delay. */
+export const DEFAULT_RECIPIENT_LIST_DELAY_MS = 50;
+
+export interface ChatConfig {
+  /**
+   * How long an event written behind its delivery waits for others to share its commit (see ./users/user.ts). Tests
+   * lengthen it to make sure a crash falls inside that window.
+   */
+  eventWriteDelayMs: number;
+  /** Recipients past which a message's flag rows are written as one list and expanded behind; tests lower it. */
+  recipientListAbove: number;
+  /** How long a recipient list waits before its expansion; tests lengthen it to read and write around lists. */
+  recipientListDelayMs: number;
+}
+
+export function loadChatConfig(overrides: Partial<ChatConfig> = {}): ChatConfig {
+  return {
+    eventWriteDelayMs: overrides.eventWriteDelayMs ?? Math.max(0, int("EVENT_WRITE_DELAY_MS", DEFAULT_EVENT_WRITE_DELAY_MS)),
+    recipientListAbove: overrides.recipientListAbove ?? int("RECIPIENT_LIST_ABOVE", DEFAULT_RECIPIENT_LIST_ABOVE),
+    recipientListDelayMs: overrides.recipientListDelayMs ?? int("RECIPIENT_LIST_DELAY_MS", DEFAULT_RECIPIENT_LIST_DELAY_MS),
+  };
+}

@@ -1,0 +1,48 @@
+/**
+ * Every migration of the database, in order: the kernel's tables, chat's and the assistant's (the store runs this
+ * list: `store.migrate(migrations)`). Append-only: a shipped migration is never edited; a change is a new file
+ * beside its domain (actors/chat/migrations, actors/assistant/migrations). kysely runs them in the order of their names
+ * and records each name as applied, so a name never changes (a file may move).
+ */
+import type { Migration } from "kysely";
+import * as initial from "./2026-11-22T0400-initial.ts";
+import * as eventQueues from "../chat/migrations/2026-11-22T0430-event-queues.ts";
+import * as messages from "../chat/migrations/2026-11-22T0500-messages.ts";
+import * as assistant from "../assistant/migrations/2026-11-22T0600-assistant.ts";
+import * as userData from "../chat/migrations/2026-11-22T0700-user-data.ts";
+import * as presence from "../chat/migrations/2026-11-22T0710-presence.ts";
+import * as pushDevices from "../chat/migrations/2026-11-22T0720-push-devices.ts";
+import * as invitations from "../chat/migrations/2026-11-22T0800-invitations.ts";
+import * as subscriptionProperties from "../chat/migrations/2026-11-22T0800-subscription-properties.ts";
+import * as emailChanges from "../chat/migrations/2026-11-22T0900-email-changes.ts";
+import * as userEmailLookup from "../chat/migrations/2026-11-22T0910-user-email-lookup.ts";
+import * as inviteLinks from "../chat/migrations/2026-11-23T1900-invite-links.ts";
+import * as customProfileFields from "../chat/migrations/2026-11-23T1900-custom-profile-fields.ts";
+import * as userApiEmailLookup from "../chat/migrations/2026-11-23T1910-user-api-email-lookup.ts";
+import * as realmEmoji from "../chat/migrations/2026-11-23T1930-realm-emoji.ts";
+import * as appendFunctions from "../chat/migrations/2026-11-23T2200-append-functions.ts";
+import * as userEventsJson from "../chat/migrations/2026-11-24T0000-user-events-json.ts";
+import * as appendPlans from "../chat/migrations/2026-11-24T0100-append-plans.ts";
+import * as recipientLists from "../chat/migrations/2026-11-24T1000-recipient-lists.ts";
+
+export const migrations: Record<string, Migration> = {
+  "2026-11-22T0400-initial": initial,
+  "2026-11-22T0430-event-queues": eventQueues,
+  "2026-11-22T0500-messages": messages,
+  "2026-11-22T0600-assistant": assistant,
+  "2026-11-22T0700-user-data": userData,
+  "2026-11-22T0710-presence": presence,
+  "2026-11-22T0720-push-devices": pushDevices,
+  "2026-11-22T0800-invitations": invitations,
+  "2026-11-22T0800-subscription-properties": subscriptionProperties,
+  "2026-11-22T0900-email-changes": emailChanges,
+  "2026-11-22T0910-user-email-lookup": userEmailLookup,
+  "2026-11-23T1900-invite-links": inviteLinks,
+  "2026-11-23T1900-custom-profile-fields": customProfileFields,
+  "2026-11-23T1910-user-api-email-lookup": userApiEmailLookup,
+  "2026-11-23T1930-realm-emoji": realmEmoji,
+  "2026-11-23T2200-append-functions": appendFunctions,
+  "2026-11-24T0000-user-events-json": userEventsJson,
+  "2026-11-24T0100-append-plans": appendPlans,
+  "2026-11-24T1000-recipient-lists": recipientLists,
+};
