@@ -13,15 +13,17 @@
  * (users, groups, channels): the result says which users, groups and wildcards were mentioned, for message flags
  * and the wildcard-mention permission rules. The markdown-it instance is built once, at module load.
  *
+ * TeX goes through KaTeX (tex.ts), loaded on the first message that has math.
+ *
  * Not done (Chorus knowingly differs): syntax highlighting (code is escaped, not coloured, and only common
- * languages get Pygments' display name in `data-code-language`), KaTeX (math renders as Zulip's
- * `tex-error` fallback, showing the source), inline image/video previews, natural-language `<time:…>` dates,
+ * languages get Pygments' display name in `data-code-language`), inline image/video previews, natural-language `<time:…>` dates,
  * linkifiers, `#**channel>topic@id**` message links, and a few Python-Markdown quirks; test/actors/chat/rendering/markdown.test.ts
  * names each corpus case we do not match, with the reason.
  */
 import MarkdownItFactory from "markdown-it";
 import type { Delimiter, Env, MarkdownIt, RendererRule, StateBlock, StateCore, StateInline, Token } from "markdown-it";
 import { emojiCodeFor, emojiCodeOfText, emojiNameFor, ZULIP_EXTRA_EMOJI_NAMES } from "./emoji.ts";
+import { renderTex } from "./tex.ts";
 
 export interface MentionableUser {
   id: number;
@@ -319,8 +321,7 @@ function inlineTex(state: StateInline, silent: boolean): boolean {
   if (src.charCodeAt(pos) !== 0x24 /* $ */ || src.charCodeAt(pos - 1) === 0x24) return false;
   const match = matchHere(INLINE_TEX, state);
   if (!match) return false;
-  // Without KaTeX we render what Zulip renders when KaTeX fails: the source, marked as such.
-  if (!silent) pushHtml(state, `<span class="tex-error">${escapeText(match[0])}</span>`);
+  if (!silent) pushHtml(state, renderTex(match[1]!, false) ?? `<span class="tex-error">${escapeText(match[0])}</span>`);
   state.pos = pos + match[0].length;
   return true;
 }
@@ -813,8 +814,18 @@ function codeBlockHtml(code: string, lang: string): string {
   return `<div class="codehilite"${language}><pre><span></span><code>${body}</code></pre></div>\n`;
 }
 
+/**
+ * A ```math block as Zulip renders it: lines lose trailing whitespace, each paragraph (split at an empty line) is
+ * rendered in display mode, and they all go in one `<p>`; an empty block renders as nothing.
+ */
 function mathBlockHtml(tex: string): string {
-  return `<p><span class="tex-error">${escapeCode(tex.trim(), "&#x27;")}</span></p>\n`;
+  if (tex === "") return "";
+  const lines = tex.slice(0, -1).split("\n"); // markdown-it ends every line with a newline
+  const paragraphs = lines.map((line) => line.trimEnd()).join("\n").split("\n\n");
+  const html = paragraphs.map(
+    (paragraph) => renderTex(paragraph, true) ?? `<span class="tex-error">${escapeCode(paragraph, "&#x27;")}</span>`,
+  );
+  return `<p>${html.join("\n\n")}</p>\n`;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ const corpus = JSON.parse(
 ) as { regular_tests: CorpusCase[]; linkify_tests: Array<[string, string, string]> };
 
 const PYGMENTS = "syntax highlighting (Pygments markup and lexer display names) is not done";
-const KATEX = "KaTeX is not installed: math renders as Zulip's tex-error fallback";
 const PREVIEW = "inline image/video/audio previews need the camo proxy and URL fetching (backend_only_rendering)";
 const DATEUTIL = "natural-language dates need dateutil's parser; ISO 8601 and UNIX timestamps work";
 
@@ -34,15 +33,6 @@ const UNSUPPORTED: Record<string, string> = {
   codeblock_hilite_startinline_php: PYGMENTS,
   tex_fenced_tex: PYGMENTS,
   tex_fenced_latex: PYGMENTS,
-  fenced_quotes_inside_mathblock: KATEX,
-  tex_inline: KATEX,
-  tex_complex: KATEX,
-  tex_fenced_math: KATEX,
-  tex_money: KATEX,
-  tex_inline_permissive_spacing: KATEX,
-  tex_safe_script_tag: KATEX,
-  tex_inline_no_markdown_inside: KATEX,
-  tex_display_no_markdown_inside: KATEX,
   inline_image: PREVIEW,
   two_inline_images: PREVIEW,
   deduplicate_inline_previews: PREVIEW,
