@@ -13,10 +13,10 @@
  * (users, groups, channels): the result says which users, groups and wildcards were mentioned, for message flags
  * and the wildcard-mention permission rules. The markdown-it instance is built once, at module load.
  *
- * TeX goes through KaTeX (tex.ts), loaded on the first message that has math.
+ * TeX goes through KaTeX (tex.ts), loaded on the first message that has math; `<time:…>` through timestamps.ts.
  *
  * Not done (Chorus knowingly differs): syntax highlighting (code is escaped, not coloured, and only common
- * languages get Pygments' display name in `data-code-language`), inline image/video previews, natural-language `<time:…>` dates,
+ * languages get Pygments' display name in `data-code-language`), inline image/video previews,
  * linkifiers, `#**channel>topic@id**` message links, and a few Python-Markdown quirks; test/actors/chat/rendering/markdown.test.ts
  * names each corpus case we do not match, with the reason.
  */
@@ -24,6 +24,7 @@ import MarkdownItFactory from "markdown-it";
 import type { Delimiter, Env, MarkdownIt, RendererRule, StateBlock, StateCore, StateInline, Token } from "markdown-it";
 import { emojiCodeFor, emojiCodeOfText, emojiNameFor, ZULIP_EXTRA_EMOJI_NAMES } from "./emoji.ts";
 import { renderTex } from "./tex.ts";
+import { parseTimestamp } from "./timestamps.ts";
 
 export interface MentionableUser {
   id: number;
@@ -327,37 +328,8 @@ function inlineTex(state: StateInline, silent: boolean): boolean {
 }
 
 const TIMESTAMP = /<time:([^>]*)>/y;
-const ISO_TIME =
-  /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?)?[ ]*(?:(Z)|([+-])(\d{2}):?(\d{2}))?$/i;
 
-/**
- * `<time:…>` as a `<time datetime>` in UTC. Zulip parses the text with dateutil, which understands much more
- * than this; we take what clients' time pickers write, ISO 8601 (no zone means UTC) and UNIX seconds.
- */
-function parseTimestamp(text: string): Date | undefined {
-  let millis: number;
-  if (/^-?\d+(?:\.\d+)?$/.test(text)) {
-    millis = Number(text) * 1000;
-  } else {
-    const m = ISO_TIME.exec(text.trim());
-    if (!m) return undefined;
-    const [year, month, day, hour = 0, minute = 0, second = 0] = m.slice(1, 7).map((part) => Number(part ?? 0));
-    const offsetHours = Number(m[9] ?? 0);
-    const offsetMinutes = Number(m[10] ?? 0);
-    if (offsetHours > 23 || offsetMinutes > 59) return undefined;
-    const offset = (m[8] === "-" ? -1 : 1) * (offsetHours * 60 + offsetMinutes);
-    // Not Date.UTC: it reads years 0-99 as 1900-1999.
-    const utc = new Date(0);
-    utc.setUTCFullYear(year!, month! - 1, day!);
-    utc.setUTCHours(hour, minute, second);
-    if (utc.getUTCDate() !== day || utc.getUTCHours() !== hour || utc.getUTCMinutes() !== minute) return undefined;
-    millis = utc.getTime() - offset * 60_000;
-  }
-  const date = new Date(millis);
-  const year = date.getUTCFullYear();
-  return Number.isNaN(millis) || year < 1 || year > 9999 ? undefined : date;
-}
-
+/** `<time:…>` as a `<time datetime>` in UTC, or Zulip's error text. */
 function timestamp(state: StateInline, silent: boolean): boolean {
   if (state.src.charCodeAt(state.pos) !== 0x3c /* < */) return false;
   const match = matchHere(TIMESTAMP, state);

@@ -22,7 +22,6 @@ const corpus = JSON.parse(
 
 const PYGMENTS = "syntax highlighting (Pygments markup and lexer display names) is not done";
 const PREVIEW = "inline image/video/audio previews need the camo proxy and URL fetching (backend_only_rendering)";
-const DATEUTIL = "natural-language dates need dateutil's parser; ISO 8601 and UNIX timestamps work";
 
 const UNSUPPORTED: Record<string, string> = {
   codeblock_hilite_python: PYGMENTS,
@@ -43,9 +42,6 @@ const UNSUPPORTED: Record<string, string> = {
   only_named_inline_video: PREVIEW,
   only_inline_audio_camo: PREVIEW,
   spoiler_with_inline_image: PREVIEW,
-  timestamp_backend_markdown_only: DATEUTIL,
-  timestamp_backend_markdown_and_marked: DATEUTIL,
-  timestamp_timezone: DATEUTIL,
   fried_egg_emoji_nonexistent: "Zulip's hand-curated emoji names drop iamcal's `fried_egg`; we keep iamcal's names",
   non_empty_blockquote:
     "Python-Markdown reads `>` / `>` / `text` as one quote (lazy line after empty quote lines); CommonMark does not",
@@ -253,6 +249,17 @@ describe("other Zulip syntax", () => {
     expect(renderMarkdown("<time:2023-02-29>").html).toBe(
       '<p><span class="timestamp-error">Invalid time format: 2023-02-29</span></p>',
     );
+  });
+
+  it("renders written dates as Zulip's dateutil reads them: midnight without a time, UTC without a zone", () => {
+    const time = (text: string) => renderMarkdown(`<time:${text}>`).html;
+    expect(time("June 5, 2017 10:30 PM PST")).toBe(
+      '<p><time datetime="2017-06-06T06:30:00Z">June 5, 2017 10:30 PM PST</time></p>',
+    );
+    expect(time("5 June 2017")).toBe('<p><time datetime="2017-06-05T00:00:00Z">5 June 2017</time></p>');
+    for (const text of ["tomorrow", "Jun 5 2017 and more", "31 Feb 2017"]) {
+      expect(time(text)).toBe(`<p><span class="timestamp-error">Invalid time format: ${text}</span></p>`);
+    }
   });
 
   it("nests ordered lists indented by two spaces, and leaves indented code alone", () => {
