@@ -23,6 +23,7 @@
 import MarkdownItFactory from "markdown-it";
 import type { Delimiter, Env, MarkdownIt, RendererRule, StateBlock, StateCore, StateInline, Token } from "markdown-it";
 import { emojiCodeFor, emojiCodeOfText, emojiNameFor, ZULIP_EXTRA_EMOJI_NAMES } from "./emoji.ts";
+import { escapeAttribute, escapeCode, escapeText } from "./escape.ts";
 import { renderTex } from "./tex.ts";
 import { parseTimestamp } from "./timestamps.ts";
 
@@ -91,22 +92,6 @@ const EMOTICONS: Record<string, string> = {
   ":p": "stuck_out_tongue",
   ":P": "stuck_out_tongue",
 };
-
-// ---------------------------------------------------------------------------------------------------------------
-// Escaping. Zulip's Python-Markdown leaves quotes alone in text; Pygments escapes them in code blocks.
-
-function escapeText(s: string): string {
-  return s.replace(/[&<>]/g, (c) => (c === "&" ? "&amp;" : c === "<" ? "&lt;" : "&gt;"));
-}
-
-const ATTRIBUTE_ESCAPES: Record<string, string> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" };
-function escapeAttribute(s: string): string {
-  return s.replace(/[&<>"]/g, (c) => ATTRIBUTE_ESCAPES[c]!);
-}
-
-function escapeCode(s: string, apostrophe: string): string {
-  return escapeAttribute(s).replaceAll("'", apostrophe);
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Zulip's narrow URLs (zerver/lib/url_encoding.py): Python's quote() with "." standing in for "%".
