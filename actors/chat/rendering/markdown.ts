@@ -15,8 +15,10 @@
  *
  * TeX goes through KaTeX (tex.ts), loaded on the first message that has math; `<time:…>` through timestamps.ts.
  *
+ * Messages (not descriptions) get Zulip's inline image, video and audio previews (previews.ts).
+ *
  * Not done (Chorus knowingly differs): syntax highlighting (code is escaped, not coloured, and only common
- * languages get Pygments' display name in `data-code-language`), inline image/video previews,
+ * languages get Pygments' display name in `data-code-language`), previews that need fetching or uploads' records,
  * linkifiers, `#**channel>topic@id**` message links, and a few Python-Markdown quirks; test/actors/chat/rendering/markdown.test.ts
  * names each corpus case we do not match, with the reason.
  */
@@ -24,6 +26,7 @@ import MarkdownItFactory from "markdown-it";
 import type { Delimiter, Env, MarkdownIt, RendererRule, StateBlock, StateCore, StateInline, Token } from "markdown-it";
 import { emojiCodeFor, emojiCodeOfText, emojiNameFor, ZULIP_EXTRA_EMOJI_NAMES } from "./emoji.ts";
 import { escapeAttribute, escapeCode, escapeText } from "./escape.ts";
+import { addInlinePreviews, audioPlayer } from "./previews.ts";
 import { renderTex } from "./tex.ts";
 import { parseTimestamp } from "./timestamps.ts";
 
@@ -45,6 +48,10 @@ export interface MarkdownContext {
   realmUrl?: string;
   /** The sender's `translate_emoticons` setting: `:)` becomes 🙂. */
   translateEmoticons?: boolean;
+  /** Image, video and audio previews (previews.ts): Zulip adds them to messages, not to descriptions. */
+  inlinePreviews?: boolean;
+  /** Zulip's camo proxy (CAMO_URI, ending in `/`, and CAMO_KEY), which previews of external media load through. */
+  camo?: { url: string; key: string };
 }
 
 export interface RenderResult {
@@ -483,6 +490,12 @@ function isZulipAutolink(text: string, previous: Token | undefined): boolean {
   return previous.type === "text" && atSyntaxBoundary(previous.content, previous.content.length);
 }
 
+/** Previews of image and video links, in messages that have links. */
+function inlinePreviews(state: StateCore): void {
+  const env = state.env as RenderEnv;
+  if (env.context.inlinePreviews && env.hasLink) addInlinePreviews(state, env.context);
+}
+
 /** Zulip nests `***x***` as strong around em; CommonMark the other way round. */
 function strongOutside(state: StateCore): void {
   for (const block of state.tokens) {
@@ -818,12 +831,17 @@ function build(): MarkdownIt {
   md.inline.ruler.before("emphasis", "zulip_tex", inlineTex);
   md.inline.ruler.before("emphasis", "zulip_timestamp", timestamp);
   md.inline.ruler.before("linkify", "zulip_emoji", emojiName);
+  md.inline.ruler.before("link", "zulip_audio", (state, silent) => {
+    const context = (state.env as RenderEnv).context;
+    return context.inlinePreviews === true && audioPlayer(state, silent, context);
+  });
   md.inline.ruler.at("emphasis", withoutUnderscores(existingRule<InlineRule>(md.inline.ruler, "emphasis")));
   md.inline.ruler2.before("emphasis", "zulip_emphasis_lines", emphasisWithinLines);
 
   md.core.ruler.after("linkify", "zulip_text_emoji", textEmoji);
   md.core.ruler.after("zulip_text_emoji", "zulip_links", zulipLinks);
   md.core.ruler.after("zulip_links", "zulip_strong_outside", strongOutside);
+  md.core.ruler.after("zulip_strong_outside", "zulip_previews", inlinePreviews);
   md.core.ruler.after("block", "zulip_join_bullet_lists", joinBulletLists);
   md.core.ruler.after("normalize", "zulip_nested_lists", reindentNestedLists);
 

@@ -21,7 +21,6 @@ const corpus = JSON.parse(
 ) as { regular_tests: CorpusCase[]; linkify_tests: Array<[string, string, string]> };
 
 const PYGMENTS = "syntax highlighting (Pygments markup and lexer display names) is not done";
-const PREVIEW = "inline image/video/audio previews need the camo proxy and URL fetching (backend_only_rendering)";
 
 const UNSUPPORTED: Record<string, string> = {
   codeblock_hilite_python: PYGMENTS,
@@ -32,16 +31,6 @@ const UNSUPPORTED: Record<string, string> = {
   codeblock_hilite_startinline_php: PYGMENTS,
   tex_fenced_tex: PYGMENTS,
   tex_fenced_latex: PYGMENTS,
-  inline_image: PREVIEW,
-  two_inline_images: PREVIEW,
-  deduplicate_inline_previews: PREVIEW,
-  bulleted_list_inlining: PREVIEW,
-  only_inline_image: PREVIEW,
-  only_named_inline_image: PREVIEW,
-  only_inline_video: PREVIEW,
-  only_named_inline_video: PREVIEW,
-  only_inline_audio_camo: PREVIEW,
-  spoiler_with_inline_image: PREVIEW,
   fried_egg_emoji_nonexistent: "Zulip's hand-curated emoji names drop iamcal's `fried_egg`; we keep iamcal's names",
   non_empty_blockquote:
     "Python-Markdown reads `>` / `>` / `text` as one quote (lazy line after empty quote lines); CommonMark does not",
@@ -56,6 +45,9 @@ const USERS: MentionableUser[] = [{ id: 7, full_name: "Zoe" }];
 function corpusContext(testCase: CorpusCase): MarkdownContext {
   return {
     realmUrl: "http://zulip.testserver",
+    inlinePreviews: true,
+    // Zulip's test settings.
+    camo: { url: "https://external-content.zulipcdn.net/external_content/", key: "dummy" },
     translateEmoticons: testCase.translate_emoticons ?? false,
     userById: (id) => USERS.find((u) => u.id === id),
     userByName: (name) => USERS.find((u) => u.full_name.toLowerCase() === name.toLowerCase()),
@@ -267,6 +259,51 @@ describe("other Zulip syntax", () => {
       "<ol>\n<li>a<ol>\n<li>b</li>\n</ol>\n</li>\n</ol>\n" +
         '<div class="codehilite"><pre><span></span><code>  1. c\n</code></pre></div>',
     );
+  });
+});
+
+describe("inline previews", () => {
+  const render = (content: string, context: MarkdownContext = {}) =>
+    renderMarkdown(content, { inlinePreviews: true, realmUrl: "https://chat.example.com", ...context }).html;
+  const image = (url: string, src = url, title = "") =>
+    `<div class="message_inline_image"><a href="${url}"${title}><img src="${src}"></a></div>`;
+
+  it("are for messages only: descriptions render links as links", () => {
+    expect(renderMarkdown("https://a.com/x.png").html).toBe('<p><a href="https://a.com/x.png">https://a.com/x.png</a></p>');
+    expect(renderMarkdown("![song](https://a.com/s.mp3)").html).toBe('<p>!<a href="https://a.com/s.mp3">song</a></p>');
+  });
+
+  it("load external media directly without a camo proxy, and the realm's own media never through it", () => {
+    expect(render("https://a.com/x.png")).toBe(image("https://a.com/x.png"));
+    expect(render("![song](https://a.com/s.mp3)")).toBe(
+      '<p><audio controls preload="metadata" src="https://a.com/s.mp3" title="song"></audio></p>',
+    );
+    const camo = { url: "https://camo.example.com/", key: "k" };
+    expect(render("https://chat.example.com/static/x.png", { camo })).toBe(image("https://chat.example.com/static/x.png"));
+  });
+
+  it("go where Zulip puts them: after the paragraph, at the end of a tight list item, else at the end", () => {
+    expect(render("# See https://a.com/x.png\ntext")).toBe(
+      '<h1>See <a href="https://a.com/x.png">https://a.com/x.png</a></h1>\n<p>text</p>\n' + image("https://a.com/x.png"),
+    );
+    expect(render("* https://a.com/x.png\n* b")).toBe(`<ul>\n<li>${image("https://a.com/x.png")}</li>\n<li>b</li>\n</ul>`);
+    expect(render("[a picture](https://a.com/x.png) and more")).toBe(
+      '<p><a href="https://a.com/x.png">a picture</a> and more</p>\n' + image("https://a.com/x.png", undefined, ' title="a picture"'),
+    );
+  });
+
+  it("leave out quotes, uploads, URLs whose type hides behind a query, and messages with over 24 URLs", () => {
+    const none = (content: string) => expect(render(content)).not.toContain("message_inline_image");
+    none("> https://a.com/x.png");
+    none("https://chat.example.com/user_uploads/1/ab/x.png");
+    none("https://a.com/v.mp4?t=1");
+    none(Array.from({ length: 25 }, (_, i) => `https://a.com/${i}.png`).join(" "));
+    expect(render(Array.from({ length: 24 }, (_, i) => `https://a.com/${i}.png`).join(" "))).toContain(image("https://a.com/23.png"));
+  });
+
+  it("preview a GitHub file page as the raw file", () => {
+    const url = "https://github.com/zulip/zulip/blob/main/static/images/logo.png";
+    expect(render(url)).toBe(image(url, "https://raw.githubusercontent.com/zulip/zulip/main/static/images/logo.png"));
   });
 });
 
