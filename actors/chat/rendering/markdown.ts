@@ -17,11 +17,12 @@
  *
  * Messages (not descriptions) get Zulip's inline image, video and audio previews (previews.ts).
  *
- * Not done (Chorus knowingly differs): syntax highlighting (code is escaped, not coloured, and only common
- * languages get Pygments' display name in `data-code-language`), previews that need fetching or uploads' records,
+ * Not done (Chorus knowingly differs): syntax highlighting (code is escaped, not coloured; no npm package
+ * produces Pygments' markup), previews that need fetching or uploads' records,
  * linkifiers, `#**channel>topic@id**` message links, and a few Python-Markdown quirks; test/actors/chat/rendering/markdown.test.ts
  * names each corpus case we do not match, with the reason.
  */
+import { createRequire } from "node:module";
 import MarkdownItFactory from "markdown-it";
 import type { Delimiter, Env, MarkdownIt, RendererRule, StateBlock, StateCore, StateInline, Token } from "markdown-it";
 import { emojiCodeFor, emojiCodeOfText, emojiNameFor, ZULIP_EXTRA_EMOJI_NAMES } from "./emoji.ts";
@@ -737,50 +738,39 @@ function keepTrailingSpaces(paragraph: BlockRule): BlockRule {
 // ---------------------------------------------------------------------------------------------------------------
 // Rendering of code and of our own tokens.
 
+/** Pygments' lexers, alias to display name; loaded with the first code block that names a language. */
+let lexerNames: Map<string, string> | undefined;
+
 /**
- * Zulip labels a code block with the Pygments lexer's display name, which clients show and match code playgrounds
- * against. Without Pygments we know the common languages' names; others keep the name as written, as Zulip does
- * for a language Pygments does not know.
+ * Zulip labels a code block with the display name of the Pygments lexer the language names (`py2` is
+ * `Python 2.x`), which clients show and match code playgrounds against; a language Pygments does not know keeps
+ * its name, in lower case. pygments-lexers.json lists every lexer's name with its aliases, as Pygments 2.20
+ * resolves them (the first lexer with an alias wins):
+ * `python3 -c 'from pygments.lexers import get_all_lexers; print([(n, a) for n, a, _, _ in get_all_lexers()])'`.
  */
-const LANGUAGE_NAMES = new Map<string, string>();
-for (const [name, aliases] of Object.entries({
-  Python: "python py python3 py3",
-  "Python 2.x": "python2 py2",
-  JavaScript: "javascript js",
-  TypeScript: "typescript ts",
-  JSON: "json",
-  HTML: "html",
-  CSS: "css",
-  Bash: "bash sh shell zsh",
-  SQL: "sql",
-  Java: "java",
-  C: "c",
-  "C++": "cpp c++",
-  "C#": "csharp c#",
-  Go: "go golang",
-  Rust: "rust rs",
-  Ruby: "ruby rb",
-  PHP: "php",
-  Kotlin: "kotlin",
-  Swift: "swift",
-  YAML: "yaml yml",
-  XML: "xml",
-  TeX: "tex latex",
-  Markdown: "markdown md",
-  Diff: "diff patch",
-  "Text only": "text",
-})) {
-  for (const alias of aliases.split(" ")) LANGUAGE_NAMES.set(alias, name);
+function codeLanguageName(lang: string): string {
+  if (!lexerNames) {
+    const byName = createRequire(import.meta.url)("./pygments-lexers.json") as Record<string, string>;
+    lexerNames = new Map();
+    for (const [name, aliases] of Object.entries(byName)) {
+      for (const alias of aliases.split(" ")) lexerNames.set(alias, name);
+    }
+  }
+  const alias = lang.toLowerCase();
+  return lexerNames.get(alias) ?? alias;
 }
 
-/** Code blocks as Pygments wraps them; lines lose trailing whitespace, the block its blank edges. */
+/**
+ * Code blocks as Pygments wraps them; lines lose trailing whitespace, the block its blank edges. Pygments escapes
+ * quotes; a block with a language goes through lxml in Zulip (to add the language), which writes them back plain.
+ */
 function codeBlockHtml(code: string, lang: string): string {
   const lines = code.split("\n").map((line) => line.trimEnd());
   while (lines.length && lines[0] === "") lines.shift();
   while (lines.length && lines[lines.length - 1] === "") lines.pop();
-  const name = LANGUAGE_NAMES.get(lang.toLowerCase()) ?? lang;
-  const language = lang ? ` data-code-language="${escapeAttribute(name)}"` : "";
-  const body = lines.length ? escapeCode(lines.join("\n"), "&#39;") + "\n" : "";
+  const text = lines.join("\n");
+  const language = lang ? ` data-code-language="${escapeAttribute(codeLanguageName(lang))}"` : "";
+  const body = lines.length ? (lang ? escapeText(text) : escapeCode(text, "&#39;")) + "\n" : "";
   return `<div class="codehilite"${language}><pre><span></span><code>${body}</code></pre></div>\n`;
 }
 
