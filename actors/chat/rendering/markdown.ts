@@ -461,7 +461,7 @@ function zulipLinks(state: StateCore): void {
     for (let i = 0; i < children.length; i++) {
       const token = children[i]!;
       if (token.type !== "link_open") continue;
-      if (token.markup === "linkify" && !isZulipAutolink(children[i + 1]!.content, children[i - 1])) {
+      if (token.markup === "linkify" && !isZulipAutolink(children[i + 1]!.content, children[i - 1], children[i + 3])) {
         const text = new state.Token("text", "", 0);
         text.content = children[i + 1]!.content;
         children.splice(i, 3, text);
@@ -484,9 +484,14 @@ function zulipLinks(state: StateCore): void {
 /** Zulip's TLD list leaves out these two, which are mostly file names (`views.py`, `README.md`). */
 const FILE_LIKE_DOMAIN = /^[^/?#]*\.(?:py|md)(?:[/:?#]|$)/i;
 
-/** Whether a URL markdown-it found in text is one Zulip links, given the token before it. */
-function isZulipAutolink(text: string, previous: Token | undefined): boolean {
+/** After a URL Zulip links: only trailing punctuation, then a space or the end of the text. */
+const URL_END = /^[!:;?),.'">]*(?:\s|$)/;
+
+/** Whether a URL markdown-it found in text is one Zulip links, given the tokens around it. */
+function isZulipAutolink(text: string, previous: Token | undefined, next: Token | undefined): boolean {
   if (!ANY_SCHEME.test(text) && FILE_LIKE_DOMAIN.test(text)) return false;
+  const endsWell = !next || next.type !== "text" || URL_END.test(next.content);
+  if (!endsWell) return false;
   if (!previous || previous.type === "softbreak" || previous.type === "hardbreak") return true;
   return previous.type === "text" && atSyntaxBoundary(previous.content, previous.content.length);
 }
