@@ -153,8 +153,10 @@ function findLinks(tokens: Token[]): { links: FoundLink[]; closeOf: Map<number, 
 /** Adds the previews of a message's image and video links (a core rule, after links are final). */
 export function addInlinePreviews(state: StateCore, settings: PreviewSettings): void {
   const { links, closeOf } = findLinks(state.tokens);
+  // Most links are to pages: nothing to do.
+  if (!links.some((link) => !link.inQuote && (VIDEO_URL.test(link.url) || isImage(link.url)))) return;
   const previewable = new Set(links.filter((link) => !link.inQuote).map((link) => link.url));
-  if (previewable.size === 0 || previewable.size > PREVIEW_LIMIT) return;
+  if (previewable.size > PREVIEW_LIMIT) return;
 
   const after = new Map<number, Token[]>();
   const removedUpTo = new Map<number, number>();
