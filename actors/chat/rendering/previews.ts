@@ -193,7 +193,9 @@ export function addInlinePreviews(state: StateCore, settings: PreviewSettings): 
     }
   }
 
-  for (const { children, from, to } of linkRemovals.reverse()) children.splice(from, to - from + 1);
+  // Last first, so that earlier positions in the same item stay right.
+  linkRemovals.sort((a, b) => b.from - a.from);
+  for (const { children, from, to } of linkRemovals) children.splice(from, to - from + 1);
   const tokens: Token[] = [];
   for (let i = 0; i < state.tokens.length; i++) {
     const removedTo = removedUpTo.get(i);
