@@ -13,15 +13,23 @@
  * (users, groups, channels): the result says which users, groups and wildcards were mentioned, for message flags
  * and the wildcard-mention permission rules. The markdown-it instance is built once, at module load.
  *
- * Not done (Chorus knowingly differs): syntax highlighting (code is escaped, not coloured, and only common
- * languages get Pygments' display name in `data-code-language`), KaTeX (math renders as Zulip's
- * `tex-error` fallback, showing the source), inline image/video previews, natural-language `<time:…>` dates,
+ * TeX goes through KaTeX (tex.ts), loaded on the first message that has math; `<time:…>` through timestamps.ts.
+ *
+ * Messages (not descriptions) get Zulip's inline image, video and audio previews (previews.ts).
+ *
+ * Not done (Chorus knowingly differs): syntax highlighting (code is escaped, not coloured; no npm package
+ * produces Pygments' markup), previews that need fetching or uploads' records,
  * linkifiers, `#**channel>topic@id**` message links, and a few Python-Markdown quirks; test/actors/chat/rendering/markdown.test.ts
  * names each corpus case we do not match, with the reason.
  */
+import { createRequire } from "node:module";
 import MarkdownItFactory from "markdown-it";
 import type { Delimiter, Env, MarkdownIt, RendererRule, StateBlock, StateCore, StateInline, Token } from "markdown-it";
 import { emojiCodeFor, emojiCodeOfText, emojiNameFor, ZULIP_EXTRA_EMOJI_NAMES } from "./emoji.ts";
+import { escapeAttribute, escapeCode, escapeText } from "./escape.ts";
+import { addInlinePreviews, audioPlayer } from "./previews.ts";
+import { renderTex } from "./tex.ts";
+import { parseTimestamp } from "./timestamps.ts";
 
 export interface MentionableUser {
   id: number;
@@ -41,6 +49,10 @@ export interface MarkdownContext {
   realmUrl?: string;
   /** The sender's `translate_emoticons` setting: `:)` becomes 🙂. */
   translateEmoticons?: boolean;
+  /** Image, video and audio previews (previews.ts): Zulip adds them to messages, not to descriptions. */
+  inlinePreviews?: boolean;
+  /** Zulip's camo proxy (CAMO_URI, ending in `/`, and CAMO_KEY), which previews of external media load through. */
+  camo?: { url: string; key: string };
 }
 
 export interface RenderResult {
@@ -88,22 +100,6 @@ const EMOTICONS: Record<string, string> = {
   ":p": "stuck_out_tongue",
   ":P": "stuck_out_tongue",
 };
-
-// ---------------------------------------------------------------------------------------------------------------
-// Escaping. Zulip's Python-Markdown leaves quotes alone in text; Pygments escapes them in code blocks.
-
-function escapeText(s: string): string {
-  return s.replace(/[&<>]/g, (c) => (c === "&" ? "&amp;" : c === "<" ? "&lt;" : "&gt;"));
-}
-
-const ATTRIBUTE_ESCAPES: Record<string, string> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" };
-function escapeAttribute(s: string): string {
-  return s.replace(/[&<>"]/g, (c) => ATTRIBUTE_ESCAPES[c]!);
-}
-
-function escapeCode(s: string, apostrophe: string): string {
-  return escapeAttribute(s).replaceAll("'", apostrophe);
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Zulip's narrow URLs (zerver/lib/url_encoding.py): Python's quote() with "." standing in for "%".
@@ -319,44 +315,14 @@ function inlineTex(state: StateInline, silent: boolean): boolean {
   if (src.charCodeAt(pos) !== 0x24 /* $ */ || src.charCodeAt(pos - 1) === 0x24) return false;
   const match = matchHere(INLINE_TEX, state);
   if (!match) return false;
-  // Without KaTeX we render what Zulip renders when KaTeX fails: the source, marked as such.
-  if (!silent) pushHtml(state, `<span class="tex-error">${escapeText(match[0])}</span>`);
+  if (!silent) pushHtml(state, renderTex(match[1]!, false) ?? `<span class="tex-error">${escapeText(match[0])}</span>`);
   state.pos = pos + match[0].length;
   return true;
 }
 
 const TIMESTAMP = /<time:([^>]*)>/y;
-const ISO_TIME =
-  /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?)?[ ]*(?:(Z)|([+-])(\d{2}):?(\d{2}))?$/i;
 
-/**
- * `<time:…>` as a `<time datetime>` in UTC. Zulip parses the text with dateutil, which understands much more
- * than this; we take what clients' time pickers write, ISO 8601 (no zone means UTC) and UNIX seconds.
- */
-function parseTimestamp(text: string): Date | undefined {
-  let millis: number;
-  if (/^-?\d+(?:\.\d+)?$/.test(text)) {
-    millis = Number(text) * 1000;
-  } else {
-    const m = ISO_TIME.exec(text.trim());
-    if (!m) return undefined;
-    const [year, month, day, hour = 0, minute = 0, second = 0] = m.slice(1, 7).map((part) => Number(part ?? 0));
-    const offsetHours = Number(m[9] ?? 0);
-    const offsetMinutes = Number(m[10] ?? 0);
-    if (offsetHours > 23 || offsetMinutes > 59) return undefined;
-    const offset = (m[8] === "-" ? -1 : 1) * (offsetHours * 60 + offsetMinutes);
-    // Not Date.UTC: it reads years 0-99 as 1900-1999.
-    const utc = new Date(0);
-    utc.setUTCFullYear(year!, month! - 1, day!);
-    utc.setUTCHours(hour, minute, second);
-    if (utc.getUTCDate() !== day || utc.getUTCHours() !== hour || utc.getUTCMinutes() !== minute) return undefined;
-    millis = utc.getTime() - offset * 60_000;
-  }
-  const date = new Date(millis);
-  const year = date.getUTCFullYear();
-  return Number.isNaN(millis) || year < 1 || year > 9999 ? undefined : date;
-}
-
+/** `<time:…>` as a `<time datetime>` in UTC, or Zulip's error text. */
 function timestamp(state: StateInline, silent: boolean): boolean {
   if (state.src.charCodeAt(state.pos) !== 0x3c /* < */) return false;
   const match = matchHere(TIMESTAMP, state);
@@ -495,7 +461,7 @@ function zulipLinks(state: StateCore): void {
     for (let i = 0; i < children.length; i++) {
       const token = children[i]!;
       if (token.type !== "link_open") continue;
-      if (token.markup === "linkify" && !isZulipAutolink(children[i + 1]!.content, children[i - 1])) {
+      if (token.markup === "linkify" && !isZulipAutolink(children[i + 1]!.content, children[i - 1], children[i + 3])) {
         const text = new state.Token("text", "", 0);
         text.content = children[i + 1]!.content;
         children.splice(i, 3, text);
@@ -518,11 +484,22 @@ function zulipLinks(state: StateCore): void {
 /** Zulip's TLD list leaves out these two, which are mostly file names (`views.py`, `README.md`). */
 const FILE_LIKE_DOMAIN = /^[^/?#]*\.(?:py|md)(?:[/:?#]|$)/i;
 
-/** Whether a URL markdown-it found in text is one Zulip links, given the token before it. */
-function isZulipAutolink(text: string, previous: Token | undefined): boolean {
+/** After a URL Zulip links: only trailing punctuation, then a space or the end of the text. */
+const URL_END = /^[!:;?),.'">]*(?:\s|$)/;
+
+/** Whether a URL markdown-it found in text is one Zulip links, given the tokens around it. */
+function isZulipAutolink(text: string, previous: Token | undefined, next: Token | undefined): boolean {
   if (!ANY_SCHEME.test(text) && FILE_LIKE_DOMAIN.test(text)) return false;
+  const endsWell = !next || next.type !== "text" || URL_END.test(next.content);
+  if (!endsWell) return false;
   if (!previous || previous.type === "softbreak" || previous.type === "hardbreak") return true;
   return previous.type === "text" && atSyntaxBoundary(previous.content, previous.content.length);
+}
+
+/** Previews of image and video links, in messages that have links. */
+function inlinePreviews(state: StateCore): void {
+  const env = state.env as RenderEnv;
+  if (env.context.inlinePreviews && env.hasLink) addInlinePreviews(state, env.context);
 }
 
 /** Zulip nests `***x***` as strong around em; CommonMark the other way round. */
@@ -766,55 +743,54 @@ function keepTrailingSpaces(paragraph: BlockRule): BlockRule {
 // ---------------------------------------------------------------------------------------------------------------
 // Rendering of code and of our own tokens.
 
+/** Pygments' lexers, alias to display name; loaded with the first code block that names a language. */
+let lexerNames: Map<string, string> | undefined;
+
 /**
- * Zulip labels a code block with the Pygments lexer's display name, which clients show and match code playgrounds
- * against. Without Pygments we know the common languages' names; others keep the name as written, as Zulip does
- * for a language Pygments does not know.
+ * Zulip labels a code block with the display name of the Pygments lexer the language names (`py2` is
+ * `Python 2.x`), which clients show and match code playgrounds against; a language Pygments does not know keeps
+ * its name, in lower case. pygments-lexers.json lists every lexer's name with its aliases, as Pygments 2.20
+ * resolves them (the first lexer with an alias wins):
+ * `python3 -c 'from pygments.lexers import get_all_lexers; print([(n, a) for n, a, _, _ in get_all_lexers()])'`.
  */
-const LANGUAGE_NAMES = new Map<string, string>();
-for (const [name, aliases] of Object.entries({
-  Python: "python py python3 py3",
-  "Python 2.x": "python2 py2",
-  JavaScript: "javascript js",
-  TypeScript: "typescript ts",
-  JSON: "json",
-  HTML: "html",
-  CSS: "css",
-  Bash: "bash sh shell zsh",
-  SQL: "sql",
-  Java: "java",
-  C: "c",
-  "C++": "cpp c++",
-  "C#": "csharp c#",
-  Go: "go golang",
-  Rust: "rust rs",
-  Ruby: "ruby rb",
-  PHP: "php",
-  Kotlin: "kotlin",
-  Swift: "swift",
-  YAML: "yaml yml",
-  XML: "xml",
-  TeX: "tex latex",
-  Markdown: "markdown md",
-  Diff: "diff patch",
-  "Text only": "text",
-})) {
-  for (const alias of aliases.split(" ")) LANGUAGE_NAMES.set(alias, name);
+function codeLanguageName(lang: string): string {
+  if (!lexerNames) {
+    const byName = createRequire(import.meta.url)("./pygments-lexers.json") as Record<string, string>;
+    lexerNames = new Map();
+    for (const [name, aliases] of Object.entries(byName)) {
+      for (const alias of aliases.split(" ")) lexerNames.set(alias, name);
+    }
+  }
+  const alias = lang.toLowerCase();
+  return lexerNames.get(alias) ?? alias;
 }
 
-/** Code blocks as Pygments wraps them; lines lose trailing whitespace, the block its blank edges. */
+/**
+ * Code blocks as Pygments wraps them; lines lose trailing whitespace, the block its blank edges. Pygments escapes
+ * quotes; a block with a language goes through lxml in Zulip (to add the language), which writes them back plain.
+ */
 function codeBlockHtml(code: string, lang: string): string {
   const lines = code.split("\n").map((line) => line.trimEnd());
   while (lines.length && lines[0] === "") lines.shift();
   while (lines.length && lines[lines.length - 1] === "") lines.pop();
-  const name = LANGUAGE_NAMES.get(lang.toLowerCase()) ?? lang;
-  const language = lang ? ` data-code-language="${escapeAttribute(name)}"` : "";
-  const body = lines.length ? escapeCode(lines.join("\n"), "&#39;") + "\n" : "";
+  const text = lines.join("\n");
+  const language = lang ? ` data-code-language="${escapeAttribute(codeLanguageName(lang))}"` : "";
+  const body = lines.length ? (lang ? escapeText(text) : escapeCode(text, "&#39;")) + "\n" : "";
   return `<div class="codehilite"${language}><pre><span></span><code>${body}</code></pre></div>\n`;
 }
 
+/**
+ * A ```math block as Zulip renders it: lines lose trailing whitespace, each paragraph (split at an empty line) is
+ * rendered in display mode, and they all go in one `<p>`; an empty block renders as nothing.
+ */
 function mathBlockHtml(tex: string): string {
-  return `<p><span class="tex-error">${escapeCode(tex.trim(), "&#x27;")}</span></p>\n`;
+  if (tex === "") return "";
+  const lines = tex.slice(0, -1).split("\n"); // markdown-it ends every line with a newline
+  const paragraphs = lines.map((line) => line.trimEnd()).join("\n").split("\n\n");
+  const html = paragraphs.map(
+    (paragraph) => renderTex(paragraph, true) ?? `<span class="tex-error">${escapeCode(paragraph, "&#x27;")}</span>`,
+  );
+  return `<p>${html.join("\n\n")}</p>\n`;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -850,12 +826,17 @@ function build(): MarkdownIt {
   md.inline.ruler.before("emphasis", "zulip_tex", inlineTex);
   md.inline.ruler.before("emphasis", "zulip_timestamp", timestamp);
   md.inline.ruler.before("linkify", "zulip_emoji", emojiName);
+  md.inline.ruler.before("link", "zulip_audio", (state, silent) => {
+    const context = (state.env as RenderEnv).context;
+    return context.inlinePreviews === true && audioPlayer(state, silent, context);
+  });
   md.inline.ruler.at("emphasis", withoutUnderscores(existingRule<InlineRule>(md.inline.ruler, "emphasis")));
   md.inline.ruler2.before("emphasis", "zulip_emphasis_lines", emphasisWithinLines);
 
   md.core.ruler.after("linkify", "zulip_text_emoji", textEmoji);
   md.core.ruler.after("zulip_text_emoji", "zulip_links", zulipLinks);
   md.core.ruler.after("zulip_links", "zulip_strong_outside", strongOutside);
+  md.core.ruler.after("zulip_strong_outside", "zulip_previews", inlinePreviews);
   md.core.ruler.after("block", "zulip_join_bullet_lists", joinBulletLists);
   md.core.ruler.after("normalize", "zulip_nested_lists", reindentNestedLists);
 

@@ -1,5 +1,6 @@
 /**
- * The lookups markdown.ts needs to render mentions, channel links and custom emoji, prepared for one message.
+ * The lookups markdown.ts needs to render mentions, channel links and custom emoji, prepared for one message
+ * (which also gets inline media previews, as Zulip's messages do).
  * markdown.ts asks synchronously, so the candidates are fetched first: only names and ids the content could
  * mention (a loose scan; markdown decides what really is a mention, e.g. not inside code), and the realm's active
  * custom emoji (cached per realm) only when the content has some `:name:`.
@@ -14,6 +15,9 @@ const CHANNEL_LINK = /#\*\*([^*>]+)/g;
 /** What markdown.ts's `:name:` rule could take for an emoji name. */
 const EMOJI_SYNTAX = /:[\p{L}\p{N}_+-]+:/u;
 
+/** Every message renders with Zulip's inline media previews, whatever else it needs. */
+const MESSAGE: MarkdownContext = Object.freeze({ inlinePreviews: true });
+
 export async function markdownContext(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {
   if (!EMOJI_SYNTAX.test(content)) return mentionLookups(db, realmId, content);
   const [mentions, customEmoji] = await Promise.all([mentionLookups(db, realmId, content), activeRealmEmojiByName(db, realmId)]);
@@ -21,7 +25,7 @@ export async function markdownContext(db: Kysely<Database>, realmId: number, con
 }
 
 async function mentionLookups(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {
-  if (!content.includes("**")) return {};
+  if (!content.includes("**")) return MESSAGE;
   const names = new Set<string>();
   const ids = new Set<number>();
   for (const m of content.matchAll(USER_MENTION)) {
@@ -45,6 +49,7 @@ async function mentionLookups(db: Kysely<Database>, realmId: number, content: st
   const byName = new Map<string, MentionableUser[]>();
   for (const u of users) byName.set(u.full_name.toLowerCase(), [...(byName.get(u.full_name.toLowerCase()) ?? []), u]);
   return {
+    inlinePreviews: true,
     // Zulip mentions by name only when the name is unambiguous.
     userByName: (name) => {
       const found = byName.get(name.toLowerCase());
