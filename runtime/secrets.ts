@@ -96,3 +96,10 @@ export async function verifyPassword(password: string, stored: string | null): P
   });
   return crypto.timingSafeEqual(actual, expected);
 }
+
+/** Constant-time comparison of two strings (a presented secret with the expected one). */
+export function safeEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && crypto.timingSafeEqual(x, y);
+}

@@ -16,8 +16,20 @@ import { ajv } from "../validate.ts";
 import { Router, traced } from "../router.ts";
 import type { MobileCaller, OperatorAuth, Operator } from "./auth.ts";
 import type { RateLimits } from "./limits.ts";
-import type { AssistantSockets } from "./sockets.ts";
 import type { Database } from "../../actors/schema.ts";
+import type { Answered } from "../../actors/assistant/agent-session.protocol.ts";
+
+/** The mobile chat's socket.io rooms as the routes use them (implemented by attachSockets in sockets.ts). */
+export interface AssistantSockets {
+  typing(sessionId: string): void;
+  /** Stream the pieces of a finished answer, then its completion, to the session's room. */
+  publishAnswer(answered: Answered): void;
+  /** One piece of an answer still being generated (`seq` from 1). */
+  publishDelta(sessionId: string, messageId: string, delta: string, seq: number): void;
+  /** The end of a generated answer whose pieces went out with publishDelta. */
+  publishComplete(answered: Answered): void;
+  close(): Promise<void>;
+}
 
 export interface AssistantServices {
   system: ActorSystem;

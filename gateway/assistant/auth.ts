@@ -11,7 +11,7 @@
  */
 import crypto from "node:crypto";
 import { ChorusError } from "../../runtime/errors.ts";
-import { Keyring } from "../../runtime/secrets.ts";
+import { Keyring, safeEqual } from "../../runtime/secrets.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import { ROLE } from "../../actors/chat/organization/realm.ts";
 import { operatorByApiKeyHash, operatorBySessionHash } from "../../actors/assistant/reads.ts";
@@ -66,11 +66,6 @@ export function cookieValue(header: string | undefined, name: string): string | 
   return undefined;
 }
 
-export function safeEqual(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && crypto.timingSafeEqual(x, y);
-}
 
 export class OperatorAuth {
   private readonly cache = new Map<string, Cached>();

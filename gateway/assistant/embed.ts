@@ -20,7 +20,7 @@ import { answerAndRecord } from "./generate.ts";
 import { SSE_HEADERS, SseWriter } from "./sse.ts";
 import { ajv } from "../validate.ts";
 import { errorResult, fail, json, parseBody, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
-import { safeEqual } from "./auth.ts";
+import { safeEqual } from "../../runtime/secrets.ts";
 
 const AGENT_CACHE_MS = 2000;
 

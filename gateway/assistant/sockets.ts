@@ -19,21 +19,11 @@ import { ChorusError } from "../../runtime/errors.ts";
 import type { PubSub } from "../../runtime/transport/pubsub.ts";
 import { channels } from "../../runtime/transport/redis-keys.ts";
 import type { HttpServer } from "../http.ts";
-import type { AssistantServices } from "./app.ts";
+import type { AssistantServices, AssistantSockets } from "./app.ts";
 import { isUuid } from "./app.ts";
 import { callerMayUse, type MobileCaller } from "./auth.ts";
 import { answerPieces } from "./sse.ts";
 
-export interface AssistantSockets {
-  typing(sessionId: string): void;
-  /** Stream the pieces of a finished answer, then its completion, to the session's room. */
-  publishAnswer(answered: Answered): void;
-  /** One piece of an answer still being generated (`seq` from 1). */
-  publishDelta(sessionId: string, messageId: string, delta: string, seq: number): void;
-  /** The end of a generated answer whose pieces went out with publishDelta. */
-  publishComplete(answered: Answered): void;
-  close(): Promise<void>;
-}
 
 const room = (sessionId: string) => `session:${sessionId}`;
 

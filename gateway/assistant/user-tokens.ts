@@ -10,8 +10,7 @@
  * they expire; that is why they are short-lived.
  */
 import { ChorusError } from "../../runtime/errors.ts";
-import type { Keyring } from "../../runtime/secrets.ts";
-import { safeEqual } from "./auth.ts";
+import { safeEqual, type Keyring } from "../../runtime/secrets.ts";
 
 export const USER_TOKEN_PREFIX = "cut_";
 export const USER_TOKEN_SECONDS = 3600;

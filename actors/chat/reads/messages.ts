@@ -3,9 +3,10 @@
  * under the access rule), the messages a route acts on, and message records for rebuilding event queues. Nothing
  * here writes.
  */
-import { sql, type Kysely, type RawBuilder, type SqlBool } from "kysely";
+import { sql, type Kysely, type RawBuilder, type Selectable, type SqlBool } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
 import type { Database } from "../../schema.ts";
+import type { MessageEditColumns, MessageTable } from "../schema.ts";
 import { formatMessage, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
 import { ROLE } from "../organization/groups.ts";
 import { dmKey, RECIPIENT_DM } from "../conversations/dm.ts";
@@ -268,21 +269,11 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
   };
 }
 
-interface MessageRow {
-  id: number;
-  sender_id: number;
-  recipient_id: number;
-  stream_id: number | null;
-  topic: string;
-  content: string;
-  rendered_content: string;
-  date_sent: number;
-  sending_client: string;
-  edit_history: unknown[] | null;
-  last_edit_time: number | null;
-  last_moved_time: number | null;
-  flags: number | null;
-}
+/** A message row as a fetch reads it, with the reader's flags (null: a message the reader never received). */
+type MessageRow = Pick<
+  Selectable<MessageTable & MessageEditColumns>,
+  "id" | "sender_id" | "recipient_id" | "stream_id" | "topic" | "content" | "rendered_content" | "date_sent" | "sending_client" | "edit_history" | "last_edit_time" | "last_moved_time"
+> & { flags: number | null };
 
 /**
  * The reader-independent part of messages (sender, conversation, raw topic), for a page of rows: one query per

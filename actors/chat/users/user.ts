@@ -37,7 +37,7 @@ import { matchesNarrow } from "../reads/narrow.ts";
 import { messageRecords } from "../reads/messages.ts";
 import { dispatch, type Handlers, type MessageOf, type Op } from "../../../runtime/protocol.ts";
 import { Channel } from "../conversations/channel.protocol.ts";
-import { User, type UserProtocol, type AddPushToken, type AddView, type DeliverMessage, type DraftFields, type Narrow, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView } from "./user.protocol.ts";
+import { User, type UserProtocol, type AddPushToken, type AddView, type DeliverMessage, type DraftFields, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView } from "./user.protocol.ts";
 import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft } from "./user-data.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
@@ -110,15 +110,8 @@ async function hydrate(db: ActorDeps["store"]["db"], rows: Array<{ seq: number; 
   return events;
 }
 
-interface QueueSpec {
-  id: string;
-  eventTypes: string[] | null;
-  narrow: Narrow;
-  applyMarkdown: boolean;
-  clientGravatar: boolean;
-  allPublicStreams: boolean;
-  clientCapabilities: Record<string, unknown>;
-}
+/** A queue's definition, as the snapshot keeps it: what its register asked for, and its id. */
+type QueueSpec = Omit<Register, "op"> & { id: string };
 
 interface Snapshot {
   queues: QueueSpec[];
