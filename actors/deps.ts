@@ -3,6 +3,7 @@ import type { Config } from "../runtime/config.ts";
 import type { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { ActorSystem } from "../runtime/system.ts";
+import type { ChatConfig } from "./chat/config.ts";
 import type { MessageLog } from "./chat/message-log.ts";
 import type { Database } from "./schema.ts";
 
@@ -12,6 +13,8 @@ export interface ActorDeps {
   messageLog: MessageLog;
   keyring: Keyring;
   config: Config;
+  /** Chat's own settings (event queues, e-mail, the message log's tuning). */
+  chat: ChatConfig;
   ids: MessageIds;
   /** Set once the system exists (actors are built by it, so they cannot be built with it). */
   system(): ActorSystem;

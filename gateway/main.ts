@@ -107,7 +107,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     pubsub = new MemoryPubSub();
   }
   let system: ActorSystem;
-  const deps: ActorDeps = { store, messageLog, keyring, config, ids: new MessageIds(messageLog), system: () => system };
+  const deps: ActorDeps = { store, messageLog, keyring, config, chat, ids: new MessageIds(messageLog), system: () => system };
   const assistantConfig = loadAssistantConfig();
   const webhooks = new WebhookDelivery(store, keyring, assistantConfig);
   system = new ActorSystem({ transport, pubsub, shards: config.shards, kinds: actorKinds(deps, { config: assistantConfig, wakeWebhooks: () => webhooks.wake() }), askTimeoutMs: config.askTimeoutMs });
@@ -135,6 +135,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     store,
     keyring,
     config,
+    chat,
     auth,
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
@@ -154,7 +155,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   });
   assistant.attach(http);
   webhooks.start();
-  const mail = config.smtpUrl ? new MailSender(store, { smtpUrl: config.smtpUrl, from: config.mailFrom }) : undefined;
+  const mail = chat.smtpUrl ? new MailSender(store, { smtpUrl: chat.smtpUrl, from: chat.mailFrom }) : undefined;
   mail?.start();
   port = http.port;
 

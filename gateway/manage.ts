@@ -22,6 +22,7 @@ import { findUserByEmail } from "../actors/chat/reads/users.ts";
 import { serverRealmId } from "../actors/chat/reads/realms.ts";
 import type { KnowledgeDocument, Published } from "../actors/assistant/agent.protocol.ts";
 import { insertAccount, ROLE } from "../actors/chat/organization/realm.ts";
+import { setPasswordHash } from "../actors/chat/organization/accounts.ts";
 import { EMAIL } from "../actors/chat/organization/realm.ts";
 import { WEBHOOK_EVENTS } from "../actors/assistant/webhooks.ts";
 import { checkBody, isUuid } from "./assistant/app.ts";
@@ -177,7 +178,7 @@ const COMMANDS: Record<string, (ctx: Context) => Promise<void>> = {
   async "set-password"({ store, values }) {
     const user = await account(store.db, values.email);
     const passwordHash = await hashPassword(readPassword(values));
-    await store.db.updateTable("users").set({ password_hash: passwordHash }).where("id", "=", user.id).execute();
+    await setPasswordHash(store.db, user.id, passwordHash);
     console.log(`password set for ${user.delivery_email}`);
   },
 

@@ -19,20 +19,12 @@ export interface Config {
   shards: number;
   /** Seconds a shard lease lasts without renewal. */
   leaseSeconds: number;
-  /** Long-poll heartbeat: a poll that waited this long gets a heartbeat event. */
-  heartbeatSeconds: number;
-  /** An event queue expires this long after its last poll ended. */
-  queueTimeoutSeconds: number;
   /** Largest request body accepted (413 past it). */
   maxBodyBytes: number;
   /** Default ask timeout. */
   askTimeoutMs: number;
   /** Secret used to encrypt API keys; generated into dataDir when absent. */
   secret?: string;
-  /** SMTP server for outgoing e-mail (invitations), e.g. smtp://user:pass@host:587; none: e-mails stay in the outbox. */
-  smtpUrl?: string;
-  /** From address of outgoing e-mail. */
-  mailFrom: string;
 }
 
 /** An integer setting from the environment (also for a domain's own settings, e.g. actors/chat/config.ts). */
@@ -55,13 +47,9 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     workers: Math.max(1, int("WORKERS", 1)),
     shards: Math.max(1, int("SHARDS", 16)),
     leaseSeconds: Math.max(2, int("LEASE_SECONDS", 10)),
-    heartbeatSeconds: Math.max(1, int("HEARTBEAT_SECONDS", 50)),
-    queueTimeoutSeconds: Math.max(1, int("QUEUE_TIMEOUT_SECONDS", 600)),
     maxBodyBytes: int("MAX_BODY_BYTES", 25 * 1024 * 1024),
     askTimeoutMs: int("ASK_TIMEOUT_MS", 10_000),
     secret: env.CHORUS_SECRET || undefined,
-    smtpUrl: env.SMTP_URL || undefined,
-    mailFrom: env.MAIL_FROM ?? "Chorus <noreply@chorus.example>",
     ...overrides,
   };
 }

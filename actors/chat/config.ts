@@ -17,6 +17,14 @@ export const DEFAULT_RECIPIENT_LIST_ABOVE = 100;
 export const DEFAULT_RECIPIENT_LIST_DELAY_MS = 50;
 
 export interface ChatConfig {
+  /** Long-poll heartbeat: a poll that waited this long gets a heartbeat event. */
+  heartbeatSeconds: number;
+  /** An event queue expires this long after its last poll ended. */
+  queueTimeoutSeconds: number;
+  /** SMTP server for outgoing e-mail (invitations), e.g. smtp://user:pass@host:587; none: e-mails stay in the outbox. */
+  smtpUrl?: string;
+  /** From address of outgoing e-mail. */
+  mailFrom: string;
   /**
    * How long an event written behind its delivery waits for others to share its commit (see ./users/user.ts). Tests
    * lengthen it to make sure a crash falls inside that window.
@@ -29,7 +37,12 @@ export interface ChatConfig {
 }
 
 export function loadChatConfig(overrides: Partial<ChatConfig> = {}): ChatConfig {
+  const env = process.env;
   return {
+    heartbeatSeconds: overrides.heartbeatSeconds ?? Math.max(1, int("HEARTBEAT_SECONDS", 50)),
+    queueTimeoutSeconds: overrides.queueTimeoutSeconds ?? Math.max(1, int("QUEUE_TIMEOUT_SECONDS", 600)),
+    smtpUrl: "smtpUrl" in overrides ? overrides.smtpUrl : env.SMTP_URL || undefined,
+    mailFrom: overrides.mailFrom ?? env.MAIL_FROM ?? "Chorus <noreply@chorus.example>",
     eventWriteDelayMs: overrides.eventWriteDelayMs ?? Math.max(0, int("EVENT_WRITE_DELAY_MS", DEFAULT_EVENT_WRITE_DELAY_MS)),
     recipientListAbove: overrides.recipientListAbove ?? int("RECIPIENT_LIST_ABOVE", DEFAULT_RECIPIENT_LIST_ABOVE),
     recipientListDelayMs: overrides.recipientListDelayMs ?? int("RECIPIENT_LIST_DELAY_MS", DEFAULT_RECIPIENT_LIST_DELAY_MS),

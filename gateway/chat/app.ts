@@ -7,6 +7,7 @@ import { ChorusError, errors } from "../../runtime/errors.ts";
 import { Realm, type RealmProtocol } from "../../actors/chat/organization/realm.protocol.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
 import type { Config } from "../../runtime/config.ts";
+import type { ChatConfig } from "../../actors/chat/config.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import type { Authenticator, AuthUser } from "../auth.ts";
@@ -30,6 +31,8 @@ export interface Services {
   store: Store<Database>;
   keyring: Keyring;
   config: Config;
+  /** Chat's own settings (actors/chat/config.ts). */
+  chat: ChatConfig;
   auth: Authenticator;
   /** The site URL clients should use: the configured one, else built from the request's Host header. */
   siteUrl(host?: string): string;

@@ -183,7 +183,7 @@ export const eventRoutes: RouteSpec[] = [
         max_topic_length: LIMITS.max_topic_length,
         max_stream_name_length: LIMITS.max_stream_name_length,
         max_stream_description_length: LIMITS.max_stream_description_length,
-        event_queue_longpoll_timeout_seconds: services.config.heartbeatSeconds + 40,
+        event_queue_longpoll_timeout_seconds: services.chat.heartbeatSeconds + 40,
         server_presence_ping_interval_seconds: 60,
         server_presence_offline_threshold_seconds: 200,
         ...Object.assign({}, ...parts),
@@ -201,7 +201,7 @@ export const eventRoutes: RouteSpec[] = [
     async handle({ params, user, services, req }) {
       if (params.last_event_id === undefined) throw chatErrors.missing("last_event_id");
       // The actor answers with a heartbeat after heartbeatSeconds; the ask only guards against a lost worker.
-      const timeout = services.config.heartbeatSeconds * 1000 + 15_000;
+      const timeout = services.chat.heartbeatSeconds * 1000 + 15_000;
       // Transient: served without the transport when this worker holds the user (see askTransient).
       const polled = await services.system
         .ref(User, user.id)
@@ -222,7 +222,7 @@ export const eventRoutes: RouteSpec[] = [
       const poll = (lastEventId: number, after: number, dontBlock: boolean) =>
         services.system
           .ref(User, user.id)
-          .askTransient({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock }, services.config.heartbeatSeconds * 1000 + 15_000);
+          .askTransient({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock }, services.chat.heartbeatSeconds * 1000 + 15_000);
       // An unknown queue is answered as a JSON error, before the stream opens.
       const first = await poll(resumeFrom, resumeFrom, true);
       return {

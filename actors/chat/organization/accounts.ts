@@ -59,6 +59,14 @@ export async function insertAccount(trx: Transaction<Database>, realmId: number,
 }
 
 /** Zulip's email_address_visibility values (a per-user setting; bots always "everyone"). */
+/**
+ * An account's new password (already hashed). For the operators' command line, which works on the store directly as
+ * Zulip's manage.py does; the account's sessions and API key are unchanged, as with Zulip's `changepassword`.
+ */
+export async function setPasswordHash(db: Kysely<Database>, userId: number, passwordHash: string): Promise<void> {
+  await db.updateTable("users").set({ password_hash: passwordHash }).where("id", "=", userId).execute();
+}
+
 export const EMAIL_VISIBILITY = { everyone: 1, members: 2, administrators: 3, nobody: 4, moderators: 5 } as const;
 
 /**

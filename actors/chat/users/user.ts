@@ -394,7 +394,7 @@ export class UserActor implements Actor {
     }
     const n = ++q.polls;
     const deferred = this.ctx.defer<Polled>();
-    const cancelHeartbeat = this.ctx.schedule(this.deps.config.heartbeatSeconds * 1000, { op: "heartbeat", queueId, n } satisfies MessageOf<UserTimers>);
+    const cancelHeartbeat = this.ctx.schedule(this.deps.chat.heartbeatSeconds * 1000, { op: "heartbeat", queueId, n } satisfies MessageOf<UserTimers>);
     q.poll = { deferred, cancelHeartbeat, n, after };
     return PARKED;
   }
@@ -698,14 +698,14 @@ export class UserActor implements Actor {
   private scheduleExpiry(): void {
     if (this.expiryScheduled) return;
     this.expiryScheduled = true;
-    const every = Math.min(60_000, this.deps.config.queueTimeoutSeconds * 1000);
+    const every = Math.min(60_000, this.deps.chat.queueTimeoutSeconds * 1000);
     this.ctx.schedule(every, { op: "expire" } satisfies MessageOf<UserTimers>);
   }
 
   /** Drop idle queues, then the stream's events every remaining queue has acknowledged. */
   private async expire(): Promise<void> {
     this.expiryScheduled = false;
-    const cutoff = Date.now() - this.deps.config.queueTimeoutSeconds * 1000;
+    const cutoff = Date.now() - this.deps.chat.queueTimeoutSeconds * 1000;
     let changed = false;
     let expiredPublic = false;
     for (const q of [...this.queues.values()]) {
