@@ -23,7 +23,7 @@ import { usersByRef, type UserRow } from "../../actors/chat/reads/users.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
-import { LIMITS, truncate } from "./zulip.ts";
+import { clientName, LIMITS, truncate } from "./zulip.ts";
 
 /** num_before / num_after: their sum is capped, as in Zulip, with one message for both ("Too many messages requested"). */
 const COUNT = { type: "integer", minimum: 0 } as const;
@@ -105,7 +105,7 @@ export const messageRoutes: RouteSpec[] = [
       },
       required: ["type", "to", "content"],
     },
-    async handle({ params, user, services }) {
+    async handle({ params, user, req, services }) {
       const content = normaliseContent(String(params.content));
       if (!content) throw errors.badRequest("Message must not be empty");
       if (params.queue_id !== undefined && params.local_id === undefined) throw chatErrors.missing("local_id");
@@ -115,7 +115,7 @@ export const messageRoutes: RouteSpec[] = [
         senderId: user.id,
         sender: { email: user.email, full_name: user.full_name },
         content,
-        client: "API",
+        client: clientName(req.headers["user-agent"]),
         sendKey: randomUUID(),
         queueId: params.queue_id,
         localId: params.local_id,
