@@ -2,13 +2,14 @@
  * The message endpoints real clients call beside send and fetch, through a real server on both engines: marking a
  * narrow read as the mobile app does (POST /messages/flags/narrow, page by page), the legacy mark-as-read calls of
  * the Python bindings and zulip-terminal, rendering a draft (zulip-js `messages.render`), matching messages against
- * a narrow, read receipts, and the message `client` named from the User-Agent.
+ * a narrow, read receipts, and the message `client` named from the User-Agent. Flags are kept as rows and as
+ * unexpanded recipient lists: every answer must be the same.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { api, ENGINES, eventQueue, setRealmSettings, startTestServer, createUser, type Credentials, type TestServer } from "../../../support/server.ts";
+import { api, createUser, eventQueue, FLAG_STORAGES, setRealmSettings, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
 import { ids, messageApi, type User } from "../../../support/messages.ts";
 
-describe.each(ENGINES)("message flags, rendering and receipts on %s", (engine) => {
+describe.each(FLAG_STORAGES)("message flags, rendering and receipts on $engine, flags as $storage", ({ engine, overrides }) => {
   let server: TestServer;
   let alice: User;
   let bob: User;
@@ -21,7 +22,7 @@ describe.each(ENGINES)("message flags, rendering and receipts on %s", (engine) =
   const readEvents = (events: any[]) => events.filter((e) => e.type === "update_message_flags");
 
   beforeAll(async () => {
-    server = await startTestServer(engine);
+    server = await startTestServer(engine, overrides);
     alice = await createUser(server, "alice@example.com", "Alice");
     bob = await createUser(server, "bob@example.com", "Bob");
     carol = await createUser(server, "carol@example.com", "Carol");
