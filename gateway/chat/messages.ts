@@ -1,5 +1,6 @@
 /**
- * Messages: send (channel and direct), fetch, edit / move, delete, flags, and the topics of a channel. Handlers
+ * Messages: send (channel and direct), fetch, edit / move, delete, flags (by id, by narrow, and the legacy
+ * mark-as-read calls), rendering a draft, matching messages against a narrow, read receipts. Handlers
  * decode and check the request, find the actor owning the conversation, and ask it; reads go to the read modules in actors/chat/reads/.
  */
 import { randomUUID } from "node:crypto";
@@ -17,17 +18,33 @@ import { checkEditableFlag } from "../../actors/chat/conversations/flags.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
 import { MAX_REPORT_DESCRIPTION, moderationChannel, REPORT_TYPES, reportNotice } from "../../actors/chat/conversations/reports.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "../../actors/chat/reads/topics.ts";
-import { fetchMessages, LARGER_THAN_MAX_MESSAGE_ID, readableMessage, readableMessages } from "../../actors/chat/reads/messages.ts";
+import {
+  fetchMessages,
+  LARGER_THAN_MAX_MESSAGE_ID,
+  messageIdsInRange,
+  messagesMatchingNarrow,
+  readableMessage,
+  readableMessages,
+  readReceiptUserIds,
+  receivedInTopic,
+} from "../../actors/chat/reads/messages.ts";
+import { readableStream } from "../../actors/chat/reads/subscriptions.ts";
+import { renderMarkdown } from "../../actors/chat/rendering/markdown.ts";
+import { markdownContext } from "../../actors/chat/rendering/mentions.ts";
+import { realmSettings } from "../../actors/chat/users/settings.ts";
 import { requireStream } from "../../actors/chat/reads/channels.ts";
 import { usersByRef, type UserRow } from "../../actors/chat/reads/users.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
-import { LIMITS, truncate } from "./zulip.ts";
+import { clientName, LIMITS, truncate } from "./zulip.ts";
 
 /** num_before / num_after: their sum is capped, as in Zulip, with one message for both ("Too many messages requested"). */
 const COUNT = { type: "integer", minimum: 0 } as const;
 const PROPAGATE = { type: "string", enum: ["change_one", "change_later", "change_all"] } as const;
+const FLAG_OP = { type: "string", enum: ["add", "remove"] } as const;
+/** Zulip's bound on the messages one POST /messages/flags/narrow changes (zerver/views/message_flags.py). */
+const MAX_MESSAGES_PER_UPDATE = 5000;
 
 /** `to` for a channel: JSON first (an int is an id; a string or one-element list is a name), else the raw name. */
 function channelRef(to: unknown): { id?: number; name?: string } {
@@ -105,7 +122,7 @@ export const messageRoutes: RouteSpec[] = [
       },
       required: ["type", "to", "content"],
     },
-    async handle({ params, user, services }) {
+    async handle({ params, user, req, services }) {
       const content = normaliseContent(String(params.content));
       if (!content) throw errors.badRequest("Message must not be empty");
       if (params.queue_id !== undefined && params.local_id === undefined) throw chatErrors.missing("local_id");
@@ -115,7 +132,7 @@ export const messageRoutes: RouteSpec[] = [
         senderId: user.id,
         sender: { email: user.email, full_name: user.full_name },
         content,
-        client: "API",
+        client: clientName(req.headers["user-agent"]),
         sendKey: randomUUID(),
         queueId: params.queue_id,
         localId: params.local_id,
@@ -319,7 +336,7 @@ export const messageRoutes: RouteSpec[] = [
     path: "/messages/flags",
     params: {
       type: "object",
-      properties: { messages: { type: "array", items: Id, maxItems: 10_000 }, op: { type: "string", enum: ["add", "remove"] }, flag: Str },
+      properties: { messages: { type: "array", items: Id, maxItems: 10_000 }, op: FLAG_OP, flag: Str },
       required: ["messages", "op", "flag"],
     },
     async handle({ params, user, services }) {
@@ -327,19 +344,137 @@ export const messageRoutes: RouteSpec[] = [
       const ids: number[] = [...new Set<number>(params.messages)];
       const rows = await readableMessages(services.store.db, user, ids);
       if (rows.length !== ids.length) throw errors.badRequest("Invalid message(s)");
-      const details = Object.fromEntries(
-        rows.map((r) => [
-          r.id,
-          r.stream_id !== null
-            ? { type: "stream", stream_id: r.stream_id, topic: r.topic, unmuted_stream_msg: true }
-            : { type: "private", user_ids: r.dm_key!.split(",").map(Number).filter((u) => u !== user.id) },
-        ]),
-      );
-      await services.system.ref(Flags, user.id).ask({ op: "updateFlags", add: params.op === "add", flag, messageIds: ids, details });
+      await services.system.ref(Flags, user.id).ask({ op: "updateFlags", add: params.op === "add", flag, messageIds: ids, details: unreadDetails(rows, user.id) });
       return { messages: ids };
     },
   },
+  {
+    // Zulip's update_message_flags_for_narrow: the range GET /messages would read (at most MAX_MESSAGES_PER_UPDATE
+    // messages), then the same flag change as POST /messages/flags. The mobile app marks a narrow read with it,
+    // anchored at the last processed id until found_newest.
+    method: "POST",
+    path: "/messages/flags/narrow",
+    params: {
+      type: "object",
+      properties: {
+        anchor: Str,
+        include_anchor: { ...Bool, default: true },
+        num_before: COUNT,
+        num_after: COUNT,
+        narrow: { type: "array" },
+        op: FLAG_OP,
+        flag: Str,
+      },
+      required: ["anchor", "num_before", "num_after", "narrow", "op", "flag"],
+    },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const anchor = parseAnchor(params.anchor, false);
+      const flag = checkEditableFlag(params.flag);
+      if (params.num_before > 0 && params.num_after > 0 && !params.include_anchor) throw errors.badRequest("The anchor can only be excluded at an end of the range");
+      // Zulip's clamp: num_before + num_after stays within the batch, num_before keeping at least half of it.
+      const numBefore = Math.min(params.num_before, Math.max(MAX_MESSAGES_PER_UPDATE - params.num_after, MAX_MESSAGES_PER_UPDATE / 2));
+      const numAfter = Math.min(params.num_after, MAX_MESSAGES_PER_UPDATE - numBefore);
+      const range = await messageIdsInRange(db, user, { anchor, numBefore, numAfter, includeAnchor: params.include_anchor, narrow: parseNarrow(params.narrow) });
+      const { ids } = range;
+      const add = params.op === "add";
+      // Only a mark-as-unread event carries where each message is.
+      const details = !add && flag === "read" && ids.length ? unreadDetails(await readableMessages(db, user, ids), user.id) : undefined;
+      const updated = ids.length ? await services.system.ref(Flags, user.id).ask({ op: "updateFlags", add, flag, messageIds: ids, details }) : { messages: [] };
+      return {
+        processed_count: ids.length,
+        updated_count: updated.messages.length,
+        first_processed_id: ids[0] ?? null,
+        last_processed_id: ids.at(-1) ?? null,
+        found_oldest: range.found_oldest,
+        found_newest: range.found_newest,
+      };
+    },
+  },
+  {
+    // Deprecated for POST /messages/flags/narrow, still what the Python bindings and zulip-terminal call.
+    method: "POST",
+    path: "/mark_all_as_read",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      await services.system.ref(Flags, user.id).ask({ op: "markAllRead" });
+      return { complete: true };
+    },
+  },
+  {
+    method: "POST",
+    path: "/mark_stream_as_read",
+    params: { type: "object", properties: { stream_id: Id }, required: ["stream_id"] },
+    async handle({ params, user, services }) {
+      const stream = await readableStream(services.store.db, user, { id: params.stream_id });
+      await services.system.ref(Flags, user.id).ask({ op: "markChannelRead", streamId: stream.id });
+      return {};
+    },
+  },
+  {
+    method: "POST",
+    path: "/mark_topic_as_read",
+    params: { type: "object", properties: { stream_id: Id, topic_name: Str }, required: ["stream_id", "topic_name"] },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const stream = await readableStream(db, user, { id: params.stream_id });
+      // The empty topic's display name names the empty topic, as everywhere a topic is named.
+      const topic = params.topic_name === EMPTY_TOPIC_DISPLAY_NAME ? "" : params.topic_name;
+      if (topic && !(await receivedInTopic(db, user.id, stream.id, topic))) throw errors.badRequest(`No such topic '${params.topic_name}'`);
+      await services.system.ref(Flags, user.id).ask({ op: "markChannelRead", streamId: stream.id, topic });
+      return {};
+    },
+  },
+  {
+    // Zulip's render_message_backend: the content rendered as a message of the caller's would be, the realm's
+    // users, groups and channels resolved; nothing is stored.
+    method: "POST",
+    path: "/messages/render",
+    params: { type: "object", properties: { content: Str }, required: ["content"] },
+    async handle({ params, user, services }) {
+      const content: string = params.content;
+      return { rendered: renderMarkdown(content, await markdownContext(services.store.db, user.realm_id, content)).html };
+    },
+  },
+  {
+    // Zulip's messages_in_narrow_backend: clients ask which newly arrived messages belong in a view they cannot
+    // decide themselves (a search), and get the search highlighting beside.
+    method: "GET",
+    path: "/messages/matches_narrow",
+    params: {
+      type: "object",
+      properties: { msg_ids: { type: "array", items: Id, maxItems: LIMITS.max_messages_per_fetch }, narrow: { type: "array" } },
+      required: ["msg_ids", "narrow"],
+    },
+    async handle({ params, user, services }) {
+      return { messages: await messagesMatchingNarrow(services.store.db, user, [...new Set<number>(params.msg_ids)], parseNarrow(params.narrow)) };
+    },
+  },
+  {
+    // Zulip's read_receipts view: the message as the routes acting on it reach it, then who has it marked read.
+    method: "GET",
+    path: "/messages/{message_id}/read_receipts",
+    params: { type: "object", properties: { message_id: Id }, required: ["message_id"] },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const row = await readableMessage(db, user, params.message_id);
+      if (!(await realmSettings(db, user.realm_id)).realm_enable_read_receipts) throw errors.badRequest("Read receipts are disabled in this organization.");
+      return { user_ids: await readReceiptUserIds(db, row) };
+    },
+  },
 ];
+
+/** Zulip's message_details of a mark-as-unread event: where each message is, for the client's unread counts. */
+function unreadDetails(rows: Array<{ id: number; stream_id: number | null; topic: string; dm_key: string | null }>, userId: number) {
+  return Object.fromEntries(
+    rows.map((r) => [
+      r.id,
+      r.stream_id !== null
+        ? { type: "stream", stream_id: r.stream_id, topic: r.topic, unmuted_stream_msg: true }
+        : { type: "private", user_ids: r.dm_key!.split(",").map(Number).filter((u) => u !== userId) },
+    ]),
+  );
+}
 
 /**
  * Zulip's parse_anchor_value: `use_first_unread_anchor` wins over any `anchor` (zulip-terminal sends both, with

@@ -15,3 +15,16 @@ export const LIMITS = {
 export function truncate(text: string, max: number, marker: string): string {
   return text.length > max ? text.slice(0, max - marker.length) + marker : text;
 }
+
+/**
+ * Zulip's parse_user_agent (zerver/lib/user_agent.py): a client's name is its User-Agent's first token, before the
+ * version ("ZulipTerminal/0.7.0 Linux" is ZulipTerminal, "ZulipMobile/27.1 (Android 11)" ZulipMobile); a request
+ * without one is "Unspecified". Zulip's Client names are at most 30 characters.
+ */
+const USER_AGENT = /^(?<name>[^/ ]*[^0-9/(]*)(\/(?<version>[^/ ]*))?([ /].*)?$/;
+const MAX_CLIENT_NAME = 30;
+
+export function clientName(userAgent: string | undefined): string {
+  if (userAgent === undefined) return "Unspecified";
+  return (USER_AGENT.exec(userAgent)?.groups?.name ?? userAgent).slice(0, MAX_CLIENT_NAME);
+}

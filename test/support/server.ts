@@ -111,6 +111,8 @@ export interface CallOptions {
   /** The OpenAPI path template when the path has parameters. */
   template?: string;
   signal?: AbortSignal;
+  /** Extra request headers (a client's User-Agent). */
+  headers?: Record<string, string>;
 }
 
 function encode(value: unknown): string {
@@ -120,7 +122,7 @@ function encode(value: unknown): string {
 /** One call to /api/v1, as a Zulip client makes it. */
 export async function api(server: { url: string }, method: string, apiPath: string, opts: CallOptions = {}): Promise<ApiResponse> {
   const url = new URL(`/api/v1${apiPath}`, server.url);
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string> = { ...opts.headers };
   if (opts.as) headers.authorization = `Basic ${Buffer.from(`${opts.as.email}:${opts.as.key}`).toString("base64")}`;
   let body: string | FormData | undefined;
   const entries = Object.entries(opts.params ?? {}).filter(([, v]) => v !== undefined);

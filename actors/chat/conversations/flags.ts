@@ -7,12 +7,12 @@
  * It is its own kind rather than part of `user:<id>` only because that actor is being reworked; the state is
  * the same user's, and folding it in later changes no table.
  */
-import { sql } from "kysely";
+import { sql, type RawBuilder, type SqlBool } from "kysely";
 import type { Actor, ActorContext } from "../../../runtime/actor.ts";
 import { errors } from "../../../runtime/errors.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { dispatch, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
-import type { FlagsProtocol, UpdateFlags, UpdatedFlags } from "./flags.protocol.ts";
+import type { FlagsProtocol, MarkChannelRead, MarkedRead, UpdateFlags, UpdatedFlags } from "./flags.protocol.ts";
 import { User } from "../users/user.protocol.ts";
 
 /** Zulip's flag bits, in Zulip's order (zerver/models/messages.py AbstractUserMessage.ALL_FLAGS). */
@@ -64,6 +64,8 @@ export class FlagsActor implements Actor {
   /** The implementation of flags.protocol.ts. */
   private static readonly handlers: Handlers<FlagsProtocol, FlagsActor> = {
     updateFlags: (flags, msg) => flags.update(msg),
+    markAllRead: (flags) => flags.markAllRead(),
+    markChannelRead: (flags, msg) => flags.markChannelRead(msg),
   };
 
   receive(msg: MessageOf<FlagsProtocol>): unknown {
@@ -117,9 +119,68 @@ export class FlagsActor implements Actor {
       if (!msg.add && msg.flag === "read") {
         event.message_details = Object.fromEntries(changed.filter((id) => msg.details?.[id]).map((id) => [id, msg.details![id]]));
       }
-      // Asked, not told: the flag change succeeds only once its event is in the user's queues.
-      await this.deps.system().broadcast(User, [this.userId], { op: "deliverEvent", event });
+      await this.announce(event);
     }
     return { messages: changed };
   }
+
+  /**
+   * Zulip's do_mark_all_as_read: batches of MARK_ALL_BATCH, each its own commit so a large backlog makes progress,
+   * then one event with `all: true` and no ids (clients reload their unread state).
+   */
+  private async markAllRead(): Promise<MarkedRead> {
+    let count = 0;
+    for (;;) {
+      const marked = await this.markRead(sql<UnreadRow>`select message_id from user_messages where user_id = ${this.userId} and (flags & ${FLAG_BITS.read}) = 0 limit ${MARK_ALL_BATCH}`);
+      count += marked.length;
+      if (marked.length < MARK_ALL_BATCH) break;
+    }
+    await this.announce(readEvent([], true));
+    return { count };
+  }
+
+  /** Zulip's do_mark_stream_messages_as_read: the user's unread messages of a channel (or one of its topics). */
+  private async markChannelRead(msg: MarkChannelRead): Promise<MarkedRead> {
+    const topic = msg.topic === undefined ? sql`` : sql`and lower(m.topic) = ${msg.topic.toLowerCase()}`;
+    const marked = await this.markRead(
+      sql<UnreadRow>`select um.message_id from user_messages um join messages m on m.id = um.message_id
+        where um.user_id = ${this.userId} and (um.flags & ${FLAG_BITS.read}) = 0 and m.stream_id = ${msg.streamId} ${topic}`,
+    );
+    if (marked.length) await this.announce(readEvent(marked, false));
+    return { count: marked.length };
+  }
+
+  /** Mark read the unread messages a query names (expanding their recipient lists first); the ids it changed. */
+  private markRead(unread: RawBuilder<UnreadRow>): Promise<number[]> {
+    return this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const ids = (await unread.execute(trx)).rows.map((r) => Number(r.message_id));
+      if (!ids.length) return [];
+      await this.deps.messageLog.expandRecipientLists(trx, ids);
+      const updated = await trx
+        .updateTable("user_message_rows")
+        .set({ flags: sql`flags | ${FLAG_BITS.read}` })
+        .where("user_id", "=", this.userId)
+        .where("message_id", "in", ids)
+        .where(sql<SqlBool>`(flags & ${FLAG_BITS.read}) = 0`)
+        .returning("message_id")
+        .execute();
+      return updated.map((r) => Number(r.message_id)).sort((a, b) => a - b);
+    });
+  }
+
+  /** Asked, not told: a flag change succeeds only once its event is in the user's queues. */
+  private async announce(event: Record<string, unknown>): Promise<void> {
+    await this.deps.system().broadcast(User, [this.userId], { op: "deliverEvent", event });
+  }
+}
+
+/** An unread message of the user's, as the mark-as-read queries name it. */
+type UnreadRow = { message_id: number };
+
+/** Zulip's batch for marking everything read (zerver/actions/message_flags.py). */
+const MARK_ALL_BATCH = 2000;
+
+/** Zulip's ReadMessagesEvent. */
+function readEvent(messages: number[], all: boolean): Record<string, unknown> {
+  return { type: "update_message_flags", op: "add", operation: "add", flag: "read", messages, all };
 }

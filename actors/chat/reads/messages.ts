@@ -15,6 +15,8 @@ import { VISIBILITY } from "../users/user-topics.ts";
 import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./narrow.ts";
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
+import { escapeText } from "../rendering/escape.ts";
+import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
 
@@ -204,6 +206,60 @@ async function searchHighlights(db: DB, ids: number[], search: string): Promise<
   return new Map(rows.map((r) => [Number(r.id), r]));
 }
 
+/** The words a narrow searches for ("" without a search term). */
+function searchTermsOf(narrow: Narrow): string {
+  return narrow
+    .filter((t) => t.operator === "search" && !t.negated)
+    .map((t) => String(t.operand))
+    .join(" ");
+}
+
+/**
+ * GET /messages/matches_narrow (Zulip's messages_in_narrow_backend): which of these messages, among those the user
+ * received, match the narrow, each with its `match_content` (the rendered content) and `match_subject` (the
+ * escaped topic), highlighted where the narrow searches.
+ */
+export async function messagesMatchingNarrow(db: DB, user: UserRow, ids: number[], narrow: Narrow): Promise<Record<string, { match_content: string; match_subject: string }>> {
+  if (!ids.length) return {};
+  const { conds } = await compileNarrow(db, user, narrow);
+  const rows = await messagesWhere(db, user, [...conds, sql<SqlBool>`um.flags is not null`])
+    .select(["m.id", "m.topic", "m.rendered_content"])
+    .where("m.id", "in", ids)
+    .orderBy("m.id")
+    .execute();
+  const search = searchTermsOf(narrow);
+  const highlights = search && rows.length ? await searchHighlights(db, rows.map((r) => r.id), search) : undefined;
+  const matches: Record<string, { match_content: string; match_subject: string }> = {};
+  for (const r of rows) {
+    const highlighted = highlights?.get(r.id);
+    matches[r.id] = highlighted ? { match_content: highlighted.match_content, match_subject: highlighted.match_subject } : { match_content: r.rendered_content, match_subject: escapeText(r.topic) };
+  }
+  return matches;
+}
+
+/**
+ * GET /messages/{message_id}/read_receipts (Zulip's read_receipts view): the active users who have the message
+ * marked read and share read receipts (`send_read_receipts`), never its sender.
+ */
+export async function readReceiptUserIds(db: DB, message: { id: number; sender_id: number }): Promise<number[]> {
+  const { rows } = await sql<{ user_id: number }>`
+    select um.user_id from user_messages um
+    join users u on u.id = um.user_id
+    left join actor_snapshots s on s.kind = ${USER_SETTINGS} and s.key = um.user_id::text
+    where um.message_id = ${message.id} and (um.flags & ${FLAG_BITS.read}) <> 0 and um.user_id <> ${message.sender_id} and u.is_active
+      and coalesce((s.state ->> 'send_read_receipts')::boolean, ${USER_SETTINGS_DEFAULTS.send_read_receipts})
+    order by um.user_id`.execute(db);
+  return rows.map((r) => r.user_id);
+}
+
+/** Whether the user received a message in this topic of the channel (Zulip's user_message_exists_for_topic). */
+export async function receivedInTopic(db: DB, userId: number, streamId: number, topic: string): Promise<boolean> {
+  const { rows } = await sql`
+    select 1 from user_messages um join messages m on m.id = um.message_id
+    where um.user_id = ${userId} and m.stream_id = ${streamId} and lower(m.topic) = ${topic.toLowerCase()} limit 1`.execute(db);
+  return rows.length > 0;
+}
+
 /** Whether the message's topic has this visibility policy for the user (Zulip's UserTopic). */
 function topicPolicy(userId: number, policy: number): Cond {
   return sql<SqlBool>`exists (select 1 from user_topics ut where ut.user_id = ${userId} and ut.stream_id = m.stream_id and ut.topic_key = lower(m.topic) and ut.visibility_policy = ${policy})`;
@@ -223,27 +279,55 @@ function messagesWhere(db: DB, user: UserRow, conds: Cond[]) {
  */
 export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
   const { conds, names } = await compileNarrow(db, user, q.narrow);
-  const columns = [
-    "m.id",
-    "m.sender_id",
-    "m.recipient_id",
-    "m.stream_id",
-    "m.topic",
-    "m.content",
-    "m.rendered_content",
-    "m.date_sent",
-    "m.sending_client",
-    "m.edit_history",
-    "m.last_edit_time",
-    "m.last_moved_time",
-    "um.flags",
-  ] as const;
   if (q.messageIds) {
     const rows = q.messageIds.length
-      ? await messagesWhere(db, user, conds).select(columns).where("m.id", "in", q.messageIds).orderBy("m.id").execute()
+      ? await messagesWhere(db, user, conds).select(MESSAGE_COLUMNS).where("m.id", "in", q.messageIds).orderBy("m.id").execute()
       : [];
     return { messages: await buildMessages(db, user, rows, q, names), history_limited: false };
   }
+  const w = await messageWindow(db, user, q, conds);
+  return {
+    anchor: w.anchor,
+    found_anchor: w.found_anchor,
+    found_oldest: w.found_oldest,
+    found_newest: w.found_newest,
+    history_limited: false,
+    messages: await buildMessages(db, user, w.rows, q, names),
+  };
+}
+
+/** What a fetch reads of each message: the message object's fields and the reader's flags. */
+const MESSAGE_COLUMNS = [
+  "m.id",
+  "m.sender_id",
+  "m.recipient_id",
+  "m.stream_id",
+  "m.topic",
+  "m.content",
+  "m.rendered_content",
+  "m.date_sent",
+  "m.sending_client",
+  "m.edit_history",
+  "m.last_edit_time",
+  "m.last_moved_time",
+  "um.flags",
+] as const;
+
+/** The range of a narrow GET /messages and POST /messages/flags/narrow both act on. */
+export type MessageRange = Pick<MessageQuery, "anchor" | "numBefore" | "numAfter" | "includeAnchor" | "narrow">;
+
+/**
+ * The ids of the messages the user can read in a range of a narrow, oldest first, with Zulip's found_* flags:
+ * the messages POST /messages/flags/narrow updates (Zulip's fetch_messages, as GET /messages reads them).
+ */
+export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) {
+  const { conds } = await compileNarrow(db, user, q.narrow);
+  const w = await messageWindow(db, user, q, conds);
+  return { ids: w.rows.map((r) => r.id), found_oldest: w.found_oldest, found_newest: w.found_newest };
+}
+
+/** The rows of a range of the narrow (`conds`, compiled) around its anchor, oldest first. */
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, conds: Cond[]) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     const first = await messagesWhere(db, user, [...conds, sql<SqlBool>`(um.flags is not null and (um.flags & ${FLAG_BITS.read}) = 0)`])
@@ -253,20 +337,13 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
   } else anchor = q.anchor === "newest" ? LARGER_THAN_MAX_MESSAGE_ID : q.anchor === "oldest" ? 0 : q.anchor;
   // Nothing is at or above "newest", nothing below "oldest": those sides need no query.
   const side = (op: "<" | ">=", order: "asc" | "desc", limit: number) =>
-    limit <= 0 || (op === ">=" && anchor === LARGER_THAN_MAX_MESSAGE_ID) || (op === "<" && anchor === 0) ? Promise.resolve([]) : messagesWhere(db, user, conds).select(columns).where("m.id", op, anchor).orderBy("m.id", order).limit(limit).execute();
+    limit <= 0 || (op === ">=" && anchor === LARGER_THAN_MAX_MESSAGE_ID) || (op === "<" && anchor === 0) ? Promise.resolve([]) : messagesWhere(db, user, conds).select(MESSAGE_COLUMNS).where("m.id", op, anchor).orderBy("m.id", order).limit(limit).execute();
   // One extra row on each side tells whether the oldest / newest match was reached.
   const [before, atAndAfter] = await Promise.all([side("<", "desc", q.numBefore + 1), side(">=", "asc", q.numAfter + 2)]);
   const anchorRow = atAndAfter[0]?.id === anchor ? atAndAfter[0] : undefined;
   const after = atAndAfter.filter((r) => r.id > anchor);
   const rows = [...before.slice(0, q.numBefore).reverse(), ...(anchorRow && q.includeAnchor ? [anchorRow] : []), ...after.slice(0, q.numAfter)];
-  return {
-    anchor,
-    found_anchor: !!anchorRow,
-    found_oldest: before.length <= q.numBefore,
-    found_newest: after.length <= q.numAfter,
-    history_limited: false,
-    messages: await buildMessages(db, user, rows, q, names),
-  };
+  return { anchor, found_anchor: !!anchorRow, found_oldest: before.length <= q.numBefore, found_newest: after.length <= q.numAfter, rows };
 }
 
 /** A message row as a fetch reads it, with the reader's flags (null: a message the reader never received). */
@@ -343,10 +420,7 @@ export async function messageRecords(db: DB, ids: number[]): Promise<Map<number,
 async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName" | "narrow">, known: Map<number, string>) {
   if (!rows.length) return [];
   const ids = rows.map((r) => r.id);
-  const search = q.narrow
-    .filter((t) => t.operator === "search" && !t.negated)
-    .map((t) => String(t.operand))
-    .join(" ");
+  const search = searchTermsOf(q.narrow);
   const [records, highlights, reactions] = await Promise.all([
     messageRecordsOf(db, rows, user.realm_str, known),
     search ? searchHighlights(db, ids, search) : undefined,
