@@ -1,12 +1,13 @@
 /**
- * User groups beyond creating and listing them: PATCH /user_groups/{user_group_id} (name, description), POST
+ * User groups beyond creating and listing them: PATCH /user_groups/{user_group_id} (name, description, permission
+ * settings), POST
  * /user_groups/{user_group_id}/deactivate, POST and
  * GET /user_groups/{user_group_id}/members, GET /user_groups/{user_group_id}/members/{user_id}, POST and GET
  * /user_groups/{user_group_id}/subgroups. Changes are realm actor turns (group-changes.ts), which check the
  * caller's permissions against the group's settings; the reads need only a member of the realm.
  */
 import { errors } from "../../runtime/errors.ts";
-import { ROLE } from "../../actors/chat/organization/groups.ts";
+import { GROUP_PERMISSIONS, ROLE } from "../../actors/chat/organization/groups.ts";
 import { groupMemberIds, subgroupIds } from "../../actors/chat/organization/group-changes.ts";
 import { userInRealm } from "../../actors/chat/reads/users.ts";
 import { askRealm, type Call, type RouteSpec } from "./app.ts";
@@ -14,6 +15,9 @@ import { Bool, Id, Str } from "../params.ts";
 
 const IdList = { type: "array", items: Id } as const;
 const GroupId = { user_group_id: Id };
+/** Zulip's GroupSettingChangeRequest: `{"new": value, "old": value}`, each a group id or `{direct_members, direct_subgroups}`. */
+const GroupSettingValue = { anyOf: [Id, { type: "object" }] };
+const GroupSettingChange = { type: "object", properties: { new: GroupSettingValue, old: GroupSettingValue }, required: ["new"], additionalProperties: false };
 
 /** Zulip's require_member_or_admin. */
 function refuseGuests(call: Call): void {
@@ -24,10 +28,15 @@ export const userGroupRoutes: RouteSpec[] = [
   {
     method: "PATCH",
     path: "/user_groups/{user_group_id}",
-    params: { type: "object", properties: { ...GroupId, name: Str, description: Str }, required: ["user_group_id"] },
+    params: {
+      type: "object",
+      properties: { ...GroupId, name: Str, description: Str, ...Object.fromEntries(GROUP_PERMISSIONS.map((s) => [s, GroupSettingChange])) },
+      required: ["user_group_id"],
+    },
     async handle(call) {
       const { params } = call;
-      return askRealm(call, { op: "updateGroup", groupId: params.user_group_id, name: params.name, description: params.description });
+      const settings = Object.fromEntries(GROUP_PERMISSIONS.filter((s) => params[s] !== undefined).map((s) => [s, params[s]]));
+      return askRealm(call, { op: "updateGroup", groupId: params.user_group_id, name: params.name, description: params.description, settings });
     },
   },
   {

@@ -3,15 +3,14 @@
  * rules (zerver/views/user_groups.py, zerver/lib/user_groups.py access_user_group_for_update), and the membership
  * reads (GET /user_groups/{id}/members, …/members/{user_id}, …/subgroups).
  *
- * Not done: Notification Bot's "added you to the group" direct messages, permission settings and reactivation
- * through PATCH.
+ * Not done: Notification Bot's "added you to the group" direct messages, reactivation through PATCH.
  */
 import { sql, type Kysely, type Transaction } from "kysely";
 import type { ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { ActorDeps } from "../../deps.ts";
-import { checkActiveUsers, GROUP_PERMISSIONS, inGroupSetting, ROLE, systemGroups, type GroupSettingValue } from "./groups.ts";
-import { MAX_GROUP_NAME_LENGTH } from "./user-groups.ts";
+import { checkActiveUsers, checkGroupSetting, GROUP_PERMISSIONS, inGroupSetting, ROLE, systemGroups, type GroupSettingValue } from "./groups.ts";
+import { GROUP_SETTING_RULES, MAX_GROUP_NAME_LENGTH } from "./user-groups.ts";
 import { realmSettings } from "../users/settings.ts";
 import { REALM_SETTINGS } from "./realm-settings.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
@@ -61,6 +60,11 @@ export async function subgroupIds(db: Kysely<Database>, realmId: number, groupId
   await groupInRealm(db, realmId, groupId, false);
   const direct = (await db.selectFrom("user_group_subgroups").select("subgroup_id").where("group_id", "=", groupId).orderBy("subgroup_id").execute()).map((r) => r.subgroup_id);
   return directOnly ? direct : (await recursiveSubgroups(db, direct)).sort((a, b) => a - b);
+}
+
+/** Two canonical group-setting values (checkGroupSetting sorts an anonymous value's lists). */
+function sameSetting(a: GroupSettingValue, b: GroupSettingValue): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
 }
 
 export class GroupChanges {
@@ -121,10 +125,10 @@ export class GroupChanges {
     return this.groupForUpdate(actingId, groupId, othersSetting);
   }
 
-  /** PATCH /user_groups/{id}: name and description. */
+  /** PATCH /user_groups/{id}: name, description, permission settings. */
   private async update(msg: UpdateGroup): Promise<Record<string, never>> {
     await this.member(msg.actingId);
-    if (msg.name === undefined && msg.description === undefined) throw errors.badRequest("No new data supplied");
+    if (msg.name === undefined && msg.description === undefined && !Object.keys(msg.settings).length) throw errors.badRequest("No new data supplied");
     const group = await this.groupForUpdate(msg.actingId, msg.groupId, "can_manage_group");
     const data: { name?: string; description?: string } = {};
     if (msg.name !== undefined && msg.name !== group.name) {
@@ -139,11 +143,40 @@ export class GroupChanges {
       data.name = name;
     }
     if (msg.description !== undefined && msg.description !== group.description) data.description = msg.description;
-    if (!Object.keys(data).length) return {};
-    await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("user_groups").set(data).where("id", "=", group.id).execute());
+    const current = (group.settings ?? {}) as Record<string, GroupSettingValue>;
+    const changed = await this.settingChanges(current, msg.settings);
+    if (!Object.keys(data).length && !Object.keys(changed).length) return {};
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .updateTable("user_groups")
+        .set({ ...data, ...(Object.keys(changed).length ? { settings: JSON.stringify({ ...current, ...changed }) } : {}) })
+        .where("id", "=", group.id)
+        .execute(),
+    );
     // Zulip sends one event per property changed.
-    for (const [key, value] of Object.entries(data)) await this.realm.tellRealm({ type: "user_group", op: "update", group_id: group.id, data: { [key]: value } });
+    for (const [key, value] of Object.entries({ ...data, ...changed })) {
+      await this.realm.tellRealm({ type: "user_group", op: "update", group_id: group.id, data: { [key]: value } });
+    }
     return {};
+  }
+
+  /**
+   * Zulip's validate_group_setting_value_change for each requested setting: the new value checked and made
+   * canonical; `old`, when given, must be the current value. Returns the settings whose value changes.
+   */
+  private async settingChanges(current: Record<string, GroupSettingValue>, requested: UpdateGroup["settings"]): Promise<Record<string, GroupSettingValue>> {
+    const nobody = (await systemGroups(this.db, this.realmId)).get("role:nobody")!;
+    const changed: Record<string, GroupSettingValue> = {};
+    for (const [name, change] of Object.entries(requested)) {
+      const rule = GROUP_SETTING_RULES[name as (typeof GROUP_PERMISSIONS)[number]];
+      const now = current[name] ?? nobody;
+      if (change.old !== undefined && !sameSetting(now, await checkGroupSetting(this.db, this.realmId, name, change.old, rule))) {
+        throw errors.badRequest("'old' value does not match the expected value.");
+      }
+      const next = await checkGroupSetting(this.db, this.realmId, name, change.new, rule);
+      if (!sameSetting(now, next)) changed[name] = next;
+    }
+    return changed;
   }
 
   /** POST /user_groups/{id}/members and /subgroups: everything is checked, then written in one transaction. */

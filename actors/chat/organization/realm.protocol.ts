@@ -300,13 +300,15 @@ export interface RemovePlayground {
   id: number;
 }
 
-/** PATCH /user_groups/{user_group_id}: name and description. */
+/** PATCH /user_groups/{user_group_id}: name, description and permission settings. */
 export interface UpdateGroup {
   op: "updateGroup";
   actingId: number;
   groupId: number;
   name?: string;
   description?: string;
+  /** Zulip's GroupSettingChangeRequest by setting: the new value, and the value the client believes is current. */
+  settings: Record<string, { new: unknown; old?: unknown }>;
 }
 
 /** POST /user_groups/{user_group_id}/members (users and subgroups) and POST /user_groups/{user_group_id}/subgroups. */

@@ -53,6 +53,17 @@ describe.each(ENGINES)("user group changes on %s", (engine) => {
     expect((await patch(alice, { name: "role:x" })).body.msg).toBe("User group name cannot start with 'role:'.");
     await create(alice, "taken");
     expect((await patch(alice, { name: "taken" })).body.msg).toBe("User group 'taken' already exists.");
+    // Permission settings, as Zulip's GroupSettingChangeRequest ({new, old}).
+    const members = systemGroups.get("role:members")!;
+    const everyone = systemGroups.get("role:everyone")!;
+    expect((await patch(alice, { can_mention_group: { new: members, old: everyone } })).status).toBe(200);
+    const mention = (await events(bob, queue)).filter((e) => e.type === "user_group").at(-1);
+    expect(mention).toMatchObject({ op: "update", group_id: id, data: { can_mention_group: members } });
+    expect((await patch(alice, { can_mention_group: { new: everyone, old: everyone } })).body.msg).toBe("'old' value does not match the expected value.");
+    expect((await patch(alice, { can_manage_group: { new: everyone } })).body.msg).toBe("'can_manage_group' setting cannot be set to 'role:everyone' group.");
+    expect((await patch(alice, { can_add_members_group: { new: { direct_members: [bob.id], direct_subgroups: [] } } })).status).toBe(200);
+    const groups = (await api(server, "GET", "/user_groups", { as: bob })).body.user_groups;
+    expect(groups.find((g: { id: number }) => g.id === id)).toMatchObject({ can_mention_group: members, can_add_members_group: { direct_members: [bob.id], direct_subgroups: [] } });
     // Administrators manage every group (the realm's can_manage_all_groups).
     expect((await patch(owner, { description: "Owned" })).status).toBe(200);
     const system = systemGroups.get("role:members")!;
