@@ -42,6 +42,7 @@ import { scheduledRoutes } from "./chat/scheduled.ts";
 import { topicRoutes } from "./chat/topics.ts";
 import { wakeSchedulers } from "../actors/chat/conversations/scheduler.ts";
 import { onRealmEmojiNotice } from "../actors/chat/organization/realm-emoji.ts";
+import { compiledLinkifiers } from "../actors/chat/organization/linkifiers.ts";
 import { serverRoutes } from "./chat/server.ts";
 import { userRoutes } from "./chat/users.ts";
 import { typingRoutes } from "./chat/typing.ts";
@@ -49,6 +50,8 @@ import { meRoutes } from "./chat/me.ts";
 import { profileFieldRoutes } from "./chat/profile-fields.ts";
 import { organizationRoutes } from "./chat/organization.ts";
 import { emojiRoutes, isEmojiImagePath, serveEmojiImage } from "./chat/emoji.ts";
+import { linkifierRoutes } from "./chat/linkifiers.ts";
+import { userGroupRoutes } from "./chat/user-groups.ts";
 import type { Database } from "../actors/schema.ts";
 
 export interface RunningNode {
@@ -129,6 +132,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   system.onNotice((notice) => {
     auth.onNotice(notice);
     onRealmEmojiNotice(notice);
+    compiledLinkifiers.onNotice(notice);
   });
   const services: Services = {
     system,
@@ -140,7 +144,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes);
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub });
   const http = await startHttpServer({
     host: config.host,

@@ -16,4 +16,6 @@ export const chatErrors = {
     new ChorusError("BAD_EVENT_QUEUE_ID", `Bad event queue ID: ${queueId}`, 400, { queue_id: queueId }),
   /** Zulip's RateLimitedError: the client may try again after `retryAfter` seconds. */
   rateLimited: (retryAfter: number) => new ChorusError("RATE_LIMIT_HIT", "API usage exceeded rate limit", 429, { "retry-after": retryAfter }),
+  /** Zulip's ValidationFailureError (a model's full_clean refused): the message, and the messages by field. */
+  validationFailure: (field: string, message: string) => new ChorusError("BAD_REQUEST", message, 400, { errors: { [field]: [message] } }),
 };

@@ -368,6 +368,37 @@ export interface RealmEmojiTable {
   last_request_key: string | null;
 }
 
+/** Zulip's RealmFilter: a linkifier. */
+export interface RealmLinkifierTable {
+  id: Generated<number>;
+  realm_id: number;
+  /** A regular expression in Zulip's (re2) syntax, named groups as `(?P<name>…)`. */
+  pattern: string;
+  /** An RFC 6570 template whose variables are the pattern's groups. */
+  url_template: string;
+  /** Linkifiers apply in this order (PATCH /realm/linkifiers); a new one goes last. */
+  order: Generated<number>;
+}
+
+/** Zulip's RealmPlayground: where code blocks of a language can be opened. */
+export interface RealmPlaygroundTable {
+  id: Generated<number>;
+  realm_id: number;
+  name: string;
+  pygments_language: string;
+  /** An RFC 6570 template with the one variable `code`. */
+  url_template: string;
+}
+
+/** Zulip's SavedSnippet: a user's reusable text. */
+export interface SavedSnippetTable {
+  id: Generated<number>;
+  user_id: number;
+  title: string;
+  content: string;
+  date_created: number;
+}
+
 /** Chat's tables by name (part of actors/schema.ts's Database). */
 export interface ChatTables {
   realms: RealmTable;
@@ -399,4 +430,7 @@ export interface ChatTables {
   custom_profile_fields: CustomProfileFieldTable;
   custom_profile_field_values: CustomProfileFieldValueTable;
   realm_emoji: RealmEmojiTable;
+  realm_linkifiers: RealmLinkifierTable;
+  realm_playgrounds: RealmPlaygroundTable;
+  saved_snippets: SavedSnippetTable;
 }

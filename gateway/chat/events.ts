@@ -22,6 +22,9 @@ import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
 import { scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
 import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import { realmEmojiObjects } from "../../actors/chat/organization/realm-emoji.ts";
+import { linkifierObjects } from "../../actors/chat/organization/linkifiers.ts";
+import { playgroundObjects } from "../../actors/chat/organization/realm-playgrounds.ts";
+import { snippetsOf } from "../../actors/chat/users/saved-snippets.ts";
 import { mutedTopics, ownUserState, serverRealmState, starredMessages } from "../../actors/chat/reads/register-state.ts";
 
 const StrList = { type: "array", items: Str } as const;
@@ -34,6 +37,10 @@ interface InitialStateOptions {
   emptyTopicName: boolean;
   /** The `user_list_incomplete` client capability: users the viewer may not see are left out, not placeholders. */
   userListIncomplete: boolean;
+  /** The `linkifier_url_template` client capability: without it, realm_linkifiers is empty. */
+  linkifierUrlTemplate: boolean;
+  /** The `include_deactivated_groups` client capability: without it, deactivated groups are left out. */
+  includeDeactivatedGroups: boolean;
 }
 
 /** The initial state of each event type we serve; types not listed contribute nothing. */
@@ -76,8 +83,9 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     const stored = await s.store.loadSnapshot<Record<string, unknown>>(USER_SETTINGS, String(u.id));
     return { user_settings: Object.assign({}, USER_SETTINGS_DEFAULTS, { timezone: u.timezone }, stored?.state) };
   },
-  async realm_user_groups(s, u) {
-    return { realm_user_groups: await userGroupObjects(s.store.db, u.realm_id) };
+  async realm_user_groups(s, u, o) {
+    const groups = await userGroupObjects(s.store.db, u.realm_id);
+    return { realm_user_groups: o.includeDeactivatedGroups ? groups : groups.filter((g) => !g.deactivated) };
   },
   async update_message_flags(s, u, o) {
     return { unread_msgs: await unreadMessages(s.store.db, u.id, { emptyTopicName: o.emptyTopicName }) };
@@ -102,6 +110,19 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async realm_emoji(s, u) {
     return { realm_emoji: await realmEmojiObjects(s.store.db, u.realm_id) };
+  },
+  async realm_linkifiers(s, u, o) {
+    return { realm_linkifiers: o.linkifierUrlTemplate ? await linkifierObjects(s.store.db, u.realm_id) : [] };
+  },
+  // The legacy form is always empty since Zulip 7.0 (feature level 176).
+  async realm_filters() {
+    return { realm_filters: [] };
+  },
+  async saved_snippets(s, u) {
+    return { saved_snippets: await snippetsOf(s.store.db, u.id) };
+  },
+  async realm_playgrounds(s, u) {
+    return { realm_playgrounds: await playgroundObjects(s.store.db, u.realm_id) };
   },
   async recent_private_conversations() {
     return { recent_private_conversations: [] };
@@ -167,6 +188,8 @@ export const eventRoutes: RouteSpec[] = [
         slimPresence: params.slim_presence,
         emptyTopicName: params.client_capabilities?.empty_topic_name === true,
         userListIncomplete: params.client_capabilities?.user_list_incomplete === true,
+        linkifierUrlTemplate: params.client_capabilities?.linkifier_url_template === true,
+        includeDeactivatedGroups: params.client_capabilities?.include_deactivated_groups === true,
       };
       const parts = await Promise.all(
         stateTypes

@@ -1,4 +1,4 @@
-/** The caller's own data: PATCH /settings, drafts and navigation views. Every change goes through the user actor. */
+/** The caller's own data: PATCH /settings, drafts, saved snippets and navigation views. Every change goes through the user actor. */
 import type { ActorRef } from "../../runtime/protocol.ts";
 import { errors } from "../../runtime/errors.ts";
 import { chatErrors } from "../../actors/chat/errors.ts";
@@ -12,6 +12,11 @@ import type { Call, RouteSpec } from "./app.ts";
 import { Presence } from "../../actors/chat/users/presence.protocol.ts";
 import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
 import { Bool, Id, Str, type JsonSchema } from "../params.ts";
+import { MAX_SNIPPET_TITLE_LENGTH, snippetsOf } from "../../actors/chat/users/saved-snippets.ts";
+import { LIMITS } from "./zulip.ts";
+
+const SnippetTitle = { type: "string", maxLength: MAX_SNIPPET_TITLE_LENGTH } as const;
+const SnippetContent = { type: "string", maxLength: LIMITS.max_message_length } as const;
 
 /** Each setting's wire type, from its default value. */
 const settingParams: Record<string, JsonSchema> = Object.fromEntries(
@@ -206,6 +211,39 @@ export const meRoutes: RouteSpec[] = [
     params: { type: "object", properties: { draft_id: Id }, required: ["draft_id"] },
     async handle(call) {
       return userActor(call).ask({ op: "deleteDraft", id: call.params.draft_id });
+    },
+  },
+  {
+    method: "GET",
+    path: "/saved_snippets",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      return { saved_snippets: await snippetsOf(services.store.db, user.id) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/saved_snippets",
+    params: { type: "object", properties: { title: SnippetTitle, content: SnippetContent }, required: ["title", "content"] },
+    async handle(call) {
+      return userActor(call).ask({ op: "createSnippet", title: call.params.title, content: call.params.content });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/saved_snippets/{saved_snippet_id}",
+    params: { type: "object", properties: { saved_snippet_id: Id, title: SnippetTitle, content: SnippetContent }, required: ["saved_snippet_id"] },
+    async handle(call) {
+      const { params } = call;
+      return userActor(call).ask({ op: "editSnippet", id: params.saved_snippet_id, title: params.title, content: params.content });
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/saved_snippets/{saved_snippet_id}",
+    params: { type: "object", properties: { saved_snippet_id: Id }, required: ["saved_snippet_id"] },
+    async handle(call) {
+      return userActor(call).ask({ op: "deleteSnippet", id: call.params.saved_snippet_id });
     },
   },
   {

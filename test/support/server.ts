@@ -180,6 +180,10 @@ const ERROR_EXTRAS: Record<string, string[]> = {
   BAD_EVENT_QUEUE_ID: ["queue_id"],
   // RateLimitedError.
   RATE_LIMIT_HIT: ["retry-after"],
+  // ValidationFailureError (a refused model, e.g. a linkifier): the messages by field.
+  BAD_REQUEST: ["errors"],
+  // CannotDeactivateGroupInUseError: where the group is used.
+  CANNOT_DEACTIVATE_GROUP_IN_USE: ["objections"],
   // Named in the spec and in Zulip's description text; the re-serialized schema lost the properties.
   MOVE_MESSAGES_TIME_LIMIT_EXCEEDED: ["first_message_id_allowed_to_move", "total_messages_in_topic", "total_messages_allowed_to_move"],
 };

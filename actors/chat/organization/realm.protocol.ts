@@ -1,8 +1,10 @@
 /**
  * realm:<realm id>: the organization (accounts, roles, settings, groups, invitations, e-mail changes, custom profile
- * fields, custom emoji). Handlers: RealmActor.handlers in realm.ts, which forwards the invitation, e-mail change,
- * profile field and emoji operations to Invitations.handlers (invites.ts), EmailChanges.handlers
- * (email-changes.ts), ProfileFields.handlers (profile-fields.ts) and RealmEmojiChanges.handlers (realm-emoji.ts).
+ * fields, custom emoji, linkifiers, code playgrounds). Handlers: RealmActor.handlers in realm.ts, which forwards the invitation, e-mail change,
+ * profile field, emoji, linkifier and playground operations to Invitations.handlers (invites.ts),
+ * EmailChanges.handlers (email-changes.ts), ProfileFields.handlers (profile-fields.ts), RealmEmojiChanges.handlers
+ * (realm-emoji.ts), RealmLinkifiers.handlers (linkifiers.ts), RealmPlaygrounds.handlers (realm-playgrounds.ts) and
+ * GroupChanges.handlers (group-changes.ts).
  */
 import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
 
@@ -249,6 +251,105 @@ export interface DeactivateEmoji {
   requestKey: string;
 }
 
+// Linkifiers (linkifiers.ts) and code playgrounds (realm-playgrounds.ts): administrators only.
+
+/** POST /realm/filters. */
+export interface AddLinkifier {
+  op: "addLinkifier";
+  actingId: number;
+  pattern: string;
+  urlTemplate: string;
+}
+
+/** PATCH /realm/filters/{filter_id}. */
+export interface UpdateLinkifier {
+  op: "updateLinkifier";
+  actingId: number;
+  id: number;
+  pattern: string;
+  urlTemplate: string;
+}
+
+/** DELETE /realm/filters/{filter_id}. */
+export interface RemoveLinkifier {
+  op: "removeLinkifier";
+  actingId: number;
+  id: number;
+}
+
+/** PATCH /realm/linkifiers: every linkifier's id, in the new order. */
+export interface ReorderLinkifiers {
+  op: "reorderLinkifiers";
+  actingId: number;
+  order: number[];
+}
+
+/** POST /realm/playgrounds. */
+export interface AddPlayground {
+  op: "addPlayground";
+  actingId: number;
+  name: string;
+  pygmentsLanguage: string;
+  urlTemplate: string;
+}
+
+/** DELETE /realm/playgrounds/{playground_id}. */
+export interface RemovePlayground {
+  op: "removePlayground";
+  actingId: number;
+  id: number;
+}
+
+/** PATCH /user_groups/{user_group_id}: name, description and permission settings. */
+export interface UpdateGroup {
+  op: "updateGroup";
+  actingId: number;
+  groupId: number;
+  name?: string;
+  description?: string;
+  /** Zulip's GroupSettingChangeRequest by setting: the new value, and the value the client believes is current. */
+  settings: Record<string, { new: unknown; old?: unknown }>;
+}
+
+/** POST /user_groups/{user_group_id}/members (users and subgroups) and POST /user_groups/{user_group_id}/subgroups. */
+export interface ChangeGroupMembership {
+  op: "changeGroupMembership";
+  actingId: number;
+  groupId: number;
+  add: number[];
+  delete: number[];
+  addSubgroups: number[];
+  deleteSubgroups: number[];
+}
+
+/** POST /user_groups/{user_group_id}/deactivate. */
+export interface DeactivateGroup {
+  op: "deactivateGroup";
+  actingId: number;
+  groupId: number;
+}
+
+/** User group changes (group-changes.ts). */
+export type GroupChangesProtocol = {
+  updateGroup: Op<UpdateGroup, Empty>;
+  changeGroupMembership: Op<ChangeGroupMembership, Empty>;
+  deactivateGroup: Op<DeactivateGroup, Empty>;
+};
+
+/** Linkifiers (linkifiers.ts). */
+export type LinkifiersProtocol = {
+  addLinkifier: Op<AddLinkifier, { id: number }>;
+  updateLinkifier: Op<UpdateLinkifier, Empty>;
+  removeLinkifier: Op<RemoveLinkifier, Empty>;
+  reorderLinkifiers: Op<ReorderLinkifiers, Empty>;
+};
+
+/** Code playgrounds (realm-playgrounds.ts). */
+export type PlaygroundsProtocol = {
+  addPlayground: Op<AddPlayground, { id: number }>;
+  removePlayground: Op<RemovePlayground, Empty>;
+};
+
 /** Invitations (invites.ts). */
 export type InvitesProtocol = {
   invite: Op<Invite, Empty>;
@@ -290,6 +391,9 @@ export type RealmProtocol = {
 } & InvitesProtocol &
   EmailChangesProtocol &
   ProfileFieldsProtocol &
-  RealmEmojiProtocol;
+  RealmEmojiProtocol &
+  LinkifiersProtocol &
+  PlaygroundsProtocol &
+  GroupChangesProtocol;
 
 export const Realm = actorKind<RealmProtocol>("realm");

@@ -19,6 +19,9 @@ import { Invitations } from "./invites.ts";
 import { EmailChanges } from "./email-changes.ts";
 import { ProfileFields } from "./profile-fields.ts";
 import { RealmEmojiChanges } from "./realm-emoji.ts";
+import { RealmLinkifiers } from "./linkifiers.ts";
+import { RealmPlaygrounds } from "./realm-playgrounds.ts";
+import { GroupChanges } from "./group-changes.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
@@ -37,6 +40,9 @@ export class RealmActor implements Actor {
   private readonly emailChanges: EmailChanges;
   private readonly profileFields: ProfileFields;
   private readonly emoji: RealmEmojiChanges;
+  private readonly linkifiers: RealmLinkifiers;
+  private readonly playgrounds: RealmPlaygrounds;
+  private readonly groups: GroupChanges;
 
   constructor(
     private readonly ctx: ActorContext,
@@ -47,6 +53,10 @@ export class RealmActor implements Actor {
     this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
     this.profileFields = new ProfileFields(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event) });
     this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
+    const administration = { actingAdministrator: (id: number) => this.actingAdministrator(id), tellRealm: (event: Record<string, unknown>) => this.tellRealm(event) };
+    this.linkifiers = new RealmLinkifiers(ctx, deps, this.realmId, administration);
+    this.playgrounds = new RealmPlaygrounds(ctx, deps, this.realmId, administration);
+    this.groups = new GroupChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
   }
 
   /** The implementation of realm.protocol.ts; the parts' operations go to the parts' own tables. */
@@ -60,6 +70,9 @@ export class RealmActor implements Actor {
     ...forward(EmailChanges.handlers, (realm: RealmActor) => realm.emailChanges),
     ...forward(ProfileFields.handlers, (realm: RealmActor) => realm.profileFields),
     ...forward(RealmEmojiChanges.handlers, (realm: RealmActor) => realm.emoji),
+    ...forward(RealmLinkifiers.handlers, (realm: RealmActor) => realm.linkifiers),
+    ...forward(RealmPlaygrounds.handlers, (realm: RealmActor) => realm.playgrounds),
+    ...forward(GroupChanges.handlers, (realm: RealmActor) => realm.groups),
   };
 
   receive(msg: MessageOf<RealmProtocol>): unknown {
@@ -71,6 +84,13 @@ export class RealmActor implements Actor {
     const user = await this.deps.store.db.selectFrom("users").selectAll().where("id", "=", id).where("realm_id", "=", this.realmId).executeTakeFirst();
     if (!user?.is_active) throw errors.badRequest("Account is deactivated");
     return user;
+  }
+
+  /** Zulip's require_realm_admin. */
+  private async actingAdministrator(id: number) {
+    const acting = await this.actingUser(id);
+    if (acting.role > ROLE.administrator) throw errors.badRequest("Must be an organization administrator");
+    return acting;
   }
 
   private async updateRealm(msg: UpdateRealm): Promise<RealmUpdated> {

@@ -13,7 +13,7 @@ export const MAX_GROUP_NAME_LENGTH = 100;
 export const MAX_GROUP_DESCRIPTION_LENGTH = 1024;
 
 /** What each group permission may not be set to (zulip.yaml, POST /user_groups/create). */
-const GROUP_SETTING_RULES: Record<(typeof GROUP_PERMISSIONS)[number], GroupSettingRule> = {
+export const GROUP_SETTING_RULES: Record<(typeof GROUP_PERMISSIONS)[number], GroupSettingRule> = {
   can_add_members_group: { everyone: true, nobody: true },
   can_join_group: { everyone: true, nobody: true },
   can_leave_group: { everyone: true, nobody: true },

@@ -8,6 +8,7 @@
  *   schemes are linked; links into the realm itself become fragment links (`#narrow/...`).
  * - Fences: code (`<div class="codehilite">`), ```quote, ```spoiler, ```math; fences nest inside quotes/spoilers.
  * - Mentions, user-group mentions, channel and topic links, `:emoji:` and unicode emoji, `$$tex$$`.
+ * - The realm's linkifiers, on the text no other rule took, in the realm's order.
  *
  * Rendering is a pure function of the content and a context of synchronous lookups that the caller prefetches
  * (users, groups, channels): the result says which users, groups and wildcards were mentioned, for message flags
@@ -19,7 +20,7 @@
  *
  * Not done (Chorus knowingly differs): syntax highlighting (code is escaped, not coloured; no npm package
  * produces Pygments' markup), previews that need fetching or uploads' records,
- * linkifiers, `#**channel>topic@id**` message links, and a few Python-Markdown quirks; test/actors/chat/rendering/markdown.test.ts
+ * `#**channel>topic@id**` message links, and a few Python-Markdown quirks; test/actors/chat/rendering/markdown.test.ts
  * names each corpus case we do not match, with the reason.
  */
 import { createRequire } from "node:module";
@@ -27,6 +28,7 @@ import MarkdownItFactory from "markdown-it";
 import type { Delimiter, Env, MarkdownIt, RendererRule, StateBlock, StateCore, StateInline, Token } from "markdown-it";
 import { emojiCodeFor, emojiCodeOfText, emojiNameFor, ZULIP_EXTRA_EMOJI_NAMES } from "./emoji.ts";
 import { escapeAttribute, escapeCode, escapeText } from "./escape.ts";
+import { linkifierMatches, type CompiledLinkifier } from "./linkifiers.ts";
 import { addInlinePreviews, audioPlayer } from "./previews.ts";
 import { renderTex } from "./tex.ts";
 import { parseTimestamp } from "./timestamps.ts";
@@ -53,6 +55,8 @@ export interface MarkdownContext {
   inlinePreviews?: boolean;
   /** Zulip's camo proxy (CAMO_URI, ending in `/`, and CAMO_KEY), which previews of external media load through. */
   camo?: { url: string; key: string };
+  /** The realm's linkifiers, in their order (linkifiers.ts). */
+  linkifiers?: CompiledLinkifier[];
 }
 
 export interface RenderResult {
@@ -454,7 +458,6 @@ function splitText(state: StateCore, token: Token, kind: TextEmojiKind, context:
  */
 function zulipLinks(state: StateCore): void {
   const env = state.env as RenderEnv;
-  const realm = env.context.realmUrl?.replace(/\/$/, "");
   for (const block of state.tokens) {
     const children = block.children;
     if (block.type !== "inline" || !children) continue;
@@ -469,7 +472,7 @@ function zulipLinks(state: StateCore): void {
       }
       env.hasLink = true;
       const href = String(token.attrGet("href") ?? "");
-      if (realm && href.startsWith(realm + "/#")) token.attrSet("href", href.slice(realm.length + 1));
+      token.attrSet("href", relativeToRealm(env, href));
       const next = children[i + 1]!;
       const blankText = next.type === "text" && next.content.trim() === "" && children[i + 2]?.type === "link_close";
       if (next.type === "link_close" || blankText) {
@@ -479,6 +482,12 @@ function zulipLinks(state: StateCore): void {
       }
     }
   }
+}
+
+/** Zulip's rewrite_local_links_to_relative: a link into the realm's own narrows becomes a fragment. */
+function relativeToRealm(env: RenderEnv, href: string): string {
+  const realm = env.context.realmUrl?.replace(/\/$/, "");
+  return realm && href.startsWith(realm + "/#") ? href.slice(realm.length + 1) : href;
 }
 
 /** Zulip's TLD list leaves out these two, which are mostly file names (`views.py`, `README.md`). */
@@ -494,6 +503,68 @@ function isZulipAutolink(text: string, previous: Token | undefined, next: Token 
   if (!endsWell) return false;
   if (!previous || previous.type === "softbreak" || previous.type === "hardbreak") return true;
   return previous.type === "text" && atSyntaxBoundary(previous.content, previous.content.length);
+}
+
+/** What stands before text that follows a link, an emoji, a mention or code: Python-Markdown's placeholder. */
+const NOT_A_BOUNDARY = "\u0003";
+
+/**
+ * The realm's linkifiers, as Zulip applies them (after links, mentions, emoji and code, each on the text the ones
+ * before it left): a match becomes `<a href="{expanded template}">{matched text}</a>`. A piece of text starts at a
+ * boundary at the start of its block, after a line break or an opening emphasis; after other text, as that text
+ * ends.
+ */
+function linkifiers(state: StateCore): void {
+  const env = state.env as RenderEnv;
+  const all = env.context.linkifiers;
+  if (!all?.length) return;
+  for (const block of state.tokens) {
+    if (block.type !== "inline" || !block.children) continue;
+    let children = block.children;
+    for (const linkifier of all) {
+      const out: Token[] = [];
+      let inLink = 0;
+      for (let i = 0; i < children.length; i++) {
+        const token = children[i]!;
+        if (token.type === "link_open") inLink++;
+        if (token.type === "link_close") inLink--;
+        if (token.type !== "text" || inLink > 0) {
+          out.push(token);
+          continue;
+        }
+        const previous = children[i - 1];
+        let before = "";
+        if (previous?.type === "text") before = previous.content.slice(-1);
+        else if (previous && !/^(?:softbreak|hardbreak|em_open|strong_open|s_open)$/.test(previous.type)) before = NOT_A_BOUNDARY;
+        // Zulip's url_to_a: a URL of an unsafe scheme is no link, and the text stays for the next linkifier.
+        const matches = linkifierMatches(linkifier, token.content, before).filter((m) => SAFE_SCHEMES.test(m.url) || !ANY_SCHEME.test(m.url));
+        if (!matches.length) {
+          out.push(token);
+          continue;
+        }
+        let last = 0;
+        const text = (content: string) => {
+          const t = new state.Token("text", "", 0);
+          t.content = content;
+          out.push(t);
+        };
+        for (const match of matches) {
+          if (match.start > last) text(token.content.slice(last, match.start));
+          const open = new state.Token("link_open", "a", 1);
+          const url = ANY_SCHEME.test(match.url) || /^[/#]/.test(match.url) ? match.url : "http://" + match.url;
+          open.attrs = [["href", relativeToRealm(env, url)]];
+          out.push(open);
+          text(token.content.slice(match.start, match.end));
+          out.push(new state.Token("link_close", "a", -1));
+          last = match.end;
+        }
+        if (last < token.content.length) text(token.content.slice(last));
+        env.hasLink = true;
+      }
+      children = out;
+    }
+    block.children = children;
+  }
 }
 
 /** Previews of image and video links, in messages that have links. */
@@ -835,7 +906,8 @@ function build(): MarkdownIt {
 
   md.core.ruler.after("linkify", "zulip_text_emoji", textEmoji);
   md.core.ruler.after("zulip_text_emoji", "zulip_links", zulipLinks);
-  md.core.ruler.after("zulip_links", "zulip_strong_outside", strongOutside);
+  md.core.ruler.after("zulip_links", "zulip_linkifiers", linkifiers);
+  md.core.ruler.after("zulip_linkifiers", "zulip_strong_outside", strongOutside);
   md.core.ruler.after("zulip_strong_outside", "zulip_previews", inlinePreviews);
   md.core.ruler.after("block", "zulip_join_bullet_lists", joinBulletLists);
   md.core.ruler.after("normalize", "zulip_nested_lists", reindentNestedLists);
@@ -883,7 +955,8 @@ export function isPlainLine(content: string): boolean {
 }
 
 export function renderMarkdown(content: string, context: MarkdownContext = {}): RenderResult {
-  if (isPlainLine(content)) {
+  // A plain line may still hold a linkifier's match (`JIRA-12`, `issue 42`).
+  if (isPlainLine(content) && !context.linkifiers?.length) {
     return { html: `<p>${content}</p>`, mentionedUserIds: [], mentionedGroupIds: [], wildcardMention: null, hasLink: false };
   }
   return renderWithMarkdownIt(content, context);

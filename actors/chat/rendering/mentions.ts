@@ -3,11 +3,12 @@
  * (which also gets inline media previews, as Zulip's messages do).
  * markdown.ts asks synchronously, so the candidates are fetched first: only names and ids the content could
  * mention (a loose scan; markdown decides what really is a mention, e.g. not inside code), and the realm's active
- * custom emoji (cached per realm) only when the content has some `:name:`.
+ * custom emoji (cached per realm) only when the content has some `:name:`, and the realm's linkifiers (cached).
  */
 import { sql, type Kysely } from "kysely";
 import type { MarkdownContext, MentionableUser } from "./markdown.ts";
 import { activeRealmEmojiByName } from "../organization/realm-emoji.ts";
+import { compiledLinkifiers } from "../organization/linkifiers.ts";
 import type { Database } from "../../schema.ts";
 
 const USER_MENTION = /@_?\*\*([^*|]+?)(?:\|(\d{1,15}))?\*\*/g;
@@ -19,6 +20,11 @@ const EMOJI_SYNTAX = /:[\p{L}\p{N}_+-]+:/u;
 const MESSAGE: MarkdownContext = Object.freeze({ inlinePreviews: true });
 
 export async function markdownContext(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {
+  const [context, linkifiers] = await Promise.all([lookups(db, realmId, content), compiledLinkifiers.get(db, realmId)]);
+  return linkifiers.length ? Object.assign({}, context, { linkifiers }) : context;
+}
+
+async function lookups(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {
   if (!EMOJI_SYNTAX.test(content)) return mentionLookups(db, realmId, content);
   const [mentions, customEmoji] = await Promise.all([mentionLookups(db, realmId, content), activeRealmEmojiByName(db, realmId)]);
   return customEmoji.size ? Object.assign({}, mentions, { realmEmojiByName: (name: string) => customEmoji.get(name) }) : mentions;

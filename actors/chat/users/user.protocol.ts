@@ -1,5 +1,5 @@
 /**
- * user:<user id>: one user's event queues, settings, drafts, navigation views and push tokens. Handlers:
+ * user:<user id>: one user's event queues, settings, drafts, saved snippets, navigation views and push tokens. Handlers:
  * UserActor.handlers in user.ts.
  */
 import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
@@ -94,6 +94,26 @@ export interface DeleteDraft {
   id: number;
 }
 
+/** POST /saved_snippets: title and content as given (the actor trims and checks them). */
+export interface CreateSnippet {
+  op: "createSnippet";
+  title: string;
+  content: string;
+}
+
+/** PATCH /saved_snippets/{saved_snippet_id}: what the request gave. */
+export interface EditSnippet {
+  op: "editSnippet";
+  id: number;
+  title?: string;
+  content?: string;
+}
+
+export interface DeleteSnippet {
+  op: "deleteSnippet";
+  id: number;
+}
+
 export interface AddView {
   op: "addView";
   fragment: string;
@@ -136,6 +156,9 @@ export type UserProtocol = {
   createDrafts: Op<CreateDrafts, { ids: number[] }>;
   editDraft: Op<EditDraft, Empty>;
   deleteDraft: Op<DeleteDraft, Empty>;
+  createSnippet: Op<CreateSnippet, { saved_snippet_id: number }>;
+  editSnippet: Op<EditSnippet, Empty>;
+  deleteSnippet: Op<DeleteSnippet, Empty>;
   addView: Op<AddView, Empty>;
   updateView: Op<UpdateView, Empty>;
   removeView: Op<RemoveView, Empty>;

@@ -37,8 +37,9 @@ import { matchesNarrow } from "../reads/narrow.ts";
 import { messageRecords } from "../reads/messages.ts";
 import { dispatch, type Handlers, type MessageOf, type Op } from "../../../runtime/protocol.ts";
 import { Channel } from "../conversations/channel.protocol.ts";
-import { User, type UserProtocol, type AddPushToken, type AddView, type DeliverMessage, type DraftFields, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView } from "./user.protocol.ts";
+import { User, type UserProtocol, type AddPushToken, type AddView, type CreateSnippet, type DeliverMessage, type DraftFields, type EditSnippet, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView } from "./user.protocol.ts";
 import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft } from "./user-data.ts";
+import { ownSnippet, snippetObject, snippetText } from "./saved-snippets.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 import { accessibleUsers, apiEmail, avatarUpdate, deliveryEmailVisibleTo } from "../organization/accounts.ts";
@@ -282,6 +283,9 @@ export class UserActor implements Actor {
     createDrafts: (user, msg) => user.createDrafts(msg.drafts),
     editDraft: (user, msg) => user.editDraft(msg.id, msg.draft),
     deleteDraft: (user, msg) => user.deleteDraft(msg.id),
+    createSnippet: (user, msg) => user.createSnippet(msg),
+    editSnippet: (user, msg) => user.editSnippet(msg),
+    deleteSnippet: (user, msg) => user.deleteSnippet(msg.id),
     addView: (user, msg) => user.addView(msg),
     updateView: (user, msg) => user.updateView(msg),
     removeView: (user, msg) => user.removeView(msg.fragment),
@@ -565,6 +569,35 @@ export class UserActor implements Actor {
     return {};
   }
 
+  private async createSnippet(msg: CreateSnippet): Promise<{ saved_snippet_id: number }> {
+    const row = { user_id: this.userId, title: snippetText(msg.title, "Title"), content: snippetText(msg.content, "Content"), date_created: Math.floor(Date.now() / 1000) };
+    const stored = await this.deps.store.write(this.ctx.fence(), (trx) => trx.insertInto("saved_snippets").values(row).returningAll().executeTakeFirstOrThrow());
+    await this.deliver({ kind: "event", event: { type: "saved_snippets", op: "add", saved_snippet: snippetObject(stored) } });
+    return { saved_snippet_id: stored.id };
+  }
+
+  /** Zulip's edit_saved_snippet: nothing given, nothing changes and no event. */
+  private async editSnippet(msg: EditSnippet): Promise<Record<string, never>> {
+    const data = {
+      ...(msg.title !== undefined ? { title: snippetText(msg.title, "Title") } : {}),
+      ...(msg.content !== undefined ? { content: snippetText(msg.content, "Content") } : {}),
+    };
+    if (!Object.keys(data).length) return {};
+    await ownSnippet(this.deps.store.db, this.userId, msg.id);
+    const stored = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.updateTable("saved_snippets").set(data).where("id", "=", msg.id).where("user_id", "=", this.userId).returningAll().executeTakeFirstOrThrow(),
+    );
+    await this.deliver({ kind: "event", event: { type: "saved_snippets", op: "update", saved_snippet: snippetObject(stored) } });
+    return {};
+  }
+
+  private async deleteSnippet(id: number): Promise<Record<string, never>> {
+    await ownSnippet(this.deps.store.db, this.userId, id);
+    await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("saved_snippets").where("id", "=", id).where("user_id", "=", this.userId).execute());
+    await this.deliver({ kind: "event", event: { type: "saved_snippets", op: "remove", saved_snippet_id: id } });
+    return {};
+  }
+
   private async deleteAllDrafts(): Promise<void> {
     const removed = await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("drafts").where("user_id", "=", this.userId).returning("id").execute());
     for (const { id } of removed) await this.deliver({ kind: "event", event: { type: "drafts", op: "remove", draft_id: id } });
@@ -668,6 +701,8 @@ export class UserActor implements Actor {
     }
     if (event.queueId) return event.queueId === q.spec.id;
     if (event.bulkDeletion !== undefined && event.bulkDeletion !== !!q.spec.clientCapabilities.bulk_message_deletion) return false;
+    // Linkifiers with URL templates go only to clients that said they understand them (zulip.yaml).
+    if (event.event.type === "realm_linkifiers" && q.spec.clientCapabilities.linkifier_url_template !== true) return false;
     return !q.eventTypes || q.eventTypes.has(String(event.event.type));
   }
 
@@ -683,6 +718,10 @@ export class UserActor implements Actor {
     return q.items.filter((i) => i.seq > after).map(({ seq, event }) => {
       // Object.assign, not `{ ...event, id }`: see the README's "Benchmark it" on spreads in objects made per event.
       if (event.kind === "event" && event.event.type === "presence") return Object.assign(presenceEvent(q.spec, event.event), { id: seq });
+      if (event.kind === "event" && isGroupDeactivation(event.event) && q.spec.clientCapabilities.include_deactivated_groups !== true) {
+        // Zulip tells clients that do not list deactivated groups that the group is gone.
+        return { type: "user_group", op: "remove", group_id: event.event.group_id, id: seq };
+      }
       if (event.kind === "event") return Object.assign({}, event.event, { id: seq });
       const rendered: Record<string, unknown> = {
         type: "message",
@@ -739,6 +778,11 @@ function languageName(code: string): string {
   } catch {
     return code;
   }
+}
+
+/** A group's deactivation (Zulip's update with `data.deactivated`), which some clients get as a removal. */
+function isGroupDeactivation(event: Record<string, unknown>): boolean {
+  return event.type === "user_group" && event.op === "update" && (event.data as { deactivated?: boolean } | undefined)?.deactivated === true;
 }
 
 /** A presence event in the queue's format: modern for clients with simplified_presence_events, else legacy. */
