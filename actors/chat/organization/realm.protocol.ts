@@ -45,6 +45,16 @@ export interface EnsuredChannel {
   created: boolean;
 }
 
+/**
+ * POST and DELETE /default_streams (permission checked by the gateway) and archiving: whether a channel is one of
+ * the realm's default channels, which new users join. Archived and private channels are never made default.
+ */
+export interface SetDefaultChannel {
+  op: "setDefaultChannel";
+  streamId: number;
+  isDefault: boolean;
+}
+
 /** PATCH /realm: the decoded parameters; the realm actor checks them against the current settings. */
 export interface UpdateRealm {
   op: "updateRealm";
@@ -284,6 +294,7 @@ export type RealmEmojiProtocol = {
 export type RealmProtocol = {
   createUser: Op<CreateUser, CreatedUser>;
   ensureChannels: Op<EnsureChannels, EnsuredChannel[]>;
+  setDefaultChannel: Op<SetDefaultChannel, Empty>;
   updateRealm: Op<UpdateRealm, RealmUpdated>;
   updateUser: Op<UpdateUser, Empty>;
   createGroup: Op<CreateGroup, GroupCreated>;

@@ -8,7 +8,7 @@ import { errors } from "../../../runtime/errors.ts";
 import type { Keyring } from "../../../runtime/secrets.ts";
 import type { Store } from "../../../runtime/store/store.ts";
 import type { ActorDeps } from "../../deps.ts";
-import { streamObject, streamObjects, visibleStreams, type StreamRow } from "../reads/channels.ts";
+import { defaultChannelIds, streamObject, streamObjects, visibleStreams, type StreamRow } from "../reads/channels.ts";
 import { userObject } from "../reads/users.ts";
 import { metadataWatchers } from "../conversations/channel-access.ts";
 import { channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
@@ -22,7 +22,7 @@ import { RealmEmojiChanges } from "./realm-emoji.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
-import type { CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
+import type { CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
 import { User } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 
@@ -53,6 +53,7 @@ export class RealmActor implements Actor {
   private static readonly handlers: Handlers<RealmProtocol, RealmActor> = {
     createUser: (realm, msg) => realm.createUser(msg),
     ensureChannels: (realm, msg) => realm.ensureChannels(msg),
+    setDefaultChannel: (realm, msg) => realm.setDefaultChannel(msg),
     updateRealm: (realm, msg) => realm.updateRealm(msg),
     updateUser: (realm, msg) => realm.updateUser(msg),
     createGroup: (realm, msg) => realm.createGroup(msg),
@@ -171,11 +172,35 @@ export class RealmActor implements Actor {
     await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false, ...visible }) });
   }
 
-  /** An event for every active user of the realm (their user actors drop it if they have no queue). */
-  private async tellRealm(event: Record<string, unknown>): Promise<void> {
-    const query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
+  /**
+   * An event for every active user of the realm, or (`members`) every one but guests (their user actors drop it if
+   * they have no queue).
+   */
+  private async tellRealm(event: Record<string, unknown>, audience: "everyone" | "members" = "everyone"): Promise<void> {
+    let query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
+    if (audience === "members") query = query.where("role", "<", ROLE.guest);
     const users = await query.execute();
     await this.deps.system().broadcast(User, users.map((u) => u.id), { op: "deliverEvent", event });
+  }
+
+  /**
+   * Zulip's do_add_default_stream and do_remove_default_stream: the change, then the realm's default channels to
+   * everyone but guests (notify_default_streams). Making a channel default that already is changes nothing and
+   * tells nobody; one that became private or archived meanwhile is left as it is.
+   */
+  private async setDefaultChannel(msg: SetDefaultChannel): Promise<Record<string, never>> {
+    const updated = await this.deps.store.write(this.ctx.fence(), (trx) => {
+      let change = trx.updateTable("streams").set({ is_default: msg.isDefault }).where("id", "=", msg.streamId).where("realm_id", "=", this.realmId);
+      if (msg.isDefault) change = change.where("is_default", "=", false).where("invite_only", "=", false).where("deactivated", "=", false);
+      return change.executeTakeFirst();
+    });
+    if (msg.isDefault && !Number(updated.numUpdatedRows)) return {};
+    await this.tellDefaultChannels();
+    return {};
+  }
+
+  private async tellDefaultChannels(): Promise<void> {
+    await this.tellRealm({ type: "default_streams", default_streams: await defaultChannelIds(this.deps.store.db, this.realmId) }, "members");
   }
 
   private async ensureChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
@@ -191,6 +216,7 @@ export class RealmActor implements Actor {
         const seeing = await metadataWatchers(this.deps.store.db, row, []);
         await system.broadcast(User, [...seeing], { op: "deliverEvent", event: { type: "stream", op: "create", streams: [streamObject(row, 0)] } });
       }
+      if (msg.isDefault) await this.tellDefaultChannels();
     }
     return channels;
   }
