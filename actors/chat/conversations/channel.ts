@@ -546,8 +546,9 @@ export class ChannelActor extends Conversation {
     await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("streams").set({ deactivated: true }).where("id", "=", this.state.id).execute());
     this.state.archived = true;
     const system = this.deps.system();
-    // The realm owns the default channels and their event; from now on it refuses to make this one default.
-    if (row.is_default) await system.ref(Realm, this.realmId).ask({ op: "setDefaultChannel", streamId: this.state.id, isDefault: false });
+    // The realm owns the default channels and the settings that name a channel; from now on it refuses to make
+    // this one default.
+    await system.ref(Realm, this.realmId).ask({ op: "channelArchived", streamId: this.state.id });
     const archived = { type: "stream", op: "update", stream_id: this.state.id, name: this.state.name, property: "is_archived", value: true };
     await system.broadcast(User, seeing, { op: "deliverEvent", event: archived, capability: { name: ARCHIVED_CHANNELS, declared: true } });
     const gone = { type: "stream", op: "delete", streams: [{ stream_id: this.state.id }], stream_ids: [this.state.id] };

@@ -55,6 +55,15 @@ export interface SetDefaultChannel {
   isDefault: boolean;
 }
 
+/**
+ * Told by a channel it has just archived: the realm forgets it as a default channel and as its announcement or
+ * moderation-request channel.
+ */
+export interface ChannelArchived {
+  op: "channelArchived";
+  streamId: number;
+}
+
 /** PATCH /realm: the decoded parameters; the realm actor checks them against the current settings. */
 export interface UpdateRealm {
   op: "updateRealm";
@@ -295,6 +304,7 @@ export type RealmProtocol = {
   createUser: Op<CreateUser, CreatedUser>;
   ensureChannels: Op<EnsureChannels, EnsuredChannel[]>;
   setDefaultChannel: Op<SetDefaultChannel, Empty>;
+  channelArchived: Op<ChannelArchived, Empty>;
   updateRealm: Op<UpdateRealm, RealmUpdated>;
   updateUser: Op<UpdateUser, Empty>;
   createGroup: Op<CreateGroup, GroupCreated>;

@@ -22,12 +22,15 @@ import { RealmEmojiChanges } from "./realm-emoji.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
-import type { CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
+import type { ChannelArchived, CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
 import { User } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 
 
 export { ROLE };
+
+/** The realm settings that name a channel (Zulip's maybe_set_moderation_or_announcement_channels_none). */
+const REALM_CHANNEL_SETTINGS = ["moderation_request_channel_id", "new_stream_announcements_stream_id", "signup_announcements_stream_id", "zulip_update_announcements_stream_id"];
 export { EMAIL, insertAccount, type NewAccount } from "./accounts.ts";
 
 
@@ -54,6 +57,7 @@ export class RealmActor implements Actor {
     createUser: (realm, msg) => realm.createUser(msg),
     ensureChannels: (realm, msg) => realm.ensureChannels(msg),
     setDefaultChannel: (realm, msg) => realm.setDefaultChannel(msg),
+    channelArchived: (realm, msg) => realm.channelArchived(msg),
     updateRealm: (realm, msg) => realm.updateRealm(msg),
     updateUser: (realm, msg) => realm.updateUser(msg),
     createGroup: (realm, msg) => realm.createGroup(msg),
@@ -196,6 +200,27 @@ export class RealmActor implements Actor {
     });
     if (msg.isDefault && !Number(updated.numUpdatedRows)) return {};
     await this.tellDefaultChannels();
+    return {};
+  }
+
+  /**
+   * Zulip's do_deactivate_stream, for the realm: an archived channel stops being a default channel, and the realm's
+   * announcement and moderation-request channels that were it are unset (-1, told as Zulip's update_dict).
+   */
+  private async channelArchived({ streamId }: ChannelArchived): Promise<Record<string, never>> {
+    const { wasDefault, unset } = await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const defaults = await trx.updateTable("streams").set({ is_default: false }).where("id", "=", streamId).where("realm_id", "=", this.realmId).where("is_default", "=", true).executeTakeFirst();
+      const row = await trx.selectFrom("realms").select("settings").where("id", "=", this.realmId).executeTakeFirstOrThrow();
+      const settings = row.settings as Record<string, unknown>;
+      const unset = REALM_CHANNEL_SETTINGS.filter((name) => settings[`realm_${name}`] === streamId);
+      if (unset.length) {
+        const cleared = Object.fromEntries(unset.map((name) => [`realm_${name}`, -1]));
+        await trx.updateTable("realms").set({ settings: JSON.stringify({ ...settings, ...cleared }) }).where("id", "=", this.realmId).execute();
+      }
+      return { wasDefault: Number(defaults.numUpdatedRows) > 0, unset };
+    });
+    if (wasDefault) await this.tellDefaultChannels();
+    if (unset.length) await this.tellRealm({ type: "realm", op: "update_dict", property: "default", data: Object.fromEntries(unset.map((name) => [name, -1])) });
     return {};
   }
 

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROLE } from "../../../../actors/chat/organization/groups.ts";
-import { api, createUser, createUserWithRole, ENGINES, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
+import { api, createUser, createUserWithRole, ENGINES, setRealmSettings, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
 import { eventually, ids, messageApi, NOTIFICATION_BOT, type User } from "../../../support/messages.ts";
 
 describe.each(ENGINES)("channel administration on %s", (engine) => {
@@ -61,9 +61,10 @@ describe.each(ENGINES)("channel administration on %s", (engine) => {
     it("keeps the channel and its messages, tells each client in its form, and takes no more sends", async () => {
       const channels = await subscribe(owner, ["archived"], { principals: [owner.id, alice.id, guest.id], is_default_stream: true });
       const id = channels["archived"]!;
+      await setRealmSettings(server, { realm_new_stream_announcements_stream_id: id });
       const before = await toChannel(alice, "history", "still here", "archived");
       const modern = await register(alice, ["stream", "default_streams", "message"], { archived_channels: true });
-      const legacy = await register(bob, ["stream", "default_streams"]);
+      const legacy = await register(bob, ["stream", "default_streams", "realm"]);
       const guestQueue = await register(guest, ["stream", "default_streams"]);
 
       ok(await archive(owner, id));
@@ -79,6 +80,12 @@ describe.each(ENGINES)("channel administration on %s", (engine) => {
       expect(defaults).toHaveLength(1);
       expect(defaults[0].default_streams).not.toContain(id);
       expect((await events(guest, guestQueue)).map((e) => e.type)).toEqual(["stream"]);
+      // Nor is it the channel new channels are announced in any more.
+      expect((await events(bob, legacy)).filter((e) => e.type === "realm")).toEqual([
+        { type: "realm", op: "update_dict", property: "default", data: { new_stream_announcements_stream_id: -1 }, id: expect.any(Number) },
+      ]);
+      const realmState = await api(server, "POST", "/register", { as: bob, params: { fetch_event_types: ["realm"] } });
+      expect(realmState.body.realm_new_stream_announcements_stream_id).toBe(-1);
 
       // Notification Bot says so in the channel, read for everyone.
       const notice = (await get(alice, { narrow: [{ operator: "channel", operand: id }, { operator: "topic", operand: "channel events" }] })).body.messages;
