@@ -12,6 +12,8 @@ export const chatErrors = {
       400,
       extra,
     ),
+  /** Zulip's ChannelExistsError: the name is another channel's of the realm. */
+  channelExists: (name: string) => new ChorusError("CHANNEL_ALREADY_EXISTS", `Channel '${name}' already exists`, 409),
   badQueue: (queueId: string) =>
     new ChorusError("BAD_EVENT_QUEUE_ID", `Bad event queue ID: ${queueId}`, 400, { queue_id: queueId }),
   /** Zulip's RateLimitedError: the client may try again after `retryAfter` seconds. */

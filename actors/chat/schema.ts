@@ -54,6 +54,8 @@ export interface StreamTable {
   settings: Json;
   /** One of the realm's default channels, which new users join. */
   is_default: Generated<boolean>;
+  /** Archived (Zulip's "deactivated"): read-only, listed only to clients that handle archived channels. */
+  deactivated: Generated<boolean>;
 }
 
 export interface SubscriptionTable {

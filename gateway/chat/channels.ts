@@ -1,7 +1,9 @@
 /**
- * Channels and subscriptions: POST, GET and DELETE /users/me/subscriptions, POST
- * /users/me/subscriptions/properties, GET /streams, PATCH /streams/{stream_id}. Permission rules are actors/chat/conversations/channel-access.ts's; the channel
- * actors write the subscriptions and send their events.
+ * Channels and subscriptions: POST, GET, PATCH and DELETE /users/me/subscriptions, POST
+ * /users/me/subscriptions/properties, GET /users/{user_id}/subscriptions/{stream_id}, POST /channels/create, GET
+ * /streams, GET /get_stream_id, PATCH and DELETE /streams/{stream_id}, POST /streams/{stream_id}/delete_topic, POST
+ * and DELETE /default_streams. Permission rules are actors/chat/conversations/channel-access.ts's; the channel
+ * actors write the subscriptions and send their events, the realm actor creates channels and keeps the default ones.
  */
 import { ChorusError, errors } from "../../runtime/errors.ts";
 import { Channel } from "../../actors/chat/conversations/channel.protocol.ts";
@@ -12,7 +14,10 @@ import { CHANNEL_GROUP_SETTINGS, channelSettingRule, checkGroupSetting, inGroupS
 import { realmSettings } from "../../actors/chat/users/settings.ts";
 import { isSubscribed, subscriptionsOf } from "../../actors/chat/reads/subscriptions.ts";
 import { channelsByName, findStream, streamObjects, visibleStreams, type StreamRow } from "../../actors/chat/reads/channels.ts";
-import { usersByIdOrEmail, type UserRow } from "../../actors/chat/reads/users.ts";
+import { userInRealm, usersByIdOrEmail, type UserRow } from "../../actors/chat/reads/users.ts";
+import { accessibleUsers } from "../../actors/chat/organization/accounts.ts";
+import { chatErrors } from "../../actors/chat/errors.ts";
+import { normaliseTopic } from "./messages.ts";
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS } from "./zulip.ts";
@@ -72,6 +77,46 @@ function retentionDays(value: number | string): number | null {
 }
 
 /**
+ * Zulip's access_stream_by_id / access_stream_by_name: a channel of the caller's realm, not archived, that they may
+ * read (or, `metadata`, see); anything else, missing included, is the same error, so that a private channel's
+ * existence does not leak.
+ */
+async function accessChannel(db: DB, user: UserRow, ref: { id: number } | { name: string }, needs: "content" | "metadata" = "content") {
+  const error = "name" in ref ? `Invalid channel name '${ref.name}'` : "Invalid channel ID";
+  const stream = await findStream(db, user.realm_id, ref);
+  if (!stream || stream.deactivated) throw errors.badRequest(error);
+  const subscribed = await isSubscribed(db, user.id, stream.id);
+  const access = needs === "content" ? hasContentAccess : hasMetadataAccess;
+  if (!(await access(db, user, stream, subscribed))) throw errors.badRequest(error);
+  return { stream, subscribed };
+}
+
+/**
+ * Zulip's access_stream_for_delete_or_update_requiring_metadata_access: administrators administer every channel,
+ * others through its can_administer_channel_group. Whoever cannot even see the channel is told it does not exist.
+ */
+async function administeredChannel(db: DB, user: UserRow, streamId: number) {
+  const stream = await findStream(db, user.realm_id, { id: streamId });
+  if (!stream) throw errors.badRequest("Invalid channel ID");
+  const subscribed = await isSubscribed(db, user.id, stream.id);
+  const administers = user.role <= ROLE.administrator || (user.role !== ROLE.guest && (await inGroupSetting(db, channelGroupSetting(stream, "can_administer_channel_group"), user.id)));
+  if (!administers) {
+    if (!(await hasMetadataAccess(db, user, stream, subscribed))) throw errors.badRequest("Invalid channel ID");
+    throw errors.badRequest("You do not have permission to administer this channel.");
+  }
+  return { stream, subscribed };
+}
+
+/** Zulip's RETENTION_STREAM_MESSAGE_BATCH_SIZE, and how long delete_topic works before answering `complete: false`. */
+const DELETE_TOPIC_BATCH = 100;
+const DELETE_TOPIC_BUDGET_MS = 50_000;
+
+/** Zulip's require_realm_admin (and can_manage_default_streams, which is the same role). */
+function requireAdministrator(user: UserRow): void {
+  if (user.role > ROLE.administrator) throw errors.badRequest("Must be an organization administrator");
+}
+
+/**
  * Zulip's check_channel_creation_permissions and the request's settings for new channels, checked only when a
  * channel is about to be created. Returns the settings the realm actor stores.
  */
@@ -86,7 +131,7 @@ async function newChannelSettings(db: DB, user: UserRow, params: Record<string, 
     throw errors.badRequest("Insufficient permission");
   }
   if (params.is_default_stream) {
-    if (user.role > ROLE.administrator) throw errors.badRequest("Must be an organization administrator");
+    requireAdministrator(user);
     if (params.invite_only) throw errors.badRequest("A default channel cannot be private.");
   }
   const messageRetentionDays = retentionDays(params.message_retention_days);
@@ -120,6 +165,123 @@ async function announceNewChannels(services: Services, user: UserRow, created: E
   await services.system.ref(Channel, target).ask({ op: "notify", topic: "new channels", content });
 }
 
+/**
+ * POST /users/me/subscriptions (and PATCH's `add`): subscribe the caller, or `principals`, to the channels named,
+ * creating those that do not exist with the request's settings.
+ */
+async function addSubscriptions(services: Services, user: UserRow, params: Record<string, any>) {
+  if (user.role === ROLE.guest) throw errors.badRequest("Not allowed for guest users");
+  const db = services.store.db;
+  const specs = new Map<string, { name: string; description: string }>();
+  for (const s of params.subscriptions as Array<{ name: string; description?: string }>) {
+    const name = channelName(s.name);
+    // Zulip keeps descriptions to one line.
+    if (!specs.has(name.toLowerCase())) specs.set(name.toLowerCase(), { name, description: (s.description ?? "").replace(/\n/g, " ") });
+  }
+  const principals: Array<number | string> | undefined = params.principals;
+  const subscribingOthers = !!principals && principals.some((p) => p !== user.id && (typeof p !== "string" || p.toLowerCase() !== user.email.toLowerCase()));
+
+  // Existing channels need content access (else `unauthorized`), and adding others the permission to.
+  const existing = await channelsByName(db, user.realm_id, [...specs.keys()]);
+  const authorized: StreamRow[] = [];
+  const unauthorized: string[] = [];
+  for (const stream of existing.values()) {
+    if (await hasContentAccess(db, user, stream, await isSubscribed(db, user.id, stream.id))) authorized.push(stream);
+    else unauthorized.push(stream.name);
+  }
+  if (unauthorized.length && params.authorization_errors_fatal) throw errors.badRequest(`Unable to access channel (${unauthorized[0]}).`);
+  if (subscribingOthers) {
+    for (const stream of authorized) if (!(await canAddSubscribers(db, user, stream))) throw errors.badRequest("Insufficient permission");
+  }
+
+  const subscribers = principals ? (await resolvePrincipals(db, user, principals)).map((u) => u.id) : [user.id];
+  const missing = [...specs.entries()].filter(([key]) => !existing.has(key)).map(([, spec]) => spec);
+  const created = missing.length
+    ? await services.system.ref(Realm, user.realm_id).ask({
+        op: "ensureChannels",
+        creatorId: user.id,
+        channels: missing,
+        ...(await newChannelSettings(db, user, params)),
+      })
+    : [];
+  const channels = [...authorized.map((s) => ({ id: s.id, name: s.name })), ...created];
+  const results = await Promise.all(channels.map((c) => services.system.ref(Channel, c.id).ask({ op: "subscribe", userIds: subscribers })));
+  const subscribed: Record<string, string[]> = {};
+  const already: Record<string, string[]> = {};
+  channels.forEach((c, i) => {
+    for (const id of results[i]!.added) (subscribed[id] ??= []).push(c.name);
+    for (const id of results[i]!.already) (already[id] ??= []).push(c.name);
+  });
+  const newlyCreated = created.filter((c) => c.created);
+  if (params.announce && newlyCreated.length) await announceNewChannels(services, user, newlyCreated);
+  return { subscribed, already_subscribed: already, ...(params.authorization_errors_fatal ? {} : { unauthorized }) };
+}
+
+/** Zulip's list_to_streams without autocreate: every channel named must exist (`found` by lower-cased name). */
+function requireAllFound(names: string[], found: Map<string, StreamRow>): void {
+  const missing = names.filter((n) => !found.has(n.toLowerCase()));
+  if (missing.length) throw new ChorusError("STREAM_DOES_NOT_EXIST", `Channel(s) (${missing.join(", ")}) do not exist`, 400, { stream: missing[0] });
+}
+
+/** DELETE /users/me/subscriptions (and PATCH's `delete`): unsubscribe the caller, or `principals`, from the channels named. */
+async function removeSubscriptions(services: Services, user: UserRow, params: Record<string, any>) {
+  const db = services.store.db;
+  const names = [...new Set((params.subscriptions as string[]).map((n) => n.trim()))];
+  const targets = params.principals ? await resolvePrincipals(db, user, params.principals) : [{ id: user.id, is_bot: user.is_bot, bot_owner_id: user.bot_owner_id }];
+  // Oneself and one's own bots are not "others" (Zulip's user_directly_controls_user).
+  const ownBots = targets.some((t) => t.id !== user.id && t.is_bot && t.bot_owner_id === user.id);
+  const others = targets.some((t) => t.id !== user.id && !(t.is_bot && t.bot_owner_id === user.id));
+  const found = await channelsByName(db, user.realm_id, names);
+  for (const stream of found.values()) {
+    if (!others && !ownBots) continue;
+    const subscribed = await isSubscribed(db, user.id, stream.id);
+    const allowed = others ? await canRemoveSubscribers(db, user, stream, subscribed) : await hasMetadataAccess(db, user, stream, subscribed);
+    if (!allowed) throw errors.badRequest("Insufficient permission");
+  }
+  requireAllFound(names, found);
+  const removed: string[] = [];
+  const notRemoved: string[] = [];
+  const userIds = targets.map((t) => t.id);
+  for (const stream of found.values()) {
+    const result = await services.system.ref(Channel, stream.id).ask({ op: "unsubscribe", userIds });
+    // One entry per user and channel, as Zulip lists them.
+    removed.push(...result.removed.map(() => stream.name));
+    notRemoved.push(...result.notSubscribed.map(() => stream.name));
+  }
+  return { removed, not_removed: notRemoved };
+}
+
+/** A channel named to subscribe to (created if it does not exist). */
+const ChannelSpecParam = {
+  type: "object",
+  properties: {
+    name: { type: "string", maxLength: LIMITS.max_stream_name_length },
+    description: { type: "string", maxLength: LIMITS.max_stream_description_length },
+    color: Str,
+  },
+  required: ["name"],
+} as const;
+
+/** The settings of channels a request creates (POST /users/me/subscriptions, POST /channels/create). */
+const NEW_CHANNEL_PARAMS = {
+  announce: { ...Bool, default: false },
+  invite_only: { ...Bool, default: false },
+  is_web_public: { ...Bool, default: false },
+  is_default_stream: { ...Bool, default: false },
+  history_public_to_subscribers: Bool,
+  message_retention_days: { anyOf: [{ type: "integer" }, Str], default: "realm_default" },
+  // JSON-encoded in Zulip's API; a bare word is accepted too.
+  topics_policy: { anyOf: [{ type: "string", enum: TOPICS_POLICIES }] },
+  ...Object.fromEntries(Object.keys(CHANNEL_GROUP_SETTINGS).map((name) => [name, GroupSetting])),
+};
+
+const ADD_SUBSCRIPTIONS_PARAMS = { authorization_errors_fatal: { ...Bool, default: true }, ...NEW_CHANNEL_PARAMS };
+
+/** The defaults of POST /users/me/subscriptions, which PATCH's `add` takes (Zulip calls the same view). */
+const ADD_SUBSCRIPTIONS_DEFAULTS = Object.fromEntries(
+  Object.entries(ADD_SUBSCRIPTIONS_PARAMS).flatMap(([name, schema]) => ("default" in schema ? [[name, schema.default]] : [])),
+);
+
 /** Settings of POST /users/me/subscriptions/properties, and how each value is checked. */
 const BOOLEAN_PROPERTIES = new Set(["in_home_view", "is_muted", "desktop_notifications", "audible_notifications", "push_notifications", "email_notifications", "pin_to_top", "wildcard_mentions_notify"]);
 
@@ -137,81 +299,10 @@ export const channelRoutes: RouteSpec[] = [
     path: "/users/me/subscriptions",
     params: {
       type: "object",
-      properties: {
-        subscriptions: {
-          type: "array",
-          minItems: 1,
-          items: {
-            type: "object",
-            properties: {
-              name: { type: "string", maxLength: LIMITS.max_stream_name_length },
-              description: { type: "string", maxLength: LIMITS.max_stream_description_length },
-              color: Str,
-            },
-            required: ["name"],
-          },
-        },
-        principals: Principals,
-        authorization_errors_fatal: { ...Bool, default: true },
-        announce: { ...Bool, default: false },
-        invite_only: { ...Bool, default: false },
-        is_web_public: { ...Bool, default: false },
-        is_default_stream: { ...Bool, default: false },
-        history_public_to_subscribers: Bool,
-        message_retention_days: { anyOf: [{ type: "integer" }, Str], default: "realm_default" },
-        // JSON-encoded in Zulip's API; a bare word is accepted too.
-        topics_policy: { anyOf: [{ type: "string", enum: TOPICS_POLICIES }] },
-        ...Object.fromEntries(Object.keys(CHANNEL_GROUP_SETTINGS).map((name) => [name, GroupSetting])),
-      },
+      properties: { subscriptions: { type: "array", minItems: 1, items: ChannelSpecParam }, principals: Principals, ...ADD_SUBSCRIPTIONS_PARAMS },
       required: ["subscriptions"],
     },
-    async handle({ params, user, services }) {
-      if (user.role === ROLE.guest) throw errors.badRequest("Not allowed for guest users");
-      const db = services.store.db;
-      const specs = new Map<string, { name: string; description: string }>();
-      for (const s of params.subscriptions as Array<{ name: string; description?: string }>) {
-        const name = channelName(s.name);
-        // Zulip keeps descriptions to one line.
-        if (!specs.has(name.toLowerCase())) specs.set(name.toLowerCase(), { name, description: (s.description ?? "").replace(/\n/g, " ") });
-      }
-      const principals: Array<number | string> | undefined = params.principals;
-      const subscribingOthers = !!principals && principals.some((p) => p !== user.id && (typeof p !== "string" || p.toLowerCase() !== user.email.toLowerCase()));
-
-      // Existing channels need content access (else `unauthorized`), and adding others the permission to.
-      const existing = await channelsByName(db, user.realm_id, [...specs.keys()]);
-      const authorized: StreamRow[] = [];
-      const unauthorized: string[] = [];
-      for (const stream of existing.values()) {
-        if (await hasContentAccess(db, user, stream, await isSubscribed(db, user.id, stream.id))) authorized.push(stream);
-        else unauthorized.push(stream.name);
-      }
-      if (unauthorized.length && params.authorization_errors_fatal) throw errors.badRequest(`Unable to access channel (${unauthorized[0]}).`);
-      if (subscribingOthers) {
-        for (const stream of authorized) if (!(await canAddSubscribers(db, user, stream))) throw errors.badRequest("Insufficient permission");
-      }
-
-      const subscribers = principals ? (await resolvePrincipals(db, user, principals)).map((u) => u.id) : [user.id];
-      const missing = [...specs.entries()].filter(([key]) => !existing.has(key)).map(([, spec]) => spec);
-      const created = missing.length
-        ? await services.system.ref(Realm, user.realm_id).ask({
-            op: "ensureChannels",
-            creatorId: user.id,
-            channels: missing,
-            ...(await newChannelSettings(db, user, params)),
-          })
-        : [];
-      const channels = [...authorized.map((s) => ({ id: s.id, name: s.name })), ...created];
-      const results = await Promise.all(channels.map((c) => services.system.ref(Channel, c.id).ask({ op: "subscribe", userIds: subscribers })));
-      const subscribed: Record<string, string[]> = {};
-      const already: Record<string, string[]> = {};
-      channels.forEach((c, i) => {
-        for (const id of results[i]!.added) (subscribed[id] ??= []).push(c.name);
-        for (const id of results[i]!.already) (already[id] ??= []).push(c.name);
-      });
-      const newlyCreated = created.filter((c) => c.created);
-      if (params.announce && newlyCreated.length) await announceNewChannels(services, user, newlyCreated);
-      return { subscribed, already_subscribed: already, ...(params.authorization_errors_fatal ? {} : { unauthorized }) };
-    },
+    handle: ({ params, user, services }) => addSubscriptions(services, user, params),
   },
   {
     method: "DELETE",
@@ -221,33 +312,7 @@ export const channelRoutes: RouteSpec[] = [
       properties: { subscriptions: { type: "array", items: Str }, principals: Principals },
       required: ["subscriptions"],
     },
-    async handle({ params, user, services }) {
-      const db = services.store.db;
-      const names = [...new Set((params.subscriptions as string[]).map((n) => n.trim()))];
-      const targets = params.principals ? await resolvePrincipals(db, user, params.principals) : [{ id: user.id, is_bot: user.is_bot, bot_owner_id: user.bot_owner_id }];
-      // Oneself and one's own bots are not "others" (Zulip's user_directly_controls_user).
-      const ownBots = targets.some((t) => t.id !== user.id && t.is_bot && t.bot_owner_id === user.id);
-      const others = targets.some((t) => t.id !== user.id && !(t.is_bot && t.bot_owner_id === user.id));
-      const found = await channelsByName(db, user.realm_id, names);
-      for (const stream of found.values()) {
-        if (!others && !ownBots) continue;
-        const subscribed = await isSubscribed(db, user.id, stream.id);
-        const allowed = others ? await canRemoveSubscribers(db, user, stream, subscribed) : await hasMetadataAccess(db, user, stream, subscribed);
-        if (!allowed) throw errors.badRequest("Insufficient permission");
-      }
-      const missing = names.filter((n) => !found.has(n.toLowerCase()));
-      if (missing.length) throw new ChorusError("STREAM_DOES_NOT_EXIST", `Channel(s) (${missing.join(", ")}) do not exist`, 400, { stream: missing[0] });
-      const removed: string[] = [];
-      const notRemoved: string[] = [];
-      const userIds = targets.map((t) => t.id);
-      for (const stream of found.values()) {
-        const result = await services.system.ref(Channel, stream.id).ask({ op: "unsubscribe", userIds });
-        // One entry per user and channel, as Zulip lists them.
-        removed.push(...result.removed.map(() => stream.name));
-        notRemoved.push(...result.notSubscribed.map(() => stream.name));
-      }
-      return { removed, not_removed: notRemoved };
-    },
+    handle: ({ params, user, services }) => removeSubscriptions(services, user, params),
   },
   {
     method: "POST",
@@ -303,16 +368,7 @@ export const channelRoutes: RouteSpec[] = [
     },
     async handle({ params, user, services }) {
       const db = services.store.db;
-      const stream = await findStream(db, user.realm_id, { id: params.stream_id });
-      if (!stream) throw errors.badRequest("Invalid channel ID");
-      const subscribed = await isSubscribed(db, user.id, stream.id);
-      // Administrators administer every channel; others through its can_administer_channel_group. Whoever cannot
-      // even see the channel is told it does not exist.
-      const administers = user.role <= ROLE.administrator || (user.role !== ROLE.guest && (await inGroupSetting(db, channelGroupSetting(stream, "can_administer_channel_group"), user.id)));
-      if (!administers) {
-        if (!(await hasMetadataAccess(db, user, stream, subscribed))) throw errors.badRequest("Invalid channel ID");
-        throw errors.badRequest("You do not have permission to administer this channel.");
-      }
+      const { stream, subscribed } = await administeredChannel(db, user, params.stream_id);
       // Zulip's update_stream_backend: the proposed privacy must be coherent.
       const inviteOnly: boolean = params.is_private ?? stream.invite_only;
       const historyPublic: boolean = params.history_public_to_subscribers ?? (params.is_private !== undefined ? !params.is_private : stream.history_public_to_subscribers);
@@ -379,6 +435,7 @@ export const channelRoutes: RouteSpec[] = [
         include_all_active: { ...Bool, default: false },
         include_default: { ...Bool, default: false },
         include_can_access_content: { ...Bool, default: false },
+        exclude_archived: { ...Bool, default: true },
       },
     },
     async handle({ params, user, services }) {
@@ -390,8 +447,140 @@ export const channelRoutes: RouteSpec[] = [
         defaults: params.include_default,
         all: params.include_all || params.include_all_active,
         canAccessContent: params.include_can_access_content,
+        archived: !params.exclude_archived,
       });
       return { streams: await streamObjects(db, rows) };
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/users/me/subscriptions",
+    params: {
+      type: "object",
+      properties: { add: { type: "array", items: ChannelSpecParam }, delete: { type: "array", items: Str } },
+    },
+    // Zulip's update_subscriptions_backend: the caller's own subscriptions, added then removed, one answer for both.
+    async handle({ params, user, services }) {
+      const add = (params.add ?? []) as Array<{ name: string }>;
+      const remove = (params.delete ?? []) as string[];
+      if (!add.length && !remove.length) throw errors.badRequest('Nothing to do. Specify at least one of "add" or "delete".');
+      // Zulip rolls the additions back when a removal fails: here the removals' channels are checked first.
+      requireAllFound(remove.map((n) => n.trim()), await channelsByName(services.store.db, user.realm_id, remove.map((n) => n.trim())));
+      const added = add.length ? await addSubscriptions(services, user, { ...ADD_SUBSCRIPTIONS_DEFAULTS, subscriptions: add }) : { subscribed: {}, already_subscribed: {} };
+      const removed = remove.length ? await removeSubscriptions(services, user, { subscriptions: remove }) : { removed: [], not_removed: [] };
+      return Object.assign({}, added, removed);
+    },
+  },
+  {
+    method: "POST",
+    path: "/channels/create",
+    params: {
+      type: "object",
+      properties: {
+        name: { type: "string", maxLength: LIMITS.max_stream_name_length },
+        description: { type: "string", maxLength: LIMITS.max_stream_description_length, default: "" },
+        subscribers: IdList,
+        ...NEW_CHANNEL_PARAMS,
+      },
+      required: ["name", "subscribers"],
+    },
+    // One new channel with its settings and first subscribers; a taken name is CHANNEL_ALREADY_EXISTS (409).
+    async handle({ params, user, services }) {
+      if (user.role === ROLE.guest) throw errors.badRequest("Not allowed for guest users");
+      const db = services.store.db;
+      const name = channelName(params.name);
+      if ((await channelsByName(db, user.realm_id, [name])).size) throw chatErrors.channelExists(name);
+      const subscribers = params.subscribers.length ? (await resolvePrincipals(db, user, params.subscribers)).map((u) => u.id) : [];
+      const [channel] = await services.system.ref(Realm, user.realm_id).ask({
+        op: "ensureChannels",
+        creatorId: user.id,
+        channels: [{ name, description: (params.description as string).replace(/\n/g, " ") }],
+        ...(await newChannelSettings(db, user, params)),
+      });
+      // Another request created it meanwhile.
+      if (!channel!.created) throw chatErrors.channelExists(channel!.name);
+      if (subscribers.length) await services.system.ref(Channel, channel!.id).ask({ op: "subscribe", userIds: subscribers });
+      if (params.announce) await announceNewChannels(services, user, [channel!]);
+      return { id: channel!.id };
+    },
+  },
+  {
+    method: "GET",
+    path: "/get_stream_id",
+    params: { type: "object", properties: { stream: Str }, required: ["stream"] },
+    async handle({ params, user, services }) {
+      const { stream } = await accessChannel(services.store.db, user, { name: params.stream });
+      return { stream_id: stream.id };
+    },
+  },
+  {
+    method: "GET",
+    path: "/users/{user_id}/subscriptions/{stream_id}",
+    params: { type: "object", properties: { user_id: Id, stream_id: Id }, required: ["user_id", "stream_id"] },
+    // Zulip's get_subscription_backend: an active person the caller may see, a channel the caller may see.
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const target = await userInRealm(db, user.realm_id, params.user_id);
+      if (!target || target.is_bot) throw errors.badRequest("No such user");
+      if (!target.is_active) throw errors.badRequest("User is deactivated");
+      const access = await accessibleUsers(db, user);
+      if (access && !access.has(target.id)) throw errors.badRequest("Insufficient permission");
+      const { stream } = await accessChannel(db, user, { id: params.stream_id }, "metadata");
+      return { is_subscribed: await isSubscribed(db, target.id, stream.id) };
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/streams/{stream_id}",
+    params: { type: "object", properties: { stream_id: Id }, required: ["stream_id"] },
+    async handle({ params, user, services }) {
+      const { stream } = await administeredChannel(services.store.db, user, params.stream_id);
+      await services.system.ref(Channel, stream.id).ask({ op: "archive" });
+      return {};
+    },
+  },
+  {
+    method: "POST",
+    path: "/streams/{stream_id}/delete_topic",
+    params: { type: "object", properties: { stream_id: Id, topic_name: Str }, required: ["stream_id", "topic_name"] },
+    /**
+     * Zulip's delete_in_topic: administrators delete the topic's messages they can read, in batches, newest first,
+     * each batch committed on its own; past the time budget the answer is `complete: false` and the client asks again.
+     */
+    async handle({ params, user, services }) {
+      requireAdministrator(user);
+      const { stream } = await accessChannel(services.store.db, user, { id: params.stream_id });
+      const topic = normaliseTopic(params.topic_name);
+      const until = Date.now() + DELETE_TOPIC_BUDGET_MS;
+      const channel = services.system.ref(Channel, stream.id);
+      while (Date.now() < until) {
+        const batch = await channel.ask({ op: "deleteTopic", actingId: user.id, topic, batchSize: DELETE_TOPIC_BATCH });
+        if (batch.complete) return { complete: true };
+      }
+      return { complete: false };
+    },
+  },
+  {
+    method: "POST",
+    path: "/default_streams",
+    params: { type: "object", properties: { stream_id: Id }, required: ["stream_id"] },
+    async handle({ params, user, services }) {
+      requireAdministrator(user);
+      const { stream } = await accessChannel(services.store.db, user, { id: params.stream_id });
+      if (stream.invite_only) throw errors.badRequest("Private channels cannot be made default.");
+      await services.system.ref(Realm, user.realm_id).ask({ op: "setDefaultChannel", streamId: stream.id, isDefault: true });
+      return {};
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/default_streams",
+    params: { type: "object", properties: { stream_id: Id }, required: ["stream_id"] },
+    async handle({ params, user, services }) {
+      requireAdministrator(user);
+      const { stream } = await accessChannel(services.store.db, user, { id: params.stream_id }, "metadata");
+      await services.system.ref(Realm, user.realm_id).ask({ op: "setDefaultChannel", streamId: stream.id, isDefault: false });
+      return {};
     },
   },
 ];

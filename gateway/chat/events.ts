@@ -5,7 +5,8 @@ import type { StreamSink } from "../http.ts";
 import { User, type Polled } from "../../actors/chat/users/user.protocol.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
 import { realmUsersFor, type UserRow } from "../../actors/chat/reads/users.ts";
-import { streamObjects, visibleStreams } from "../../actors/chat/reads/channels.ts";
+import { defaultChannelIds, streamObjects, visibleStreams } from "../../actors/chat/reads/channels.ts";
+import { ARCHIVED_CHANNELS } from "../../actors/chat/conversations/channel.protocol.ts";
 import { subscriptionsOf } from "../../actors/chat/reads/subscriptions.ts";
 import { unreadMessages } from "../../actors/chat/reads/unreads.ts";
 import { maxMessageId } from "../../actors/chat/reads/messages.ts";
@@ -15,7 +16,7 @@ import { CUSTOM_PROFILE_FIELD_TYPES, profileFieldObjects } from "../../actors/ch
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";
-import { userGroupObjects } from "../../actors/chat/organization/groups.ts";
+import { ROLE, userGroupObjects } from "../../actors/chat/organization/groups.ts";
 import { draftsOf, viewsOf } from "../../actors/chat/users/user-data.ts";
 import { Presence } from "../../actors/chat/users/presence.protocol.ts";
 import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
@@ -41,6 +42,8 @@ interface InitialStateOptions {
   linkifierUrlTemplate: boolean;
   /** The `include_deactivated_groups` client capability: without it, deactivated groups are left out. */
   includeDeactivatedGroups: boolean;
+  /** The `archived_channels` client capability: archived channels are listed (with is_archived), not left out. */
+  archivedChannels: boolean;
 }
 
 /** The initial state of each event type we serve; types not listed contribute nothing. */
@@ -53,17 +56,26 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   async subscription(s, u, o) {
     const db = s.store.db;
     const [subscriptions, former, visible] = await Promise.all([
-      subscriptionsOf(db, u.id, o.includeSubscribers),
-      subscriptionsOf(db, u.id, o.includeSubscribers, false),
-      registerStreams(s, u),
+      subscriptionsOf(db, u.id, o.includeSubscribers, true, o.archivedChannels),
+      subscriptionsOf(db, u.id, o.includeSubscribers, false, o.archivedChannels),
+      registerStreams(s, u, o),
     ]);
     const seen = new Set(visible.map((x) => x.id));
     const joined = new Set([...subscriptions, ...former].map((x) => x.stream_id));
-    const never = await streamObjects(db, visible.filter((x) => !joined.has(x.id)));
+    // Archived channels one never joined are not offered (Zulip's gather_subscriptions_helper).
+    const never = await streamObjects(db, visible.filter((x) => !joined.has(x.id) && !x.deactivated));
     return { subscriptions, unsubscribed: former.filter((x) => seen.has(x.stream_id)), never_subscribed: never };
   },
-  async stream(s, u) {
-    return { streams: await streamObjects(s.store.db, await registerStreams(s, u)) };
+  async stream(s, u, o) {
+    return { streams: await streamObjects(s.store.db, await registerStreams(s, u, o)) };
+  },
+  // Guests are not told which channels new users join (Zulip's fetch_initial_state_data); nor are there groups of
+  // default channels yet.
+  async default_streams(s, u) {
+    return { realm_default_streams: u.role === ROLE.guest ? [] : await defaultChannelIds(s.store.db, u.realm_id) };
+  },
+  async default_stream_groups() {
+    return { realm_default_stream_groups: [] };
   },
   async realm(s, u) {
     const realm = await realmNameAndDate(s.store.db, u.realm_id);
@@ -144,9 +156,9 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
 };
 
-/** The channels POST /register describes: every one the user sees the metadata of. */
-function registerStreams(s: Services, u: UserRow) {
-  return visibleStreams(s.store.db, u, { all: true });
+/** The channels POST /register describes: every one the user sees the metadata of (archived ones if the client handles them). */
+function registerStreams(s: Services, u: UserRow, o: InitialStateOptions) {
+  return visibleStreams(s.store.db, u, { all: true, archived: o.archivedChannels });
 }
 
 export const eventRoutes: RouteSpec[] = [
@@ -190,6 +202,7 @@ export const eventRoutes: RouteSpec[] = [
         userListIncomplete: params.client_capabilities?.user_list_incomplete === true,
         linkifierUrlTemplate: params.client_capabilities?.linkifier_url_template === true,
         includeDeactivatedGroups: params.client_capabilities?.include_deactivated_groups === true,
+        archivedChannels: params.client_capabilities?.[ARCHIVED_CHANNELS] === true,
       };
       const parts = await Promise.all(
         stateTypes

@@ -5,6 +5,9 @@
 import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
 import type { ConversationProtocol, SendToChannel, Sent } from "./conversation.protocol.ts";
 
+/** The client capability of clients that list archived channels (and take is_archived updates instead of deletes). */
+export const ARCHIVED_CHANNELS = "archived_channels";
+
 export interface Subscribe {
   op: "subscribe";
   userIds: number[];
@@ -68,7 +71,28 @@ export interface PublicListener {
   listening: boolean;
 }
 
+/**
+ * DELETE /streams/{stream_id}, permission checked by the gateway: the channel is archived (Zulip's
+ * do_deactivate_stream). The reply is Notification Bot's notice in the channel, sent once the archive is committed.
+ */
+export interface Archive {
+  op: "archive";
+}
+
+/**
+ * POST /streams/{stream_id}/delete_topic: one batch, newest first, of the topic's messages `actingId` can read.
+ * `complete`: nothing of the topic was left for them to delete.
+ */
+export interface DeleteTopic {
+  op: "deleteTopic";
+  actingId: number;
+  topic: string;
+  batchSize: number;
+}
+
 export type ChannelProtocol = {
+  archive: Op<Archive, Sent>;
+  deleteTopic: Op<DeleteTopic, { complete: boolean }>;
   subscribe: Op<Subscribe, SubscribeResult>;
   unsubscribe: Op<Unsubscribe, UnsubscribeResult>;
   updateSubscription: Op<UpdateSubscription, Empty>;

@@ -5,7 +5,8 @@
  * Channels add subscriptions and topic/channel moves.
  */
 import { randomUUID } from "node:crypto";
-import { sql } from "kysely";
+import { sql, type SelectQueryBuilder } from "kysely";
+import type { Database } from "../../schema.ts";
 import type { PARKED } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
@@ -21,9 +22,10 @@ import { topicHasOtherMessages } from "../reads/topics.ts";
 import { metadataWatchers } from "./channel-access.ts";
 import { inGroupSetting, systemGroups, type GroupSettingValue } from "../organization/groups.ts";
 import { dispatch, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
-import { Channel, type ChannelProtocol, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateChannel, type UpdateSubscription } from "./channel.protocol.ts";
+import { ARCHIVED_CHANNELS, Channel, type ChannelProtocol, type DeleteTopic, type MovedIn, type Notify, type SubscribeResult, type UnsubscribeResult, type UpdateChannel, type UpdateSubscription } from "./channel.protocol.ts";
 import type { Acting, EditMessage, SendToChannel } from "./conversation.protocol.ts";
 import { User } from "../users/user.protocol.ts";
+import { Realm } from "../organization/realm.protocol.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
 import { TopicPolicies, visibilityAfterParticipation, visibilityAfterSend } from "./topic-policies.ts";
@@ -35,8 +37,8 @@ import { ensureSystemBot, NOTIFICATION_BOT } from "../organization/system-bots.t
 const COLORS = ["#76ce90", "#fae589", "#a6c7e5", "#e79ab5", "#bfd56f", "#f4ae55", "#b0a5fd", "#addfe5", "#f5ce6e", "#c2726a", "#94c849", "#bd86e5"];
 
 
-/** Zulip's error for a name another channel of the realm has. */
-const channelExists = (name: string) => new ChorusError("CHANNEL_ALREADY_EXISTS", `Channel '${name}' already exists`, 409);
+/** Zulip's Realm.STREAM_EVENTS_NOTIFICATION_TOPIC_NAME: where Notification Bot tells of the channel's own changes. */
+const CHANNEL_EVENTS_TOPIC = "channel events";
 
 /** Two group-setting values (or any JSON values) alike, whatever the order of ids. */
 function sameGroupSetting(a: unknown, b: unknown): boolean {
@@ -57,6 +59,8 @@ export const RECIPIENT_STREAM = 2;
 interface ChannelState {
   id: number;
   name: string;
+  /** Archived: nobody sends to it but Notification Bot. */
+  archived: boolean;
   inviteOnly: boolean;
   isWebPublic: boolean;
   historyPublic: boolean;
@@ -89,7 +93,7 @@ export class ChannelActor extends Conversation {
     const stream = await db
       .selectFrom("streams")
       .innerJoin("realms", "realms.id", "streams.realm_id")
-      .select(["streams.id", "streams.realm_id", "streams.name", "streams.invite_only", "streams.is_web_public", "streams.history_public_to_subscribers", "streams.settings", "realms.string_id"])
+      .select(["streams.id", "streams.realm_id", "streams.name", "streams.deactivated", "streams.invite_only", "streams.is_web_public", "streams.history_public_to_subscribers", "streams.settings", "realms.string_id"])
       .where("streams.id", "=", id)
       .executeTakeFirst();
     if (!stream) throw chatErrors.streamNotFound({ stream_id: id });
@@ -102,6 +106,7 @@ export class ChannelActor extends Conversation {
     this.state = {
       id,
       name: stream.name,
+      archived: stream.deactivated,
       inviteOnly: stream.invite_only,
       isWebPublic: stream.is_web_public,
       historyPublic: stream.history_public_to_subscribers,
@@ -137,6 +142,8 @@ export class ChannelActor extends Conversation {
     unsubscribe: (channel, msg) => channel.unsubscribe(msg.userIds),
     updateSubscription: (channel, msg) => channel.updateSubscription(msg),
     updateChannel: (channel, msg) => channel.updateChannel(msg),
+    archive: (channel) => channel.archive(),
+    deleteTopic: (channel, msg) => channel.deleteTopic(msg),
     send: (channel, msg) => channel.checkSend(msg).then(() => channel.sendAs(msg)),
     movedIn: (channel, msg) => channel.movedIn(msg),
     notify: (channel, msg) => channel.notify(msg),
@@ -221,8 +228,9 @@ export class ChannelActor extends Conversation {
 
   /**
    * Zulip's access_stream_for_send_message: the channel's can_send_message_group first (no query while it is
-   * "everyone", the default), then access: private channels take their subscribers' messages, public ones anyone's
-   * but an unsubscribed guest's, web-public ones everyone's; then the topic rules.
+   * "everyone", the default); nothing goes to an archived channel; then access: private channels take their
+   * subscribers' messages, public ones anyone's but an unsubscribed guest's, web-public ones everyone's; then the
+   * topic rules.
    */
   private async checkSend(msg: SendToChannel): Promise<void> {
     const senders = this.state.settings.can_send_message_group as GroupSettingValue | undefined;
@@ -230,6 +238,7 @@ export class ChannelActor extends Conversation {
     if (senders !== undefined && senders !== this.everyoneGroup && !(await inGroupSetting(this.deps.store.db, senders, msg.senderId))) {
       throw errors.badRequest("You do not have permission to post in this channel.");
     }
+    if (this.state.archived) throw errors.badRequest(`Not authorized to send to channel '${this.state.name}'`);
     if ((this.state.inviteOnly || (msg.senderIsGuest && !this.state.isWebPublic)) && !this.state.subscribers.has(msg.senderId)) {
       throw errors.badRequest(`Not authorized to send to channel '${this.state.name}'`);
     }
@@ -465,7 +474,7 @@ export class ChannelActor extends Conversation {
     }
     if (msg.name !== undefined && msg.name.toLowerCase() !== this.state.name.toLowerCase()) {
       const taken = await db.selectFrom("streams").select("id").where("realm_id", "=", this.realmId).where(sql`lower(name)`, "=", msg.name.toLowerCase()).executeTakeFirst();
-      if (taken) throw channelExists(msg.name);
+      if (taken) throw chatErrors.channelExists(msg.name);
     }
     Object.assign(settings, msg.settings ?? {});
     const renderedDescription = msg.description === undefined ? undefined : msg.description ? renderMarkdown(msg.description) : "";
@@ -485,7 +494,7 @@ export class ChannelActor extends Conversation {
       );
     } catch (err) {
       // Another channel took the name meanwhile: the realm-wide unique index decides.
-      if (msg.name !== undefined && /unique|duplicate/i.test(String((err as Error)?.message))) throw channelExists(msg.name);
+      if (msg.name !== undefined && /unique|duplicate/i.test(String((err as Error)?.message))) throw chatErrors.channelExists(msg.name);
       throw err;
     }
     const { row: after, object } = await this.channelObject();
@@ -521,6 +530,57 @@ export class ChannelActor extends Conversation {
     if (lost.length) await system.broadcast(User, lost, { op: "deliverEvent", event: { type: "stream", op: "delete", streams: [{ stream_id: after.id }], stream_ids: [after.id] } });
     if (gained.length) await system.broadcast(User, gained, { op: "deliverEvent", event: { type: "stream", op: "create", streams: [object] } });
     return {};
+  }
+
+  /**
+   * Zulip's do_deactivate_stream: the channel keeps its subscribers and messages and takes no more sends. Whoever
+   * sees it learns that it is archived (stream update is_archived) or, if their client does not handle archived
+   * channels, that it is gone (stream delete); it stops being a default channel; and Notification Bot says so in
+   * the channel, read for everyone. The reply waits for that notice.
+   */
+  private async archive(): Promise<typeof PARKED> {
+    if (this.state.archived) throw errors.badRequest("Channel is already deactivated");
+    const db = this.deps.store.db;
+    const { row } = await this.channelObject();
+    const seeing = [...(await metadataWatchers(db, row, this.state.subscribers))];
+    await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("streams").set({ deactivated: true }).where("id", "=", this.state.id).execute());
+    this.state.archived = true;
+    const system = this.deps.system();
+    // The realm owns the default channels and the settings that name a channel; from now on it refuses to make
+    // this one default.
+    await system.ref(Realm, this.realmId).ask({ op: "channelArchived", streamId: this.state.id });
+    const archived = { type: "stream", op: "update", stream_id: this.state.id, name: this.state.name, property: "is_archived", value: true };
+    await system.broadcast(User, seeing, { op: "deliverEvent", event: archived, capability: { name: ARCHIVED_CHANNELS, declared: true } });
+    const gone = { type: "stream", op: "delete", streams: [{ stream_id: this.state.id }], stream_ids: [this.state.id] };
+    await system.broadcast(User, seeing, { op: "deliverEvent", event: gone, capability: { name: ARCHIVED_CHANNELS, declared: false } });
+    const notice = `Channel ${this.state.name} has been archived.`;
+    return this.notify({ op: "notify", topic: CHANNEL_EVENTS_TOPIC, content: notice, unreadOnlyFor: [] });
+  }
+
+  /**
+   * One batch of POST /streams/{stream_id}/delete_topic (Zulip's delete_in_topic): the newest messages of the topic
+   * that the caller can read, deleted in one commit with one delete_message event. The last batch also resets the
+   * topic's visibility policies of those who see nothing of it any more.
+   */
+  private async deleteTopic(msg: DeleteTopic): Promise<{ complete: boolean }> {
+    const query = this.deps.store.db
+      .selectFrom("messages")
+      .select(["id", "topic"])
+      .where("recipient_id", "=", this.recipientId)
+      .where(sql`lower(topic)`, "=", msg.topic.toLowerCase());
+    const rows = await this.readableBy(query, msg.actingId).orderBy("id", "desc").limit(msg.batchSize).execute();
+    if (rows.length) await this.removeMessages(rows.map((r) => r.id), { stream_id: this.state.id, topic: rows[0]!.topic });
+    if (rows.length === msg.batchSize) return { complete: false };
+    await this.topicPolicies.forgetTopic(msg.topic);
+    return { complete: true };
+  }
+
+  /** Zulip's bulk_access_stream_messages_query: with protected history, a user reads only what they received. */
+  private readableBy<O>(query: SelectQueryBuilder<Database, "messages", O>, userId: number): SelectQueryBuilder<Database, "messages", O> {
+    if (this.state.historyPublic) return query;
+    return query.where(({ exists, selectFrom }) =>
+      exists(selectFrom("user_messages").select("user_messages.user_id").whereRef("user_messages.message_id", "=", "messages.id").where("user_messages.user_id", "=", userId)),
+    );
   }
 
   /** One property of a subscriber's subscription; `in_home_view` is the inverse of `is_muted`, stored as such. */
@@ -619,13 +679,8 @@ export class ChannelActor extends Conversation {
       .where(sql`lower(topic)`, "=", row.topic.toLowerCase());
     if (msg.propagateMode === "change_one") query = query.where("id", "=", row.id);
     else if (msg.propagateMode === "change_later") query = query.where("id", ">=", row.id);
-    if (!this.state.historyPublic) {
-      // Protected history: only what the caller received moves (or counts).
-      query = query.where(({ exists, selectFrom }) =>
-        exists(selectFrom("user_messages").select("user_messages.user_id").whereRef("user_messages.message_id", "=", "messages.id").where("user_messages.user_id", "=", msg.acting.id)),
-      );
-    }
-    const rows = await query.orderBy("id").execute();
+    // Protected history: only what the caller received moves (or counts).
+    const rows = await this.readableBy(query, msg.acting.id).orderBy("id").execute();
     if (!rows.some((r) => r.id === row.id)) rows.unshift({ id: row.id, date_sent: row.date_sent });
 
     if (!isModerator(msg.acting.role) && !resolveOnly) {

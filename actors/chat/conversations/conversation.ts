@@ -370,16 +370,24 @@ export abstract class Conversation implements Actor {
   }
 
   /** Delete a message of this conversation, with its flags and reactions, and tell the recipients. */
-  protected async removeMessage(row: Pick<StoredMessage, "id" | "stream_id" | "topic">): Promise<void> {
+  protected removeMessage(row: Pick<StoredMessage, "id" | "stream_id" | "topic">): Promise<void> {
+    return this.removeMessages([row.id], row);
+  }
+
+  /**
+   * Delete messages of one topic (channels) or of this conversation (direct messages) in one commit, with their
+   * flags and reactions, and tell the recipients in one event (Zulip's do_delete_messages).
+   */
+  protected async removeMessages(ids: number[], where: Pick<StoredMessage, "stream_id" | "topic">): Promise<void> {
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
-      await trx.deleteFrom("reactions").where("message_id", "=", row.id).execute();
-      await this.deps.messageLog.expandRecipientLists(trx, [row.id]);
-      await trx.deleteFrom("user_message_rows").where("message_id", "=", row.id).execute();
-      await trx.deleteFrom("messages").where("id", "=", row.id).execute();
+      await trx.deleteFrom("reactions").where("message_id", "in", ids).execute();
+      await this.deps.messageLog.expandRecipientLists(trx, ids);
+      await trx.deleteFrom("user_message_rows").where("message_id", "in", ids).execute();
+      await trx.deleteFrom("messages").where("id", "in", ids).execute();
     });
-    // Both id forms: one event serves clients with and without the bulk_message_deletion capability.
-    const event: Record<string, unknown> = { type: "delete_message", message_id: row.id, message_ids: [row.id] };
-    if (row.stream_id !== null) Object.assign(event, { message_type: "stream", stream_id: row.stream_id, topic: row.topic });
+    // The user actors give clients without the bulk_message_deletion capability one event per id.
+    const event: Record<string, unknown> = { type: "delete_message", message_ids: [...ids].sort((a, b) => a - b) };
+    if (where.stream_id !== null) Object.assign(event, { message_type: "stream", stream_id: where.stream_id, topic: where.topic });
     else event.message_type = "private";
     await this.deps.system().broadcast(User, this.recipients(), { op: "deliverEvent", event });
   }

@@ -168,6 +168,21 @@ export class TopicPolicies {
     );
   }
 
+  /**
+   * After a topic's messages were deleted (Zulip's delete_in_topic), the visibility policies for it go back to
+   * inherit, except for those who still see some of its messages (protected history: what they received).
+   */
+  async forgetTopic(topic: string): Promise<void> {
+    const { id } = this.channel();
+    const rows = await this.deps.store.db.selectFrom("user_topics").select("user_id").where("stream_id", "=", id).where("topic_key", "=", topic.toLowerCase()).execute();
+    await Promise.all(
+      rows.map(async ({ user_id }) => {
+        if (await this.hasVisibleMessages(topic, user_id)) return;
+        await this.deps.system().ref(UserTopics, user_id).ask({ op: "setVisibility", streamId: id, topic, policy: VISIBILITY.inherit });
+      }),
+    );
+  }
+
   /** In a channel with protected history, a user sees only the messages they received: the SQL condition on `m`. */
   private seenBy(userId: number) {
     return this.channel().historyPublic ? sql`` : sql`and exists (select 1 from user_messages um where um.message_id = m.id and um.user_id = ${userId})`;

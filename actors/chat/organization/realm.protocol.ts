@@ -47,6 +47,25 @@ export interface EnsuredChannel {
   created: boolean;
 }
 
+/**
+ * POST and DELETE /default_streams (permission checked by the gateway) and archiving: whether a channel is one of
+ * the realm's default channels, which new users join. Archived and private channels are never made default.
+ */
+export interface SetDefaultChannel {
+  op: "setDefaultChannel";
+  streamId: number;
+  isDefault: boolean;
+}
+
+/**
+ * Told by a channel it has just archived: the realm forgets it as a default channel and as its announcement or
+ * moderation-request channel.
+ */
+export interface ChannelArchived {
+  op: "channelArchived";
+  streamId: number;
+}
+
 /** PATCH /realm: the decoded parameters; the realm actor checks them against the current settings. */
 export interface UpdateRealm {
   op: "updateRealm";
@@ -385,6 +404,8 @@ export type RealmEmojiProtocol = {
 export type RealmProtocol = {
   createUser: Op<CreateUser, CreatedUser>;
   ensureChannels: Op<EnsureChannels, EnsuredChannel[]>;
+  setDefaultChannel: Op<SetDefaultChannel, Empty>;
+  channelArchived: Op<ChannelArchived, Empty>;
   updateRealm: Op<UpdateRealm, RealmUpdated>;
   updateUser: Op<UpdateUser, Empty>;
   createGroup: Op<CreateGroup, GroupCreated>;

@@ -8,7 +8,7 @@ import { errors } from "../../../runtime/errors.ts";
 import type { Keyring } from "../../../runtime/secrets.ts";
 import type { Store } from "../../../runtime/store/store.ts";
 import type { ActorDeps } from "../../deps.ts";
-import { streamObject, streamObjects, visibleStreams, type StreamRow } from "../reads/channels.ts";
+import { defaultChannelIds, streamObject, streamObjects, visibleStreams, type StreamRow } from "../reads/channels.ts";
 import { userObject } from "../reads/users.ts";
 import { metadataWatchers } from "../conversations/channel-access.ts";
 import { channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
@@ -25,12 +25,15 @@ import { GroupChanges } from "./group-changes.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
-import type { CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
+import type { ChannelArchived, CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
 import { User } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 
 
 export { ROLE };
+
+/** The realm settings that name a channel (Zulip's maybe_set_moderation_or_announcement_channels_none). */
+const REALM_CHANNEL_SETTINGS = ["moderation_request_channel_id", "new_stream_announcements_stream_id", "signup_announcements_stream_id", "zulip_update_announcements_stream_id"];
 export { EMAIL, insertAccount, type NewAccount } from "./accounts.ts";
 
 
@@ -63,6 +66,8 @@ export class RealmActor implements Actor {
   private static readonly handlers: Handlers<RealmProtocol, RealmActor> = {
     createUser: (realm, msg) => realm.createUser(msg),
     ensureChannels: (realm, msg) => realm.ensureChannels(msg),
+    setDefaultChannel: (realm, msg) => realm.setDefaultChannel(msg),
+    channelArchived: (realm, msg) => realm.channelArchived(msg),
     updateRealm: (realm, msg) => realm.updateRealm(msg),
     updateUser: (realm, msg) => realm.updateUser(msg),
     createGroup: (realm, msg) => realm.createGroup(msg),
@@ -191,11 +196,56 @@ export class RealmActor implements Actor {
     await this.tellRealm({ type: "realm_user", op: "add", person: userObject(person, { clientGravatar: false, ...visible }) });
   }
 
-  /** An event for every active user of the realm (their user actors drop it if they have no queue). */
-  private async tellRealm(event: Record<string, unknown>): Promise<void> {
-    const query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
+  /**
+   * An event for every active user of the realm, or (`members`) every one but guests (their user actors drop it if
+   * they have no queue).
+   */
+  private async tellRealm(event: Record<string, unknown>, audience: "everyone" | "members" = "everyone"): Promise<void> {
+    let query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
+    if (audience === "members") query = query.where("role", "<", ROLE.guest);
     const users = await query.execute();
     await this.deps.system().broadcast(User, users.map((u) => u.id), { op: "deliverEvent", event });
+  }
+
+  /**
+   * Zulip's do_add_default_stream and do_remove_default_stream: the change, then the realm's default channels to
+   * everyone but guests (notify_default_streams). Making a channel default that already is changes nothing and
+   * tells nobody; one that became private or archived meanwhile is left as it is.
+   */
+  private async setDefaultChannel(msg: SetDefaultChannel): Promise<Record<string, never>> {
+    const updated = await this.deps.store.write(this.ctx.fence(), (trx) => {
+      let change = trx.updateTable("streams").set({ is_default: msg.isDefault }).where("id", "=", msg.streamId).where("realm_id", "=", this.realmId);
+      if (msg.isDefault) change = change.where("is_default", "=", false).where("invite_only", "=", false).where("deactivated", "=", false);
+      return change.executeTakeFirst();
+    });
+    if (msg.isDefault && !Number(updated.numUpdatedRows)) return {};
+    await this.tellDefaultChannels();
+    return {};
+  }
+
+  /**
+   * Zulip's do_deactivate_stream, for the realm: an archived channel stops being a default channel, and the realm's
+   * announcement and moderation-request channels that were it are unset (-1, told as Zulip's update_dict).
+   */
+  private async channelArchived({ streamId }: ChannelArchived): Promise<Record<string, never>> {
+    const { wasDefault, unset } = await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const defaults = await trx.updateTable("streams").set({ is_default: false }).where("id", "=", streamId).where("realm_id", "=", this.realmId).where("is_default", "=", true).executeTakeFirst();
+      const row = await trx.selectFrom("realms").select("settings").where("id", "=", this.realmId).executeTakeFirstOrThrow();
+      const settings = row.settings as Record<string, unknown>;
+      const unset = REALM_CHANNEL_SETTINGS.filter((name) => settings[`realm_${name}`] === streamId);
+      if (unset.length) {
+        const cleared = Object.fromEntries(unset.map((name) => [`realm_${name}`, -1]));
+        await trx.updateTable("realms").set({ settings: JSON.stringify({ ...settings, ...cleared }) }).where("id", "=", this.realmId).execute();
+      }
+      return { wasDefault: Number(defaults.numUpdatedRows) > 0, unset };
+    });
+    if (wasDefault) await this.tellDefaultChannels();
+    if (unset.length) await this.tellRealm({ type: "realm", op: "update_dict", property: "default", data: Object.fromEntries(unset.map((name) => [name, -1])) });
+    return {};
+  }
+
+  private async tellDefaultChannels(): Promise<void> {
+    await this.tellRealm({ type: "default_streams", default_streams: await defaultChannelIds(this.deps.store.db, this.realmId) }, "members");
   }
 
   private async ensureChannels(msg: EnsureChannels): Promise<EnsuredChannel[]> {
@@ -211,6 +261,7 @@ export class RealmActor implements Actor {
         const seeing = await metadataWatchers(this.deps.store.db, row, []);
         await system.broadcast(User, [...seeing], { op: "deliverEvent", event: { type: "stream", op: "create", streams: [streamObject(row, 0)] } });
       }
+      if (msg.isDefault) await this.tellDefaultChannels();
     }
     return channels;
   }

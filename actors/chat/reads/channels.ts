@@ -26,6 +26,12 @@ export async function channelsByName(db: DB, realmId: number, names: string[]): 
   return new Map(rows.map((r) => [r.name.toLowerCase(), r]));
 }
 
+/** The realm's default channels (Zulip's get_default_stream_ids_for_realm), which new users join. */
+export async function defaultChannelIds(db: DB, realmId: number): Promise<number[]> {
+  const rows = await db.selectFrom("streams").select("id").where("realm_id", "=", realmId).where("is_default", "=", true).where("deactivated", "=", false).orderBy("id").execute();
+  return rows.map((r) => r.id);
+}
+
 /** Which channels GET /streams lists (Zulip's do_get_streams); `all` is every channel the user sees the metadata of. */
 export interface StreamListing {
   public?: boolean;
@@ -35,6 +41,8 @@ export interface StreamListing {
   all?: boolean;
   /** Every channel the user may read (include_can_access_content). */
   canAccessContent?: boolean;
+  /** Archived channels too (GET /streams's exclude_archived false, clients with the archived_channels capability). */
+  archived?: boolean;
 }
 
 /**
@@ -43,13 +51,14 @@ export interface StreamListing {
  * realm for administrators); `canAccessContent`, the private ones a permission group lets them read or join.
  */
 export async function visibleStreams(db: DB, user: Pick<UserRow, "id" | "role" | "realm_id">, listing: StreamListing = {}): Promise<StreamRow[]> {
-  const { public: pub = true, subscribed = true, defaults = false, all = false, canAccessContent = false } = listing;
+  const { public: pub = true, subscribed = true, defaults = false, all = false, canAccessContent = false, archived = false } = listing;
   const webPublic = listing.webPublic || all || canAccessContent;
   const everything = all && user.role <= ROLE.administrator;
   const rows = await db
     .selectFrom("streams")
     .selectAll()
     .where("realm_id", "=", user.realm_id)
+    .where((eb) => (archived ? eb.lit(true) : eb("deactivated", "=", false)))
     .where((eb) =>
       everything
         ? eb.lit(true)
@@ -79,7 +88,9 @@ export async function visibleStreams(db: DB, user: Pick<UserRow, "id" | "role" |
   // Private channels a permission group opens to the user; guests are never granted access this way.
   const listed = new Set(rows.map((r) => r.id));
   const groups = await userGroupIds(db, user.id);
-  const privates = await db.selectFrom("streams").selectAll().where("realm_id", "=", user.realm_id).where("invite_only", "=", true).execute();
+  let privateQuery = db.selectFrom("streams").selectAll().where("realm_id", "=", user.realm_id).where("invite_only", "=", true);
+  if (!archived) privateQuery = privateQuery.where("deactivated", "=", false);
+  const privates = await privateQuery.execute();
   const granted = privates.filter((s) => !listed.has(s.id) && grantedBy.some((name) => inGroupSettingOf((s.settings as Record<string, GroupSettingValue>)[name], user.id, groups)));
   return granted.length ? [...rows, ...granted].sort((a, b) => a.id - b.id) : rows;
 }
@@ -97,7 +108,7 @@ export function streamObject(s: StreamRow, subscriberCount: number, firstMessage
     creator_id: s.creator_id,
     invite_only: s.invite_only,
     is_web_public: s.is_web_public,
-    is_archived: false,
+    is_archived: s.deactivated,
     is_announcement_only: false,
     stream_post_policy: 1,
     message_retention_days: s.message_retention_days,

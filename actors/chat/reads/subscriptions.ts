@@ -43,8 +43,11 @@ export function subscriptionObject(stream: ReturnType<typeof streamObject>, sub:
   };
 }
 
-/** The user's subscriptions (or, `active` false, former ones), as Zulip's subscription objects. */
-export async function subscriptionsOf(db: DB, userId: number, includeSubscribers = false, active = true) {
+/**
+ * The user's subscriptions (or, `active` false, former ones), as Zulip's subscription objects; those of archived
+ * channels only if asked for (Zulip's include_archived_channels: clients with the archived_channels capability).
+ */
+export async function subscriptionsOf(db: DB, userId: number, includeSubscribers = false, active = true, archived = false) {
   const rows = await db
     .selectFrom("subscriptions")
     .innerJoin("streams", "streams.id", "subscriptions.stream_id")
@@ -52,6 +55,7 @@ export async function subscriptionsOf(db: DB, userId: number, includeSubscribers
     .select(SUBSCRIPTION_COLUMNS.map((c) => `subscriptions.${c}` as const))
     .where("subscriptions.user_id", "=", userId)
     .where("subscriptions.active", "=", active)
+    .where((eb) => (archived ? eb.lit(true) : eb("streams.deactivated", "=", false)))
     .orderBy("streams.id")
     .execute();
   const members = includeSubscribers ? await subscribersOf(db, rows.map((r) => r.id)) : undefined;

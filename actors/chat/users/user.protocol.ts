@@ -54,10 +54,18 @@ export interface DeliverMessage {
   observers?: number[];
 }
 
+/** An event only for queues whose client declared (`declared`) or did not declare a client capability. */
+export interface CapabilityFilter {
+  name: string;
+  declared: boolean;
+}
+
 /** Any other event, queued as given (Zulip's payload without `id`). */
 export interface DeliverEvent {
   op: "deliverEvent";
   event: Record<string, unknown>;
+  /** Zulip sends some events in two forms, by client capability (archived_channels: is_archived or a delete). */
+  capability?: CapabilityFilter;
 }
 
 /** PATCH /settings, already validated: the settings, and the changes that live on the account row. */

@@ -37,7 +37,7 @@ import { matchesNarrow } from "../reads/narrow.ts";
 import { messageRecords } from "../reads/messages.ts";
 import { dispatch, type Handlers, type MessageOf, type Op } from "../../../runtime/protocol.ts";
 import { Channel } from "../conversations/channel.protocol.ts";
-import { User, type UserProtocol, type AddPushToken, type AddView, type CreateSnippet, type DeliverMessage, type DraftFields, type EditSnippet, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView } from "./user.protocol.ts";
+import { User, type UserProtocol, type CapabilityFilter, type AddPushToken, type AddView, type CreateSnippet, type DeliverMessage, type DraftFields, type EditSnippet, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView } from "./user.protocol.ts";
 import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft } from "./user-data.ts";
 import { ownSnippet, snippetObject, snippetText } from "./saved-snippets.ts";
 import type { ActorDeps } from "../../deps.ts";
@@ -50,9 +50,10 @@ type StoredEvent =
   | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string; observer?: boolean }
   /**
    * `queueId`: for that queue only (a heartbeat). `bulkDeletion`: only for queues whose client has (true) or lacks
-   * (false) the bulk_message_deletion capability.
+   * (false) the bulk_message_deletion capability. `capability`: only for queues whose client declared (or did not
+   * declare) that client capability.
    */
-  | { kind: "event"; event: Record<string, unknown>; queueId?: string; bulkDeletion?: boolean };
+  | { kind: "event"; event: Record<string, unknown>; queueId?: string; bulkDeletion?: boolean; capability?: CapabilityFilter };
 
 /**
  * An event as the durable stream keeps it. A message event names its message instead of copying it: the message
@@ -64,7 +65,7 @@ type StoredEvent =
 type PersistedEvent =
   | { kind: "message"; messageId: number; flags: string[]; queueId?: string; localId?: string; observer?: boolean }
   | { kind: "message"; message: MessageRecord; flags: string[]; queueId?: string; localId?: string; observer?: boolean }
-  | { kind: "event"; event: Record<string, unknown>; queueId?: string; bulkDeletion?: boolean };
+  | { kind: "event"; event: Record<string, unknown>; queueId?: string; bulkDeletion?: boolean; capability?: CapabilityFilter };
 
 /**
  * The queue event of a message delivery for one recipient. Recipients with the delivery's default flags share one
@@ -278,7 +279,7 @@ export class UserActor implements Actor {
     poll: (user, msg) => user.poll(msg.queueId, msg.lastEventId, msg.dontBlock, msg.after ?? msg.lastEventId),
     deleteQueue: (user, msg) => user.deleteQueue(msg.queueId),
     deliverMessage: (user, msg) => user.deliverMessage(msg),
-    deliverEvent: (user, msg) => user.deliverEvent(msg.event),
+    deliverEvent: (user, msg) => user.deliverEvent(msg.event, msg.capability),
     updateSettings: (user, msg) => user.updateSettings(msg),
     createDrafts: (user, msg) => user.createDrafts(msg.drafts),
     editDraft: (user, msg) => user.editDraft(msg.id, msg.draft),
@@ -409,12 +410,12 @@ export class UserActor implements Actor {
     await this.deliver({ kind: "event", event: { type: "heartbeat" }, queueId }, true);
   }
 
-  private async deliverEvent(event: Record<string, unknown>): Promise<void> {
+  private async deliverEvent(event: Record<string, unknown>, capability?: CapabilityFilter): Promise<void> {
     if (event.type === "typing" && !(await this.receivesTyping())) return;
     const about = event.type === "realm_user" ? (event.person as { user_id: number }).user_id : event.type === "presence" ? (event.user_id as number) : undefined;
     if (about !== undefined && this.queues.size && !(await this.seesUser(about))) return;
     if (event.type === "delete_message") return this.deliverDeletion(event);
-    await this.deliver({ kind: "event", event }, true);
+    await this.deliver(capability ? { kind: "event", event, capability } : { kind: "event", event }, true);
   }
 
   /**
@@ -703,6 +704,7 @@ export class UserActor implements Actor {
     if (event.bulkDeletion !== undefined && event.bulkDeletion !== !!q.spec.clientCapabilities.bulk_message_deletion) return false;
     // Linkifiers with URL templates go only to clients that said they understand them (zulip.yaml).
     if (event.event.type === "realm_linkifiers" && q.spec.clientCapabilities.linkifier_url_template !== true) return false;
+    if (event.capability && event.capability.declared !== !!q.spec.clientCapabilities[event.capability.name]) return false;
     return !q.eventTypes || q.eventTypes.has(String(event.event.type));
   }
 

@@ -31,6 +31,8 @@ const SERVED_TYPES = [
   "scheduled_messages",
   "recent_private_conversations",
   "custom_profile_fields",
+  "default_streams",
+  "default_stream_groups",
 ];
 
 type Schema = { $ref?: string; allOf?: Schema[]; properties?: Record<string, Schema>; description?: string };
