@@ -368,6 +368,30 @@ export interface RealmEmojiTable {
   last_request_key: string | null;
 }
 
+export interface AlertWordTable {
+  id: Generated<number>;
+  user_id: number;
+  realm_id: number;
+  /** As the user typed it; matching ignores case. */
+  word: string;
+}
+
+/** The status a user shows beside their name; "" clears a part. */
+export interface UserStatusTable {
+  user_id: number;
+  status_text: Generated<string>;
+  emoji_name: Generated<string>;
+  emoji_code: Generated<string>;
+  reaction_type: Generated<string>;
+  timestamp: number;
+}
+
+export interface MutedUserTable {
+  user_id: number;
+  muted_user_id: number;
+  date_muted: number;
+}
+
 /** Chat's tables by name (part of actors/schema.ts's Database). */
 export interface ChatTables {
   realms: RealmTable;
@@ -399,4 +423,7 @@ export interface ChatTables {
   custom_profile_fields: CustomProfileFieldTable;
   custom_profile_field_values: CustomProfileFieldValueTable;
   realm_emoji: RealmEmojiTable;
+  alert_words: AlertWordTable;
+  user_status: UserStatusTable;
+  muted_users: MutedUserTable;
 }

@@ -179,6 +179,8 @@ const ERROR_EXTRAS: Record<string, string[]> = {
   // RateLimitedError.
   RATE_LIMIT_HIT: ["retry-after"],
   // Named in the spec and in Zulip's description text; the re-serialized schema lost the properties.
+  // CannotDeactivateLastUserError (DELETE /users/me documents them in its own error schema, not the operation's).
+  CANNOT_DEACTIVATE_LAST_USER: ["is_last_owner", "entity"],
   MOVE_MESSAGES_TIME_LIMIT_EXCEEDED: ["first_message_id_allowed_to_move", "total_messages_in_topic", "total_messages_allowed_to_move"],
 };
 

@@ -1,0 +1,42 @@
+/** Muted users on both engines: POST and DELETE /users/me/muted_users/{id} (as zulip-js and the Python bindings call them), events, initial state. */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { api, createUser, ENGINES, eventQueue, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
+
+describe.each(ENGINES)("muted users on %s", (engine) => {
+  let server: TestServer;
+  let ann: Credentials & { id: number };
+  let ben: Credentials & { id: number };
+
+  beforeAll(async () => {
+    server = await startTestServer(engine);
+    ann = await createUser(server, "ann@example.com", "Ann");
+    ben = await createUser(server, "ben@example.com", "Ben");
+  });
+  afterAll(async () => server?.close());
+
+  const mute = (method: string, id: number) => api(server, method, `/users/me/muted_users/${id}`, { as: ann, template: "/users/me/muted_users/{muted_user_id}" });
+
+  it("mutes and unmutes, with the whole list in each muted_users event and in register", async () => {
+    const queue = await eventQueue(server, ann, ["muted_users"]);
+    expect((await mute("POST", ben.id)).status).toBe(200);
+    const registered = await api(server, "POST", "/register", { as: ann, params: { fetch_event_types: ["muted_users"] } });
+    expect(registered.body.muted_users).toEqual([{ id: ben.id, timestamp: expect.any(Number) }]);
+    expect((await mute("DELETE", ben.id)).status).toBe(200);
+    expect((await queue.events()).map((e) => e.muted_users)).toEqual([[{ id: ben.id, timestamp: expect.any(Number) }], []]);
+  });
+
+  it("refuses muting oneself, twice, unknown users, and unmuting who is not muted", async () => {
+    const cases: Array<[string, number, string]> = [
+      ["POST", -1, "Cannot mute self"],
+      ["POST", 999_999, "No such user"],
+      ["DELETE", ben.id, "User is not muted"],
+    ];
+    for (const [method, id, msg] of cases) {
+      const res = await mute(method, id === -1 ? ann.id : id);
+      expect([res.status, res.body.msg]).toEqual([400, msg]);
+    }
+    await mute("POST", ben.id);
+    const twice = await mute("POST", ben.id);
+    expect([twice.status, twice.body.msg]).toEqual([400, "User already muted"]);
+  });
+});
