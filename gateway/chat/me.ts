@@ -19,6 +19,8 @@ import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
 import { Bool, Id, Str, type JsonSchema } from "../params.ts";
 import { checkEmojiRequest, emojiNamed } from "./reactions.ts";
 import { accessUser } from "./users.ts";
+import { unreadMessageIdsFrom } from "../../actors/chat/reads/unreads.ts";
+import { Flags } from "../../actors/chat/conversations/flags.protocol.ts";
 
 /** Each setting's wire type, from its default value. */
 const settingParams: Record<string, JsonSchema> = Object.fromEntries(
@@ -113,7 +115,11 @@ function alertWordsRoute(method: "POST" | "DELETE"): RouteSpec {
   };
 }
 
-/** POST and DELETE /users/me/muted_users/{id}: any user of the realm, bots and deactivated users included. */
+/**
+ * POST and DELETE /users/me/muted_users/{id}: any user of the realm, bots and deactivated users included. Muting
+ * marks the muted user's messages read (Zulip's do_mark_muted_user_messages_as_read), with the usual
+ * update_message_flags event.
+ */
 function muteRoute(method: "POST" | "DELETE"): RouteSpec {
   return {
     method,
@@ -123,7 +129,10 @@ function muteRoute(method: "POST" | "DELETE"): RouteSpec {
       const mutedUserId = call.params.muted_user_id as number;
       if (method === "POST" && mutedUserId === call.user.id) throw errors.badRequest("Cannot mute self");
       await accessUser(call.services, call.user, mutedUserId, { allowBots: true, allowDeactivated: true });
-      return userActor(call).ask({ op: "muteUser", mute: method === "POST", mutedUserId });
+      await userActor(call).ask({ op: "muteUser", mute: method === "POST", mutedUserId });
+      const unread = method === "POST" ? await unreadMessageIdsFrom(call.services.store.db, call.user.id, mutedUserId) : [];
+      if (unread.length) await call.services.system.ref(Flags, call.user.id).ask({ op: "updateFlags", add: true, flag: "read", messageIds: unread });
+      return {};
     },
   };
 }

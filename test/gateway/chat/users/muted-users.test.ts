@@ -1,4 +1,7 @@
-/** Muted users on both engines: POST and DELETE /users/me/muted_users/{id} (as zulip-js and the Python bindings call them), events, initial state. */
+/**
+ * Muted users on both engines: POST and DELETE /users/me/muted_users/{id} (as zulip-js and the Python bindings call
+ * them), events, initial state, and the muted user's messages marked read.
+ */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, eventQueue, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
 
@@ -38,5 +41,17 @@ describe.each(ENGINES)("muted users on %s", (engine) => {
     await mute("POST", ben.id);
     const twice = await mute("POST", ben.id);
     expect([twice.status, twice.body.msg]).toEqual([400, "User already muted"]);
+  });
+
+  it("marks the muted user's unread messages read, with an update_message_flags event", async () => {
+    const cat = await createUser(server, "cat@example.com", "Cat");
+    const sent = await api(server, "POST", "/messages", { as: cat, params: { type: "direct", to: [ann.id], content: "hello" } });
+    const queue = await eventQueue(server, ann, ["update_message_flags"]);
+    expect((await mute("POST", cat.id)).status).toBe(200);
+    const fetched = await api(server, "GET", "/messages", { as: ann, params: { anchor: sent.body.id, num_before: 0, num_after: 0 } });
+    expect(fetched.body.messages[0].flags).toContain("read");
+    expect(await queue.events()).toEqual([
+      { type: "update_message_flags", op: "add", operation: "add", flag: "read", messages: [sent.body.id], all: false, id: expect.any(Number) },
+    ]);
   });
 });
