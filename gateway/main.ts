@@ -42,7 +42,8 @@ import { scheduledRoutes } from "./chat/scheduled.ts";
 import { topicRoutes } from "./chat/topics.ts";
 import { wakeSchedulers } from "../actors/chat/conversations/scheduler.ts";
 import { onRealmEmojiNotice } from "../actors/chat/organization/realm-emoji.ts";
-import { onAlertWordsNotice } from "../actors/chat/users/alert-words.ts";
+import { realmAlertWords } from "../actors/chat/users/alert-words.ts";
+import { usersMutingCache } from "../actors/chat/users/user-data.ts";
 import { serverRoutes } from "./chat/server.ts";
 import { userRoutes } from "./chat/users.ts";
 import { typingRoutes } from "./chat/typing.ts";
@@ -130,7 +131,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   system.onNotice((notice) => {
     auth.onNotice(notice);
     onRealmEmojiNotice(notice);
-    onAlertWordsNotice(notice);
+    realmAlertWords.onNotice(notice);
+    usersMutingCache.onNotice(notice);
   });
   const services: Services = {
     system,

@@ -19,6 +19,7 @@ import type { MessageRecord } from "../rendering/message-format.ts";
 import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
 import { markdownContext } from "../rendering/mentions.ts";
 import { usersAlertedBy } from "../users/alert-words.ts";
+import { usersMutingCache } from "../users/user-data.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, Sent } from "./conversation.protocol.ts";
 import type { SendToDm } from "./dm.protocol.ts";
@@ -114,6 +115,8 @@ export abstract class Conversation implements Actor {
     const recipients = this.recipients();
     // Refusals (wildcard mentions) come before the id is taken and the reply parked.
     const mentions = await this.mentionFlags(msg.content, rendered, topic, recipients, msg.senderId);
+    // Zulip marks a muted sender's new messages read for those who muted them.
+    const mutedBy = (await usersMutingCache.get(this.deps.store.db, this.realmId)).get(msg.senderId) ?? [];
     const id = await this.deps.ids.take(this.lastMessageId);
     this.lastMessageId = id;
     const reply = this.ctx.defer<Sent>();
@@ -136,7 +139,7 @@ export abstract class Conversation implements Actor {
     const senderFlags = (msg.readBySender ? FLAG_BITS.read : 0) | (mentions.get(msg.senderId) ?? 0);
     // Notification Bot's notices start read for some (see SendToChannel): the usual recipient's flags, and theirs.
     const readByDefault = msg.unreadOnlyFor !== undefined;
-    const readFor = new Set(msg.readFor);
+    const readFor = new Set([...(msg.readFor ?? []), ...mutedBy]);
     const unreadFor = new Set(msg.unreadOnlyFor);
     const startsRead = (user: number) => readFor.has(user) || (readByDefault && !unreadFor.has(user));
     const flagsOf = (user: number) =>

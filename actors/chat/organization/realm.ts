@@ -23,7 +23,7 @@ import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
 import type { CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetUserActive, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
-import { alertWordsChanged } from "../users/alert-words.ts";
+import { realmAlertWords } from "../users/alert-words.ts";
 import { User } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 
@@ -158,7 +158,7 @@ export class RealmActor implements Actor {
       : await db.selectFrom("users").select("id").where("bot_owner_id", "=", target.id).where("is_active", "=", true).where("realm_id", "=", this.realmId).execute();
     const ids = [target.id, ...bots.map((b) => b.id)];
     await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("users").set({ is_active: msg.active }).where("id", "in", ids).execute());
-    await alertWordsChanged(this.deps.system(), this.realmId);
+    await realmAlertWords.changed(this.deps.system(), this.realmId);
     for (const user_id of ids) await this.tellRealm({ type: "realm_user", op: "update", person: { user_id, is_active: msg.active } });
     return {};
   }

@@ -4,7 +4,7 @@
  */
 import type { Kysely, Transaction } from "kysely";
 import type { Database } from "../../schema.ts";
-import type { ActorSystem } from "../../../runtime/system.ts";
+import { NoticedRealmCache } from "../realm-cache.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
 
@@ -44,55 +44,26 @@ export function containsAlertWord(content: string, word: string): boolean {
   return false;
 }
 
-/**
- * Each realm's alert words by user (lower-cased), so a send costs no query while they are cached: most realms have
- * none, and a send then checks nothing. The worker whose user actor changes a list forgets its realm's entry and
- * tells the others (ALERT_WORDS_CHANGED); one that misses the notice reloads within CACHE_MS, so for that moment a
- * message may miss a just-added word's flag (or keep a just-removed one's), as a message sent a moment earlier would.
- */
-const CACHE_MS = 2000;
-const wordsByRealm = new Map<number, { until: number; byUser: Promise<Map<number, string[]>> }>();
-
-function realmAlertWords(db: DB, realmId: number): Promise<Map<number, string[]>> {
-  const hit = wordsByRealm.get(realmId);
-  if (hit && hit.until > Date.now()) return hit.byUser;
-  const byUser = db
+/** Each realm's alert words by active user (lower-cased): most realms have none, and a send then checks nothing. */
+export const realmAlertWords = new NoticedRealmCache("alert-words-changed", async (db, realmId) => {
+  const rows = await db
     .selectFrom("alert_words")
     .innerJoin("users", "users.id", "alert_words.user_id")
     .select(["alert_words.user_id", "alert_words.word"])
     .where("alert_words.realm_id", "=", realmId)
     .where("users.is_active", "=", true)
-    .execute()
-    .then((rows) => {
-      const out = new Map<number, string[]>();
-      for (const r of rows) out.set(r.user_id, [...(out.get(r.user_id) ?? []), r.word.toLowerCase()]);
-      return out;
-    });
-  wordsByRealm.set(realmId, { until: Date.now() + CACHE_MS, byUser });
-  byUser.catch(() => wordsByRealm.delete(realmId));
-  return byUser;
-}
+    .execute();
+  const out = new Map<number, string[]>();
+  for (const r of rows) out.set(r.user_id, [...(out.get(r.user_id) ?? []), r.word.toLowerCase()]);
+  return out;
+});
 
 /** The recipients (`among`) whose alert words the content contains. */
-export async function usersAlertedBy(db: DB, realmId: number, content: string, among: ReadonlySet<number>): Promise<number[]> {
-  const byUser = await realmAlertWords(db, realmId);
+export async function usersAlertedBy(db: Kysely<Database>, realmId: number, content: string, among: ReadonlySet<number>): Promise<number[]> {
+  const byUser = await realmAlertWords.get(db, realmId);
   if (!byUser.size) return [];
   const text = content.replace(/\r\n?/g, "\n").toLowerCase();
   const alerted: number[] = [];
   for (const [user, words] of byUser) if (among.has(user) && words.some((w) => containsAlertWord(text, w))) alerted.push(user);
   return alerted;
-}
-
-/** The notice (ActorSystem.announce) that a realm's alert words changed: `alert-words-changed:<realm id>`. */
-const ALERT_WORDS_CHANGED = "alert-words-changed:";
-
-/** Forget the realm's words here and on every other worker. */
-export async function alertWordsChanged(system: ActorSystem, realmId: number): Promise<void> {
-  wordsByRealm.delete(realmId);
-  await system.announce(ALERT_WORDS_CHANGED + realmId).catch((err) => console.error("alert words: telling the other workers failed", err));
-}
-
-/** Every worker's listener for that notice (wired in gateway/main.ts). */
-export function onAlertWordsNotice(notice: string): void {
-  if (notice.startsWith(ALERT_WORDS_CHANGED)) wordsByRealm.delete(Number(notice.slice(ALERT_WORDS_CHANGED.length)));
 }

@@ -9,6 +9,7 @@ import type { DraftTable } from "../schema.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "./settings.ts";
 import { AUTOMATIC_POLICY } from "../conversations/topic-policies.ts";
 import { isSubscribed } from "../reads/subscriptions.ts";
+import { NoticedRealmCache } from "../realm-cache.ts";
 import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
@@ -240,3 +241,16 @@ export async function mutedUsersOf(db: DB, userId: number): Promise<Array<{ id: 
   const rows = await db.selectFrom("muted_users").select(["muted_user_id", "date_muted"]).where("user_id", "=", userId).orderBy("date_muted").orderBy("muted_user_id").execute();
   return rows.map((r) => ({ id: r.muted_user_id, timestamp: Number(r.date_muted) }));
 }
+
+/** Who muted whom in each realm: for each muted user, the users who muted them (new messages start read for those). */
+export const usersMutingCache = new NoticedRealmCache("muted-users-changed", async (db, realmId) => {
+  const rows = await db
+    .selectFrom("muted_users")
+    .innerJoin("users", "users.id", "muted_users.user_id")
+    .select(["muted_users.user_id", "muted_users.muted_user_id"])
+    .where("users.realm_id", "=", realmId)
+    .execute();
+  const out = new Map<number, number[]>();
+  for (const r of rows) out.set(r.muted_user_id, [...(out.get(r.muted_user_id) ?? []), r.user_id]);
+  return out;
+});

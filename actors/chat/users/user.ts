@@ -39,7 +39,8 @@ import { dispatch, type Handlers, type MessageOf, type Op } from "../../../runti
 import { Channel } from "../conversations/channel.protocol.ts";
 import { User, type UserProtocol, type AddPushToken, type AddView, type DeliverMessage, type DraftFields, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView, type ChangeAlertWords, type UpdateStatus, type MuteUser } from "./user.protocol.ts";
 import { checkDraft, checkNewView, checkViewUpdate, draftObject, mutedUsersOf, ownDraft } from "./user-data.ts";
-import { alertWordsChanged, alertWordsOf, newAlertWords } from "./alert-words.ts";
+import { alertWordsOf, newAlertWords, realmAlertWords } from "./alert-words.ts";
+import { usersMutingCache } from "./user-data.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 import { accessibleUsers, apiEmail, avatarUpdate, deliveryEmailVisibleTo } from "../organization/accounts.ts";
@@ -632,7 +633,7 @@ export class UserActor implements Actor {
     if (removed.length) {
       await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("alert_words").where("user_id", "=", this.userId).where(sql`lower(word)`, "in", removed).execute());
     }
-    if (fresh.length || removed.length) await alertWordsChanged(this.deps.system(), realm_id);
+    if (fresh.length || removed.length) await realmAlertWords.changed(this.deps.system(), realm_id);
     const words = await alertWordsOf(db, this.userId);
     await this.deliver({ kind: "event", event: { type: "alert_words", alert_words: words } });
     return { alert_words: words };
@@ -666,6 +667,7 @@ export class UserActor implements Actor {
       if (msg.mute) await trx.insertInto("muted_users").values({ ...mute, date_muted: Math.floor(Date.now() / 1000) }).execute();
       else await trx.deleteFrom("muted_users").where("user_id", "=", mute.user_id).where("muted_user_id", "=", mute.muted_user_id).execute();
     });
+    await usersMutingCache.changed(this.deps.system(), (await this.account()).realm_id);
     await this.deliver({ kind: "event", event: { type: "muted_users", muted_users: await mutedUsersOf(this.deps.store.db, this.userId) } });
     return {};
   }

@@ -1,6 +1,6 @@
 /**
  * Muted users on both engines: POST and DELETE /users/me/muted_users/{id} (as zulip-js and the Python bindings call
- * them), events, initial state, and the muted user's messages marked read.
+ * them), events, initial state, and the muted user's messages marked read (earlier ones at once, new ones as sent).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, eventQueue, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
@@ -53,5 +53,19 @@ describe.each(ENGINES)("muted users on %s", (engine) => {
     expect(await queue.events()).toEqual([
       { type: "update_message_flags", op: "add", operation: "add", flag: "read", messages: [sent.body.id], all: false, id: expect.any(Number) },
     ]);
+  });
+
+  it("delivers a muted user's new messages already read to those who muted them", async () => {
+    const dan = await createUser(server, "dan@example.com", "Dan");
+    expect((await mute("POST", dan.id)).status).toBe(200);
+    const queue = await eventQueue(server, ann, ["message"]);
+    const sent = await api(server, "POST", "/messages", { as: dan, params: { type: "direct", to: [ann.id], content: "still here" } });
+    expect((await queue.events()).map((e) => e.flags)).toEqual([["read"]]);
+    const fetched = await api(server, "GET", "/messages", { as: ann, params: { anchor: sent.body.id, num_before: 0, num_after: 0 } });
+    expect(fetched.body.messages[0].flags).toContain("read");
+    expect((await mute("DELETE", dan.id)).status).toBe(200);
+    const after = await api(server, "POST", "/messages", { as: dan, params: { type: "direct", to: [ann.id], content: "again" } });
+    const unread = await api(server, "GET", "/messages", { as: ann, params: { anchor: after.body.id, num_before: 0, num_after: 0 } });
+    expect(unread.body.messages[0].flags).not.toContain("read");
   });
 });
