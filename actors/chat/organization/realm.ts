@@ -159,8 +159,31 @@ export class RealmActor implements Actor {
     const ids = [target.id, ...bots.map((b) => b.id)];
     await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("users").set({ is_active: msg.active }).where("id", "in", ids).execute());
     await realmAlertWords.changed(this.deps.system(), this.realmId);
+    await this.tellSubscriptionPeers(ids, msg.active);
     for (const user_id of ids) await this.tellRealm({ type: "realm_user", op: "update", person: { user_id, is_active: msg.active } });
     return {};
+  }
+
+  /**
+   * Those who see a channel's subscribers learn that deactivated users left the list (peer_remove, before the
+   * realm_user event, as Zulip does since feature level 377) or that reactivated ones are back on it (peer_add).
+   */
+  private async tellSubscriptionPeers(userIds: number[], active: boolean): Promise<void> {
+    const db = this.deps.store.db;
+    const changed = await db.selectFrom("subscriptions").select(["stream_id", "user_id"]).where("user_id", "in", userIds).where("active", "=", true).execute();
+    const streamIds = [...new Set(changed.map((s) => s.stream_id))];
+    if (!streamIds.length) return;
+    const [rows, subscriptions] = await Promise.all([
+      db.selectFrom("streams").selectAll().where("id", "in", streamIds).execute(),
+      db.selectFrom("subscriptions").select(["stream_id", "user_id"]).where("stream_id", "in", streamIds).where("active", "=", true).execute(),
+    ]);
+    for (const row of rows) {
+      const users = changed.filter((s) => s.stream_id === row.id).map((s) => s.user_id);
+      const subscribers = subscriptions.filter((s) => s.stream_id === row.id).map((s) => s.user_id);
+      const watchers = [...(await metadataWatchers(db, row, subscribers))].filter((id) => !users.includes(id));
+      const event = { type: "subscription", op: active ? "peer_add" : "peer_remove", stream_ids: [row.id], user_ids: users };
+      await this.deps.system().broadcast(User, watchers, { op: "deliverEvent", event });
+    }
   }
 
   /** Zulip's last-owner and last-user rules for a deactivation. */

@@ -47,6 +47,18 @@ describe.each(ENGINES)("user lifecycle on %s", (engine) => {
     expect(changes).toEqual([{ user_id: ben.id, is_active: false }, { user_id: ben.id, is_active: true }]);
   });
 
+  it("tells those who see a channel's subscribers that a deactivated user left and a reactivated one is back", async () => {
+    await api(server, "POST", "/users/me/subscriptions", { as: ann, params: { subscriptions: [{ name: "lobby" }], principals: [ann.id, ben.id] } });
+    const queue = await eventQueue(server, ann, ["subscription"]);
+    await api(server, "DELETE", `/users/${ben.id}`, { as: admin, template: "/users/{user_id}" });
+    await api(server, "POST", `/users/${ben.id}/reactivate`, { as: admin, template: "/users/{user_id}/reactivate" });
+    const events = (await queue.events()).map(({ op, user_ids, stream_ids }) => ({ op, user_ids, streams: stream_ids.length }));
+    expect(events).toEqual([
+      { op: "peer_remove", user_ids: [ben.id], streams: 1 },
+      { op: "peer_add", user_ids: [ben.id], streams: 1 },
+    ]);
+  });
+
   it("keeps the owner rules: only owners deactivate owners, and the last owner cannot leave", async () => {
     const byAdmin = await api(server, "DELETE", `/users/${ownerId}`, { as: admin, template: "/users/{user_id}" });
     expect([byAdmin.status, byAdmin.body.msg]).toEqual([400, "Must be an organization owner"]);
