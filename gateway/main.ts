@@ -43,6 +43,8 @@ import { topicRoutes } from "./chat/topics.ts";
 import { wakeSchedulers } from "../actors/chat/conversations/scheduler.ts";
 import { onRealmEmojiNotice } from "../actors/chat/organization/realm-emoji.ts";
 import { compiledLinkifiers } from "../actors/chat/organization/linkifiers.ts";
+import { realmAlertWords } from "../actors/chat/users/alert-words.ts";
+import { usersMutingCache } from "../actors/chat/users/user-data.ts";
 import { serverRoutes } from "./chat/server.ts";
 import { userRoutes } from "./chat/users.ts";
 import { typingRoutes } from "./chat/typing.ts";
@@ -133,6 +135,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     auth.onNotice(notice);
     onRealmEmojiNotice(notice);
     compiledLinkifiers.onNotice(notice);
+    realmAlertWords.onNotice(notice);
+    usersMutingCache.onNotice(notice);
   });
   const services: Services = {
     system,

@@ -401,6 +401,30 @@ export interface SavedSnippetTable {
   date_created: number;
 }
 
+export interface AlertWordTable {
+  id: Generated<number>;
+  user_id: number;
+  realm_id: number;
+  /** As the user typed it; matching ignores case. */
+  word: string;
+}
+
+/** The status a user shows beside their name; "" clears a part. */
+export interface UserStatusTable {
+  user_id: number;
+  status_text: Generated<string>;
+  emoji_name: Generated<string>;
+  emoji_code: Generated<string>;
+  reaction_type: Generated<string>;
+  timestamp: number;
+}
+
+export interface MutedUserTable {
+  user_id: number;
+  muted_user_id: number;
+  date_muted: number;
+}
+
 /** Chat's tables by name (part of actors/schema.ts's Database). */
 export interface ChatTables {
   realms: RealmTable;
@@ -435,4 +459,7 @@ export interface ChatTables {
   realm_linkifiers: RealmLinkifierTable;
   realm_playgrounds: RealmPlaygroundTable;
   saved_snippets: SavedSnippetTable;
+  alert_words: AlertWordTable;
+  user_status: UserStatusTable;
+  muted_users: MutedUserTable;
 }

@@ -24,6 +24,7 @@ import * as appendFunctions from "../chat/migrations/2026-11-23T2200-append-func
 import * as userEventsJson from "../chat/migrations/2026-11-24T0000-user-events-json.ts";
 import * as appendPlans from "../chat/migrations/2026-11-24T0100-append-plans.ts";
 import * as recipientLists from "../chat/migrations/2026-11-24T1000-recipient-lists.ts";
+import * as alertWordsStatusMutes from "../chat/migrations/2026-11-26T0300-alert-words-status-mutes.ts";
 import * as archivedChannels from "../chat/migrations/2026-11-26T0300-archived-channels.ts";
 import * as linkifiersPlaygroundsSnippets from "../chat/migrations/2026-11-26T0300-linkifiers-playgrounds-snippets.ts";
 
@@ -47,6 +48,7 @@ export const migrations: Record<string, Migration> = {
   "2026-11-24T0000-user-events-json": userEventsJson,
   "2026-11-24T0100-append-plans": appendPlans,
   "2026-11-24T1000-recipient-lists": recipientLists,
+  "2026-11-26T0300-alert-words-status-mutes": alertWordsStatusMutes,
   "2026-11-26T0300-archived-channels": archivedChannels,
   "2026-11-26T0300-linkifiers-playgrounds-snippets": linkifiersPlaygroundsSnippets,
 };

@@ -17,9 +17,10 @@ import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";
 import { ROLE, userGroupObjects } from "../../actors/chat/organization/groups.ts";
-import { draftsOf, viewsOf } from "../../actors/chat/users/user-data.ts";
+import { draftsOf, viewsOf, mutedUsersOf, userStatuses } from "../../actors/chat/users/user-data.ts";
+import { alertWordsOf } from "../../actors/chat/users/alert-words.ts";
 import { Presence } from "../../actors/chat/users/presence.protocol.ts";
-import { presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
+import { accessibleUsers, presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
 import { scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
 import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import { realmEmojiObjects } from "../../actors/chat/organization/realm-emoji.ts";
@@ -135,6 +136,17 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async realm_playgrounds(s, u) {
     return { realm_playgrounds: await playgroundObjects(s.store.db, u.realm_id) };
+  },
+  async alert_words(s, u) {
+    return { alert_words: await alertWordsOf(s.store.db, u.id) };
+  },
+  async muted_users(s, u) {
+    return { muted_users: await mutedUsersOf(s.store.db, u.id) };
+  },
+  // Only the statuses of users the viewer may see (Zulip's get_all_users_status_dict).
+  async user_status(s, u) {
+    const [statuses, access] = await Promise.all([userStatuses(s.store.db, u.realm_id), accessibleUsers(s.store.db, u)]);
+    return { user_status: access ? Object.fromEntries(Object.entries(statuses).filter(([id]) => access.has(Number(id)))) : statuses };
   },
   async recent_private_conversations() {
     return { recent_private_conversations: [] };

@@ -1,12 +1,17 @@
-/** The caller's own data: PATCH /settings, drafts, saved snippets and navigation views. Every change goes through the user actor. */
+/**
+ * The caller's own data: PATCH /settings, drafts, saved snippets, navigation views, alert words, status and muted
+ * users. Every change goes through the user actor.
+ */
 import type { ActorRef } from "../../runtime/protocol.ts";
 import { errors } from "../../runtime/errors.ts";
 import { chatErrors } from "../../actors/chat/errors.ts";
 import { hashPassword, verifyPassword } from "../../runtime/secrets.ts";
 import { serverRealmId } from "../../actors/chat/reads/realms.ts";
 import { Realm } from "../../actors/chat/organization/realm.protocol.ts";
-import { User, type DraftFields, type UserProtocol } from "../../actors/chat/users/user.protocol.ts";
+import { User, type DraftFields, type UpdateStatus, type UserProtocol } from "../../actors/chat/users/user.protocol.ts";
+import { ROLE } from "../../actors/chat/organization/groups.ts";
 import { checkSetting, draftsOf, SETTING_RULES, viewsOf } from "../../actors/chat/users/user-data.ts";
+import { alertWordsOf, MAX_ALERT_WORD_LENGTH } from "../../actors/chat/users/alert-words.ts";
 import { USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import type { Call, RouteSpec } from "./app.ts";
 import { Presence } from "../../actors/chat/users/presence.protocol.ts";
@@ -17,6 +22,10 @@ import { LIMITS } from "./zulip.ts";
 
 const SnippetTitle = { type: "string", maxLength: MAX_SNIPPET_TITLE_LENGTH } as const;
 const SnippetContent = { type: "string", maxLength: LIMITS.max_message_length } as const;
+import { checkEmojiRequest, emojiNamed } from "./reactions.ts";
+import { accessUser } from "./users.ts";
+import { unreadMessageIdsFrom } from "../../actors/chat/reads/unreads.ts";
+import { Flags } from "../../actors/chat/conversations/flags.protocol.ts";
 
 /** Each setting's wire type, from its default value. */
 const settingParams: Record<string, JsonSchema> = Object.fromEntries(
@@ -88,7 +97,113 @@ function pushTokenRoutes(path: string, kind: "apns" | "fcm"): RouteSpec[] {
   ];
 }
 
+/** Zulip's alert_words parameter: a JSON list of words, each at most MAX_ALERT_WORD_LENGTH characters. */
+const AlertWordsParams = {
+  type: "object" as const,
+  properties: { alert_words: { type: "array", items: { type: "string", maxLength: MAX_ALERT_WORD_LENGTH } } },
+  required: ["alert_words"],
+};
+
+/** Zulip's limit on a status text, after trimming. */
+const MAX_STATUS_TEXT_LENGTH = 60;
+
+function alertWordsRoute(method: "POST" | "DELETE"): RouteSpec {
+  return {
+    method,
+    path: "/users/me/alert_words",
+    params: AlertWordsParams,
+    async handle(call) {
+      // Zulip's clean_alert_words: surrounding spaces go, and so do words left empty.
+      const words = (call.params.alert_words as string[]).map((w) => w.trim()).filter((w) => w !== "");
+      return userActor(call).ask({ op: "changeAlertWords", add: method === "POST", words });
+    },
+  };
+}
+
+/**
+ * POST and DELETE /users/me/muted_users/{id}: any user of the realm, bots and deactivated users included. Muting
+ * marks the muted user's messages read (Zulip's do_mark_muted_user_messages_as_read), with the usual
+ * update_message_flags event.
+ */
+function muteRoute(method: "POST" | "DELETE"): RouteSpec {
+  return {
+    method,
+    path: "/users/me/muted_users/{muted_user_id}",
+    params: { type: "object", properties: { muted_user_id: Id }, required: ["muted_user_id"] },
+    async handle(call) {
+      const mutedUserId = call.params.muted_user_id as number;
+      if (method === "POST" && mutedUserId === call.user.id) throw errors.badRequest("Cannot mute self");
+      await accessUser(call.services, call.user, mutedUserId, { allowBots: true, allowDeactivated: true });
+      await userActor(call).ask({ op: "muteUser", mute: method === "POST", mutedUserId });
+      const unread = method === "POST" ? await unreadMessageIdsFrom(call.services.store.db, call.user.id, mutedUserId) : [];
+      if (unread.length) await call.services.system.ref(Flags, call.user.id).ask({ op: "updateFlags", add: true, flag: "read", messageIds: unread });
+      return {};
+    },
+  };
+}
+
+const StatusParams = { status_text: Str, emoji_name: Str, emoji_code: Str, reaction_type: Str };
+
+/** Zulip's update_user_status_backend checks: what to change, with the emoji's code and type completed from its name. */
+async function statusChange({ params, user, services }: Call): Promise<UpdateStatus> {
+  if (user.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
+  const statusText = params.status_text === undefined ? undefined : String(params.status_text).trim();
+  if (statusText !== undefined && statusText.length > MAX_STATUS_TEXT_LENGTH) {
+    throw errors.badRequest(`status_text is too long (limit: ${MAX_STATUS_TEXT_LENGTH} characters)`);
+  }
+  if (params.away === undefined && statusText === undefined && params.emoji_name === undefined) throw errors.badRequest("Client did not pass any new values.");
+  let emoji: { emoji_name: string; emoji_code: string; reaction_type: string } | undefined;
+  if (params.emoji_name === "") {
+    // An empty name clears the emoji.
+    emoji = { emoji_name: "", emoji_code: "", reaction_type: "unicode_emoji" };
+  } else if (params.emoji_name !== undefined) {
+    let code: string | undefined = params.emoji_code;
+    let type: string | undefined = params.reaction_type;
+    if (code === undefined || type === undefined) {
+      const named = await emojiNamed(services.store.db, user.realm_id, params.emoji_name);
+      code ??= named.code;
+      type ??= named.type;
+    }
+    emoji = { emoji_name: params.emoji_name, emoji_code: code, reaction_type: type };
+    await checkEmojiRequest(services.store.db, user.realm_id, emoji);
+  } else if (params.emoji_code || params.reaction_type) {
+    throw errors.badRequest("Client must pass emoji_name if they pass either emoji_code or reaction_type.");
+  }
+  return { op: "updateStatus", away: params.away, statusText, emoji };
+}
+
 export const meRoutes: RouteSpec[] = [
+  {
+    method: "GET",
+    path: "/users/me/alert_words",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      return { alert_words: await alertWordsOf(services.store.db, user.id) };
+    },
+  },
+  alertWordsRoute("POST"),
+  alertWordsRoute("DELETE"),
+  muteRoute("POST"),
+  muteRoute("DELETE"),
+  {
+    method: "POST",
+    path: "/users/me/status",
+    params: { type: "object", properties: { away: Bool, ...StatusParams } },
+    async handle(call) {
+      return userActor(call).ask(await statusChange(call));
+    },
+  },
+  {
+    // Zulip's update_user_status_admin: an administrator sets another user's status (no `away` there).
+    method: "POST",
+    path: "/users/{user_id}/status",
+    params: { type: "object", properties: { user_id: Id, ...StatusParams }, required: ["user_id"] },
+    async handle(call) {
+      const target = await accessUser(call.services, call.user, call.params.user_id, { allowBots: false, allowDeactivated: false });
+      if (call.user.role > ROLE.administrator) throw errors.badRequest("Insufficient permission");
+      return call.services.system.ref(User, target.id).ask(await statusChange(call));
+    },
+  },
   ...pushTokenRoutes("/users/me/apns_device_token", "apns"),
   ...pushTokenRoutes("/users/me/android_gcm_reg_id", "fcm"),
   {

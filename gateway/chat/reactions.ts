@@ -27,7 +27,7 @@ const REACTION_PARAMS = {
 type DB = Services["store"]["db"];
 
 /** Zulip's get_emoji_data: what a name alone means in the realm (its active custom emoji first). */
-async function emojiNamed(db: DB, realmId: number, name: string): Promise<{ code: string; type: string }> {
+export async function emojiNamed(db: DB, realmId: number, name: string): Promise<{ code: string; type: string }> {
   const custom = await activeRealmEmoji(db, realmId, name);
   if (custom) return { code: custom.id, type: "realm_emoji" };
   if (ZULIP_EXTRA_EMOJI_NAMES.has(name)) return { code: name, type: "zulip_extra_emoji" };
@@ -36,8 +36,8 @@ async function emojiNamed(db: DB, realmId: number, name: string): Promise<{ code
   throw errors.badRequest(`Emoji '${name}' does not exist`);
 }
 
-/** Zulip's check_emoji_request: may this (name, code, type) be added as a new reaction in the realm? */
-async function checkNewReaction(db: DB, realmId: number, reaction: Reaction): Promise<void> {
+/** Zulip's check_emoji_request: may this (name, code, type) be used anew in the realm (a reaction, a status)? */
+export async function checkEmojiRequest(db: DB, realmId: number, reaction: Reaction): Promise<void> {
   const { emoji_name: name, emoji_code: code } = reaction;
   switch (reaction.reaction_type) {
     case "realm_emoji": {
@@ -84,7 +84,7 @@ async function reactionOf(
   // its name and unchecked (its emoji may have been deactivated since); only a new one must be valid now.
   const existing = await reactionNameOn(db, messageId, reaction);
   if (existing) reaction.emoji_name = existing;
-  else await checkNewReaction(db, realmId, reaction);
+  else await checkEmojiRequest(db, realmId, reaction);
   return reaction;
 }
 

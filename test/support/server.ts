@@ -185,6 +185,8 @@ const ERROR_EXTRAS: Record<string, string[]> = {
   // CannotDeactivateGroupInUseError: where the group is used.
   CANNOT_DEACTIVATE_GROUP_IN_USE: ["objections"],
   // Named in the spec and in Zulip's description text; the re-serialized schema lost the properties.
+  // CannotDeactivateLastUserError (DELETE /users/me documents them in its own error schema, not the operation's).
+  CANNOT_DEACTIVATE_LAST_USER: ["is_last_owner", "entity"],
   MOVE_MESSAGES_TIME_LIMIT_EXCEEDED: ["first_message_id_allowed_to_move", "total_messages_in_topic", "total_messages_allowed_to_move"],
 };
 

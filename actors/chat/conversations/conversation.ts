@@ -18,6 +18,8 @@ import { messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
 import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
 import { markdownContext } from "../rendering/mentions.ts";
+import { usersAlertedBy } from "../users/alert-words.ts";
+import { usersMutingCache } from "../users/user-data.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, Sent } from "./conversation.protocol.ts";
 import type { SendToDm } from "./dm.protocol.ts";
@@ -112,7 +114,9 @@ export abstract class Conversation implements Actor {
     const rendered = await this.render(msg.content);
     const recipients = this.recipients();
     // Refusals (wildcard mentions) come before the id is taken and the reply parked.
-    const mentions = await this.mentionFlags(rendered, topic, recipients, msg.senderId);
+    const mentions = await this.mentionFlags(msg.content, rendered, topic, recipients, msg.senderId);
+    // Zulip marks a muted sender's new messages read for those who muted them.
+    const mutedBy = (await usersMutingCache.get(this.deps.store.db, this.realmId)).get(msg.senderId) ?? [];
     const id = await this.deps.ids.take(this.lastMessageId);
     this.lastMessageId = id;
     const reply = this.ctx.defer<Sent>();
@@ -135,7 +139,7 @@ export abstract class Conversation implements Actor {
     const senderFlags = (msg.readBySender ? FLAG_BITS.read : 0) | (mentions.get(msg.senderId) ?? 0);
     // Notification Bot's notices start read for some (see SendToChannel): the usual recipient's flags, and theirs.
     const readByDefault = msg.unreadOnlyFor !== undefined;
-    const readFor = new Set(msg.readFor);
+    const readFor = new Set([...(msg.readFor ?? []), ...mutedBy]);
     const unreadFor = new Set(msg.unreadOnlyFor);
     const startsRead = (user: number) => readFor.has(user) || (readByDefault && !unreadFor.has(user));
     const flagsOf = (user: number) =>
@@ -201,9 +205,10 @@ export abstract class Conversation implements Actor {
 
   /**
    * The mention bits each recipient gets: named users (and members of named groups) `mentioned`; a channel
-   * wildcard flags every recipient, a topic wildcard those who took part in the topic (Zulip's rule).
+   * wildcard flags every recipient, a topic wildcard those who took part in the topic (Zulip's rule). Beside them,
+   * `has_alert_word` for the recipients whose alert words the content holds.
    */
-  protected async mentionFlags(r: RenderResult, topic: string, recipients: number[], senderId: number): Promise<Map<number, number>> {
+  protected async mentionFlags(content: string, r: RenderResult, topic: string, recipients: number[], senderId: number): Promise<Map<number, number>> {
     const out = new Map<number, number>();
     await this.checkWildcard(r, topic, recipients, senderId);
     const add = (u: number, bit: number) => out.set(u, (out.get(u) ?? 0) | bit);
@@ -218,6 +223,7 @@ export abstract class Conversation implements Actor {
     if (r.wildcardMention === "topic") {
       for (const u of await this.topicParticipants(topic)) if (members.has(u)) add(u, FLAG_BITS.topic_wildcard_mentioned);
     }
+    for (const u of await usersAlertedBy(this.deps.store.db, this.realmId, content, members)) add(u, FLAG_BITS.has_alert_word);
     return out;
   }
 
@@ -285,7 +291,7 @@ export abstract class Conversation implements Actor {
     const rendered = rendering?.html;
     // As Zulip does: the wildcard rules of a send hold for the edited content, and every recipient's mention
     // flags follow the new content.
-    const mentions = rendering ? await this.mentionFlags(rendering, move?.topic ?? row.topic, this.recipients(), row.sender_id) : undefined;
+    const mentions = rendering ? await this.mentionFlags(msg.content!, rendering, move?.topic ?? row.topic, this.recipients(), row.sender_id) : undefined;
 
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       const entry: Record<string, unknown> = { user_id: msg.acting.id, timestamp: now };
@@ -472,13 +478,16 @@ function moveColumns(move: MovePlan, now: number) {
   return { topic: move.topic, stream_id: move.streamId, recipient_id: move.recipientId, ...(move.resolveOnly ? {} : { last_moved_time: now }) };
 }
 
-/** Replace one message's mention flags with those of its new content (Zulip's update_user_message_flags). */
+/** The flags a message's content decides: mentions and alert words. */
+const CONTENT_FLAGS = MENTION_FLAGS | FLAG_BITS.has_alert_word;
+
+/** Replace one message's mention and alert-word flags with those of its new content (Zulip's update_user_message_flags). */
 async function setMentionFlags(trx: Transaction<Database>, messageId: number, mentions: Map<number, number>): Promise<void> {
   await trx
     .updateTable("user_message_rows")
-    .set({ flags: sql`flags & ${~MENTION_FLAGS}` })
+    .set({ flags: sql`flags & ${~CONTENT_FLAGS}` })
     .where("message_id", "=", messageId)
-    .where(sql`flags & ${MENTION_FLAGS}`, "<>", 0)
+    .where(sql`flags & ${CONTENT_FLAGS}`, "<>", 0)
     .execute();
   const byBits = new Map<number, number[]>();
   for (const [user, bits] of mentions) {

@@ -86,6 +86,19 @@ export interface UpdateUser {
   profileData?: ProfileDataEntry[];
 }
 
+/**
+ * DELETE /users/{user_id} and DELETE /users/me (active false), POST /users/{user_id}/reactivate (true). `own`: the
+ * user deactivating their own account (DELETE /users/me), under Zulip's last-user rules rather than an
+ * administrator's.
+ */
+export interface SetUserActive {
+  op: "setUserActive";
+  actingId: number;
+  userId: number;
+  active: boolean;
+  own: boolean;
+}
+
 /** POST /user_groups/create. Group-setting values are as the client sent them; the actor checks them. */
 export interface CreateGroup {
   op: "createGroup";
@@ -409,6 +422,7 @@ export type RealmProtocol = {
   updateRealm: Op<UpdateRealm, RealmUpdated>;
   updateUser: Op<UpdateUser, Empty>;
   createGroup: Op<CreateGroup, GroupCreated>;
+  setUserActive: Op<SetUserActive, Empty>;
 } & InvitesProtocol &
   EmailChangesProtocol &
   ProfileFieldsProtocol &

@@ -4,7 +4,7 @@
  */
 import { sql } from "kysely";
 import { type Actor, type ActorContext } from "../../../runtime/actor.ts";
-import { errors } from "../../../runtime/errors.ts";
+import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { Keyring } from "../../../runtime/secrets.ts";
 import type { Store } from "../../../runtime/store/store.ts";
 import type { ActorDeps } from "../../deps.ts";
@@ -25,7 +25,8 @@ import { GroupChanges } from "./group-changes.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
-import type { ChannelArchived, CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser } from "./realm.protocol.ts";
+import type { ChannelArchived, CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser, SetUserActive } from "./realm.protocol.ts";
+import { realmAlertWords } from "../users/alert-words.ts";
 import { User } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 
@@ -71,6 +72,7 @@ export class RealmActor implements Actor {
     updateRealm: (realm, msg) => realm.updateRealm(msg),
     updateUser: (realm, msg) => realm.updateUser(msg),
     createGroup: (realm, msg) => realm.createGroup(msg),
+    setUserActive: (realm, msg) => realm.setUserActive(msg),
     ...forward(Invitations.handlers, (realm: RealmActor) => realm.invitations),
     ...forward(EmailChanges.handlers, (realm: RealmActor) => realm.emailChanges),
     ...forward(ProfileFields.handlers, (realm: RealmActor) => realm.profileFields),
@@ -158,6 +160,69 @@ export class RealmActor implements Actor {
       await this.tellChannelsSeen(target.id, sawBefore, await visibleStreams(db, Object.assign({}, target, { role: role! }), { all: true }));
     }
     return {};
+  }
+
+  /**
+   * Zulip's deactivate_user_backend, deactivate_user_own_backend and reactivate_user_backend. Administrators act on
+   * other humans (owners alone on owners); anyone may leave, except the realm's last user or last owner. The user's
+   * bots go with them. Everyone who can see them hears `realm_user` update `is_active` (Zulip's form since feature
+   * level 222, which replaced remove/add); the route makes every worker forget the cached credentials.
+   */
+  private async setUserActive(msg: SetUserActive): Promise<Record<string, never>> {
+    const acting = await this.actingUser(msg.actingId);
+    const db = this.deps.store.db;
+    const target = await db.selectFrom("users").selectAll().where("id", "=", msg.userId).where("realm_id", "=", this.realmId).executeTakeFirst();
+    if (!target || (target.is_bot && !msg.active)) throw errors.badRequest("No such user");
+    // Zulip's access_user_by_id: a deactivated target is refused before the permission check, unless reactivating.
+    if (!msg.active && !target.is_active) throw errors.badRequest("User is deactivated");
+    if (!msg.own && target.bot_owner_id !== acting.id && acting.role > ROLE.administrator) throw errors.badRequest("Insufficient permission");
+    if (msg.active && target.is_active) throw errors.badRequest("User is already active.");
+    if (!msg.active) await this.checkCanLeave(acting, target, msg.own);
+    const bots = msg.active
+      ? []
+      : await db.selectFrom("users").select("id").where("bot_owner_id", "=", target.id).where("is_active", "=", true).where("realm_id", "=", this.realmId).execute();
+    const ids = [target.id, ...bots.map((b) => b.id)];
+    await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("users").set({ is_active: msg.active }).where("id", "in", ids).execute());
+    await realmAlertWords.changed(this.deps.system(), this.realmId);
+    await this.tellSubscriptionPeers(ids, msg.active);
+    for (const user_id of ids) await this.tellRealm({ type: "realm_user", op: "update", person: { user_id, is_active: msg.active } });
+    return {};
+  }
+
+  /**
+   * Those who see a channel's subscribers learn that deactivated users left the list (peer_remove, before the
+   * realm_user event, as Zulip does since feature level 377) or that reactivated ones are back on it (peer_add).
+   */
+  private async tellSubscriptionPeers(userIds: number[], active: boolean): Promise<void> {
+    const db = this.deps.store.db;
+    const changed = await db.selectFrom("subscriptions").select(["stream_id", "user_id"]).where("user_id", "in", userIds).where("active", "=", true).execute();
+    const streamIds = [...new Set(changed.map((s) => s.stream_id))];
+    if (!streamIds.length) return;
+    const [rows, subscriptions] = await Promise.all([
+      db.selectFrom("streams").selectAll().where("id", "in", streamIds).execute(),
+      db.selectFrom("subscriptions").select(["stream_id", "user_id"]).where("stream_id", "in", streamIds).where("active", "=", true).execute(),
+    ]);
+    for (const row of rows) {
+      const users = changed.filter((s) => s.stream_id === row.id).map((s) => s.user_id);
+      const subscribers = subscriptions.filter((s) => s.stream_id === row.id).map((s) => s.user_id);
+      const watchers = [...(await metadataWatchers(db, row, subscribers))].filter((id) => !users.includes(id));
+      const event = { type: "subscription", op: active ? "peer_add" : "peer_remove", stream_ids: [row.id], user_ids: users };
+      await this.deps.system().broadcast(User, watchers, { op: "deliverEvent", event });
+    }
+  }
+
+  /** Zulip's last-owner and last-user rules for a deactivation. */
+  private async checkCanLeave(acting: { role: number }, target: { id: number; role: number }, own: boolean): Promise<void> {
+    const db = this.deps.store.db;
+    const humans = await db.selectFrom("users").select(["id", "role"]).where("realm_id", "=", this.realmId).where("is_active", "=", true).where("is_bot", "=", false).execute();
+    const lastOwner = target.role === ROLE.owner && humans.filter((u) => u.role === ROLE.owner).length <= 1;
+    if (own) {
+      if (humans.length <= 1) throw new ChorusError("CANNOT_DEACTIVATE_LAST_USER", "Cannot deactivate the only user", 400, { is_last_owner: false, entity: "user" });
+      if (lastOwner) throw new ChorusError("CANNOT_DEACTIVATE_LAST_USER", "Cannot deactivate the only organization owner", 400, { is_last_owner: true, entity: "organization owner" });
+      return;
+    }
+    if (target.role === ROLE.owner && acting.role !== ROLE.owner) throw errors.badRequest("Must be an organization owner");
+    if (lastOwner) throw errors.badRequest("Cannot deactivate the only organization owner");
   }
 
   /**

@@ -174,3 +174,27 @@ export async function usersByRef(db: DB, realmId: number, refs: Array<number | s
   const byEmail = new Map(rows.map((u) => [u.email.toLowerCase(), u]));
   return refs.map((r) => (typeof r === "number" ? byId.get(r) : byEmail.get(r.toLowerCase())));
 }
+
+/**
+ * The user an address names for this viewer: their API e-mail, or their real address where the viewer may see it
+ * (Zulip's access_user_by_email: a hidden address does not name its owner).
+ */
+export async function userByEmailFor(db: DB, viewer: { id: number; realm_id: number; role: number }, email: string) {
+  const lower = email.toLowerCase();
+  const rows = await db
+    .selectFrom("users")
+    .selectAll()
+    .where("realm_id", "=", viewer.realm_id)
+    .where((eb) => eb.or([eb(sql`lower(email)`, "=", lower), eb(sql`lower(delivery_email)`, "=", lower)]))
+    .execute();
+  const byApiEmail = rows.find((u) => u.email.toLowerCase() === lower);
+  if (byApiEmail) return byApiEmail;
+  const visibility = await emailVisibilities(db, rows.map((u) => u.id));
+  return rows.find((u) => deliveryEmailVisibleTo(viewer, u, visibility.get(u.id)!));
+}
+
+/** An active user of the realm named by id (digits) or API e-mail (Zulip's get_active_user / ..._by_id_in_realm). */
+export function activeUserByIdOrApiEmail(db: DB, realmId: number, ref: string) {
+  const query = db.selectFrom("users").selectAll().where("realm_id", "=", realmId).where("is_active", "=", true);
+  return (/^\d+$/.test(ref) ? query.where("id", "=", Number(ref)) : query.where(sql`lower(email)`, "=", ref.toLowerCase())).executeTakeFirst();
+}

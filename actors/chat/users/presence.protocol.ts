@@ -29,9 +29,22 @@ export interface PresenceState {
   historyLimitDays: number;
 }
 
+/** One user's latest presence, or null if they never reported any. */
+export interface UserPresence {
+  op: "userPresence";
+  userId: number;
+}
+
+/** When the user last reported (connectedTime) and whether they were active then. */
+export interface UserPresenceReply {
+  status: "active" | "idle";
+  timestamp: number;
+}
+
 export type PresenceProtocol = {
   ping: Op<Ping, PresenceReply>;
   state: Op<PresenceState, PresenceReply>;
+  userPresence: Op<UserPresence, UserPresenceReply | null>;
 };
 
 export const Presence = actorKind<PresenceProtocol>("presence");

@@ -33,7 +33,7 @@ export function modernPresence(e: Entry) {
 
 /** Zulip's legacy format: per client, plus an aggregate. */
 export function legacyPresence(e: Entry) {
-  const status = e.activeTime !== null && e.activeTime >= e.connectedTime - OFFLINE_THRESHOLD_SECONDS ? "active" : "idle";
+  const status: "active" | "idle" = e.activeTime !== null && e.activeTime >= e.connectedTime - OFFLINE_THRESHOLD_SECONDS ? "active" : "idle";
   const timestamp = e.connectedTime;
   return { aggregated: { client: e.client, status, timestamp }, [e.client]: { client: e.client, status, timestamp, pushable: false } };
 }
@@ -84,6 +84,10 @@ export class PresenceActor implements Actor {
   private static readonly handlers: Handlers<PresenceProtocol & PresenceTimer, PresenceActor> = {
     ping: (presence, msg) => presence.ping(msg),
     state: (presence, msg) => presence.state(msg.modern, null, msg.historyLimitDays),
+    userPresence: (presence, msg) => {
+      const e = presence.entries.get(msg.userId);
+      return e ? { status: legacyPresence(e).aggregated.status, timestamp: e.connectedTime } : null;
+    },
     flush: (presence) => {
       presence.flushScheduled = false;
       return presence.flush();

@@ -1,14 +1,15 @@
 /**
  * What a user keeps on the server, validated and stored for the user actor: settings (Zulip's allowed values),
- * drafts (Zulip's `to` rules) and navigation views (built-in vs custom). Functions here run inside the user
+ * drafts (Zulip's `to` rules), navigation views (built-in vs custom), status and muted users (alert words: alert-words.ts). Functions here run inside the user
  * actor's turn and its store transactions; the actor publishes the events.
  */
-import type { Kysely, Selectable, Transaction } from "kysely";
+import { sql, type Kysely, type Selectable, type Transaction } from "kysely";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { DraftTable } from "../schema.ts";
-import { USER_SETTINGS_DEFAULTS } from "./settings.ts";
+import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "./settings.ts";
 import { AUTOMATIC_POLICY } from "../conversations/topic-policies.ts";
 import { isSubscribed } from "../reads/subscriptions.ts";
+import { NoticedRealmCache } from "../realm-cache.ts";
 import type { Database } from "../../schema.ts";
 
 type DB = Kysely<Database> | Transaction<Database>;
@@ -199,3 +200,57 @@ export async function checkViewUpdate(db: DB, userId: number, fragment: string, 
   }
   return view;
 }
+
+// ---- user status ------------------------------------------------------------------------------------------------
+
+/** A stored status as Zulip's user_status objects show it: only the parts that are set; `away` from presence. */
+export function statusObject(row: { status_text: string; emoji_name: string; emoji_code: string; reaction_type: string } | undefined, presenceEnabled: boolean) {
+  const status: Record<string, unknown> = {};
+  if (!presenceEnabled) status.away = true;
+  if (row?.status_text) status.status_text = row.status_text;
+  if (row?.emoji_name) Object.assign(status, { emoji_name: row.emoji_name, emoji_code: row.emoji_code, reaction_type: row.reaction_type });
+  return status;
+}
+
+/**
+ * The statuses of the realm's active users (or of the given ones) that say something, by user id: Zulip's
+ * get_all_users_status_dict. The deprecated `away` is the user's presence_enabled setting turned off.
+ */
+export async function userStatuses(db: DB, realmId: number, userIds?: number[]): Promise<Record<string, Record<string, unknown>>> {
+  let query = db
+    .selectFrom("user_status as s")
+    .innerJoin("users as u", "u.id", "s.user_id")
+    .leftJoin("actor_snapshots as a", (j) => j.on("a.kind", "=", USER_SETTINGS).on(sql`a.key`, "=", sql`u.id::text`))
+    .select(["s.user_id", "s.status_text", "s.emoji_name", "s.emoji_code", "s.reaction_type", sql<boolean | null>`(a.state->>'presence_enabled')::boolean`.as("presence_enabled")])
+    .where("u.realm_id", "=", realmId)
+    .where("u.is_active", "=", true);
+  if (userIds) query = query.where("s.user_id", "in", userIds.length ? userIds : [-1]);
+  const rows = await query.orderBy("s.user_id").execute();
+  const out: Record<string, Record<string, unknown>> = {};
+  for (const row of rows) {
+    const status = statusObject(row, row.presence_enabled ?? USER_SETTINGS_DEFAULTS.presence_enabled);
+    if (Object.keys(status).length) out[row.user_id] = status;
+  }
+  return out;
+}
+
+// ---- muted users ------------------------------------------------------------------------------------------------
+
+/** Zulip's muted_users list: each muted user's id and when they were muted. */
+export async function mutedUsersOf(db: DB, userId: number): Promise<Array<{ id: number; timestamp: number }>> {
+  const rows = await db.selectFrom("muted_users").select(["muted_user_id", "date_muted"]).where("user_id", "=", userId).orderBy("date_muted").orderBy("muted_user_id").execute();
+  return rows.map((r) => ({ id: r.muted_user_id, timestamp: Number(r.date_muted) }));
+}
+
+/** Who muted whom in each realm: for each muted user, the users who muted them (new messages start read for those). */
+export const usersMutingCache = new NoticedRealmCache("muted-users-changed", async (db, realmId) => {
+  const rows = await db
+    .selectFrom("muted_users")
+    .innerJoin("users", "users.id", "muted_users.user_id")
+    .select(["muted_users.user_id", "muted_users.muted_user_id"])
+    .where("users.realm_id", "=", realmId)
+    .execute();
+  const out = new Map<number, number[]>();
+  for (const r of rows) out.set(r.muted_user_id, [...(out.get(r.muted_user_id) ?? []), r.user_id]);
+  return out;
+});

@@ -1,5 +1,6 @@
 /**
- * user:<user id>: one user's event queues, settings, drafts, saved snippets, navigation views and push tokens. Handlers:
+ * user:<user id>: one user's event queues, settings, drafts, saved snippets, navigation views, push tokens, alert
+ * words, status and muted users. Handlers:
  * UserActor.handlers in user.ts.
  */
 import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
@@ -154,6 +155,28 @@ export interface RemovePushToken {
   token: string;
 }
 
+/** Alert words already validated (trimmed, none empty or too long). */
+export interface ChangeAlertWords {
+  op: "changeAlertWords";
+  add: boolean;
+  words: string[];
+}
+
+/** POST /users/me/status, validated: only the parts given change ("" clears one). */
+export interface UpdateStatus {
+  op: "updateStatus";
+  away?: boolean;
+  statusText?: string;
+  emoji?: { emoji_name: string; emoji_code: string; reaction_type: string };
+}
+
+/** The muted user exists in the realm (checked by the route). */
+export interface MuteUser {
+  op: "muteUser";
+  mute: boolean;
+  mutedUserId: number;
+}
+
 export type UserProtocol = {
   register: Op<Register, Registered>;
   poll: Op<Poll, Polled>;
@@ -172,6 +195,9 @@ export type UserProtocol = {
   removeView: Op<RemoveView, Empty>;
   addPushToken: Op<AddPushToken, Empty>;
   removePushToken: Op<RemovePushToken, Empty>;
+  changeAlertWords: Op<ChangeAlertWords, { alert_words: string[] }>;
+  updateStatus: Op<UpdateStatus, Empty>;
+  muteUser: Op<MuteUser, Empty>;
 };
 
 export const User = actorKind<UserProtocol>("user");

@@ -37,9 +37,10 @@ import { matchesNarrow } from "../reads/narrow.ts";
 import { messageRecords } from "../reads/messages.ts";
 import { dispatch, type Handlers, type MessageOf, type Op } from "../../../runtime/protocol.ts";
 import { Channel } from "../conversations/channel.protocol.ts";
-import { User, type UserProtocol, type CapabilityFilter, type AddPushToken, type AddView, type CreateSnippet, type DeliverMessage, type DraftFields, type EditSnippet, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView } from "./user.protocol.ts";
-import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft } from "./user-data.ts";
+import { User, type UserProtocol, type CapabilityFilter, type AddPushToken, type AddView, type CreateSnippet, type DeliverMessage, type DraftFields, type EditSnippet, type Polled, type Register, type Registered, type RemovePushToken, type UpdateSettings, type UpdateView, type ChangeAlertWords, type UpdateStatus, type MuteUser } from "./user.protocol.ts";
+import { checkDraft, checkNewView, checkViewUpdate, draftObject, ownDraft, mutedUsersOf, usersMutingCache } from "./user-data.ts";
 import { ownSnippet, snippetObject, snippetText } from "./saved-snippets.ts";
+import { alertWordsOf, newAlertWords, realmAlertWords } from "./alert-words.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 import { accessibleUsers, apiEmail, avatarUpdate, deliveryEmailVisibleTo } from "../organization/accounts.ts";
@@ -292,6 +293,9 @@ export class UserActor implements Actor {
     removeView: (user, msg) => user.removeView(msg.fragment),
     addPushToken: (user, msg) => user.addPushToken(msg),
     removePushToken: (user, msg) => user.removePushToken(msg),
+    changeAlertWords: (user, msg) => user.changeAlertWords(msg),
+    updateStatus: (user, msg) => user.updateStatus(msg),
+    muteUser: (user, msg) => user.muteUser(msg),
     heartbeat: (user, msg) => user.heartbeat(msg.queueId, msg.n),
     expire: (user) => user.expire(),
   };
@@ -412,7 +416,8 @@ export class UserActor implements Actor {
 
   private async deliverEvent(event: Record<string, unknown>, capability?: CapabilityFilter): Promise<void> {
     if (event.type === "typing" && !(await this.receivesTyping())) return;
-    const about = event.type === "realm_user" ? (event.person as { user_id: number }).user_id : event.type === "presence" ? (event.user_id as number) : undefined;
+    const about =
+      event.type === "realm_user" ? (event.person as { user_id: number }).user_id : event.type === "presence" || event.type === "user_status" ? (event.user_id as number) : undefined;
     if (about !== undefined && this.queues.size && !(await this.seesUser(about))) return;
     if (event.type === "delete_message") return this.deliverDeletion(event);
     await this.deliver(capability ? { kind: "event", event, capability } : { kind: "event", event }, true);
@@ -644,6 +649,59 @@ export class UserActor implements Actor {
       trx.deleteFrom("push_devices").where("user_id", "=", this.userId).where("kind", "=", msg.kind).where("token", "=", msg.token).executeTakeFirst(),
     );
     if (!removed.numDeletedRows) throw errors.badRequest("Token does not exist");
+    return {};
+  }
+
+  /** Zulip's do_add_alert_words / do_remove_alert_words: the whole list, in the answer and in an alert_words event. */
+  private async changeAlertWords(msg: ChangeAlertWords): Promise<{ alert_words: string[] }> {
+    const db = this.deps.store.db;
+    const existing = await alertWordsOf(db, this.userId);
+    const { realm_id } = await this.account();
+    const fresh = msg.add ? newAlertWords(existing, msg.words) : [];
+    const removed = msg.add ? [] : [...new Set(msg.words.map((w) => w.toLowerCase()))].filter((w) => existing.some((e) => e.toLowerCase() === w));
+    if (fresh.length) {
+      const rows = fresh.map((word) => ({ user_id: this.userId, realm_id, word }));
+      await this.deps.store.write(this.ctx.fence(), (trx) => trx.insertInto("alert_words").values(rows).execute());
+    }
+    if (removed.length) {
+      await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("alert_words").where("user_id", "=", this.userId).where(sql`lower(word)`, "in", removed).execute());
+    }
+    if (fresh.length || removed.length) await realmAlertWords.changed(this.deps.system(), realm_id);
+    const words = await alertWordsOf(db, this.userId);
+    await this.deliver({ kind: "event", event: { type: "alert_words", alert_words: words } });
+    return { alert_words: words };
+  }
+
+  /**
+   * Zulip's do_update_user_status: the parts given replace the stored ones; the deprecated `away` is the
+   * presence_enabled setting turned off (with its own user_settings event). Everyone who can see the user hears it.
+   */
+  private async updateStatus(msg: UpdateStatus): Promise<Record<string, never>> {
+    if (msg.away !== undefined) await this.updateSettings({ op: "updateSettings", settings: { presence_enabled: !msg.away }, siteUrl: "" });
+    const parts = { ...(msg.statusText !== undefined ? { status_text: msg.statusText } : {}), ...msg.emoji };
+    const row = { user_id: this.userId, timestamp: Math.floor(Date.now() / 1000), ...parts };
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.insertInto("user_status").values(row).onConflict((c) => c.column("user_id").doUpdateSet({ timestamp: row.timestamp, ...parts })).execute(),
+    );
+    const event: Record<string, unknown> = { type: "user_status", user_id: this.userId };
+    if (msg.away !== undefined) event.away = msg.away;
+    Object.assign(event, parts);
+    await this.tellRealmUsers(event);
+    return {};
+  }
+
+  /** Zulip's do_mute_user / do_unmute_user: the whole list in a muted_users event to the user's own queues. */
+  private async muteUser(msg: MuteUser): Promise<Record<string, never>> {
+    const mute = { user_id: this.userId, muted_user_id: msg.mutedUserId };
+    const existing = await this.deps.store.db.selectFrom("muted_users").select("date_muted").where("user_id", "=", mute.user_id).where("muted_user_id", "=", mute.muted_user_id).executeTakeFirst();
+    if (msg.mute && existing) throw errors.badRequest("User already muted");
+    if (!msg.mute && !existing) throw errors.badRequest("User is not muted");
+    await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      if (msg.mute) await trx.insertInto("muted_users").values({ ...mute, date_muted: Math.floor(Date.now() / 1000) }).execute();
+      else await trx.deleteFrom("muted_users").where("user_id", "=", mute.user_id).where("muted_user_id", "=", mute.muted_user_id).execute();
+    });
+    await usersMutingCache.changed(this.deps.system(), (await this.account()).realm_id);
+    await this.deliver({ kind: "event", event: { type: "muted_users", muted_users: await mutedUsersOf(this.deps.store.db, this.userId) } });
     return {};
   }
 

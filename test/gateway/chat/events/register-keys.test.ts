@@ -33,6 +33,9 @@ const SERVED_TYPES = [
   "custom_profile_fields",
   "default_streams",
   "default_stream_groups",
+  "alert_words",
+  "user_status",
+  "muted_users",
 ];
 
 type Schema = { $ref?: string; allOf?: Schema[]; properties?: Record<string, Schema>; description?: string };
@@ -81,8 +84,7 @@ describe.each(ENGINES)("POST /register initial state keys on %s", (engine) => {
     await api(server, "POST", "/messages/flags", { as: server.owner, params: { messages: [sent.body.id], op: "add", flag: "starred" } });
     expect((await api(server, "POST", "/user_topics", { as: server.owner, params: { stream_id: channel, topic: "noise", visibility_policy: 1 } })).status).toBe(200);
     const gone = await createUser(server, "gone@example.com");
-    // No route deactivates users yet: as the management CLI would, in the store.
-    await server.node.store.db.updateTable("users").set({ is_active: false }).where("id", "=", gone.id).execute();
+    expect((await api(server, "DELETE", `/users/${gone.id}`, { as: server.owner, template: "/users/{user_id}" })).status).toBe(200);
     const res = await api(server, "POST", "/register", { as: server.owner, params: { fetch_event_types: ["muted_topics", "starred_messages", "realm_user"] } });
     expect(res.body.muted_topics).toEqual([["keys", "noise", expect.any(Number)]]);
     expect(res.body.starred_messages).toEqual([sent.body.id]);
