@@ -89,8 +89,8 @@ export class App {
 
   private async dispatch(req: HttpRequest): Promise<HttpResult | HttpStream> {
     const prefix = "/api/v1";
-    // Repeated slashes are one, as nginx (merge_slashes) gives Zulip its paths: the Python bindings join "v1/" and a
-    // url written with a leading slash ("/users/me/status") into /api/v1//users/me/status.
+    // Repeated slashes are one, as nginx (merge_slashes) gives Zulip its paths: a client joining a base URL that ends
+    // in "/" and a path that starts with one sends /api/v1//users/me. (python-zulip-api's urljoin collapses them.)
     const merged = req.path.replace(/\/{2,}/g, "/");
     if (!merged.startsWith(prefix + "/")) return envelope(new ChorusError("BAD_REQUEST", "Not Found", 404));
     const path = merged.slice(prefix.length).replace(/\/+$/, "") || "/";

@@ -112,8 +112,8 @@ describe.each(ENGINES)("routing on %s", (engine) => {
     });
   });
 
-  describe("paths as the Python bindings build them", () => {
-    it("merges repeated slashes: call_endpoint(url=\"/users/me\") requests /api/v1//users/me", async () => {
+  describe("paths as nginx hands them to Zulip", () => {
+    it("merges repeated slashes, as nginx does in front of Zulip: /api/v1//users/me is /api/v1/users/me", async () => {
       const res = await api(server, "GET", "//users/me", { as: owner, template: "/users/me" });
       expect(res.status).toBe(200);
       expect(res.body.email).toBe(owner.email);
