@@ -1,6 +1,14 @@
 /**
- * Routing shared by both faces (Zulip's /api/v1 and the assistant's): method + path templates with `{name}`
- * segments, static paths looked up directly, 405 detection, and the request span with its error mapping.
+ * Routing shared by both faces (Zulip's /api/v1 and the assistant's): method + path templates, matched as Django
+ * matches Zulip's urls.py (the path decoded, then each pattern's converters), 405 detection, and the request span
+ * with its error mapping.
+ *
+ * A template's `{name}` segment is one of Django's converters: `int` (digits only, as Zulip's `<int:…>` ids),
+ * `str` (one non-empty segment without `/`) or `path` (one or more segments, slashes included, as Zulip's
+ * `<path:…>`: a navigation view's `narrow/is/alerted` arrives unencoded from the Python bindings). Where several
+ * templates match a path, the most specific wins (literal before int before str before path, left to right), as
+ * Zulip's urls.py lists its patterns; that template alone decides between the route and a 405, so a path is
+ * never answered with the methods of a broader pattern.
  */
 import { context, trace, SpanStatusCode } from "@opentelemetry/api";
 import { ChorusError } from "../runtime/errors.ts";
@@ -8,57 +16,129 @@ import type { HttpRequest, HttpResult, HttpStream } from "./http.ts";
 
 const tracer = trace.getTracer("chorus.gateway");
 
+/** How a `{name}` segment matches: Django's path converters, in Zulip's urls.py. */
+export type Converter = "int" | "str" | "path";
+
 export interface Routable {
   method: string;
   path: string;
+  /** Converters of the path's `{name}` segments; `str` where not given. */
+  converters?: Record<string, Converter>;
 }
 
 export interface Match<R> {
   route?: R;
   pathParams: Record<string, string>;
-  /** Methods of routes whose path matched when none had this method (for 405). */
+  /** The methods of the matched path when none is this method (for 405): each once, in the order added. */
   allowed: string[];
 }
 
+type Segment = { literal: string } | { name: string; converter: Converter };
+
+/** Routes sharing one path shape (literals and converters; parameter names may differ between them). */
+interface Template<R> {
+  segments: Segment[];
+  /** Specificity, compared left to right: 0 literal, 1 int, 2 str, 3 path. */
+  rank: number[];
+  routes: Array<{ route: R; names: string[] }>;
+}
+
+const RANK: Record<Converter, number> = { int: 1, str: 2, path: 3 };
+
 export class Router<R extends Routable> {
-  private readonly templated: Array<{ route: R; segments: string[] }> = [];
-  private readonly byPath = new Map<string, R[]>();
+  /** Most specific first. */
+  private readonly templates: Array<Template<R>> = [];
+  /** Templates without parameters by their path: the most specific match of any path they match, found at once. */
+  private readonly literal = new Map<string, Template<R>>();
 
   add(route: R): void {
-    if (route.path.includes("{")) this.templated.push({ route, segments: route.path.split("/").slice(1) });
-    else this.byPath.set(route.path, [...(this.byPath.get(route.path) ?? []), route]);
+    const segments = route.path
+      .split("/")
+      .slice(1)
+      .map((seg): Segment => {
+        if (!seg.startsWith("{")) return { literal: seg };
+        const name = seg.slice(1, -1);
+        return { name, converter: route.converters?.[name] ?? "str" };
+      });
+    if (segments.filter((s) => "name" in s && s.converter === "path").length > 1) {
+      throw new Error(`${route.path}: at most one path-converter segment`);
+    }
+    const shape = shapeOf(segments);
+    const names = segments.flatMap((s) => ("name" in s ? [s.name] : []));
+    const existing = this.templates.find((t) => shapeOf(t.segments) === shape);
+    if (existing) {
+      existing.routes.push({ route, names });
+      return;
+    }
+    const rank = segments.map((s) => ("literal" in s ? 0 : RANK[s.converter]));
+    const at = this.templates.findIndex((t) => compareRanks(rank, t.rank) < 0);
+    const template = { segments, rank, routes: [{ route, names }] };
+    if (names.length === 0) this.literal.set(route.path, template);
+    if (at < 0) this.templates.push(template);
+    else this.templates.splice(at, 0, template);
   }
 
   match(method: string, path: string): Match<R> {
-    const allowed: string[] = [];
-    for (const route of this.byPath.get(path) ?? []) {
-      if (route.method === method) return { route, pathParams: {}, allowed };
-      allowed.push(route.method);
+    const parts = path.split("/").slice(1).map(decodeSegment);
+    if (parts.some((p) => p === undefined)) return { pathParams: {}, allowed: [] }; // malformed percent-encoding
+    const literal = this.literal.get("/" + parts.join("/"));
+    if (literal) return pick(literal, method, []);
+    for (const template of this.templates) {
+      const values = matchSegments(template.segments, parts as string[]);
+      if (values) return pick(template, method, values);
     }
-    const parts = path.split("/").slice(1);
-    for (const { route, segments } of this.templated) {
-      if (segments.length !== parts.length) continue;
-      const pathParams: Record<string, string> = {};
-      const ok = segments.every((seg, i) => {
-        if (!seg.startsWith("{")) return seg === parts[i];
-        const value = decodeSegment(parts[i]!);
-        if (!value) return false; // empty, or malformed percent-encoding: no route matches
-        pathParams[seg.slice(1, -1)] = value;
-        return true;
-      });
-      if (!ok) continue;
-      if (route.method === method) return { route, pathParams, allowed };
-      allowed.push(route.method);
-    }
-    return { pathParams: {}, allowed };
+    return { pathParams: {}, allowed: [] };
   }
 }
 
-function decodeSegment(segment: string): string {
+/** The matched template's route for this method, or the methods it has (each once) for a 405. */
+function pick<R extends Routable>(template: Template<R>, method: string, values: string[]): Match<R> {
+  const found = template.routes.find(({ route }) => route.method === method);
+  if (found) return { route: found.route, pathParams: Object.fromEntries(found.names.map((n, i) => [n, values[i]!])), allowed: [] };
+  return { pathParams: {}, allowed: [...new Set(template.routes.map(({ route }) => route.method))] };
+}
+
+function shapeOf(segments: Segment[]): string {
+  return segments.map((s) => ("literal" in s ? s.literal : `{${s.converter}}`)).join("/");
+}
+
+function compareRanks(a: number[], b: number[]): number {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i]! - b[i]!;
+  return b.length - a.length; // a longer template is the more specific
+}
+
+/** The parameter values, in the template's order, if the decoded path segments match it. */
+function matchSegments(segments: Segment[], parts: string[]): string[] | undefined {
+  const spanning = segments.findIndex((s) => "name" in s && s.converter === "path");
+  if (spanning < 0 ? parts.length !== segments.length : parts.length < segments.length) return undefined;
+  // A path-converter segment takes what the segments before and after it leave.
+  const taken = parts.length - segments.length + 1;
+  const values: string[] = [];
+  for (let i = 0, at = 0; i < segments.length; i++) {
+    const seg = segments[i]!;
+    const value = i === spanning ? parts.slice(at, at + taken).join("/") : parts[at]!;
+    at += i === spanning ? taken : 1;
+    if ("literal" in seg) {
+      if (value !== seg.literal) return undefined;
+    } else {
+      if (!converts(seg.converter, value)) return undefined;
+      values.push(value);
+    }
+  }
+  return values;
+}
+
+function converts(converter: Converter, value: string): boolean {
+  if (converter === "int") return /^[0-9]+$/.test(value);
+  if (converter === "str") return value !== "" && !value.includes("/");
+  return value !== "";
+}
+
+function decodeSegment(segment: string): string | undefined {
   try {
     return decodeURIComponent(segment);
   } catch {
-    return "";
+    return undefined;
   }
 }
 

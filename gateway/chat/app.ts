@@ -13,7 +13,7 @@ import type { Store } from "../../runtime/store/store.ts";
 import type { Authenticator, AuthUser } from "../auth.ts";
 import { isStream, requestBody, type HttpRequest, type HttpResult, type HttpStream, type UploadedFile } from "../http.ts";
 import { compileParams, decodeParams, type CompiledParams, type ParamsSchema } from "../params.ts";
-import { Router, traced } from "../router.ts";
+import { Router, traced, type Converter } from "../router.ts";
 import type { Database } from "../../actors/schema.ts";
 
 /** What a route handler gets: its decoded parameters, the caller, and the services. */
@@ -40,8 +40,13 @@ export interface Services {
 
 export interface RouteSpec {
   method: "GET" | "POST" | "PATCH" | "PUT" | "DELETE";
-  /** Path under /api/v1, with `{name}` segments. */
+  /**
+   * Path under /api/v1, with `{name}` segments. An integer parameter matches digits only (Zulip's `<int:…>`), so
+   * `/messages/abc` is an unknown endpoint, not a bad id; any other matches one segment without `/`.
+   */
   path: string;
+  /** The path parameter that may contain slashes, as Zulip's `<path:…>` (navigation view fragments, emoji names). */
+  slashesIn?: string;
   /** false: no authentication (server_settings, fetch_api_key). */
   auth?: boolean;
   params: ParamsSchema;
@@ -52,6 +57,7 @@ export interface RouteSpec {
 interface CompiledRoute {
   method: string;
   path: string;
+  converters: Record<string, Converter>;
   spec: RouteSpec;
   params: CompiledParams;
 }
@@ -77,25 +83,29 @@ export class App {
   constructor(readonly services: Services) {}
 
   add(...specs: RouteSpec[]): void {
-    for (const spec of specs) this.router.add({ method: spec.method, path: spec.path, spec, params: compileParams(spec.params) });
+    for (const spec of specs) {
+      this.router.add({ method: spec.method, path: spec.path, converters: convertersOf(spec), spec, params: compileParams(spec.params) });
+    }
   }
 
   handle = (req: HttpRequest): Promise<HttpResult | HttpStream> => traced(req, () => this.dispatch(req), envelope);
 
   private async dispatch(req: HttpRequest): Promise<HttpResult | HttpStream> {
     const prefix = "/api/v1";
-    if (!req.path.startsWith(prefix + "/")) return envelope(new ChorusError("BAD_REQUEST", "Not Found", 404));
-    const path = req.path.slice(prefix.length).replace(/\/+$/, "") || "/";
-    const { route, pathParams, allowed } = this.router.match(req.method, path);
+    // Repeated slashes are one, as nginx (merge_slashes) gives Zulip its paths: a client joining a base URL that ends
+    // in "/" and a path that starts with one sends /api/v1//users/me. (python-zulip-api's urljoin collapses them.)
+    const merged = req.path.replace(/\/{2,}/g, "/");
+    if (!merged.startsWith(prefix + "/")) return envelope(new ChorusError("BAD_REQUEST", "Not Found", 404));
+    const path = merged.slice(prefix.length).replace(/\/+$/, "") || "/";
+    // As Zulip's rest_dispatch: HEAD is answered as GET without the body, OPTIONS lists the methods.
+    const head = req.method === "HEAD";
+    const { route, pathParams, allowed } = this.router.match(head ? "GET" : req.method, path);
     if (!route) {
-      if (allowed.length) {
-        return {
-          status: 405,
-          headers: JSON_HEADERS,
-          body: JSON.stringify({ result: "error", msg: "Method Not Allowed", allowed_methods: allowed }),
-        };
-      }
-      return envelope(new ChorusError("BAD_REQUEST", `Endpoint not found: ${req.method} ${path}`, 404));
+      if (!allowed.length) return envelope(new ChorusError("BAD_REQUEST", `Endpoint not found: ${req.method} ${path}`, 404));
+      const methods = allowed.includes("GET") ? [...allowed, "HEAD"] : allowed;
+      if (req.method === "OPTIONS") return { status: 204, headers: { allow: [...methods].sort().join(", ") }, body: "" };
+      const body = { result: "error", msg: "Method Not Allowed", allowed_methods: methods };
+      return { status: 405, headers: { ...JSON_HEADERS, allow: methods.join(", ") }, body: JSON.stringify(body) };
     }
     const spec = route.spec;
     const user = spec.auth === false ? (undefined as unknown as AuthUser) : await this.services.auth.authenticate(req.headers.authorization);
@@ -103,9 +113,18 @@ export class App {
     if (!sent) throw errors.badRequest("Unsupported Content-Type: send application/x-www-form-urlencoded or multipart/form-data");
     const { params, ignored } = decodeParams(route.params, req.query, sent.fields, pathParams);
     const result = await spec.handle({ params, user, req, files: sent.files, services: this.services });
+    if (head) return { status: isStream(result) ? result.status : 200, headers: isStream(result) ? result.headers : JSON_HEADERS, body: "" };
     if (isStream(result)) return result;
     const body: Record<string, unknown> = { result: "success", msg: "", ...result };
     if (ignored.length) body.ignored_parameters_unsupported = ignored;
     return { status: 200, headers: JSON_HEADERS, body: JSON.stringify(body) };
   }
+}
+
+/** Each path parameter's converter: `int` for an integer parameter, `path` for the one that may hold slashes. */
+function convertersOf(spec: RouteSpec): Record<string, Converter> {
+  const names = [...spec.path.matchAll(/\{([^}]+)\}/g)].map((m) => m[1]!);
+  return Object.fromEntries(
+    names.map((name): [string, Converter] => [name, name === spec.slashesIn ? "path" : spec.params.properties[name]?.type === "integer" ? "int" : "str"]),
+  );
 }

@@ -40,6 +40,7 @@ export const emojiRoutes: RouteSpec[] = [
   {
     method: "POST",
     path: "/realm/emoji/{emoji_name}",
+    slashesIn: "emoji_name",
     params: NAME_PARAMS,
     async handle(call) {
       // Guests are refused before the upload is looked at; the realm actor checks the caller's current role again.
@@ -60,6 +61,7 @@ export const emojiRoutes: RouteSpec[] = [
   {
     method: "DELETE",
     path: "/realm/emoji/{emoji_name}",
+    slashesIn: "emoji_name",
     params: NAME_PARAMS,
     async handle(call) {
       return askRealm(call, { op: "deactivateEmoji", name: call.params.emoji_name, requestKey: randomUUID() });

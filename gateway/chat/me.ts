@@ -387,6 +387,7 @@ export const meRoutes: RouteSpec[] = [
   {
     method: "PATCH",
     path: "/navigation_views/{fragment}",
+    slashesIn: "fragment",
     params: { type: "object", properties: { fragment: Str, is_pinned: Bool, name: Str } },
     async handle(call) {
       const name = call.params.name === undefined ? undefined : String(call.params.name).trim();
@@ -397,6 +398,7 @@ export const meRoutes: RouteSpec[] = [
   {
     method: "DELETE",
     path: "/navigation_views/{fragment}",
+    slashesIn: "fragment",
     params: { type: "object", properties: { fragment: Str } },
     async handle(call) {
       return userActor(call).ask({ op: "removeView", fragment: call.params.fragment });

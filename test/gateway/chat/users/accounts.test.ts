@@ -29,7 +29,9 @@ describe.each(ENGINES)("accounts on %s", (engine) => {
     const missing = await api(server, "GET", "/users/987654", { as: ann, template: "/users/{user_id}" });
     expect(missing.status).toBe(400);
     expect(missing.body.msg).toBe("No such user");
-    expect((await api(server, "GET", "/users/0x10", { as: ann, template: "/users/{user_id}" })).status).toBe(400);
+    // Not user 16: an id is digits only (Zulip's <int:user_id>), so "0x10" is for GET /users/{email} ("No such user")
+    // where that route is served, an unknown endpoint otherwise.
+    expect([400, 404]).toContain((await api(server, "GET", "/users/0x10", { as: ann, template: "/users/{user_id}" })).status);
   });
 
   it("lists the system groups with their members", async () => {
