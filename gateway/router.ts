@@ -7,8 +7,9 @@
  * `str` (one non-empty segment without `/`) or `path` (one or more segments, slashes included, as Zulip's
  * `<path:…>`: a navigation view's `narrow/is/alerted` arrives unencoded from the Python bindings). Where several
  * templates match a path, the most specific wins (literal before int before str before path, left to right), as
- * Zulip's urls.py lists its patterns; that template alone decides between the route and a 405, so a path is
- * never answered with the methods of a broader pattern.
+ * Zulip's urls.py lists its patterns. A broader template that also matches serves a method the most specific one
+ * lacks (Zulip declares GET on both `users/<int:user_id>` and `users/<email>`; Chorus serves both with the broader
+ * one); a 405 lists the most specific template's methods, so a path is never answered with a broader pattern's.
  */
 import { context, trace, SpanStatusCode } from "@opentelemetry/api";
 import { ChorusError } from "../runtime/errors.ts";
@@ -81,13 +82,21 @@ export class Router<R extends Routable> {
   match(method: string, path: string): Match<R> {
     const parts = path.split("/").slice(1).map(decodeSegment);
     if (parts.some((p) => p === undefined)) return { pathParams: {}, allowed: [] }; // malformed percent-encoding
+    let first: Match<R> | undefined;
     const literal = this.literal.get("/" + parts.join("/"));
-    if (literal) return pick(literal, method, []);
-    for (const template of this.templates) {
-      const values = matchSegments(template.segments, parts as string[]);
-      if (values) return pick(template, method, values);
+    if (literal) {
+      first = pick(literal, method, []);
+      if (first.route) return first;
     }
-    return { pathParams: {}, allowed: [] };
+    for (const template of this.templates) {
+      if (template === literal) continue;
+      const values = matchSegments(template.segments, parts as string[]);
+      if (!values) continue;
+      const found = pick(template, method, values);
+      if (found.route) return found;
+      first ??= found;
+    }
+    return first ?? { pathParams: {}, allowed: [] };
   }
 }
 

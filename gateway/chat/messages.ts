@@ -127,7 +127,7 @@ export const messageRoutes: RouteSpec[] = [
       if (!content) throw errors.badRequest("Message must not be empty");
       if (params.queue_id !== undefined && params.local_id === undefined) throw chatErrors.missing("local_id");
       // The fields of both kinds of send. Spread last, never first: `{ ...fields, more }` made every send's object
-      // outlive young-generation GCs (see the README, "Benchmark it").
+      // outlive young-generation GCs (see docs/performance.md).
       const fields = {
         senderId: user.id,
         sender: { email: user.email, full_name: user.full_name },

@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, ENGINES, startTestServer, type Credentials, type TestServer } from "../support/server.ts";
+import { Router, type Routable } from "../../gateway/router.ts";
 
 describe.each(ENGINES)("routing on %s", (engine) => {
   let server: TestServer;
@@ -118,5 +119,25 @@ describe.each(ENGINES)("routing on %s", (engine) => {
       expect(res.status).toBe(200);
       expect(res.body.email).toBe(owner.email);
     });
+  });
+});
+
+describe("a path two templates match", () => {
+  it("is served by the broader template for a method the more specific one lacks, and a 405 names the specific one's methods", () => {
+    // Zulip's users/<int:user_id> (GET, PATCH, DELETE) and users/<email> (GET): Chorus serves GET by id or e-mail with
+    // one str template beside the int template of PATCH and DELETE.
+    const router = new Router<Routable & { name: string }>();
+    router.add({ method: "GET", path: "/users/{ref}", name: "get by id or e-mail" });
+    router.add({ method: "PATCH", path: "/users/{user_id}", converters: { user_id: "int" }, name: "update" });
+    router.add({ method: "GET", path: "/users/me", name: "own" });
+    expect(router.match("GET", "/users/6").route?.name).toBe("get by id or e-mail");
+    expect(router.match("GET", "/users/6").pathParams).toEqual({ ref: "6" });
+    expect(router.match("PATCH", "/users/6").pathParams).toEqual({ user_id: "6" });
+    expect(router.match("GET", "/users/ann@example.com").route?.name).toBe("get by id or e-mail");
+    expect(router.match("GET", "/users/me").route?.name).toBe("own");
+    const wrongMethod = router.match("PUT", "/users/6");
+    expect(wrongMethod.route).toBeUndefined();
+    expect(wrongMethod.allowed).toEqual(["PATCH"]);
+    expect(router.match("PUT", "/users/me").allowed).toEqual(["GET"]);
   });
 });

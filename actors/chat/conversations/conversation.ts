@@ -121,7 +121,7 @@ export abstract class Conversation implements Actor {
     this.lastMessageId = id;
     const reply = this.ctx.defer<Sent>();
     const base = this.recordBase();
-    // `...base` last: see the README's "Benchmark it" on spreads in objects made per message.
+    // `...base` last: see docs/performance.md on spreads in objects made per message.
     const record: MessageRecord = {
       id,
       sender_id: msg.senderId,

@@ -98,7 +98,7 @@ export async function visibleStreams(db: DB, user: Pick<UserRow, "id" | "role" |
 /** Zulip's channel object (`streams` in /register, GET /streams); settings hold topics_policy and the can_*_group values. */
 export function streamObject(s: StreamRow, subscriberCount: number, firstMessageId: number | null = null) {
   const settings = (s.settings ?? {}) as Record<string, unknown>;
-  // Object.assign, not `{ ...settings, … }` (see the README's "Benchmark it" on spreads); the columns win.
+  // Object.assign, not `{ ...settings, … }` (see docs/performance.md on spreads); the columns win.
   return Object.assign({}, settings, {
     stream_id: s.id,
     name: s.name,

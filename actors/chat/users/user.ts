@@ -776,7 +776,7 @@ export class UserActor implements Actor {
 
   private render(q: EventQueue, after: number): Array<Record<string, unknown>> {
     return q.items.filter((i) => i.seq > after).map(({ seq, event }) => {
-      // Object.assign, not `{ ...event, id }`: see the README's "Benchmark it" on spreads in objects made per event.
+      // Object.assign, not `{ ...event, id }`: see docs/performance.md on spreads in objects made per event.
       if (event.kind === "event" && event.event.type === "presence") return Object.assign(presenceEvent(q.spec, event.event), { id: seq });
       if (event.kind === "event" && isGroupDeactivation(event.event) && q.spec.clientCapabilities.include_deactivated_groups !== true) {
         // Zulip tells clients that do not list deactivated groups that the group is gone.
