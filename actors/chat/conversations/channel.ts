@@ -27,7 +27,7 @@ import type { Acting, EditMessage, SendToChannel } from "./conversation.protocol
 import { User } from "../users/user.protocol.ts";
 import { Realm } from "../organization/realm.protocol.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
-import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
+import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { TopicPolicies, visibilityAfterParticipation, visibilityAfterSend } from "./topic-policies.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
 import { usersFollowingPublicChannels } from "../users/user.ts";
@@ -276,10 +276,9 @@ export class ChannelActor extends Conversation {
     const { rows } = await sql<{ id: number }>`
       select s.user_id as id from subscriptions s
       join users u on u.id = s.user_id
-      left join actor_snapshots a on a.kind = ${USER_SETTINGS} and a.key = s.user_id::text
       left join user_topics ut on ut.user_id = s.user_id and ut.stream_id = s.stream_id and ut.topic_key = ${topic.toLowerCase()}
       where s.stream_id = ${this.state.id} and s.active and u.is_active and not u.is_bot
-        and case coalesce(a.state ->> 'resolved_topic_notice_auto_read_policy', ${USER_SETTINGS_DEFAULTS.resolved_topic_notice_auto_read_policy})
+        and case coalesce(${userSetting(sql.ref("s.user_id"), "resolved_topic_notice_auto_read_policy")}, ${USER_SETTINGS_DEFAULTS.resolved_topic_notice_auto_read_policy})
           when 'never' then true
           when 'except_followed' then coalesce(ut.visibility_policy = ${VISIBILITY.followed}, false)
           else false

@@ -8,7 +8,7 @@ import { sql } from "kysely";
 import type { ActorDeps } from "../../deps.ts";
 import { topicHasOtherMessages } from "../reads/topics.ts";
 import { UserTopics, type SetTopicVisibility } from "../users/user-topics.protocol.ts";
-import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "../users/settings.ts";
+import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
 
 /**
@@ -77,17 +77,17 @@ export class TopicPolicies {
     const { id } = this.channel();
     const key = topic.toLowerCase();
     const older = before === undefined ? sql`` : sql`and m.id < ${before}`;
-    const { rows } = await sql<{ settings: Partial<UserSettings> | null; current: number | null; stream_muted: boolean | null; topic_exists: boolean }>`
+    const { rows } = await sql<{ follow_policy: string | null; unmute_policy: string | null; current: number | null; stream_muted: boolean | null; topic_exists: boolean }>`
       select
-        (select state from actor_snapshots where kind = ${USER_SETTINGS} and key = ${String(userId)}) as settings,
+        ${userSetting(sql`${String(userId)}`, "automatically_follow_topics_policy")} as follow_policy,
+        ${userSetting(sql`${String(userId)}`, "automatically_unmute_topics_in_muted_streams_policy")} as unmute_policy,
         (select visibility_policy from user_topics where user_id = ${userId} and stream_id = ${id} and topic_key = ${key}) as current,
         (select is_muted from subscriptions where user_id = ${userId} and stream_id = ${id} and active) as stream_muted,
         exists (select 1 from messages m where m.stream_id = ${id} and lower(m.topic) = ${key} ${older} ${this.seenBy(userId)}) as topic_exists`.execute(this.deps.store.db);
     const row = rows[0]!;
-    const settings = { ...USER_SETTINGS_DEFAULTS, ...row.settings };
     return {
-      followPolicy: settings.automatically_follow_topics_policy,
-      unmutePolicy: settings.automatically_unmute_topics_in_muted_streams_policy,
+      followPolicy: row.follow_policy === null ? USER_SETTINGS_DEFAULTS.automatically_follow_topics_policy : Number(row.follow_policy),
+      unmutePolicy: row.unmute_policy === null ? USER_SETTINGS_DEFAULTS.automatically_unmute_topics_in_muted_streams_policy : Number(row.unmute_policy),
       current: row.current ?? VISIBILITY.inherit,
       streamMuted: row.stream_muted,
       topicExists: row.topic_exists,
@@ -116,10 +116,9 @@ export class TopicPolicies {
   async followWhereMentioned(userIds: number[], topic: string): Promise<void> {
     const { rows } = await sql<{ id: number }>`
       select u.id from users u
-      left join actor_snapshots s on s.kind = ${USER_SETTINGS} and s.key = u.id::text
       left join user_topics ut on ut.user_id = u.id and ut.stream_id = ${this.channel().id} and ut.topic_key = ${topic.toLowerCase()}
       where u.id in (${sql.join(userIds)}) and not u.is_bot
-        and coalesce((s.state ->> 'automatically_follow_topics_where_mentioned')::boolean, ${USER_SETTINGS_DEFAULTS.automatically_follow_topics_where_mentioned})
+        and coalesce((${userSetting(sql.ref("u.id"), "automatically_follow_topics_where_mentioned")})::boolean, ${USER_SETTINGS_DEFAULTS.automatically_follow_topics_where_mentioned})
         and coalesce(ut.visibility_policy, ${VISIBILITY.inherit}) not in (${VISIBILITY.muted}, ${VISIBILITY.followed})`.execute(this.deps.store.db);
     await Promise.all(rows.map((r) => this.raise(r.id, topic, VISIBILITY.followed)));
   }

@@ -13,7 +13,7 @@ import { hashEmailKey, newEmailKey, queueEmail } from "./mail.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { ROLE } from "./groups.ts";
 import { accountWithEmail, avatarUpdate, canSeeDeliveryEmail, EMAIL, EMAIL_VISIBILITY } from "./accounts.ts";
-import { realmSettings, USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
+import { realmSettings, storedUserSettings, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
 import { EMAIL_REQUEST_LIMITS, longestWindow, refuseOverLimits } from "./rate-limits.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { ConfirmEmailChange, EmailChanged, EmailChangesProtocol, StartEmailChange } from "./realm.protocol.ts";
@@ -135,8 +135,7 @@ export class EmailChanges {
   }
 
   private async emailVisibility(userId: number): Promise<number> {
-    const saved = await this.deps.store.loadSnapshot<{ email_address_visibility?: number }>(USER_SETTINGS, String(userId));
-    return saved?.state.email_address_visibility ?? USER_SETTINGS_DEFAULTS.email_address_visibility;
+    return (await storedUserSettings(this.deps.store, userId))?.email_address_visibility ?? USER_SETTINGS_DEFAULTS.email_address_visibility;
   }
 
   /**

@@ -16,7 +16,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
-import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
+import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
 
@@ -245,9 +245,8 @@ export async function readReceiptUserIds(db: DB, message: { id: number; sender_i
   const { rows } = await sql<{ user_id: number }>`
     select um.user_id from user_messages um
     join users u on u.id = um.user_id
-    left join actor_snapshots s on s.kind = ${USER_SETTINGS} and s.key = um.user_id::text
     where um.message_id = ${message.id} and (um.flags & ${FLAG_BITS.read}) <> 0 and um.user_id <> ${message.sender_id} and u.is_active
-      and coalesce((s.state ->> 'send_read_receipts')::boolean, ${USER_SETTINGS_DEFAULTS.send_read_receipts})
+      and coalesce((${userSetting(sql.ref("um.user_id"), "send_read_receipts")})::boolean, ${USER_SETTINGS_DEFAULTS.send_read_receipts})
     order by um.user_id`.execute(db);
   return rows.map((r) => r.user_id);
 }

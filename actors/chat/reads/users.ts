@@ -9,7 +9,7 @@ import { gravatarUrl } from "../rendering/message-format.ts";
 import { ROLE } from "../organization/groups.ts";
 import { accessibleUsers, deliveryEmailVisibleTo, EMAIL_VISIBILITY, inaccessibleUserObject } from "../organization/accounts.ts";
 import { profileDataOf, type ProfileValue } from "../organization/profile-fields.ts";
-import { USER_SETTINGS, USER_SETTINGS_DEFAULTS } from "../users/settings.ts";
+import { emailVisibilities } from "../users/settings.ts";
 
 type DB = Kysely<Database>;
 
@@ -72,21 +72,6 @@ export function userObject(u: Selectable<UserTable>, opts: UserObjectOptions) {
     avatar_version: u.avatar_version,
     ...(u.is_bot || !opts.profileData ? {} : { profile_data: opts.profileData }),
   };
-}
-
-/** Each user's email_address_visibility (kept with their settings; Zulip's default, everyone, when never set). */
-export async function emailVisibilities(db: DB, userIds: number[]): Promise<Map<number, number>> {
-  const out = new Map(userIds.map((id) => [id, USER_SETTINGS_DEFAULTS.email_address_visibility as number]));
-  if (!userIds.length) return out;
-  const rows = await db
-    .selectFrom("actor_snapshots")
-    .select(["key", sql<number | null>`(state->>'email_address_visibility')::int`.as("visibility")])
-    .where("kind", "=", USER_SETTINGS)
-    // One array, not one bind parameter per user: the whole realm's list is one query.
-    .where(sql<SqlBool>`key = any(${sql.val(userIds.map(String))}::text[])`)
-    .execute();
-  for (const r of rows) if (r.visibility !== null) out.set(Number(r.key), Number(r.visibility));
-  return out;
 }
 
 /**

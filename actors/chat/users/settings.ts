@@ -2,9 +2,10 @@
  * The defaults of Zulip's realm and user settings, as POST /register reports them. Stored settings (realms.settings,
  * users' settings) override these; what has no stored value yet is Zulip's default.
  */
-import type { Kysely, Transaction } from "kysely";
+import { sql, type Kysely, type RawBuilder, type SqlBool, type Transaction } from "kysely";
 import { systemGroups, type SystemGroups } from "../organization/groups.ts";
 import type { Database } from "../../schema.ts";
+import type { Store } from "../../../runtime/store/store.ts";
 
 export const USER_SETTINGS_DEFAULTS = {
   twenty_four_hour_time: false,
@@ -82,6 +83,34 @@ export type UserSettings = typeof USER_SETTINGS_DEFAULTS;
 
 /** Snapshot kind under which a user's changed settings are stored (key: the user id). */
 export const USER_SETTINGS = "user-settings";
+
+// Reads of a user's settings for other modules: the user actor writes them as a snapshot, and only this module knows
+// that format. Bulk readers embed `userSetting` in their own queries rather than ask each user's actor.
+
+/** The settings a user changed (the rest are USER_SETTINGS_DEFAULTS), or nothing when they changed none. */
+export async function storedUserSettings(store: Store<Database>, userId: number): Promise<Partial<UserSettings> | undefined> {
+  return (await store.loadSnapshot<Partial<UserSettings>>(USER_SETTINGS, String(userId)))?.state;
+}
+
+/** SQL for one setting of the user whose id `userId` is (a column or a value), as text; null when never changed. */
+export function userSetting(userId: RawBuilder<unknown>, name: keyof UserSettings): RawBuilder<string | null> {
+  return sql<string | null>`(select state ->> ${name} from actor_snapshots where kind = ${USER_SETTINGS} and key = ${userId}::text)`;
+}
+
+/** Each user's email_address_visibility (Zulip's default, everyone, when never set): one query for any number. */
+export async function emailVisibilities(db: Kysely<Database>, userIds: number[]): Promise<Map<number, number>> {
+  const out = new Map(userIds.map((id) => [id, USER_SETTINGS_DEFAULTS.email_address_visibility as number]));
+  if (!userIds.length) return out;
+  const rows = await db
+    .selectFrom("actor_snapshots")
+    .select(["key", sql<number | null>`(state->>'email_address_visibility')::int`.as("visibility")])
+    .where("kind", "=", USER_SETTINGS)
+    // One array, not one bind parameter per user: the whole realm's list is one query.
+    .where(sql<SqlBool>`key = any(${sql.val(userIds.map(String))}::text[])`)
+    .execute();
+  for (const r of rows) if (r.visibility !== null) out.set(Number(r.key), Number(r.visibility));
+  return out;
+}
 
 /** Realm settings as `realm_*` keys of POST /register, for the settings Chorus implements. */
 export function realmSettingsDefaults(groups: SystemGroups) {
