@@ -12,7 +12,7 @@ import { ROLE } from "../../actors/chat/organization/realm.ts";
 import { canAddSubscribers, canRemoveSubscribers, channelGroupSetting, hasContentAccess, hasMetadataAccess } from "../../actors/chat/conversations/channel-access.ts";
 import { CHANNEL_GROUP_SETTINGS, channelSettingRule, checkGroupSetting, inGroupSetting, type GroupSettingValue } from "../../actors/chat/organization/groups.ts";
 import { realmSettings } from "../../actors/chat/users/settings.ts";
-import { isSubscribed, subscriptionsOf } from "../../actors/chat/reads/subscriptions.ts";
+import { isSubscribed, subscribersOf, subscriptionsOf } from "../../actors/chat/reads/subscriptions.ts";
 import { channelsByName, findStream, streamObjects, visibleStreams, type StreamRow } from "../../actors/chat/reads/channels.ts";
 import { userInRealm, usersByIdOrEmail, type UserRow } from "../../actors/chat/reads/users.ts";
 import { accessibleUsers } from "../../actors/chat/organization/accounts.ts";
@@ -511,6 +511,29 @@ export const channelRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const { stream } = await accessChannel(services.store.db, user, { name: params.stream });
       return { stream_id: stream.id };
+    },
+  },
+  {
+    method: "GET",
+    path: "/streams/{stream_id}",
+    params: { type: "object", properties: { stream_id: Id }, required: ["stream_id"] },
+    // Zulip's get_stream_backend: the channel as GET /streams lists it, for whoever may see its metadata.
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const { stream } = await accessChannel(db, user, { id: params.stream_id }, "metadata");
+      const [object] = await streamObjects(db, [stream]);
+      return { stream: object };
+    },
+  },
+  {
+    method: "GET",
+    path: "/streams/{stream_id}/members",
+    params: { type: "object", properties: { stream_id: Id }, required: ["stream_id"] },
+    // Zulip's get_subscribers_backend: the subscribers' ids, for whoever may see who is subscribed (its metadata).
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const { stream } = await accessChannel(db, user, { id: params.stream_id }, "metadata");
+      return { subscribers: (await subscribersOf(db, [stream.id])).get(stream.id) ?? [] };
     },
   },
   {

@@ -42,6 +42,30 @@ describe.each(ENGINES)("channel requests on %s", (engine) => {
   });
   afterAll(async () => server?.close());
 
+  describe("GET /streams/{stream_id} and GET /streams/{stream_id}/members", () => {
+    // The python bindings' get_stream_by_id and get_subscribers (Zulip's python_examples.py get_subscribers).
+    const channelById = (as: Credentials, id: number) => api(server, "GET", `/streams/${id}`, { as, template: "/streams/{stream_id}" });
+    const membersOf = (as: Credentials, id: number) => api(server, "GET", `/streams/${id}/members`, { as, template: "/streams/{stream_id}/members" });
+
+    it("answer a channel as GET /streams lists it, and its subscribers, to whoever may see them", async () => {
+      const { Gardening: id } = await subscribe(alice, ["Gardening"]);
+      await subscribe(bob, ["Gardening"]);
+      const listed = ok(await api(server, "GET", "/streams", { as: bob })).streams.find((c: any) => c.stream_id === id);
+      expect(ok(await channelById(bob, id)).stream).toEqual(listed);
+      expect(ok(await membersOf(owner, id)).subscribers.sort()).toEqual([alice.id, bob.id].sort());
+    });
+
+    it("answer a private channel only to those who may see it, and alike for one that does not exist", async () => {
+      ok(await api(server, "POST", "/users/me/subscriptions", { as: alice, params: { subscriptions: [{ name: "hidden garden" }], invite_only: true } }));
+      const id = ok(await streamIdOf(alice, "hidden garden")).stream_id;
+      expect(ok(await membersOf(alice, id)).subscribers).toEqual([alice.id]);
+      expect(ok(await channelById(owner, id)).stream.invite_only).toBe(true); // administrators see every channel's metadata
+      expectError(await channelById(bob, id), "Invalid channel ID");
+      expectError(await membersOf(bob, id), "Invalid channel ID");
+      expectError(await membersOf(bob, 999_999), "Invalid channel ID");
+    });
+  });
+
   describe("GET /get_stream_id", () => {
     it("finds a channel the caller can read by its name, whatever its case", async () => {
       const channels = await subscribe(alice, ["Design Team"]);
