@@ -8,6 +8,7 @@ import type { ActorContext } from "../../../runtime/actor.ts";
 import { errors } from "../../../runtime/errors.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { compileLinkifier, patternGroups, type CompiledLinkifier, type Linkifier } from "../rendering/linkifiers.ts";
+import type { CapabilityFilter } from "../users/user.protocol.ts";
 import { isUrlTemplate, templateVariables } from "../rendering/url-template.ts";
 import { chatErrors } from "../errors.ts";
 import { PerRealmCache } from "./realm-cache.ts";
@@ -54,7 +55,8 @@ function checkLinkifier(pattern: string, urlTemplate: string): void {
 export interface RealmAdministration {
   /** Zulip's require_realm_admin: the acting user, if an administrator. */
   actingAdministrator(id: number): Promise<unknown>;
-  tellRealm(event: Record<string, unknown>): Promise<void>;
+  /** `capability`: only to the queues whose clients declared (or did not declare) it. */
+  tellRealm(event: Record<string, unknown>, capability?: CapabilityFilter): Promise<void>;
 }
 
 export class RealmLinkifiers {
@@ -147,6 +149,7 @@ export class RealmLinkifiers {
   /** Zulip's notify_linkifiers: everyone gets the whole ordered list (queues without the capability drop it). */
   private async announce(): Promise<void> {
     await compiledLinkifiers.changed(this.deps.system(), this.realmId);
-    await this.realm.tellRealm({ type: "realm_linkifiers", realm_linkifiers: await linkifierObjects(this.db, this.realmId) });
+    // With URL templates, for the clients that said they understand them (zulip.yaml's linkifier_url_template).
+    await this.realm.tellRealm({ type: "realm_linkifiers", realm_linkifiers: await linkifierObjects(this.db, this.realmId) }, { name: "linkifier_url_template", declared: true });
   }
 }

@@ -19,7 +19,7 @@ import { Invitations } from "./invites.ts";
 import { EmailChanges } from "./email-changes.ts";
 import { ProfileFields } from "./profile-fields.ts";
 import { RealmEmojiChanges } from "./realm-emoji.ts";
-import { RealmLinkifiers } from "./linkifiers.ts";
+import { RealmLinkifiers, type RealmAdministration } from "./linkifiers.ts";
 import { RealmPlaygrounds } from "./realm-playgrounds.ts";
 import { GroupChanges } from "./group-changes.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
@@ -27,7 +27,7 @@ import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./account
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
 import type { ChannelArchived, CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser, SetUserActive } from "./realm.protocol.ts";
 import { realmAlertWords } from "../users/alert-words.ts";
-import { User } from "../users/user.protocol.ts";
+import { User, type CapabilityFilter } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 
 
@@ -57,7 +57,10 @@ export class RealmActor implements Actor {
     this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
     this.profileFields = new ProfileFields(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event) });
     this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
-    const administration = { actingAdministrator: (id: number) => this.actingAdministrator(id), tellRealm: (event: Record<string, unknown>) => this.tellRealm(event) };
+    const administration: RealmAdministration = {
+      actingAdministrator: (id) => this.actingAdministrator(id),
+      tellRealm: (event, capability) => this.tellRealm(event, "everyone", capability),
+    };
     this.linkifiers = new RealmLinkifiers(ctx, deps, this.realmId, administration);
     this.playgrounds = new RealmPlaygrounds(ctx, deps, this.realmId, administration);
     this.groups = new GroupChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
@@ -263,13 +266,13 @@ export class RealmActor implements Actor {
 
   /**
    * An event for every active user of the realm, or (`members`) every one but guests (their user actors drop it if
-   * they have no queue).
+   * they have no queue); with `capability`, only to the queues it selects.
    */
-  private async tellRealm(event: Record<string, unknown>, audience: "everyone" | "members" = "everyone"): Promise<void> {
+  private async tellRealm(event: Record<string, unknown>, audience: "everyone" | "members" = "everyone", capability?: CapabilityFilter): Promise<void> {
     let query = this.deps.store.db.selectFrom("users").select("id").where("realm_id", "=", this.realmId).where("is_active", "=", true);
     if (audience === "members") query = query.where("role", "<", ROLE.guest);
     const users = await query.execute();
-    await this.deps.system().broadcast(User, users.map((u) => u.id), { op: "deliverEvent", event });
+    await this.deps.system().broadcast(User, users.map((u) => u.id), capability ? { op: "deliverEvent", event, capability } : { op: "deliverEvent", event });
   }
 
   /**

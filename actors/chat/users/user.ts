@@ -760,8 +760,6 @@ export class UserActor implements Actor {
     }
     if (event.queueId) return event.queueId === q.spec.id;
     if (event.bulkDeletion !== undefined && event.bulkDeletion !== !!q.spec.clientCapabilities.bulk_message_deletion) return false;
-    // Linkifiers with URL templates go only to clients that said they understand them (zulip.yaml).
-    if (event.event.type === "realm_linkifiers" && q.spec.clientCapabilities.linkifier_url_template !== true) return false;
     if (event.capability && event.capability.declared !== !!q.spec.clientCapabilities[event.capability.name]) return false;
     return !q.eventTypes || q.eventTypes.has(String(event.event.type));
   }
