@@ -11,7 +11,7 @@ import { compileLinkifier, patternGroups, type CompiledLinkifier, type Linkifier
 import type { CapabilityFilter } from "../users/user.protocol.ts";
 import { isUrlTemplate, templateVariables } from "../rendering/url-template.ts";
 import { chatErrors } from "../errors.ts";
-import { PerRealmCache } from "./realm-cache.ts";
+import { NoticedRealmCache } from "../realm-cache.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { AddLinkifier, LinkifiersProtocol, RemoveLinkifier, ReorderLinkifiers, UpdateLinkifier } from "./realm.protocol.ts";
 import type { Database } from "../../schema.ts";
@@ -22,7 +22,7 @@ export async function linkifierObjects(db: Kysely<Database>, realmId: number): P
 }
 
 /** What markdown applies, per realm; forgotten on every change here, and on other workers by a notice. */
-export const compiledLinkifiers = new PerRealmCache<CompiledLinkifier[]>("linkifiers-changed:", async (db, realmId) =>
+export const compiledLinkifiers = new NoticedRealmCache<CompiledLinkifier[]>("linkifiers-changed", async (db, realmId) =>
   (await linkifierObjects(db, realmId)).flatMap((l) => {
     try {
       return [compileLinkifier(l.pattern, l.url_template)];
