@@ -1,8 +1,9 @@
 /**
  * A per-realm value read on the send path without a query per message (the realm's alert words, who muted whom,
- * its compiled linkifiers). The worker whose actor changes the underlying rows forgets its entry at once and tells the other workers to (a
- * transport notice, `<name>:<realm id>`); one that misses the notice reloads within CACHE_MS. Users of it accept
- * that staleness: for that moment a message is flagged as one sent just before the change would have been.
+ * its compiled linkifiers). The worker whose actor changes the underlying rows forgets its entry at once and tells
+ * the other workers to (a transport notice, `<name>:<realm id>`); one that misses the notice reloads within
+ * CACHE_MS. Users of it accept that staleness: for that moment a message is treated as one sent just before the
+ * change.
  */
 import type { Kysely } from "kysely";
 import type { Database } from "../schema.ts";
