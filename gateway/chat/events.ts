@@ -107,7 +107,6 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     const presences = await presencesSeenBy(s.store.db, u, state.presences ?? {}, !o.slimPresence);
     return { presences, presence_last_update_id: state.presence_last_update_id, server_timestamp: state.server_timestamp };
   },
-  // Features not built yet: the honest initial state is "none yet".
   async drafts(s, u) {
     return { drafts: await draftsOf(s.store.db, u.id) };
   },
@@ -147,6 +146,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     const [statuses, access] = await Promise.all([userStatuses(s.store.db, u.realm_id), accessibleUsers(s.store.db, u)]);
     return { user_status: access ? Object.fromEntries(Object.entries(statuses).filter(([id]) => access.has(Number(id)))) : statuses };
   },
+  // Not built yet: the honest initial state is "none yet".
   async recent_private_conversations() {
     return { recent_private_conversations: [] };
   },
