@@ -6,9 +6,13 @@
  * - Responses are written inside `res.cork()`, status before headers. Answers that complete asynchronously
  *   (parked long-polls woken by someone else's request) are written from `setImmediate`, never from inside another
  *   request's handler: uWS loses such writes otherwise.
- * - Streams (SSE) honour backpressure through onWritable.
+ * - Streams (SSE, file downloads) honour backpressure through onWritable.
+ * - A body the `streamedBody` option names is not read by the adapter and has no cap here: the handler gets it as a
+ *   Readable (`bodyStream`), and uWS is paused while that stream's buffer is full, so an upload never sits whole in
+ *   memory. It errors once the client goes away.
  */
 import { STATUS_CODES } from "node:http";
+import { Readable } from "node:stream";
 import uws from "uWebSockets.js";
 
 export interface HttpRequest {
@@ -21,6 +25,8 @@ export interface HttpRequest {
   /** The client's address; read from the socket on first use (most routes never ask). Empty once aborted. */
   readonly remoteAddress: string;
   body: Buffer;
+  /** The body as it arrives, for the requests the `streamedBody` option names (`body` is empty then). */
+  readonly bodyStream?: Readable;
   /** True once the client went away; register with onAbort to hear of it. */
   readonly aborted: boolean;
   onAbort(cb: () => void): void;
@@ -44,7 +50,7 @@ export interface HttpStream {
 
 export interface StreamSink {
   /** Queue a chunk. False once the socket's buffer is full: wait for onDrain before writing more. */
-  write(chunk: string): boolean;
+  write(chunk: string | Buffer): boolean;
   /** Called once the buffered data has been sent after write returned false. */
   onDrain(cb: () => void): void;
   end(): void;
@@ -77,6 +83,8 @@ export interface HttpOptions {
   handler: HttpHandler;
   /** The 413 answer for a body over maxBodyBytes (each face has its own envelope); plain text by default. */
   tooLarge?(path: string, limit: number): HttpResult;
+  /** Requests whose body the handler reads as a stream (uploads), uncapped by `maxBodyBytes`. */
+  streamedBody?(method: string, path: string): boolean;
 }
 
 const statusLines = new Map<number, string>();
@@ -107,6 +115,7 @@ class UwsRequest implements HttpRequest {
     private readonly res: uws.HttpResponse,
     private readonly isAborted: () => boolean,
     private readonly abortListeners: Array<() => void>,
+    readonly bodyStream?: Readable,
   ) {}
   get remoteAddress(): string {
     // uWS forbids touching a response after it was aborted or ended.
@@ -151,14 +160,19 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       for (const cb of abortListeners) cb();
     });
 
+    let streamedBody: Readable | undefined;
     const respond = (result: HttpResult | HttpStream, sync: boolean) => {
       const write = () => {
         if (aborted) return;
         if (isStream(result)) return openStream(result);
+        // A streamed body the handler did not read to its end (a refused upload): the rest of it would be taken for
+        // the next request, so the connection closes after this answer.
+        const unread = streamedBody !== undefined && !streamedBody.readableEnded;
+        if (unread) streamedBody!.destroy();
         res.cork(() => {
           res.writeStatus(statusLine(result.status));
           if (result.headers) for (const k in result.headers) res.writeHeader(k, result.headers[k]!);
-          res.end(result.body);
+          res.end(result.body, unread);
         });
         aborted = true; // the response is finished: nothing may touch it again
       };
@@ -172,7 +186,7 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       let ended = false;
       let flushScheduled = false;
       let blocked = false;
-      let queued: string[] = [];
+      let queued: Array<string | Buffer> = [];
       let queuedBytes = 0;
       let drain: (() => void) | undefined;
       const closers: Array<() => void> = [];
@@ -244,8 +258,8 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       stream.start(sink);
     };
 
-    const run = (body: Buffer, sync: boolean) => {
-      const request = new UwsRequest(method, path, query, headers, body, res, () => aborted, abortListeners);
+    const run = (body: Buffer, sync: boolean, bodyStream?: Readable) => {
+      const request = new UwsRequest(method, path, query, headers, body, res, () => aborted, abortListeners, bodyStream);
       let result: Promise<HttpResult | HttpStream> | HttpResult | HttpStream;
       try {
         result = opts.handler(request);
@@ -277,6 +291,11 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
     const declared = headers["content-length"];
     if (method === "GET" || method === "HEAD" || (declared === "0" && !headers["transfer-encoding"])) {
       run(Buffer.alloc(0), true);
+      return;
+    }
+    if (opts.streamedBody?.(method, path)) {
+      streamedBody = streamBody(res, () => aborted, abortListeners);
+      run(Buffer.alloc(0), false, streamedBody);
       return;
     }
     if (declared !== undefined && Number(declared) > opts.maxBodyBytes) {
@@ -319,6 +338,41 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       resolve(server);
     });
   });
+}
+
+/**
+ * The request body as a Readable: uWS's chunks are copied in (uWS frees each after its callback) and the socket is
+ * paused while the stream holds more than its high-water mark, resumed when the reader drains it.
+ */
+function streamBody(res: uws.HttpResponse, finished: () => boolean, abortListeners: Array<() => void>): Readable {
+  let paused = false;
+  let done = false;
+  const stream = new Readable({
+    highWaterMark: 256 * 1024,
+    read() {
+      // Once the response is written (or the client gone) uWS forbids touching res.
+      if (paused && !done && !finished()) {
+        paused = false;
+        res.resume();
+      }
+    },
+  });
+  abortListeners.push(() => {
+    done = true;
+    if (!stream.readableEnded) stream.destroy(new Error("the client went away before the body was complete"));
+  });
+  res.onData((chunk, isLast) => {
+    if (done || stream.destroyed) return;
+    const more = stream.push(Buffer.from(chunk.slice(0)));
+    if (isLast) {
+      done = true;
+      stream.push(null);
+    } else if (!more && !paused && !finished()) {
+      paused = true;
+      res.pause();
+    }
+  });
+  return stream;
 }
 
 /** A file sent in a multipart body (a part with a file name): Zulip's request.FILES, not a parameter. */

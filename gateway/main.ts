@@ -54,6 +54,8 @@ import { organizationRoutes } from "./chat/organization.ts";
 import { emojiRoutes, isEmojiImagePath, serveEmojiImage } from "./chat/emoji.ts";
 import { linkifierRoutes } from "./chat/linkifiers.ts";
 import { userGroupRoutes } from "./chat/user-groups.ts";
+import { isUploadPath, isUploadRequest, serveUpload, uploadRoutes } from "./chat/uploads.ts";
+import { LocalDirectoryBlobStore } from "../runtime/blobs/local-directory.ts";
 import type { Database } from "../actors/schema.ts";
 
 export interface RunningNode {
@@ -141,6 +143,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   const services: Services = {
     system,
     store,
+    blobs: new LocalDirectoryBlobStore(config.uploadsDir),
     keyring,
     config,
     chat,
@@ -148,13 +151,21 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes);
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub });
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
-    handler: (req) => (isZulipPath(req.path) ? app.handle(req) : isEmojiImagePath(req.path) ? serveEmojiImage(store, req) : assistant.app.handle(req)),
+    handler: (req) =>
+      isZulipPath(req.path)
+        ? app.handle(req)
+        : isEmojiImagePath(req.path)
+          ? serveEmojiImage(store, req)
+          : isUploadPath(req.path)
+            ? serveUpload(services, req)
+            : assistant.app.handle(req),
+    streamedBody: isUploadRequest,
     tooLarge: (path, limit) => {
       const error = new ChorusError("BAD_REQUEST", `Request body too large (limit: ${limit} bytes)`, 413);
       const result = isZulipPath(path) ? envelope(error) : errorResult(error);

@@ -9,6 +9,8 @@ export interface Config {
   port: number;
   host: string;
   dataDir: string;
+  /** Where uploaded files' bytes live (the blob store): DATA_DIR/uploads, or UPLOADS_DIR (a volume all hosts share). */
+  uploadsDir: string;
   /** Postgres connection string; PGlite under dataDir when absent. */
   databaseUrl?: string;
   /** Redis connection string; the memory transport when absent. */
@@ -37,10 +39,12 @@ export function int(name: string, fallback: number): number {
 
 export function loadConfig(overrides: Partial<Config> = {}): Config {
   const env = process.env;
+  const dataDir = overrides.dataDir ?? path.resolve(env.DATA_DIR ?? "./data");
   return {
     port: int("PORT", 9991),
     host: env.HOST ?? "0.0.0.0",
-    dataDir: path.resolve(env.DATA_DIR ?? "./data"),
+    dataDir,
+    uploadsDir: env.UPLOADS_DIR ? path.resolve(env.UPLOADS_DIR) : path.join(dataDir, "uploads"),
     databaseUrl: env.DATABASE_URL || undefined,
     redisUrl: env.REDIS_URL || undefined,
     redisPrefix: env.REDIS_PREFIX ?? "chorus",

@@ -16,6 +16,9 @@ export const DEFAULT_RECIPIENT_LIST_ABOVE = 100;
 /** How long after its commit a recipient list is expanded: after the send's deliveries, which it would delay. */
 export const DEFAULT_RECIPIENT_LIST_DELAY_MS = 50;
 
+/** Zulip's MAX_FILE_UPLOAD_SIZE default since uploads may be resumed (feature level 296). */
+export const DEFAULT_MAX_FILE_UPLOAD_SIZE_MIB = 100;
+
 export interface ChatConfig {
   /** Long-poll heartbeat: a poll that waited this long gets a heartbeat event. */
   heartbeatSeconds: number;
@@ -34,6 +37,10 @@ export interface ChatConfig {
   recipientListAbove: number;
   /** How long a recipient list waits before its expansion; tests lengthen it to read and write around lists. */
   recipientListDelayMs: number;
+  /** Zulip's MAX_FILE_UPLOAD_SIZE: the largest file POST /user_uploads takes, in MiB (register's max_file_upload_size_mib). */
+  maxFileUploadSizeMib: number;
+  /** Each organization's upload quota in MiB (register's realm_upload_quota_mib); undefined: no quota. */
+  realmUploadQuotaMib?: number;
 }
 
 export function loadChatConfig(overrides: Partial<ChatConfig> = {}): ChatConfig {
@@ -46,5 +53,7 @@ export function loadChatConfig(overrides: Partial<ChatConfig> = {}): ChatConfig 
     eventWriteDelayMs: overrides.eventWriteDelayMs ?? Math.max(0, int("EVENT_WRITE_DELAY_MS", DEFAULT_EVENT_WRITE_DELAY_MS)),
     recipientListAbove: overrides.recipientListAbove ?? int("RECIPIENT_LIST_ABOVE", DEFAULT_RECIPIENT_LIST_ABOVE),
     recipientListDelayMs: overrides.recipientListDelayMs ?? int("RECIPIENT_LIST_DELAY_MS", DEFAULT_RECIPIENT_LIST_DELAY_MS),
+    maxFileUploadSizeMib: overrides.maxFileUploadSizeMib ?? Math.max(1, int("MAX_FILE_UPLOAD_SIZE_MIB", DEFAULT_MAX_FILE_UPLOAD_SIZE_MIB)),
+    realmUploadQuotaMib: "realmUploadQuotaMib" in overrides ? overrides.realmUploadQuotaMib : env.REALM_UPLOAD_QUOTA_MIB ? int("REALM_UPLOAD_QUOTA_MIB", 0) : undefined,
   };
 }

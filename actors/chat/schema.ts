@@ -425,6 +425,29 @@ export interface MutedUserTable {
   date_muted: number;
 }
 
+/** Zulip's Attachment (migrations/2026-11-27T2100-attachments.ts): an uploaded file; its bytes are in the blob store. */
+export interface AttachmentTable {
+  id: Generated<number>;
+  realm_id: number;
+  owner_id: number;
+  /** Zulip's path id, `{realm}/{xx}/{random}/{sanitised name}`: the file's URL is /user_uploads/ and this. */
+  path_id: string;
+  /** The path id as it appears in a URL (the name percent-encoded): what message links are matched against. */
+  url_path: string;
+  blob_key: string;
+  /** The name as uploaded. */
+  file_name: string;
+  content_type: string;
+  size: ColumnType<number, number, number>;
+  create_time: number;
+}
+
+/** The messages linking each attachment, kept by a trigger on messages (see the migration). */
+export interface AttachmentMessageTable {
+  attachment_id: number;
+  message_id: number;
+}
+
 /** Chat's tables by name (part of actors/schema.ts's Database). */
 export interface ChatTables {
   realms: RealmTable;
@@ -462,4 +485,6 @@ export interface ChatTables {
   alert_words: AlertWordTable;
   user_status: UserStatusTable;
   muted_users: MutedUserTable;
+  attachments: AttachmentTable;
+  attachment_messages: AttachmentMessageTable;
 }

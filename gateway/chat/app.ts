@@ -10,6 +10,7 @@ import type { Config } from "../../runtime/config.ts";
 import type { ChatConfig } from "../../actors/chat/config.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
 import type { Store } from "../../runtime/store/store.ts";
+import type { BlobStore } from "../../runtime/blobs/blob-store.ts";
 import type { Authenticator, AuthUser } from "../auth.ts";
 import { isStream, requestBody, type HttpRequest, type HttpResult, type HttpStream, type UploadedFile } from "../http.ts";
 import { compileParams, decodeParams, type CompiledParams, type ParamsSchema } from "../params.ts";
@@ -29,6 +30,8 @@ export interface Call<P = Record<string, any>> {
 export interface Services {
   system: ActorSystem;
   store: Store<Database>;
+  /** Uploaded files' bytes (their records are in the store). */
+  blobs: BlobStore;
   keyring: Keyring;
   config: Config;
   /** Chat's own settings (actors/chat/config.ts). */

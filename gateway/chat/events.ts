@@ -89,6 +89,8 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
       realm_icon_url: "",
       realm_icon_source: "G",
       ...serverRealmState(url),
+      max_file_upload_size_mib: s.chat.maxFileUploadSizeMib,
+      realm_upload_quota_mib: s.chat.realmUploadQuotaMib ?? null,
       ...(await realmSettings(s.store.db, u.realm_id)),
     };
   },

@@ -25,6 +25,7 @@ import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, 
 import type { SendToDm } from "./dm.protocol.ts";
 import { User, type DeliverMessage } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
+import { attachmentsOfMessage, detachedUploads } from "../organization/attachments.ts";
 
 export const invalidMessage = () => errors.badRequest("Invalid message(s)");
 
@@ -292,6 +293,8 @@ export abstract class Conversation implements Actor {
     // As Zulip does: the wildcard rules of a send hold for the edited content, and every recipient's mention
     // flags follow the new content.
     const mentions = rendering ? await this.mentionFlags(msg.content!, rendering, move?.topic ?? row.topic, this.recipients(), row.sender_id) : undefined;
+    // The files the old content linked: those the new content (or no other message) links no more are detached.
+    const linkedBefore = contentChanged ? await attachmentsOfMessage(db, row.id) : [];
 
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       const entry: Record<string, unknown> = { user_id: msg.acting.id, timestamp: now };
@@ -345,7 +348,7 @@ export abstract class Conversation implements Actor {
       await this.deps.system().broadcast(User, [...losing], { op: "deliverEvent", event: gone });
     }
     if (move) await move.notices();
-    return { detached_uploads: [] };
+    return { detached_uploads: await detachedUploads(db, msg.acting.id, linkedBefore) };
   }
 
   /**

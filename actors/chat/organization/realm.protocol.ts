@@ -1,9 +1,9 @@
 /**
  * realm:<realm id>: the organization (accounts, roles, settings, groups, invitations, e-mail changes, custom profile
- * fields, custom emoji, linkifiers, code playgrounds). Handlers: RealmActor.handlers in realm.ts, which forwards the invitation, e-mail change,
- * profile field, emoji, linkifier and playground operations to Invitations.handlers (invites.ts),
+ * fields, custom emoji, uploaded files, linkifiers, code playgrounds). Handlers: RealmActor.handlers in realm.ts, which forwards the invitation, e-mail change,
+ * profile field, emoji, attachment, linkifier and playground operations to Invitations.handlers (invites.ts),
  * EmailChanges.handlers (email-changes.ts), ProfileFields.handlers (profile-fields.ts), RealmEmojiChanges.handlers
- * (realm-emoji.ts), RealmLinkifiers.handlers (linkifiers.ts), RealmPlaygrounds.handlers (realm-playgrounds.ts) and
+ * (realm-emoji.ts), RealmAttachments.handlers (attachments.ts), RealmLinkifiers.handlers (linkifiers.ts), RealmPlaygrounds.handlers (realm-playgrounds.ts) and
  * GroupChanges.handlers (group-changes.ts).
  */
 import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
@@ -283,6 +283,28 @@ export interface DeactivateEmoji {
   requestKey: string;
 }
 
+// Uploaded files (attachments.ts): the bytes are stored by the gateway before the record is made.
+
+/** POST /user_uploads, once the file is in the blob store: record it (within the realm's quota) for its owner. */
+export interface RecordUpload {
+  op: "recordUpload";
+  actingId: number;
+  /** Fresh for each upload (a random part): a redelivered request finds its row and records nothing twice. */
+  pathId: string;
+  urlPath: string;
+  blobKey: string;
+  fileName: string;
+  contentType: string;
+  size: number;
+}
+
+/** DELETE /attachments/{attachment_id}: the owner only. Answers the blob to delete once the row is gone. */
+export interface DeleteAttachment {
+  op: "deleteAttachment";
+  actingId: number;
+  attachmentId: number;
+}
+
 // Linkifiers (linkifiers.ts) and code playgrounds (realm-playgrounds.ts): administrators only.
 
 /** POST /realm/filters. */
@@ -408,6 +430,12 @@ export type ProfileFieldsProtocol = {
   removeProfileData: Op<RemoveProfileData, Empty>;
 };
 
+/** Uploaded files (attachments.ts). */
+export type AttachmentsProtocol = {
+  recordUpload: Op<RecordUpload, { id: number }>;
+  deleteAttachment: Op<DeleteAttachment, { blobKey: string }>;
+};
+
 /** Custom emoji (realm-emoji.ts). */
 export type RealmEmojiProtocol = {
   uploadEmoji: Op<UploadEmoji, Empty>;
@@ -427,6 +455,7 @@ export type RealmProtocol = {
   EmailChangesProtocol &
   ProfileFieldsProtocol &
   RealmEmojiProtocol &
+  AttachmentsProtocol &
   LinkifiersProtocol &
   PlaygroundsProtocol &
   GroupChangesProtocol;

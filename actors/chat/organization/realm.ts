@@ -19,6 +19,7 @@ import { Invitations } from "./invites.ts";
 import { EmailChanges } from "./email-changes.ts";
 import { ProfileFields } from "./profile-fields.ts";
 import { RealmEmojiChanges } from "./realm-emoji.ts";
+import { RealmAttachments } from "./attachments.ts";
 import { RealmLinkifiers, type RealmAdministration } from "./linkifiers.ts";
 import { RealmPlaygrounds } from "./realm-playgrounds.ts";
 import { GroupChanges } from "./group-changes.ts";
@@ -44,6 +45,7 @@ export class RealmActor implements Actor {
   private readonly emailChanges: EmailChanges;
   private readonly profileFields: ProfileFields;
   private readonly emoji: RealmEmojiChanges;
+  private readonly attachments: RealmAttachments;
   private readonly linkifiers: RealmLinkifiers;
   private readonly playgrounds: RealmPlaygrounds;
   private readonly groups: GroupChanges;
@@ -57,6 +59,7 @@ export class RealmActor implements Actor {
     this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
     this.profileFields = new ProfileFields(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event) });
     this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
+    this.attachments = new RealmAttachments(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id) });
     const administration: RealmAdministration = {
       actingAdministrator: (id) => this.actingAdministrator(id),
       tellRealm: (event, capability) => this.tellRealm(event, "everyone", capability),
@@ -80,6 +83,7 @@ export class RealmActor implements Actor {
     ...forward(EmailChanges.handlers, (realm: RealmActor) => realm.emailChanges),
     ...forward(ProfileFields.handlers, (realm: RealmActor) => realm.profileFields),
     ...forward(RealmEmojiChanges.handlers, (realm: RealmActor) => realm.emoji),
+    ...forward(RealmAttachments.handlers, (realm: RealmActor) => realm.attachments),
     ...forward(RealmLinkifiers.handlers, (realm: RealmActor) => realm.linkifiers),
     ...forward(RealmPlaygrounds.handlers, (realm: RealmActor) => realm.playgrounds),
     ...forward(GroupChanges.handlers, (realm: RealmActor) => realm.groups),
