@@ -176,8 +176,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
         cond = {
           reaction: sql<SqlBool>`exists (select 1 from reactions r where r.message_id = m.id)`,
           link: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.link}`,
-          image: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.image}`,
-          attachment: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.attachment}`,
+          // From the attachment records (the files the message claimed), as Zulip's has_attachment and has_image.
+          image: sql<SqlBool>`(m.rendered_content ~* ${HAS_CONTENT.image} or exists (select 1 from attachment_messages am join attachments a on a.id = am.attachment_id where am.message_id = m.id and a.content_type like 'image/%'))`,
+          attachment: sql<SqlBool>`exists (select 1 from attachment_messages am where am.message_id = m.id)`,
         }[String(term.operand)];
         break;
     }

@@ -27,7 +27,8 @@ export const RESOLVED_TOPIC_PREFIX = "✔ ";
  * `has:` operands read from the rendered content (case-insensitive patterns, run in SQL by messages.ts and here for
  * events), so a URL inside a code block is no link. A link is an anchor to the web or to an upload (not Zulip's own
  * channel and topic links, not mailto); an attachment, a link to an upload; an image, an inline image preview or a
- * link to an image file (which Zulip previews).
+ * link to an image file (which Zulip previews). Fetches decide `attachment` (and image uploads) from the attachment
+ * records instead (messages.ts); an event, matched before its links are read back, uses the pattern.
  */
 export const HAS_CONTENT = {
   link: '<a [^>]*href="(https?://|/user_uploads/)',

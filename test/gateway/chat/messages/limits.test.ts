@@ -1,5 +1,5 @@
 /**
- * `has:` narrows read from the rendered content, and bad input at the message routes: every case a clear Zulip
+ * `has:` narrows (from the rendered content and the uploads linked), and bad input at the message routes: every case a clear Zulip
  * error (or Zulip's truncation), never a 500. Through a real server on both engines.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -30,24 +30,28 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
   });
   afterAll(async () => server?.close());
 
-  it("decides has:link, has:attachment and has:image from the rendered content, in fetches and in queues", async () => {
+  it("decides has:link and has:image from the rendered content, has:attachment from the uploads linked, in fetches and in queues", async () => {
+    const uploaded = async (filename: string, type: string) =>
+      (await api(server, "POST", "/user_uploads", { as: owner, files: [{ filename, type, data: Buffer.from("bytes") }] })).body.url as string;
     const q = await api(server, "POST", "/register", { as: alice, params: { event_types: ["message"], narrow: [["has", "link"]] } });
     const web = await toChannel(owner, "has", "see https://example.com/page");
     const code = await toChannel(owner, "has", "`https://example.com/in-code`");
     const channel = await toChannel(owner, "has", "over in #**general**");
     const mail = await toChannel(owner, "has", "write to someone@example.com");
-    const pdf = await toChannel(owner, "has", "[report.pdf](/user_uploads/2/ab/report.pdf)");
-    const upload = await toChannel(owner, "has", "[cat.PNG](/user_uploads/2/cd/cat.PNG)");
+    const pdf = await toChannel(owner, "has", `[report.pdf](${await uploaded("report.pdf", "application/pdf")})`);
+    const upload = await toChannel(owner, "has", `[cat.PNG](${await uploaded("cat.PNG", "image/png")})`);
     const external = await toChannel(owner, "has", "https://example.com/dog.jpg?size=large");
+    // A link to no upload of ours (or one the sender could not read) is a link, not an attachment.
+    const unclaimed = await toChannel(owner, "has", "[gone.txt](/user_uploads/2/ab/xyz/gone.txt)");
     const has = async (operand: string, negated = false) =>
       ids(await get(alice, { narrow: [{ operator: "topic", operand: "has" }, { operator: "has", operand, negated }] }));
-    expect(await has("link")).toEqual([web, pdf, upload, external]);
+    expect(await has("link")).toEqual([web, pdf, upload, external, unclaimed]);
     expect(await has("attachment")).toEqual([pdf, upload]);
     expect(await has("image")).toEqual([upload, external]);
     expect(await has("link", true)).toEqual([code, channel, mail]);
     expect(await has("reaction")).toEqual([]);
     const delivered = (await events(alice, q.body.queue_id)).map((e) => e.message.id);
-    expect(delivered).toEqual([web, pdf, upload, external]);
+    expect(delivered).toEqual([web, pdf, upload, external, unclaimed]);
   });
 
   it("refuses ids past 2^53 wherever an id is read", async () => {
