@@ -7,6 +7,7 @@
  *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, fetch1m, send,
  *    send10, send1000, presence, subscribe) and the assistant's (bench/assistant.ts: embed JSON answers/s, then SSE time to
  *    first event), then
+ *    the transfers of bench/transfer.ts (upload, download: MiB/s against a raw uWS server's), then
  *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
  *    own child process (bench/event-client.ts).
  *
@@ -47,6 +48,7 @@ import {
   type AfterFigures,
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
+import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
 
 /** The chat's HTTP scenarios, then the assistant's. */
 const HTTP_SCENARIOS = [...SCENARIOS, assistantScenario];
@@ -83,7 +85,7 @@ const USAGE = `usage: npm run bench -- [options]
                                             engines to run (default both: embedded and redis+postgres; all adds
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send10,send1000,
-                                            presence,assistant,subscribe,wake,fanout,register,queues;
+                                            presence,assistant,subscribe,upload,download,wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -172,7 +174,7 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...TIMED_SCENARIOS.map((s) => s.name), ...EVENT_SCENARIOS];
+  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS];
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
   for (const s of scenarios) if (!known.includes(s)) throw new Error(`--scenario: unknown ${s} (known: ${known.join(", ")})`);
   return {
@@ -639,6 +641,9 @@ async function main(): Promise<number> {
     }
   };
   const engineInfo: Array<{ name: EngineName; describe: string; store: string; startupMs: number }> = [];
+  const transfers = TRANSFER_SCENARIOS.filter((s) => opts.scenarios.includes(s));
+  const transferResults: TransferMeasurement[] = [];
+  const payload = transfers.length ? transferFile() : undefined;
   const failures: string[] = [];
   let uws: Measurement | undefined;
   let adapter: Measurement | undefined;
@@ -664,6 +669,13 @@ async function main(): Promise<number> {
           ceiling.close();
         }
       }
+    }
+
+    if (opts.ceiling && payload) {
+      process.stdout.write(`measuring ceiling:uws transfers (${TRANSFER_MIB} MiB by curl) … `);
+      const ceilings = await measureTransferCeiling(payload.file, TRANSFER_MIB);
+      transferResults.push(...ceilings);
+      console.log(ceilings.map((m) => `${m.name.split(" ")[1]} ${fmt(m.mibPerSec)} MiB/s`).join(", "));
     }
 
     for (const name of opts.engines) {
@@ -715,6 +727,12 @@ async function main(): Promise<number> {
           const m = await measureTimed(scenario, engine);
           timedResults.push(m);
           console.log(`${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}; ${m.rounds} requests)`);
+        }
+        if (payload && !interrupted) {
+          process.stdout.write(`measuring ${name} / ${transfers.join(", ")} (${TRANSFER_MIB} MiB by curl) … `);
+          const measured = await measureTransfer(engine, payload.file, TRANSFER_MIB, transfers);
+          transferResults.push(...measured);
+          console.log(measured.map((m) => `${m.name} ${fmt(m.mibPerSec)} MiB/s`).join(", "));
         }
         const eventNames = EVENT_SCENARIOS.filter((s) => opts.scenarios.includes(s));
         if (eventNames.length && !interrupted) {
@@ -769,9 +787,14 @@ async function main(): Promise<number> {
     await eventClient.stop().catch(() => {});
     for (const stop of stops) await stop();
     await load.stop().catch(() => {});
+    payload?.remove();
   }
 
   for (const m of timedResults) if (uws && uws.load.reqPerSec > 0) m.ratioToUws = 1000 / m.ms.mean / uws.load.reqPerSec;
+  for (const m of transferResults) {
+    const ceiling = transferResults.find((c) => c.name === `ceiling:uws ${m.name}`);
+    if (ceiling && m.engine) m.ratioToUws = m.mibPerSec / ceiling.mibPerSec;
+  }
   for (const m of results) {
     if (uws && uws.load.reqPerSec > 0) m.ratioToUws = m.load.reqPerSec / uws.load.reqPerSec;
     if (adapter && adapter.load.reqPerSec > 0) m.ratioToAdapter = m.load.reqPerSec / adapter.load.reqPerSec;
@@ -810,6 +833,15 @@ async function main(): Promise<number> {
       `${m.engine} / ${m.name}: ${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}), ` +
         `server CPU ${fmt(m.serverCpuMsPerRequest, 1)} ms per request${ratio} [${m.describe}]`,
     );
+  }
+  for (const m of transferResults) {
+    const ratio = m.ratioToUws === undefined ? "" : `, ${m.ratioToUws.toFixed(2)}× the raw uWS ${m.name}`;
+    console.log(
+      `${m.engine ? `${m.engine} / ` : ""}${m.name}: ${fmt(m.mibPerSec)} MiB/s best of ${m.rounds} (mean ${fmt(m.meanMibPerSec)}) for ${m.mib} MiB${ratio}`,
+    );
+  }
+  if (transferResults.length) {
+    console.log("transfers: curl in its own process, total time per file (connection included); the ceiling is a raw uWS server reading and dropping the body, or sending the file from memory.");
   }
   if (eventResults.length) {
     console.log(
@@ -857,6 +889,7 @@ async function main(): Promise<number> {
     results,
     events: eventResults,
     timed: timedResults,
+    transfers: transferResults,
     failures,
   };
   const dir = path.join(HERE, "results");
