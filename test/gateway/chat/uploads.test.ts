@@ -238,3 +238,29 @@ describe.each(ENGINES)("uploads on %s", (engine) => {
     expect(again.body.detached_uploads.map((a: any) => a.name)).toEqual(["kept.txt"]);
   });
 });
+
+describe.each(ENGINES)("the upload quota on %s", (engine) => {
+  let server: TestServer;
+
+  beforeAll(async () => {
+    server = await startTestServer(engine, { realmUploadQuotaMib: 1 });
+  });
+  afterAll(() => server?.close());
+
+  it("is advertised, refuses an upload past it, and counts deleted files out", async () => {
+    const as = server.owner;
+    const state = await api(server, "POST", "/register", { as, params: { fetch_event_types: ["realm"] } });
+    expect(state.body.realm_upload_quota_mib).toBe(1);
+    const file = (name: string) => [{ filename: name, type: "application/octet-stream", data: Buffer.alloc(600 * 1024, 1) }];
+    const first = await api(server, "POST", "/user_uploads", { as, files: file("first.bin") });
+    expect(first.status).toBe(200);
+    const second = await api(server, "POST", "/user_uploads", { as, files: file("second.bin") });
+    expect(second.status).toBe(400);
+    expect(second.body).toMatchObject({ code: "REALM_UPLOAD_QUOTA", msg: "Upload would exceed your organization's upload quota." });
+    const listed = await api(server, "GET", "/attachments", { as });
+    expect(listed.body.upload_space_used).toBe(600 * 1024);
+    const removed = await api(server, "DELETE", `/attachments/${listed.body.attachments[0].id}`, { as, template: "/attachments/{attachment_id}" });
+    expect(removed.status).toBe(200);
+    expect((await api(server, "POST", "/user_uploads", { as, files: file("third.bin") })).status).toBe(200);
+  });
+});
