@@ -45,6 +45,11 @@ export interface HttpResult {
 export interface HttpStream {
   status: number;
   headers?: Record<string, string>;
+  /**
+   * The body's exact size in bytes, when known (a file): it goes out with a Content-Length instead of chunked, and a
+   * stream ended short of it closes the connection, so the client sees the truncation.
+   */
+  length?: number;
   start(sink: StreamSink): void;
 }
 
@@ -189,6 +194,19 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       let queued: Array<string | Buffer> = [];
       let queuedBytes = 0;
       let drain: (() => void) | undefined;
+      const sized = stream.length;
+      // Sized: uWS takes each chunk with tryEnd, which keeps nothing it could not send; the rest waits here for
+      // onWritable, from the byte offset the socket reached (uWS's own pattern for streaming a file).
+      let pending: { chunk: Buffer; start: number } | undefined;
+      const writeChunk = (chunk: string | Buffer): boolean => {
+        if (sized === undefined) return res.write(chunk);
+        const bytes = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
+        const start = res.getWriteOffset();
+        const [ok, done] = res.tryEnd(bytes, sized);
+        if (done) aborted = true; // every byte is out: uWS has ended the response
+        else if (!ok) pending = { chunk: bytes, start };
+        return ok;
+      };
       const closers: Array<() => void> = [];
       abortListeners.push(() => {
         if (!ended) for (const cb of closers) cb();
@@ -196,13 +214,16 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       const flush = () => {
         flushScheduled = false;
         if (aborted) return;
-        const chunks = queued;
-        queued = [];
-        queuedBytes = 0;
         res.cork(() => {
-          for (const chunk of chunks) blocked = !res.write(chunk);
-          if (ended) {
-            res.end();
+          while (queued.length && !pending && !aborted) {
+            const chunk = queued.shift()!;
+            queuedBytes -= chunk.length;
+            blocked = !writeChunk(chunk);
+          }
+          if (ended && !queued.length && !pending && !aborted) {
+            // Short of its declared length a response cannot end well: close, so the client sees it cut off.
+            if (sized === undefined) res.end();
+            else res.close();
             aborted = true;
           }
         });
@@ -223,7 +244,14 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
         if (stream.headers) for (const k in stream.headers) res.writeHeader(k, stream.headers[k]!);
         // The head leaves with the first chunk: a stream that must look open at once writes one (an SSE comment).
       });
-      res.onWritable(() => {
+      res.onWritable((offset) => {
+        if (pending) {
+          const [ok, done] = res.tryEnd(pending.chunk.subarray(offset - pending.start), sized!);
+          if (done) aborted = true;
+          else if (!ok) return false;
+          pending = undefined;
+          if (queued.length || ended) schedule();
+        }
         blocked = false;
         if (drain && !queued.length) {
           const cb = drain;

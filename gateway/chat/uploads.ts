@@ -111,8 +111,12 @@ function receiveOneFile(services: Services, body: Readable, contentType: string,
       failed = true;
       body.unpipe(parser);
       body.destroy();
-      // The file's stream ends only with the body: cut it off, so that its put removes what it wrote.
-      file?.destroy(error instanceof Error ? error : new Error(String(error)));
+      // The file's stream ends only with the body: cut it off, so that its put removes what it wrote. (A file read
+      // to its end is left alone: its put is done, and the caller deletes what it stored.)
+      if (file && !file.readableEnded) {
+        file.on("error", () => {});
+        file.destroy(error instanceof Error ? error : new Error(String(error)));
+      }
       // Later complaints of a parser cut off midway are expected.
       parser.on("error", () => {});
       reject(error);
@@ -316,6 +320,7 @@ async function serve(services: Services, req: HttpRequest): Promise<HttpResult |
   return {
     status: range ? 206 : 200,
     headers,
+    length: range ? range.end - range.start + 1 : size,
     start(sink) {
       sink.onClose(() => source.destroy());
       source.on("data", (chunk: Buffer) => {

@@ -33,12 +33,16 @@ export class LocalDirectoryBlobStore implements BlobStore {
         done(size > limit ? new BlobTooLarge(limit) : null, chunk);
       },
     });
+    // Opened before the pipeline, not by the write stream: a stream destroyed while still opening its file creates
+    // it after the cleanup below has run, leaving a temporary file behind.
+    const file = await fsp.open(temporary, "wx");
     try {
-      await pipeline(source, counter, fs.createWriteStream(temporary, { flags: "wx" }));
+      await pipeline(source, counter, file.createWriteStream());
       await fsp.mkdir(path.dirname(target), { recursive: true });
       // link, not rename: it fails when the key is taken instead of replacing that blob.
       await fsp.link(temporary, target);
     } finally {
+      await file.close().catch(() => {}); // the stream closes it when it finishes; not when it fails
       await fsp.rm(temporary, { force: true });
     }
     return { size };

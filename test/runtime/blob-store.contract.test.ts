@@ -101,13 +101,16 @@ describe.each(engines)("blob store: $name", (engine) => {
     }
   });
 
-  it("streams a large blob in and out without holding it (32 MiB)", async () => {
-    const before = process.memoryUsage().arrayBuffers;
+  // (That the bytes stream rather than gather in memory shows at the gateway: an upload's bytes are on disk before its
+  // body is complete, test/gateway/chat/uploads.test.ts. Memory figures here would measure the garbage collector.)
+  it("takes and gives back a large blob from a source generated as it is read (32 MiB)", async () => {
     const { size } = await made.store.put("1/large", generated(512, 64 * 1024));
     expect(size).toBe(32 * 1024 * 1024);
     let read = 0;
-    for await (const chunk of made.store.read("1/large")) read += (chunk as Buffer).length;
+    for await (const chunk of made.store.read("1/large")) {
+      read += (chunk as Buffer).length;
+    }
     expect(read).toBe(size);
-    expect(process.memoryUsage().arrayBuffers - before).toBeLessThan(16 * 1024 * 1024);
+    expect(await made.store.stat("1/large")).toEqual({ size });
   });
 });

@@ -67,6 +67,7 @@ describe.each(ENGINES)("uploads on %s", (engine) => {
     expect(res.headers.get("content-disposition")).toBe(`inline; filename="notes.txt"; filename*=UTF-8''notes.txt`);
     expect(res.headers.get("cache-control")).toContain("private");
     expect(res.headers.get("x-content-type-options")).toBe("nosniff");
+    expect(res.headers.get("content-length")).toBe("13");
     expect((await download(body.url)).status).toBe(401);
   });
 
@@ -99,6 +100,7 @@ describe.each(ENGINES)("uploads on %s", (engine) => {
     const part = await download(body.url, alice, { range: "bytes=2-5" });
     expect(part.status).toBe(206);
     expect(part.headers.get("content-range")).toBe("bytes 2-5/10");
+    expect(part.headers.get("content-length")).toBe("4");
     expect(await part.text()).toBe("2345");
     const tail = await download(body.url, alice, { range: "bytes=-3" });
     expect(await tail.text()).toBe("789");
@@ -168,7 +170,18 @@ describe.each(ENGINES)("uploads on %s", (engine) => {
     const form = await api(server, "POST", "/user_uploads", { as: alice, params: { x: "1" } });
     expect(form.status).toBe(400);
     await eventually(async () => storedFiles().length === before);
-    expect(storedFiles().length).toBe(before);
+    expect(storedFiles().length, storedFiles().join(", ")).toBe(before);
+  });
+
+  it("streams a large file back whole, with its length", async () => {
+    const data = Buffer.alloc(12 * MIB);
+    for (let i = 0; i < data.length; i += 4096) data.writeUInt32BE(i, i);
+    const body = await uploadOne(alice, "large.bin", data, "application/octet-stream");
+    const res = await download(body.url, alice);
+    expect(res.headers.get("content-length")).toBe(String(data.length));
+    expect(Buffer.from(await res.arrayBuffer()).equals(data)).toBe(true);
+    const part = await download(body.url, alice, { range: `bytes=${5 * MIB}-${9 * MIB - 1}` });
+    expect(Buffer.from(await part.arrayBuffer()).equals(data.subarray(5 * MIB, 9 * MIB))).toBe(true);
   });
 
   it("an upload aborted midway (50 MiB) leaves no file and no record", async () => {
