@@ -11,6 +11,7 @@ import busboyModule, { type BusboyInstance } from "@fastify/busboy";
 import mimeTypes from "mime-types";
 import { ChorusError, errors } from "../../runtime/errors.ts";
 import { BlobTooLarge } from "../../runtime/blobs/blob-store.ts";
+import { safeEqual } from "../../runtime/secrets.ts";
 import { attachmentByPath, attachmentObjects, linkedMessageIds, uploadSpaceUsed } from "../../actors/chat/organization/attachments.ts";
 import { readableMessages } from "../../actors/chat/reads/messages.ts";
 import type { AuthUser } from "../auth.ts";
@@ -283,7 +284,7 @@ async function serve(services: Services, req: HttpRequest): Promise<HttpResult |
   let attachment;
   if (temporary) {
     const [, payload, signature] = temporary;
-    if (services.keyring.sign(TEMPORARY_PURPOSE, payload!) !== signature) throw notFound();
+    if (!safeEqual(services.keyring.sign(TEMPORARY_PURPOSE, payload!), signature!)) throw notFound();
     const [pathId, expires] = JSON.parse(Buffer.from(payload!, "base64url").toString("utf8")) as [string, number];
     if (expires < Date.now() / 1000) throw new ChorusError("BAD_REQUEST", "This file's temporary URL has expired", 404);
     attachment = await attachmentByPath(services.store.db, Number(pathId.split("/")[0]), pathId);

@@ -67,9 +67,23 @@ export async function uploadSpaceUsed(db: DB, realmId: number): Promise<number> 
   return Number(row?.used ?? 0);
 }
 
-/** The record of a file by its path id in a realm (never another realm's), or undefined. */
-export function attachmentByPath(db: DB, realmId: number, pathId: string) {
-  return db.selectFrom("attachments").selectAll().where("realm_id", "=", realmId).where((eb) => eb.or([eb("path_id", "=", pathId), eb("url_path", "=", pathId)])).executeTakeFirst();
+/**
+ * The record of a file in a realm (never another realm's) by its path as a URL or a client has it: percent-encoded
+ * as we link it, or decoded; undefined when there is none.
+ */
+export function attachmentByPath(db: DB, realmId: number, path: string) {
+  let decoded = path;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {
+    // not percent-encoded after all: the path as given is all there is
+  }
+  return db
+    .selectFrom("attachments")
+    .selectAll()
+    .where("realm_id", "=", realmId)
+    .where((eb) => eb.or([eb("url_path", "=", path), eb("path_id", "=", decoded), eb("path_id", "=", path)]))
+    .executeTakeFirst();
 }
 
 /** The messages linking a file. */

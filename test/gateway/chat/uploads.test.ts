@@ -71,6 +71,26 @@ describe.each(ENGINES)("uploads on %s", (engine) => {
     expect((await download(body.url)).status).toBe(401);
   });
 
+  it("takes a hand-written multipart body, as curl -F sends it, with an RFC 5987 file name", async () => {
+    const boundary = "------------------------chorus1234";
+    const body = Buffer.concat([
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename*=UTF-8''%C3%A9t%C3%A9.txt\r\nContent-Type: text/plain\r\n\r\n`),
+      Buffer.from("summer"),
+      Buffer.from(`\r\n--${boundary}--\r\n`),
+    ]);
+    const res = await fetch(new URL("/api/v1/user_uploads", server.url), {
+      method: "POST",
+      headers: { authorization: basic(alice), "content-type": `multipart/form-data; boundary=${boundary}` },
+      body,
+    });
+    expect(res.status).toBe(200);
+    const answer = (await res.json()) as { filename: string; url: string };
+    expect(answer.filename).toBe("été.txt");
+    expect(await (await download(answer.url, alice)).text()).toBe("summer");
+    // The decoded path finds the file too.
+    expect((await download(decodeURIComponent(answer.url), alice)).status).toBe(200);
+  });
+
   it("sanitises the stored name as Zulip does and answers the name as uploaded", async () => {
     const body = await uploadOne(alice, "my report (final)?.txt", "x");
     expect(body.filename).toBe("my report (final)?.txt");
