@@ -172,6 +172,8 @@ describe.each(ENGINES)("uploads on %s", (engine) => {
 
   it("refuses a missing file, two files, an empty file and a file over the limit, leaving nothing stored", async () => {
     const before = storedFiles().length;
+    const anonymous = await upload(null, [{ filename: "a.txt", type: "text/plain", data: Buffer.from("a") }]);
+    expect(anonymous.status).toBe(401);
     const none = await upload(alice, [], { note: "no file" });
     expect(none.status).toBe(400);
     expect(none.body.msg).toBe("You must specify a file to upload");
