@@ -6,7 +6,7 @@
  * zerver/views/upload.py, zerver/lib/upload/ and zerver/lib/attachments.py.
  */
 import { randomBytes } from "node:crypto";
-import type { Readable } from "node:stream";
+import { Readable } from "node:stream";
 import busboyModule, { type BusboyInstance } from "@fastify/busboy";
 import mimeTypes from "mime-types";
 import { ChorusError, errors } from "../../runtime/errors.ts";
@@ -193,20 +193,19 @@ export const uploadRoutes: RouteSpec[] = [
     path: "/user_uploads",
     params: { type: "object", properties: {} },
     async handle(call) {
-      const { req, user, services, files } = call;
+      const { req, user, services } = call;
       const limitMib = services.chat.maxFileUploadSizeMib;
-      const body = req.bodyStream;
-      // Only a streamed body is read here (gateway/main.ts names this route to the adapter); a buffered one has
-      // already been parsed, and its files (at most the adapter's body cap) are refused as the API expects.
-      if (!body) throw errors.badRequest(files.length ? "Upload could not be streamed" : "You must specify a file to upload");
+      const contentType = req.headers["content-type"] ?? "";
+      if (!contentType.toLowerCase().startsWith("multipart/form-data")) throw errors.badRequest("Invalid request body: send the file as multipart/form-data");
+      // The adapter streams this route's body (gateway/main.ts names it); were it buffered, it is read the same way.
+      const body = req.bodyStream ?? Readable.from([req.body]);
+      // Refused unread when the declared length already says too much (the adapter then closes the connection).
       const declared = Number(req.headers["content-length"] ?? NaN);
       if (declared > limitMib * MIB + MULTIPART_OVERHEAD) throw tooLarge(limitMib);
       const quotaMib = services.chat.realmUploadQuotaMib;
       if (quotaMib !== undefined && Number.isFinite(declared) && (await uploadSpaceUsed(services.store.db, user.realm_id)) + declared - MULTIPART_OVERHEAD > quotaMib * MIB) {
         throw new ChorusError("REALM_UPLOAD_QUOTA", "Upload would exceed your organization's upload quota.", 400);
       }
-      const contentType = req.headers["content-type"] ?? "";
-      if (!contentType.toLowerCase().startsWith("multipart/form-data")) throw errors.badRequest("Invalid request body: send the file as multipart/form-data");
       const upload = newUpload(user.realm_id);
       const received = await receiveOneFile(services, body, contentType, upload.blobKey, limitMib);
       const { pathId, urlPath } = upload.paths(received.fileName);
