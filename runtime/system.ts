@@ -96,6 +96,11 @@ export class ActorSystem {
     return this.opts.shards;
   }
 
+  /** Asks of this process still waiting for their reply (what a leak would grow: the memory tests read it). */
+  get waitingAsks(): number {
+    return this.pending.size;
+  }
+
   async start(): Promise<void> {
     await this.opts.transport.start({
       onEntry: (shard, entry) => this.onEntry(shard, entry),

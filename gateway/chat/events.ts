@@ -305,6 +305,9 @@ async function streamQueue(
   let acknowledged = resumeFrom;
   let written = resumeFrom;
   let events = firstEvents;
+  // A client gone leaves this loop's poll parked (holding the stream) until an event or the heartbeat: a poll that
+  // does not wait finishes it now (a newer poll of a queue finishes the older one), and the loop ends.
+  sink.onClose(() => void poll(acknowledged, written, true).catch(() => {}));
   sink.write(": connected\n\n"); // opens the stream for the client before the first event
   try {
     while (!sink.closed) {
