@@ -56,7 +56,13 @@ export type ClientRequest =
   | { op: "send"; base: string; sender: Auth; body: string; reps: number }
   | { op: "check"; base: string; queues: QueueRef[]; ids: number[] }
   /** One dont_block poll per queue (activating its user's actor), `concurrency` at a time. */
-  | { op: "touch"; base: string; queues: QueueRef[]; concurrency: number; expectBadQueue: boolean };
+  | { op: "touch"; base: string; queues: QueueRef[]; concurrency: number; expectBadQueue: boolean }
+  /** DELETE /events for each queue, `concurrency` at a time. */
+  | { op: "deleteQueues"; base: string; queues: QueueRef[]; concurrency: number }
+  /** Open GET /events/stream on each queue (a connection each), `concurrency` at a time, and keep them open. */
+  | { op: "openStreams"; base: string; queues: QueueRef[]; concurrency: number }
+  /** Close every stream openStreams opened (the client goes away). */
+  | { op: "closeStreams" };
 
 export type ClientReply = { id: number; ok: true; result: unknown; cpuMicros: number } | { id: number; ok: false; error: string };
 
@@ -560,6 +566,71 @@ async function touch(req: Extract<ClientRequest, { op: "touch" }>): Promise<Touc
   return out;
 }
 
+// ---- deleting queues, and event streams opened and closed (bench/memory.ts) -------------------------------------
+
+export interface CountResult {
+  ok: number;
+  errors: number;
+  errorSamples: string[];
+}
+
+/** Run `one` over `items`, `concurrency` at a time, counting what threw. */
+async function each<T>(items: T[], concurrency: number, one: (item: T) => Promise<void>): Promise<CountResult> {
+  const out: CountResult = { ok: 0, errors: 0, errorSamples: [] };
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      try {
+        await one(items[next++]!);
+        out.ok++;
+      } catch (err) {
+        out.errors++;
+        if (out.errorSamples.length < 5) out.errorSamples.push(describeError(err));
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  return out;
+}
+
+function deleteQueues(req: Extract<ClientRequest, { op: "deleteQueues" }>): Promise<CountResult> {
+  return each(req.queues, req.concurrency, async (q) => {
+    const a = await request(new URL(`/api/v1/events?queue_id=${encodeURIComponent(q.queueId)}`, req.base), "DELETE", q.auth);
+    if (a.status !== 200) throw a;
+  });
+}
+
+const streams = new Set<http.ClientRequest>();
+
+/** Each stream is open once its first comment (`: connected`) arrived; it stays open until closeStreams. */
+function openStreams(req: Extract<ClientRequest, { op: "openStreams" }>): Promise<CountResult> {
+  return each(
+    req.queues,
+    req.concurrency,
+    (q) =>
+      new Promise<void>((resolve, reject) => {
+        const url = new URL(`/api/v1/events/stream?queue_id=${encodeURIComponent(q.queueId)}&last_event_id=-1`, req.base);
+        const r = http.get({ host: url.hostname, port: url.port, path: url.pathname + url.search, headers: { authorization: q.auth }, agent: false }, (res) => {
+          if (res.statusCode !== 200) {
+            res.resume();
+            return reject(new Error(`GET /events/stream: ${res.statusCode}`));
+          }
+          res.once("data", () => resolve());
+          res.on("error", () => {}); // closed by closeStreams
+        });
+        r.on("error", reject);
+        streams.add(r);
+      }),
+  );
+}
+
+function closeStreams(): number {
+  const n = streams.size;
+  for (const r of streams) r.destroy();
+  streams.clear();
+  return n;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 
 async function handle(msg: ClientRequest): Promise<unknown> {
@@ -580,12 +651,19 @@ async function handle(msg: ClientRequest): Promise<unknown> {
       return check(msg);
     case "touch":
       return touch(msg);
+    case "deleteQueues":
+      return deleteQueues(msg);
+    case "openStreams":
+      return openStreams(msg);
+    case "closeStreams":
+      return closeStreams();
   }
 }
 
 process.on("message", (msg: ClientRequest & { id: number; exit?: true }) => {
   if (msg.exit) {
     unpark();
+    closeStreams();
     agent.destroy();
     return process.disconnect();
   }

@@ -161,7 +161,7 @@ export class EventClient {
 // ---------------------------------------------------------------------------------------------------------------
 // Setup: users, channels, queues of one engine, made once and shared by its scenarios
 
-const REGISTER_BODY = `event_types=${encodeURIComponent(JSON.stringify(["message"]))}`;
+export const REGISTER_BODY = `event_types=${encodeURIComponent(JSON.stringify(["message"]))}`;
 
 export class EventWorld extends Population {
   constructor(
@@ -247,7 +247,8 @@ function fullGc(): boolean {
   return true;
 }
 
-async function settledMemory(): Promise<{ rss: number; heapUsed: number; external: number; gc: boolean }> {
+/** The process's memory once settled: three full GCs 200 ms apart (gc: whether a full GC was available). */
+export async function settledMemory(): Promise<{ rss: number; heapUsed: number; external: number; gc: boolean }> {
   let gc = false;
   for (let i = 0; i < 3; i++) {
     await new Promise((r) => setTimeout(r, 200));

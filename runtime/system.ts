@@ -62,9 +62,13 @@ interface Activation {
 }
 
 interface PendingAsk {
+  /** The key of this ask in `pending`: a transient ask sent again gets a new one (see resendTransient). */
+  corr: string;
   resolve(value: unknown): void;
   reject(err: ChorusError): void;
   timer: NodeJS.Timeout;
+  /** A transient ask (askTransient): what to send again if the turn it parked may be gone. */
+  transient?: { shard: number; targets: ActorId[]; body: unknown };
 }
 
 export class ActorSystem {
@@ -92,12 +96,19 @@ export class ActorSystem {
     return this.opts.shards;
   }
 
+  /** Asks of this process still waiting for their reply (what a leak would grow: the memory tests read it). */
+  get waitingAsks(): number {
+    return this.pending.size;
+  }
+
   async start(): Promise<void> {
     await this.opts.transport.start({
       onEntry: (shard, entry) => this.onEntry(shard, entry),
       onReply: (reply) => this.onReply(reply),
+      onLost: () => this.resendTransient(),
     });
     await this.opts.pubsub.subscribe(channels.notices, this.hearNotice);
+    await this.opts.pubsub.subscribe(channels.shardHolders, this.hearShardHolder);
     const idleMs = this.opts.idleMs ?? 5 * 60_000;
     this.sweeper = setInterval(() => void this.passivateIdle(idleMs), Math.min(idleMs, 60_000));
     this.sweeper.unref();
@@ -155,12 +166,38 @@ export class ActorSystem {
    * message's trip to its readers. It may overtake an entry of the shard still in the transport: a poll then
    * parks and that entry wakes it. An operation's events are in their queues before the operation returns
    * success (every delivery is an ask), so no such entry is one the poller was already told about.
+   * A transient ask may reach its actor more than once (see resendTransient): it must be idempotent.
    */
   private askTransient(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<unknown> {
     if (this.closing) return Promise.reject(errors.shuttingDown());
     const shard = shardOf(id, this.opts.shards);
-    return this.request(shard, [id], body, timeoutMs, `ask ${parseActorId(id).kind}`, this.servedHere.has(shard));
+    return this.request(shard, [id], body, timeoutMs, `ask ${parseActorId(id).kind}`, true);
   }
+
+  /**
+   * Send the transient asks still waiting (of `shard`, or all) again, each under a new correlation id, so that
+   * only the new turn's answer counts. Their first turns may be parked on a process that died (the shard's new
+   * holder announced itself) or their entry or reply lost with Redis's data (the transport's `onLost`): a parked
+   * poll would otherwise wait out its whole timeout. A first turn still alive is harmless: a poll is idempotent,
+   * and a newer poll of a queue finishes the older one, whose answer then goes to a correlation id nobody waits on.
+   */
+  private resendTransient(shard?: number): void {
+    if (this.closing) return;
+    for (const waiting of [...this.pending.values()]) {
+      const again = waiting.transient;
+      if (!again || (shard !== undefined && again.shard !== shard)) continue;
+      this.pending.delete(waiting.corr);
+      waiting.corr = `${++this.corr}`;
+      this.pending.set(waiting.corr, waiting);
+      this.dispatch(again.shard, { targets: again.targets, body: again.body, replyTo: { node: this.nodeId, corr: waiting.corr } }, true);
+    }
+  }
+
+  /** A process took a shard's lease (ShardManager → holdShard): asks parked on its previous holder go to it. */
+  private readonly hearShardHolder = (notice: string) => {
+    const shard = Number(notice);
+    if (Number.isInteger(shard)) this.resendTransient(shard);
+  };
 
   /**
    * Tell every process, this one included, a short notice (best effort: see the pub/sub's guarantees). The
@@ -179,24 +216,31 @@ export class ActorSystem {
     await this.opts.transport.send(shardOf(id, this.opts.shards), { targets: [id], body, trace: carrier() });
   }
 
-  private request<T>(shard: number, targets: ActorId[], body: unknown, timeoutMs: number, spanName: string, here = false): Promise<T> {
+  /** `transient`: an askTransient (queued here when this process holds the shard; sent again by resendTransient). */
+  private request<T>(shard: number, targets: ActorId[], body: unknown, timeoutMs: number, spanName: string, transient = false): Promise<T> {
     return tracer.startActiveSpan(spanName, (span) => {
       const corr = `${++this.corr}`;
       const result = new Promise<T>((resolve, reject) => {
-        const timer = setTimeout(() => {
-          this.pending.delete(corr);
+        const waiting: PendingAsk = { corr, resolve: resolve as (v: unknown) => void, reject, timer: undefined as unknown as NodeJS.Timeout };
+        waiting.timer = setTimeout(() => {
+          this.pending.delete(waiting.corr);
           reject(errors.timeout(targets.length === 1 ? targets[0]! : `shard ${shard}`));
         }, timeoutMs);
-        this.pending.set(corr, { resolve: resolve as (v: unknown) => void, reject, timer });
+        if (transient) waiting.transient = { shard, targets, body };
+        this.pending.set(corr, waiting);
       });
-      const entry: Entry = { targets, body, replyTo: { node: this.nodeId, corr }, trace: carrier() };
-      if (here) void this.onEntry(shard, entry);
-      else this.opts.transport.send(shard, entry).catch((err) => this.settle({ corr, error: ChorusError.wrap(err).toJSON() }));
+      this.dispatch(shard, { targets, body, replyTo: { node: this.nodeId, corr }, trace: carrier() }, transient);
       return result.finally(() => span.end()).catch((err: ChorusError) => {
         span.setStatus({ code: SpanStatusCode.ERROR, message: err.code });
         throw err;
       });
     });
+  }
+
+  /** Hand an ask's entry to the transport, or, transient to a shard held here, straight to its turn. */
+  private dispatch(shard: number, entry: Entry & { replyTo: ReplyAddress }, transient: boolean): void {
+    if (transient && this.servedHere.has(shard)) void this.onEntry(shard, entry);
+    else this.opts.transport.send(shard, entry).catch((err) => this.settle({ corr: entry.replyTo.corr, error: ChorusError.wrap(err).toJSON() }));
   }
 
   private onReply(reply: Reply): void {
@@ -222,7 +266,11 @@ export class ActorSystem {
     this.epochs.set(shard, epoch);
     if (reclaimed && !this.opts.transport.redeliversAfterCrash) this.lostEntries.add(shard);
     await this.opts.transport.acquire(shard);
-    if (this.epochs.get(shard) === epoch) this.servedHere.add(shard);
+    if (this.epochs.get(shard) !== epoch) return;
+    this.servedHere.add(shard);
+    // Asks parked on the previous holder died with it if it crashed; their askers send them again (best effort:
+    // an asker that misses this notice still has its ask's timeout).
+    this.opts.pubsub.publish(channels.shardHolders, String(shard)).catch(() => {});
   }
 
   /** Stop receiving the shard and drop its activations (after their current turns). */
@@ -444,6 +492,7 @@ export class ActorSystem {
     this.closing = true;
     if (this.sweeper) clearInterval(this.sweeper);
     await this.opts.pubsub.unsubscribe(channels.notices, this.hearNotice);
+    await this.opts.pubsub.unsubscribe(channels.shardHolders, this.hearShardHolder);
     for (const shard of this.heldShards()) await this.dropShard(shard);
     for (const [corr, p] of this.pending) {
       clearTimeout(p.timer);

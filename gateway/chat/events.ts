@@ -252,9 +252,11 @@ export const eventRoutes: RouteSpec[] = [
       // The actor answers with a heartbeat after heartbeatSeconds; the ask only guards against a lost worker.
       const timeout = services.chat.heartbeatSeconds * 1000 + 15_000;
       // Transient: served without the transport when this worker holds the user (see askTransient).
-      const polled = await services.system
-        .ref(User, user.id)
-        .askTransient({ op: "poll", queueId: params.queue_id, lastEventId: params.last_event_id, dontBlock: params.dont_block }, timeout);
+      const poll = (dontBlock: boolean) =>
+        services.system.ref(User, user.id).askTransient({ op: "poll", queueId: params.queue_id, lastEventId: params.last_event_id, dontBlock }, timeout);
+      // A client gone would leave its poll parked until an event or the heartbeat: finish it now (see streamQueue).
+      req.onAbort(() => void poll(true).catch(() => {}));
+      const polled = await poll(params.dont_block);
       if (req.aborted) return { events: [] }; // nobody to tell; the events stay queued until acknowledged
       return { events: polled.events, queue_id: params.queue_id };
     },
@@ -307,6 +309,9 @@ async function streamQueue(
   let acknowledged = resumeFrom;
   let written = resumeFrom;
   let events = firstEvents;
+  // A client gone leaves this loop's poll parked (holding the stream) until an event or the heartbeat: a poll that
+  // does not wait finishes it now (a newer poll of a queue finishes the older one), and the loop ends.
+  sink.onClose(() => void poll(acknowledged, written, true).catch(() => {}));
   sink.write(": connected\n\n"); // opens the stream for the client before the first event
   try {
     while (!sink.closed) {

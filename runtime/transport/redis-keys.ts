@@ -8,6 +8,8 @@
 export const channels = {
   /** Short notices to every node (ActorSystem.announce): caches drop what changed elsewhere. */
   notices: "notices",
+  /** A shard's number, published by the process that just took its lease (ActorSystem.holdShard). */
+  shardHolders: "shard-holders",
   /** The assistant's socket.io room events, relayed to the rooms of every worker (gateway/assistant/sockets.ts). */
   assistantRoomEvents: "assistant:room-events",
 } as const;

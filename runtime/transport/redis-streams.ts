@@ -28,7 +28,9 @@
  * last id seen (at most once: an id is never read twice). The node creates its stream at `start` and refreshes a
  * short TTL while its loop runs, so the stream of a dead node vanishes; `reply` appends (MAXLEN ~) only while the
  * target's stream exists (script `replyIfAlive`), so replies to a node that is gone are dropped at the source
- * instead of re-creating its stream. A reply to this node itself does not go through Redis.
+ * instead of re-creating its stream. A reply to this node itself does not go through Redis. The refresh runs at
+ * least once per read's wait: finding its own stream gone tells the node that Redis lost its data, and with it
+ * the replies dropped meanwhile and entries not yet read (`onLost`).
  *
  * Connections. One non-blocking command connection for XADD, XACK, group creation and the scripts; one blocking
  * connection per held shard loop; one for the reply loop. Why one per shard
@@ -316,6 +318,8 @@ export class RedisStreamsTransport implements Transport {
   /** Grace added to BLOCK before the watchdog replaces a connection; also the bound of a non-blocking call. */
   private readonly callTimeoutMs: number;
   private readonly replyTtlMs: number;
+  /** How often the reply loop refreshes its stream's TTL, and so checks that Redis still has it. */
+  private readonly replyTouchMs: number;
 
   private readonly cmd: Redis;
   private handlers?: TransportHandlers;
@@ -342,6 +346,8 @@ export class RedisStreamsTransport implements Transport {
     this.onError = options.onError ?? ((err, where) => console.error(`[redis-streams ${this.nodeId}] ${where}:`, err));
     this.callTimeoutMs = Math.max(1000, this.blockMs);
     this.replyTtlMs = Math.max(30_000, 10 * this.blockMs);
+    // Every read's wait at most: a lost stream (see keepReplyStream) is noticed within two reads, not a quarter TTL.
+    this.replyTouchMs = Math.min(this.replyTtlMs / 4, this.blockMs);
     this.cmd = this.connect("cmd", false);
   }
 
@@ -351,7 +357,7 @@ export class RedisStreamsTransport implements Transport {
     this.handlers = handlers;
     // Create our reply stream now: replies are only appended to streams that exist, and reading from the id of
     // this first entry (rather than `$`) loses nothing that arrives between two reads.
-    this.replyLast = await this.touchReplyStream(true);
+    this.replyLast = await this.createReplyStream();
     await this.cmd.call("SCRIPT", "LOAD", appendAndTake.source);
     this.replyConn = new LoopConnection(() => this.connect("reply", true));
     this.replyLoop = this.runReplies(this.replyConn);
@@ -697,8 +703,8 @@ export class RedisStreamsTransport implements Transport {
     let lastTouch = Date.now();
     while (!this.closing) {
       try {
-        if (Date.now() - lastTouch >= this.replyTtlMs / 4) {
-          await this.touchReplyStream(false);
+        if (Date.now() - lastTouch >= this.replyTouchMs) {
+          await this.keepReplyStream();
           lastTouch = Date.now();
         }
         const res = (await conn.call(
@@ -736,10 +742,24 @@ export class RedisStreamsTransport implements Transport {
     }
   }
 
-  /** Refresh the TTL of this node's reply stream, re-creating it when gone. Returns the id of an entry it added. */
-  private async touchReplyStream(create: boolean): Promise<string> {
+  /**
+   * Refresh the TTL of this node's reply stream. A stream gone while this node runs means Redis lost its data
+   * (flushed, or restarted without it): replies to this node were dropped meanwhile (replyIfAlive), and entries
+   * may have gone with the shard streams. Re-create it, read it from its start, and tell the system (`onLost`).
+   */
+  private async keepReplyStream(): Promise<void> {
+    if ((await this.cmd.call("PEXPIRE", this.keys.reply(this.nodeId), this.replyTtlMs)) === 1) return;
+    this.replyLast = await this.createReplyStream();
+    try {
+      this.handlers?.onLost?.();
+    } catch (err) {
+      this.onError(err, "onLost");
+    }
+  }
+
+  /** Create this node's reply stream (its first entry, a hello) with its TTL; returns the hello's id. */
+  private async createReplyStream(): Promise<string> {
     const key = this.keys.reply(this.nodeId);
-    if (!create && (await this.cmd.call("PEXPIRE", key, this.replyTtlMs)) === 1) return this.replyLast;
     const id = (await this.cmd.call("XADD", key, "MAXLEN", "~", this.replyMaxLen, "*", HELLO_FIELD, "1")) as string;
     await this.cmd.call("PEXPIRE", key, this.replyTtlMs);
     return id;

@@ -12,6 +12,8 @@
  *   entries sent to a shard nobody holds wait until someone acquires it.
  * - A reply is delivered to the node named in the address, at most once; replies to a node that is gone are dropped
  *   (the asker's timeout covers them).
+ * - When the engine finds it lost what it held (entries not yet delivered, replies not yet read), it calls
+ *   `onLost` once it serves again.
  * What it leaves out: ordering across shards, exactly-once delivery, and durability beyond the engine's own
  * (Redis on these machines keeps nothing on disk: durable state lives in the store, never in the transport), and
  * messages to every node (those are pub/sub: pubsub.ts).
@@ -42,6 +44,11 @@ export interface Reply {
 export interface TransportHandlers {
   onEntry(shard: number, entry: Entry): Promise<void>;
   onReply(reply: Reply): void;
+  /**
+   * The engine lost entries or replies in flight, and cannot tell which (Redis flushed, or restarted without its
+   * data). Asks waiting for a reply may wait for nothing: the asker sends those it may send twice again.
+   */
+  onLost?(): void;
 }
 
 export interface Transport {

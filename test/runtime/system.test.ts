@@ -7,6 +7,7 @@
  * The test actors record what happens to them in a per-test probe, so turns, activations and deactivations are
  * observed rather than inferred from timing alone.
  */
+import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { PARKED, shardOf, type ActorContext, type ActorFactory, type Deferred, type Fence } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
@@ -16,6 +17,7 @@ import { MemoryTransport } from "../../runtime/transport/memory.ts";
 import type { PubSub } from "../../runtime/transport/pubsub.ts";
 import { RedisPubSub } from "../../runtime/transport/redis-pubsub.ts";
 import { RedisStreamsTransport } from "../../runtime/transport/redis-streams.ts";
+import { redisKeys } from "../../runtime/transport/redis-keys.ts";
 import type { Transport } from "../../runtime/transport/transport.ts";
 import { freshRedisPrefix, REDIS_URL } from "../support/services.ts";
 import { at, broadcastAt, untypedKind } from "../support/untyped-actors.ts";
@@ -553,19 +555,19 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect(sentTo()).toEqual([2]);
     expect(probe.activations.get(here)).toBe(1);
 
-    // Held by nobody: the entry waits in the transport until a holder takes the shard.
+    // Held by nobody: the entry waits in the transport until a holder takes the shard (which may also bring the
+    // ask a second time: see resendTransient).
     const nobodys = idOn("counter", 6);
-    const waiting = at(system, nobodys).askTransient({ op: "add", by: 5 });
+    const waiting = at(system, nobodys).askTransient({ op: "get" });
     await until(() => sentTo().length === 2);
     expect(sentTo()).toEqual([2, 6]);
     await system.holdShard(6, 106);
-    expect(await waiting).toBe(5);
+    expect(await waiting).toBe(0);
 
     // Dropped: no longer served here; the next holder answers, with a fresh activation.
     await system.dropShard(2);
     const afterDrop = at(system, here).askTransient({ op: "get" });
-    await until(() => sentTo().length === 3);
-    expect(sentTo()[2]).toBe(2);
+    await until(() => sentTo().filter((shard) => shard === 2).length === 2);
     await system.holdShard(2, 202);
     expect(await afterDrop).toBe(0);
     expect(probe.activations.get(here)).toBe(2);
@@ -603,6 +605,50 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     const ids = Array.from({ length: 16 }, (_, i) => `counter:n${i}`);
     await broadcastAt(a, ids, { op: "add", by: 1 });
     for (const id of ids) expect(probe.turns.get(id), id).toBe(1);
+  });
+
+  it.runIf(engine.distributed)("a transient ask parked on a holder that died is sent again to the shard's next holder", async () => {
+    const asker = await node({ hold: () => false });
+    await node({ hold: (shard) => shard === 3 });
+    const dying = opened.at(-1)!.transport;
+    const parker = idOn("parker", 3);
+    const waiting = at(asker, parker).askTransient({ op: "wait" });
+    await until(() => probe.activations.get(parker) === 1);
+
+    // The holder stops serving the shard without answering (as a SIGKILL leaves it); the parked turn is gone with it.
+    await dying.release(3);
+    await node({ hold: (shard) => shard === 3 }); // takes the shard and says so
+    await until(() => probe.activations.get(parker) === 2);
+    expect(await at(asker, parker).ask({ op: "release", value: "from the next holder" })).toBe(1);
+    expect(await waiting).toBe("from the next holder");
+  });
+
+  it.runIf(engine.distributed)("a transient ask whose reply Redis lost (the asker's reply stream vanished) is sent again", async () => {
+    const asker = await node({ hold: () => false });
+    const holder = await node();
+    const parker = idOn("parker", 5);
+    let answer: string | undefined;
+    void at(asker, parker)
+      .askTransient({ op: "wait" })
+      .then((v) => (answer = v as string));
+    await until(() => probe.activations.get(parker) === 1);
+    await sleep(50); // the turn has parked
+
+    // What a FLUSHALL does to the asker: its reply stream is gone, so the answer below is dropped at the source.
+    const redis = new Redis(REDIS_URL);
+    try {
+      await redis.del(redisKeys(scope).reply(asker.nodeId));
+    } finally {
+      redis.disconnect();
+    }
+    expect(await at(holder, parker).ask({ op: "release", value: "dropped" })).toBe(1);
+    // The asker notices within a read or two and asks again; the new turn parks and the next release answers it.
+    const deadline = Date.now() + ASK_TIMEOUT_MS - 500;
+    while (answer === undefined && Date.now() < deadline) {
+      await at(holder, parker).ask({ op: "release", value: "again" });
+      await sleep(50);
+    }
+    expect(answer).toBe("again");
   });
 
   it("announce reaches the notice listeners of every node, the announcer's included, once each", async () => {

@@ -23,6 +23,8 @@ interface Inspect {
   /** The bodies of a shard stream's entries, in stream order. */
   streamBodies(scope: string, shard: number): Promise<unknown[]>;
   replyStreamExists(scope: string, node: string): Promise<boolean>;
+  /** Delete a node's reply stream, as a FLUSHALL or a restart without persistence does. */
+  loseReplyStream(scope: string, node: string): Promise<void>;
   /** Kill every Redis connection of a node (a network blip as Redis sees it). */
   killConnections(node: string): Promise<number>;
 }
@@ -76,6 +78,7 @@ const engines: Engine[] = [
       },
       replyStreamExists: async (scope, node) =>
         Number(await redis().call("EXISTS", redisKeys(scope).reply(node))) === 1,
+      loseReplyStream: async (scope, node) => void (await redis().call("DEL", redisKeys(scope).reply(node))),
       killConnections: async (node) => {
         const list = String(await redis().call("CLIENT", "LIST"));
         const ids = [...list.matchAll(/^id=(\d+) .*?name=(\S*)/gm)]
@@ -97,6 +100,8 @@ afterAll(async () => {
 class Recorder implements TransportHandlers {
   readonly entries: { shard: number; entry: Entry }[] = [];
   readonly replies: Reply[] = [];
+  /** How many times the engine said it lost what it held (onLost). */
+  lost = 0;
   hold?: (entry: Entry) => Promise<void>;
   onEntry(shard: number, entry: Entry): Promise<void> {
     this.entries.push({ shard, entry });
@@ -104,6 +109,9 @@ class Recorder implements TransportHandlers {
   }
   onReply(reply: Reply): void {
     this.replies.push(reply);
+  }
+  onLost(): void {
+    this.lost++;
   }
   bodies(shard?: number): unknown[] {
     return this.entries.filter((e) => shard === undefined || e.shard === shard).map((e) => e.entry.body);
@@ -403,6 +411,23 @@ describe.each(engines)("transport contract: $name", (engine) => {
     await vi.waitFor(() => expect(b.rec.bodies()).toEqual([250]), WAIT);
     await b.t.send(0, entry("barrier"));
     await vi.waitFor(() => expect(b.rec.bodies()).toEqual([250, "barrier"]), WAIT);
+  });
+
+  it.runIf(engine.inspect)("tells a node whose reply stream Redis lost (onLost), once, and replies reach it again", async () => {
+    const asker = await node();
+    const holder = await node();
+    holder.rec.hold = async (e) => {
+      if (e.replyTo) await holder.t.reply(e.replyTo, { corr: e.replyTo.corr, value: e.body });
+    };
+    await holder.t.acquire(1);
+    await engine.inspect!.loseReplyStream(scope, asker.t.nodeId);
+    await vi.waitFor(() => expect(asker.rec.lost).toBe(1), WAIT);
+    expect(await engine.inspect!.replyStreamExists(scope, asker.t.nodeId)).toBe(true);
+    await asker.t.send(1, entry("after", { replyTo: { node: asker.t.nodeId, corr: "1" } }));
+    await vi.waitFor(() => expect(asker.rec.replies.map((r) => r.value)).toEqual(["after"]), WAIT);
+    await tick(300); // a few more reads: nothing else was lost
+    expect(asker.rec.lost).toBe(1);
+    expect(holder.rec.lost).toBe(0);
   });
 
   it.runIf(engine.inspect)("keeps delivering entries and replies after its connections were killed", async () => {

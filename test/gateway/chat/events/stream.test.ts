@@ -58,6 +58,16 @@ describe.each(ENGINES)("event stream on %s", (engine) => {
     resumed.source.close();
   });
 
+  it("lets go of a stream as soon as its client does: its parked poll is finished, not left for the heartbeat", async () => {
+    const queue = (await api(server, "POST", "/register", { as: server.owner, params: { event_types: ["message"] } })).body.queue_id;
+    const before = server.node.system.waitingAsks;
+    const stream = openStream(server, queue);
+    await stream.opened;
+    await until(() => server.node.system.waitingAsks === before + 1); // the stream's poll, parked
+    stream.source.close();
+    await until(() => server.node.system.waitingAsks === before, 3000); // the heartbeat is 50 s away
+  });
+
   it("answers an unknown queue with BAD_EVENT_QUEUE_ID before opening the stream", async () => {
     const res = await api(server, "GET", "/events/stream", { as: server.owner, params: { queue_id: "nope" } });
     expect(res.status).toBe(400);

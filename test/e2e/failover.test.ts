@@ -1,0 +1,234 @@
+/**
+ * A long-poll outlives what happens to the process holding its queue: two workers on Redis Streams and Postgres,
+ * long-polls parked on a user's queues (and event streams reading others), then a fault. Every poll's client gets the user's next message within a few
+ * seconds (its queue restored by the shard's next holder), not after the poll's whole timeout (65 s) and a 503.
+ * - The worker holding the user's shard is killed with SIGKILL: polls parked there from the other worker are sent
+ *   again to the shard's next holder once it announces itself.
+ * - Redis loses its data (FLUSHALL, or a restart without persistence) on a private redis-server this test starts:
+ *   answers dropped because the asker's reply stream was gone are asked for again once the asker notices.
+ * Timing is asserted loosely (15 s against 65 s before): this is not a benchmark.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { setMaxListeners } from "node:events";
+import http from "node:http";
+import path from "node:path";
+import { Redis } from "ioredis";
+import { afterAll, expect, it } from "vitest";
+import { shardOf } from "../../runtime/actor.ts";
+import { User } from "../../actors/chat/users/user.protocol.ts";
+import { freePort, startDistributed, type ChorusProcess } from "../support/process.ts";
+import { api, readZuliprc, type Credentials } from "../support/server.ts";
+
+/** The deployment's default shard count (runtime/config.ts): worker `i` of 2 is the home of the shards ≡ i mod 2. */
+const SHARDS = 16;
+/** Queues followed at once: their polls land on either worker (one connection each), on both but for 2^-11. */
+const QUEUES = 12;
+/** What "within a few seconds" means here, with 2-second leases. */
+const ANSWERED_WITHIN_MS = 15_000;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+const cleanups: Array<() => Promise<unknown>> = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => {});
+});
+
+/** GET /events on a connection of its own (no keep-alive), so that the polls spread over both workers. */
+function poll(port: number, as: Credentials, queueId: string, lastEventId: number, signal: AbortSignal): Promise<{ status: number; body: any }> {
+  const authorization = `Basic ${Buffer.from(`${as.email}:${as.key}`).toString("base64")}`;
+  const query = new URLSearchParams({ queue_id: queueId, last_event_id: String(lastEventId) });
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: "127.0.0.1", port, path: `/api/v1/events?${query}`, agent: false, headers: { authorization }, signal }, (res) => {
+      let text = "";
+      res.on("data", (chunk) => (text += chunk));
+      res.on("end", () => {
+        try {
+          resolve({ status: res.statusCode!, body: JSON.parse(text) });
+        } catch (err) {
+          reject(err);
+        }
+      });
+      res.on("error", reject);
+    });
+    req.on("error", reject);
+  });
+}
+
+/**
+ * What a Zulip client does with its queue from `since`: poll; on a dropped connection (the worker died), poll again;
+ * on events, acknowledge them and poll again, until a message arrives or the queue is gone. Resolves with how
+ * long after `since` that took, or undefined when `signal` stopped it first.
+ */
+async function nextMessage(port: number, as: Credentials, queueId: string, since: () => number, signal: AbortSignal): Promise<number | undefined> {
+  let lastEventId = -1;
+  while (!signal.aborted) {
+    let res: { status: number; body: any };
+    try {
+      res = await poll(port, as, queueId, lastEventId, signal);
+    } catch {
+      if (signal.aborted) return undefined;
+      await sleep(100);
+      continue;
+    }
+    if (res.status !== 200) {
+      // A queue that cannot be restored is an answer too, as long as it is Zulip's.
+      expect(res.body.code).toBe("BAD_EVENT_QUEUE_ID");
+      return Date.now() - since();
+    }
+    const events: any[] = res.body.events;
+    if (events.some((e) => e.type === "message")) return Date.now() - since();
+    if (events.length) lastEventId = events.at(-1).id;
+  }
+  return undefined;
+}
+
+/**
+ * The same client on GET /events/stream: reconnects with Last-Event-ID when its stream ends (its worker died, or the
+ * stream reported an error), until a message arrives.
+ */
+async function nextMessageByStream(port: number, as: Credentials, queueId: string, since: () => number, signal: AbortSignal): Promise<number | undefined> {
+  const authorization = `Basic ${Buffer.from(`${as.email}:${as.key}`).toString("base64")}`;
+  let lastId: string | undefined;
+  while (!signal.aborted) {
+    const arrived = await new Promise<boolean>((resolve) => {
+      const headers: Record<string, string> = { authorization, ...(lastId ? { "last-event-id": lastId } : {}) };
+      const req = http.get({ host: "127.0.0.1", port, path: `/api/v1/events/stream?queue_id=${queueId}`, agent: false, headers, signal }, (res) => {
+        let text = "";
+        res.on("data", (chunk) => {
+          text += chunk;
+          if (res.statusCode !== 200) return;
+          for (let end = text.indexOf("\n\n"); end >= 0; end = text.indexOf("\n\n")) {
+            const block = text.slice(0, end);
+            text = text.slice(end + 2);
+            lastId = /^id: (.*)$/m.exec(block)?.[1] ?? lastId;
+            const data = /^data: (.*)$/m.exec(block)?.[1];
+            if (data && !block.startsWith("event: error") && JSON.parse(data).type === "message") {
+              res.destroy();
+              return resolve(true);
+            }
+          }
+        });
+        res.on("end", () => {
+          // A queue that cannot be restored is an answer too, as long as it is Zulip's.
+          if (res.statusCode !== 200) expect(JSON.parse(text).code).toBe("BAD_EVENT_QUEUE_ID");
+          resolve(res.statusCode !== 200);
+        });
+        res.on("error", () => resolve(false));
+      });
+      req.on("error", () => resolve(false));
+    });
+    if (arrived) return Date.now() - since();
+    await sleep(100);
+  }
+  return undefined;
+}
+
+/** A user whose user actor's home is worker `worker` (of two), created by the owner. */
+async function userHomedOn(target: { url: string }, owner: Credentials, worker: number): Promise<Credentials & { id: number }> {
+  for (let i = 0; ; i++) {
+    const email = `homed-${worker}-${i}@example.com`;
+    const created = await api(target, "POST", "/users", { as: owner, params: { email, password: `pw-${email}`, full_name: `Homed ${i}` } });
+    expect(created.status).toBe(200);
+    if (shardOf(User.id(created.body.user_id), SHARDS) % 2 !== worker) continue;
+    const key = await api(target, "POST", "/fetch_api_key", { params: { username: email, password: `pw-${email}` } });
+    return { email, key: key.body.api_key, id: created.body.user_id };
+  }
+}
+
+/**
+ * `user`'s queues, each followed by a client parked in GET /events or reading GET /events/stream; `fault()` happens; then the owner writes to the
+ * user every half second. Resolves with how long after the fault each client got a message (undefined: not within
+ * 20 s).
+ */
+async function messagesAfter(server: ChorusProcess, owner: Credentials, user: Credentials & { id: number }, fault: () => Promise<void>) {
+  const target = { url: `http://127.0.0.1:${server.port}` };
+  const queues: string[] = [];
+  for (let i = 0; i < QUEUES; i++) {
+    const res = await api(target, "POST", "/register", { as: user, params: { event_types: ["message"] } });
+    expect(res.status).toBe(200);
+    queues.push(res.body.queue_id);
+  }
+  const stop = new AbortController();
+  setMaxListeners(QUEUES * 4, stop.signal); // one per request in flight
+  let faultAt = 0;
+  // Half the clients long-poll, half read the queue as server-sent events.
+  const clients = queues.map((q, i) => (i % 2 ? nextMessageByStream : nextMessage)(server.port, user, q, () => faultAt, stop.signal));
+  await sleep(1000); // every poll is parked
+  await fault();
+  faultAt = Date.now();
+  const stopTimer = setTimeout(() => stop.abort(), 20_000);
+  let waiting = true;
+  const all = Promise.all(clients).finally(() => (waiting = false));
+  while (waiting) {
+    const params = { type: "private", to: JSON.stringify([user.id]), content: `after the fault ${Date.now() - faultAt} ms` };
+    await api(target, "POST", "/messages", { as: owner, params, validate: false, signal: AbortSignal.timeout(3000) }).catch(() => undefined);
+    await sleep(500);
+  }
+  clearTimeout(stopTimer);
+  return all;
+}
+
+it("answers the long-polls of a killed worker's users from the shard's next holder within seconds", async () => {
+  const server = await startDistributed({ LEASE_SECONDS: "2" }, cleanups);
+  const target = { url: `http://127.0.0.1:${server.port}` };
+  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
+  const victim = Number(server.output().match(/worker 1 listening on port \d+ \(pid (\d+)/)?.[1]);
+  expect(victim).toBeGreaterThan(0);
+  const user = await userHomedOn(target, owner, 1);
+
+  const took = await messagesAfter(server, owner, user, async () => void process.kill(victim, "SIGKILL"));
+  expect(server.output()).toContain("worker 1 exited (SIGKILL)");
+  if (process.env.FAILOVER_TIMES) console.info(`answered after (ms): ${took.join(", ")}`);
+  for (const ms of took) expect(ms).toBeLessThan(ANSWERED_WITHIN_MS);
+}, 180_000);
+
+/** A redis-server of this test's own (never the machine's shared one), without persistence. */
+async function privateRedis(): Promise<{ url: string; restart(): Promise<void>; stop(): Promise<void> }> {
+  const port = await freePort();
+  let proc: ChildProcess;
+  const start = async () => {
+    proc = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], { stdio: "ignore" });
+    for (let i = 0; i < 100; i++) {
+      const conn = new Redis({ port, host: "127.0.0.1", lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      conn.on("error", () => {}); // not up yet: asked again below
+      const up = await conn.connect().then(() => conn.ping()).then(() => true, () => false);
+      conn.disconnect();
+      if (up) return;
+      await sleep(50);
+    }
+    throw new Error(`redis-server on port ${port} did not start`);
+  };
+  const stop = async () => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((r) => proc.once("exit", r));
+    proc.kill("SIGKILL");
+    await exited;
+  };
+  await start();
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    async restart() {
+      await stop();
+      await start();
+    },
+    stop,
+  };
+}
+
+it.each(["FLUSHALL", "a restart without persistence"])("answers the long-polls within seconds after Redis loses its data (%s)", async (fault) => {
+  const redis = await privateRedis();
+  cleanups.push(redis.stop);
+  const server = await startDistributed({ LEASE_SECONDS: "2", REDIS_URL: redis.url }, cleanups);
+  const target = { url: `http://127.0.0.1:${server.port}` };
+  const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
+  const user = await userHomedOn(target, owner, 1);
+
+  const took = await messagesAfter(server, owner, user, async () => {
+    if (fault === "FLUSHALL") {
+      const conn = new Redis(redis.url);
+      await conn.flushall();
+      conn.disconnect();
+    } else await redis.restart();
+  });
+  if (process.env.FAILOVER_TIMES) console.info(`answered after (ms): ${took.join(", ")}`);
+  for (const ms of took) expect(ms).toBeLessThan(ANSWERED_WITHIN_MS);
+}, 180_000);
