@@ -169,6 +169,7 @@ export abstract class Conversation implements Actor {
         },
         this.ctx.fence(),
         rows,
+        msg.attempt,
       )
       .then(async (storedId) => {
         // A redelivered send resolves with the first attempt's id; that attempt wrote the flag rows.
