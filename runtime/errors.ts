@@ -37,10 +37,12 @@ export class ChorusError extends Error {
    */
   static wrap(err: unknown): ChorusError {
     if (err instanceof ChorusError) return err;
-    if (isOutage(err)) return new ChorusError("SERVICE_UNAVAILABLE", "The server is temporarily unavailable; try again shortly", 503, {}, { cause: err });
+    if (isOutage(err)) return new ChorusError("SERVICE_UNAVAILABLE", UNAVAILABLE, 503, {}, { cause: err });
     return new ChorusError("INTERNAL_SERVER_ERROR", "Internal server error", 500, {}, { cause: err });
   }
 }
+
+const UNAVAILABLE = "The server is temporarily unavailable; try again shortly";
 
 /** What a 503's Retry-After header says: about one lease take-over or reconnection. */
 export const RETRY_AFTER_SECONDS = 2;
@@ -76,6 +78,4 @@ export const errors = {
   fenced: (shard: number) => new ChorusError("FENCED", `Shard ${shard} is owned by another worker`, 503),
   conflict: (what: string) => new ChorusError("CONFLICT", `Concurrent update of ${what}`, 409),
   shuttingDown: () => new ChorusError("SHUTTING_DOWN", "The server is shutting down", 503),
-  /** The store or the transport cannot be reached: nothing was done (or, where it says so, nothing is known). */
-  unavailable: (msg = "The server is temporarily unavailable; try again shortly") => new ChorusError("SERVICE_UNAVAILABLE", msg, 503),
 };

@@ -158,8 +158,10 @@ async function truthOf(services: Services, send: SendToDm, asked: Promise<Sent>)
 
 /** The store could not be asked whether a failed send was stored. */
 function outcomeUnknown(): ChorusError {
-  return errors.unavailable(
+  return new ChorusError(
+    "SEND_OUTCOME_UNKNOWN",
     "The server could not confirm whether the message was sent. Send it again with the same Idempotency-Key header (or queue_id and local_id) to have it stored once.",
+    503,
   );
 }
 
