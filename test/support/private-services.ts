@@ -32,11 +32,15 @@ export interface PrivateRedis {
   stop(): Promise<void>;
 }
 
-/** redis-server on a free port; `aof`: with an append-only file fsynced every second (else nothing survives). */
-export async function startPrivateRedis(opts: { aof: boolean }): Promise<PrivateRedis> {
+/**
+ * redis-server on a free port. `aof`: with an append-only file fsynced before each write is answered (`always`)
+ * or every second (`everysec`: a crash loses up to a second of writes); false: nothing survives a restart.
+ */
+export async function startPrivateRedis(opts: { aof: "always" | "everysec" | false }): Promise<PrivateRedis> {
   const port = await freePort();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-redis-"));
-  const args = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", opts.aof ? "yes" : "no"];
+  const persistence = opts.aof ? ["--appendonly", "yes", "--appendfsync", opts.aof] : ["--appendonly", "no"];
+  const args = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", ...persistence];
   let proc: ChildProcess;
   const start = async () => {
     proc = spawn("redis-server", args, { stdio: "ignore" });
