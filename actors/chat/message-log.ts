@@ -56,6 +56,15 @@ const LIST_RETRY_MS = 1_000;
  */
 const LIST_EXPANSION_STEP = 1_000;
 
+/**
+ * How long a send attempt's row is kept (see abandonAttempt): far past any ask timeout and lease take-over, after
+ * which no entry of the attempt is left in the transport to commit late. Pruned every ATTEMPT_PRUNE_EVERY_MS, in
+ * statements of ATTEMPT_PRUNE_STEP rows (the oldest rows come first in the table, so each step's scan is short).
+ */
+const ATTEMPT_KEPT_MS = 24 * 3_600_000;
+const ATTEMPT_PRUNE_EVERY_MS = 10 * 60_000;
+const ATTEMPT_PRUNE_STEP = 10_000;
+
 /** A message waiting for the next group commit of messages. */
 type PendingMessage = {
   message: NewMessage;
@@ -89,6 +98,7 @@ export class MessageLog implements StoreComponent {
   private listTimer?: NodeJS.Timeout;
   private expanding?: Promise<void>;
   private closed = false;
+  private readonly attemptPruner: NodeJS.Timeout;
 
   /**
    * `eventWriteDelayMs`: how long a write-behind user event waits for company (see appendUserEvent): a fan-out's
@@ -101,6 +111,24 @@ export class MessageLog implements StoreComponent {
     private readonly opts: Partial<ChatConfig> & { recipientListStep?: number } = {},
   ) {
     store.attach(this);
+    this.attemptPruner = setInterval(() => {
+      this.pruneAttempts().catch((err) => console.error("store: pruning send attempts failed; trying again later", err));
+    }, ATTEMPT_PRUNE_EVERY_MS);
+    this.attemptPruner.unref();
+  }
+
+  /** Drop send attempts' rows older than `keptMs`; answers how many. Every process does it: a row goes once. */
+  async pruneAttempts(keptMs = ATTEMPT_KEPT_MS): Promise<number> {
+    const before = new Date(Date.now() - keptMs);
+    let pruned = 0;
+    for (;;) {
+      const { numDeletedRows } = await this.store.db
+        .deleteFrom("send_attempts")
+        .where("attempt", "in", (db) => db.selectFrom("send_attempts").select("attempt").where("at", "<", before).limit(ATTEMPT_PRUNE_STEP))
+        .executeTakeFirst();
+      pruned += Number(numDeletedRows);
+      if (Number(numDeletedRows) < ATTEMPT_PRUNE_STEP || this.closed) return pruned;
+    }
   }
 
   /** Lists left by a process that stopped before expanding them (run after migrating, and on a shard take-over). */
@@ -110,6 +138,7 @@ export class MessageLog implements StoreComponent {
 
   /** Commits every pending append and expands the lists this log committed; before the database closes. */
   async close(): Promise<void> {
+    clearInterval(this.attemptPruner);
     await Promise.all([this.messages.drain(), this.events.drain()]);
     this.closed = true;
     clearTimeout(this.listTimer);

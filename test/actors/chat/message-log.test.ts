@@ -220,6 +220,15 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
       expect(await log.appendMessage({ ...m }, fence, undefined, attempt)).toBe(m.id);
     });
 
+    it("prunes send attempts' rows past the time kept, and keeps the recent ones", async () => {
+      const [old, recent] = [uniqueKey("old-attempt"), uniqueKey("recent-attempt")];
+      await store.db.insertInto("send_attempts").values([{ attempt: old, abandoned: true }, { attempt: recent, abandoned: false }]).execute();
+      await sql`update send_attempts set at = now() - interval '2 days' where attempt = ${old}`.execute(store.db);
+      expect(await log.pruneAttempts(24 * 3_600_000)).toBeGreaterThanOrEqual(1);
+      const left = await store.db.selectFrom("send_attempts").select("attempt").where("attempt", "in", [old, recent]).execute();
+      expect(left.map((r) => r.attempt)).toEqual([recent]);
+    });
+
     it("settles an append racing its abandonment one way: committed and found, or refused and absent", async () => {
       const fence = await fenceOn();
       const outcomes = await Promise.all(
