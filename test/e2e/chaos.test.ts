@@ -239,7 +239,8 @@ describe.skipIf(!privateServicesAvailable())("chaos: faults under load", () => {
     // The queue: drained until it holds every message of the run, or refused.
     const everyId = new Set([...after.values()].flat());
     queue.state.stopAt = Date.now() + 20_000;
-    while (!queue.state.refused && Date.now() < queue.state.stopAt && queue.state.messages.filter((m) => m.content.startsWith(`${label}-`)).length < everyId.size) await sleep(200);
+    const queued = () => new Set(queue.state.messages.filter((m) => m.content.startsWith(`${label}-`)).map((m) => m.id)).size;
+    while (!queue.state.refused && Date.now() < queue.state.stopAt && queued() < everyId.size) await sleep(200);
     queue.state.stopAt = 0;
     await queue.done;
     const seen = queue.state.messages.map((m) => m.id);
