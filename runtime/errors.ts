@@ -31,11 +31,38 @@ export class ChorusError extends Error {
     return new ChorusError(json.code, json.msg, json.status, json.extra ?? {});
   }
 
-  /** Anything thrown becomes a ChorusError; unknown failures are 500s that hide their detail from the client. */
+  /**
+   * Anything thrown becomes a ChorusError: the store or the transport out of reach is a 503 the client may retry
+   * (SERVICE_UNAVAILABLE); other unknown failures are 500s that hide their detail from the client.
+   */
   static wrap(err: unknown): ChorusError {
     if (err instanceof ChorusError) return err;
+    if (isOutage(err)) return new ChorusError("SERVICE_UNAVAILABLE", UNAVAILABLE, 503, {}, { cause: err });
     return new ChorusError("INTERNAL_SERVER_ERROR", "Internal server error", 500, {}, { cause: err });
   }
+}
+
+const UNAVAILABLE = "The server is temporarily unavailable; try again shortly";
+
+/** What a 503's Retry-After header says: about one lease take-over or reconnection. */
+export const RETRY_AFTER_SECONDS = 2;
+
+/** Socket errors of a connection to Postgres or Redis (Node's codes). */
+const CONNECTION_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
+/**
+ * Postgres's SQLSTATEs of a server going away or not yet there: admin_shutdown, crash_shutdown, cannot_connect_now,
+ * too_many_connections (class 08, connection_exception, is matched by its prefix).
+ */
+const UNAVAILABLE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300"]);
+/** What pg and ioredis say, without a code, when their connection is gone or was never made. */
+const OUTAGE_MESSAGES = /^(Connection terminated|Connection is closed|Reached the max retries per request limit|Command timed out|Stream isn't writeable|timeout exceeded when trying to connect|Client has encountered a connection error)/;
+
+/** The store or the transport could not be reached (as opposed to refusing the request or failing in our code). */
+export function isOutage(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === "string" && (CONNECTION_CODES.has(code) || UNAVAILABLE_SQLSTATES.has(code) || /^08[0-9A-Z]{3}$/.test(code))) return true;
+  return err.name === "MaxRetriesPerRequestError" || OUTAGE_MESSAGES.test(err.message);
 }
 
 /**

@@ -18,6 +18,12 @@ export const chatErrors = {
     new ChorusError("BAD_EVENT_QUEUE_ID", `Bad event queue ID: ${queueId}`, 400, { queue_id: queueId }),
   /** Zulip's RateLimitedError: the client may try again after `retryAfter` seconds. */
   rateLimited: (retryAfter: number) => new ChorusError("RATE_LIMIT_HIT", "API usage exceeded rate limit", 429, { "retry-after": retryAfter }),
+  /**
+   * A send whose Idempotency-Key (or queue_id + local_id) already names a message of the sender elsewhere; not sent.
+   * 422, as the IETF's Idempotency-Key draft answers a key reused for another request.
+   */
+  sendKeyReused: (storedId: number) =>
+    new ChorusError("IDEMPOTENCY_KEY_REUSED", `This message was not sent: its idempotency key already names message ${storedId}, in another conversation.`, 422),
   /** Zulip's ValidationFailureError (a model's full_clean refused): the message, and the messages by field. */
   validationFailure: (field: string, message: string) => new ChorusError("BAD_REQUEST", message, 400, { errors: { [field]: [message] } }),
 };

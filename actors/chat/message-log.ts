@@ -8,6 +8,10 @@
  *   once committed, or is refused with FENCED when its fence is stale (the others of its batch commit). Appending
  *   the same `send_key` twice commits once and resolves both with the first id. A write-behind event (`behind`)
  *   may wait a few milliseconds for others to commit with.
+ * - A message appended with an `attempt` commits only if that attempt was not abandoned first (`abandonAttempt`),
+ *   and is refused with NOT_SENT otherwise; `abandonAttempt` answers the id stored under the send key, if any. Of an
+ *   append and the abandonment of its attempt, exactly one wins, so a gateway that lost track of a send can still
+ *   tell its client the truth: stored with this id, or not stored and never to be.
  * - A message's recipients (`user_messages`) are readable as soon as its append resolves. Past `listAbove`
  *   recipients they are committed as one list row and expanded into per-user rows soon after (the view
  *   `user_messages` shows either, exactly once); a writer of flag rows calls `expandRecipientLists` first.
@@ -17,6 +21,7 @@
 import { sql, type Kysely } from "kysely";
 import { trace } from "@opentelemetry/api";
 import type { Fence } from "../../runtime/actor.ts";
+import { ChorusError } from "../../runtime/errors.ts";
 import type { Prepared } from "../../runtime/store/db.ts";
 import { column, GroupCommit, staleAgainst, type CommitOutcome, type LeaseRow } from "../../runtime/store/group-commit.ts";
 import type { Store, StoreComponent } from "../../runtime/store/store.ts";
@@ -51,8 +56,24 @@ const LIST_RETRY_MS = 1_000;
  */
 const LIST_EXPANSION_STEP = 1_000;
 
+/**
+ * How long a send attempt's row is kept (see abandonAttempt): far past any ask timeout and lease take-over, after
+ * which no entry of the attempt is left in the transport to commit late. Pruned every ATTEMPT_PRUNE_EVERY_MS, in
+ * statements of ATTEMPT_PRUNE_STEP rows (the oldest rows come first in the table, so each step's scan is short).
+ */
+const ATTEMPT_KEPT_MS = 24 * 3_600_000;
+const ATTEMPT_PRUNE_EVERY_MS = 10 * 60_000;
+const ATTEMPT_PRUNE_STEP = 10_000;
+
 /** A message waiting for the next group commit of messages. */
-type PendingMessage = { message: NewMessage; recipients?: MessageRecipient[]; fence: Fence; resolve(id: number): void; reject(err: unknown): void };
+type PendingMessage = {
+  message: NewMessage;
+  recipients?: MessageRecipient[];
+  attempt?: string;
+  fence: Fence;
+  resolve(id: number): void;
+  reject(err: unknown): void;
+};
 /** An event of a user's durable event stream waiting for the next group commit of events. */
 type PendingEvent = { event: UserEvent; fence: Fence; resolve(): void; reject(err: unknown): void };
 
@@ -77,6 +98,7 @@ export class MessageLog implements StoreComponent {
   private listTimer?: NodeJS.Timeout;
   private expanding?: Promise<void>;
   private closed = false;
+  private readonly attemptPruner: NodeJS.Timeout;
 
   /**
    * `eventWriteDelayMs`: how long a write-behind user event waits for company (see appendUserEvent): a fan-out's
@@ -89,6 +111,24 @@ export class MessageLog implements StoreComponent {
     private readonly opts: Partial<ChatConfig> & { recipientListStep?: number } = {},
   ) {
     store.attach(this);
+    this.attemptPruner = setInterval(() => {
+      this.pruneAttempts().catch((err) => console.error("store: pruning send attempts failed; trying again later", err));
+    }, ATTEMPT_PRUNE_EVERY_MS);
+    this.attemptPruner.unref();
+  }
+
+  /** Drop send attempts' rows older than `keptMs`; answers how many. Every process does it: a row goes once. */
+  async pruneAttempts(keptMs = ATTEMPT_KEPT_MS): Promise<number> {
+    const before = new Date(Date.now() - keptMs);
+    let pruned = 0;
+    for (;;) {
+      const { numDeletedRows } = await this.store.db
+        .deleteFrom("send_attempts")
+        .where("attempt", "in", (db) => db.selectFrom("send_attempts").select("attempt").where("at", "<", before).limit(ATTEMPT_PRUNE_STEP))
+        .executeTakeFirst();
+      pruned += Number(numDeletedRows);
+      if (Number(numDeletedRows) < ATTEMPT_PRUNE_STEP || this.closed) return pruned;
+    }
   }
 
   /** Lists left by a process that stopped before expanding them (run after migrating, and on a shard take-over). */
@@ -98,6 +138,7 @@ export class MessageLog implements StoreComponent {
 
   /** Commits every pending append and expands the lists this log committed; before the database closes. */
   async close(): Promise<void> {
+    clearInterval(this.attemptPruner);
     await Promise.all([this.messages.drain(), this.events.drain()]);
     this.closed = true;
     clearTimeout(this.listTimer);
@@ -110,10 +151,11 @@ export class MessageLog implements StoreComponent {
 
   /**
    * Group-committed message insert; resolves with the stored id (the first one for a repeated send_key). The
-   * recipients' rows commit in the same transaction, and only with a message actually inserted.
+   * recipients' rows commit in the same transaction, and only with a message actually inserted. `attempt`: the
+   * request's own id (see abandonAttempt); refused with NOT_SENT when it was abandoned first.
    */
-  appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[]): Promise<number> {
-    return new Promise((resolve, reject) => this.messages.add({ message, recipients, fence, resolve, reject }));
+  appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[], attempt?: string): Promise<number> {
+    return new Promise((resolve, reject) => this.messages.add({ message, recipients, attempt, fence, resolve, reject }));
   }
 
   /**
@@ -194,6 +236,7 @@ export class MessageLog implements StoreComponent {
         column(recipients, (r) => r.user_id), column(recipients, (r) => r.message_id), column(recipients, (r) => r.flags),
         column(listed, (p) => p.message.id), column(first, (n) => n), column(last, (n) => n),
         column(listedRecipients, (r) => r.user_id), column(listedRecipients, (r) => r.flags),
+        m((p) => p.attempt),
       ],
     );
     const isStale = staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]);
@@ -210,6 +253,8 @@ export class MessageLog implements StoreComponent {
     if (rows.some((r) => r.kind === "inserted" && listedIds.has(Number(r.id)))) this.expandListsLater();
     return {
       isStale,
+      // An abandoned attempt inserted nothing, and no other attempt stored its key.
+      refusalOf: (p) => (p.attempt && !ids.has(p.message.send_key!) ? notSent() : undefined),
       valueOf: (p) => (p.message.send_key && ids.get(p.message.send_key)) || p.message.id,
     };
   }
@@ -246,6 +291,23 @@ export class MessageLog implements StoreComponent {
   }
 }
 
+/**
+ * Settle a send whose outcome its gateway could not learn: abandon `attempt` unless its message committed first,
+ * then answer the id stored under `sendKey` (this attempt's message, or another attempt's with the same key), or
+ * undefined when none is and this attempt can no longer commit. Two statements: the insert waits for an append of
+ * the attempt in progress to end, and the select after it sees what that append committed.
+ */
+export async function abandonAttempt(db: Kysely<Database>, sendKey: string, attempt: string): Promise<number | undefined> {
+  await db.insertInto("send_attempts").values({ attempt, abandoned: true }).onConflict((c) => c.column("attempt").doNothing()).execute();
+  const row = await db.selectFrom("messages").select("id").where("send_key", "=", sendKey).executeTakeFirst();
+  return row ? Number(row.id) : undefined;
+}
+
+/** An attempt refused because its gateway abandoned it first (and told its client the message was not sent). */
+export function notSent(): ChorusError {
+  return new ChorusError("NOT_SENT", "The message was not sent: the server did not store it in time. Sending it again is safe.", 503);
+}
+
 /** Expand recipient lists (see the migration 2026-11-24T1000-recipient-lists); answers how many are left listed. */
 async function expandLists(db: Kysely<Database>, messageIds: string | null, limit: number | null): Promise<number> {
   const { rows } = await sql<{ left: number }>`select chorus_expand_recipient_lists(${messageIds}::bigint[], ${limit}::integer) as left`.execute(db);
@@ -265,7 +327,8 @@ async function commitEvents(prepared: Prepared, batch: PendingEvent[]): Promise<
 /**
  * The group commits' statements, each sent as a named prepared statement: what the PL/pgSQL functions of the
  * migrations 2026-11-24T1000-recipient-lists (chorus_append_messages) and T0000-user-events-json
- * (chorus_append_user_events) do, as one plain statement. The function call cost PGlite about 50 µs more per
+ * (chorus_append_user_events) do, as one plain statement (the messages' one also records send attempts, migration
+ * 2026-11-27T2120-send-attempts). The function call cost PGlite about 50 µs more per
  * one-message commit (190 against 240 µs; `return query` copies the answer through a tuplestore, and PL/pgSQL plans
  * and runs its statement under its own executor). The functions stay in the schema, for a node of the previous
  * version during a rolling upgrade. These two constants are the one live definition of the append statements: the
@@ -277,10 +340,17 @@ const APPEND_MESSAGES = `
   ),
   message_rows as (
     select t.* from unnest($1::bigint[], $2::integer[], $3::integer[], $4::text[], $5::integer[], $6::integer[], $7::text[],
-        $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::integer[], $14::bigint[], $15::text[])
+        $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::integer[], $14::bigint[], $15::text[], $24::text[])
       with ordinality as t(id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content,
-        rendered_content, date_sent, sending_client, send_key, f_shard, f_epoch, f_node, ord)
+        rendered_content, date_sent, sending_client, send_key, f_shard, f_epoch, f_node, attempt, ord)
     join lease l on l.shard = t.f_shard and l.epoch = t.f_epoch and l.owner = t.f_node
+  ),
+  -- An attempt's row first: one the gateway abandoned is there already, and its message is not inserted.
+  attempts as (
+    insert into send_attempts (attempt, abandoned)
+    select r.attempt, false from message_rows r where r.attempt is not null
+    on conflict (attempt) do nothing
+    returning attempt
   ),
   new_messages as (
     insert into messages as m (id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content,
@@ -288,6 +358,7 @@ const APPEND_MESSAGES = `
     select r.id, r.realm_id, r.sender_id, r.recipient_type, r.recipient_id, r.stream_id, r.topic, r.content,
         r.rendered_content, r.date_sent, r.sending_client, r.send_key
     from message_rows r
+    where r.attempt is null or r.attempt in (select a.attempt from attempts a)
     order by r.ord -- of two rows with one send_key, the first appended is the one kept
     on conflict (send_key) do nothing
     returning m.id, m.send_key

@@ -114,6 +114,13 @@ export interface MessageTable {
   send_key: string | null;
 }
 
+/** An attempt to send a message, or its tombstone (migration 2026-11-27T2120-send-attempts). */
+export interface SendAttemptTable {
+  attempt: string;
+  abandoned: boolean;
+  at: ColumnType<Date, Date | undefined, never>;
+}
+
 /** Columns a message gets when edited or moved (absent from a new message). */
 export interface MessageEditColumns {
   /** Zulip's edit_history entries, newest first; null when never edited or moved. */
@@ -487,4 +494,5 @@ export interface ChatTables {
   muted_users: MutedUserTable;
   attachments: AttachmentTable;
   attachment_messages: AttachmentMessageTable;
+  send_attempts: SendAttemptTable;
 }

@@ -7,7 +7,7 @@
 import type { ValidateFunction } from "ajv";
 import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import type { Config } from "../../runtime/config.ts";
-import { ChorusError } from "../../runtime/errors.ts";
+import { ChorusError, RETRY_AFTER_SECONDS } from "../../runtime/errors.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
@@ -98,7 +98,8 @@ export const fail = {
 /** The assistant's error envelope. 5xx details stay in the log. */
 export function errorResult(error: ChorusError, headers: Record<string, string> = {}): HttpResult {
   const extraHeaders = (error.extra.headers ?? {}) as Record<string, string>;
-  return json(error.status, { error: { code: error.code, message: error.message } }, { ...headers, ...extraHeaders });
+  const retry: Record<string, string> = error.status === 503 ? { "retry-after": String(RETRY_AFTER_SECONDS) } : {};
+  return json(error.status, { error: { code: error.code, message: error.message } }, { ...retry, ...headers, ...extraHeaders });
 }
 
 export class AssistantApp {

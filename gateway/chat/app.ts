@@ -3,7 +3,7 @@
  * and the one place errors become Zulip's envelope. Routes hold no state; they call actors and read modules.
  */
 import type { MessageFor, ReplyFor } from "../../runtime/protocol.ts";
-import { ChorusError, errors } from "../../runtime/errors.ts";
+import { ChorusError, errors, RETRY_AFTER_SECONDS } from "../../runtime/errors.ts";
 import { Realm, type RealmProtocol } from "../../actors/chat/organization/realm.protocol.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
 import type { Config } from "../../runtime/config.ts";
@@ -75,9 +75,13 @@ export function askRealm<O extends keyof RealmProtocol>(call: Call, message: Omi
   return call.services.system.ref(Realm, call.user.realm_id).ask(asCaller);
 }
 
+/** A 503 (a worker, the store or the transport out of reach) tells the client when to try again. */
+const UNAVAILABLE_HEADERS = { ...JSON_HEADERS, "retry-after": String(RETRY_AFTER_SECONDS) };
+
 export function envelope(error: ChorusError): HttpResult {
   const body: Record<string, unknown> = { result: "error", msg: error.message, code: error.code, ...error.extra };
-  return { status: error.status, headers: error.status === 401 ? UNAUTHORIZED_HEADERS : JSON_HEADERS, body: JSON.stringify(body) };
+  const headers = error.status === 401 ? UNAUTHORIZED_HEADERS : error.status === 503 ? UNAVAILABLE_HEADERS : JSON_HEADERS;
+  return { status: error.status, headers, body: JSON.stringify(body) };
 }
 
 export class App {

@@ -6,13 +6,14 @@
 import { randomUUID } from "node:crypto";
 import type { ActorRef } from "../../runtime/protocol.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
-import { errors } from "../../runtime/errors.ts";
+import { ChorusError, errors } from "../../runtime/errors.ts";
 import { Channel } from "../../actors/chat/conversations/channel.protocol.ts";
-import type { Acting, ConversationProtocol, PropagateMode, SendToChannel } from "../../actors/chat/conversations/conversation.protocol.ts";
+import type { Acting, ConversationProtocol, PropagateMode, SendToChannel, Sent } from "../../actors/chat/conversations/conversation.protocol.ts";
 import { Dm, type SendToDm } from "../../actors/chat/conversations/dm.protocol.ts";
 import { Flags } from "../../actors/chat/conversations/flags.protocol.ts";
 import type { Narrow } from "../../actors/chat/users/user.protocol.ts";
 import { chatErrors } from "../../actors/chat/errors.ts";
+import { abandonAttempt, notSent } from "../../actors/chat/message-log.ts";
 import { dmKey } from "../../actors/chat/conversations/dm.ts";
 import { checkEditableFlag } from "../../actors/chat/conversations/flags.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
@@ -104,6 +105,66 @@ export function ownerOf(system: ActorSystem, row: { stream_id: number | null; dm
   return row.stream_id !== null ? system.ref(Channel, row.stream_id) : system.ref(Dm, row.dm_key!);
 }
 
+/** Past this length an Idempotency-Key is refused (a UUID is 36 characters). */
+const MAX_IDEMPOTENCY_KEY = 255;
+
+/**
+ * What identifies a send across a client's retries, scoped to the sender: the `Idempotency-Key` header, else the
+ * `queue_id` + `local_id` Zulip's clients send (unique per message of one event queue), else nothing repeatable
+ * (a random key: the request is its only attempt).
+ */
+function sendKeyOf(senderId: number, idempotencyKey: string | undefined, queueId: string | undefined, localId: string | undefined): string {
+  if (idempotencyKey !== undefined) {
+    const key = idempotencyKey.trim();
+    if (!key || key.length > MAX_IDEMPOTENCY_KEY || key.includes("\u0000")) {
+      throw errors.badRequest(`Invalid Idempotency-Key header: 1 to ${MAX_IDEMPOTENCY_KEY} characters expected`);
+    }
+    return `${senderId}:key:${key}`;
+  }
+  if (queueId !== undefined && localId !== undefined) return `${senderId}:local:${queueId}:${localId}`;
+  return randomUUID();
+}
+
+/** How long the gateway keeps trying to settle a send's outcome while the store does not answer. */
+const SETTLE_TRIES_MS = 5_000;
+
+/**
+ * A send's answer, made true: when the ask failed without the owner refusing it (a timeout, the transport or the
+ * store failing: 5xx), the message may yet be stored, or be stored later from an entry still in the transport.
+ * The gateway then abandons the attempt (message-log.ts abandonAttempt): if the message committed first, the send
+ * succeeded and is answered with its id; otherwise it never will, and the answer says it was not sent. Only when the
+ * store cannot be asked either is the outcome unknown, and the answer says that, and how to retry safely.
+ */
+async function truthOf(services: Services, send: SendToDm, asked: Promise<Sent>): Promise<Sent> {
+  try {
+    return await asked;
+  } catch (err) {
+    const failure = ChorusError.wrap(err);
+    if (failure.status < 500) throw failure;
+    const giveUp = Date.now() + SETTLE_TRIES_MS;
+    for (;;) {
+      try {
+        const id = await abandonAttempt(services.store.db, send.sendKey, send.attempt!);
+        if (id === undefined) throw notSent();
+        return { id };
+      } catch (settling) {
+        if (settling instanceof ChorusError) throw settling;
+        if (Date.now() > giveUp) throw outcomeUnknown();
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+  }
+}
+
+/** The store could not be asked whether a failed send was stored. */
+function outcomeUnknown(): ChorusError {
+  return new ChorusError(
+    "SEND_OUTCOME_UNKNOWN",
+    "The server could not confirm whether the message was sent. Send it again with the same Idempotency-Key header (or queue_id and local_id) to have it stored once.",
+    503,
+  );
+}
+
 export const messageRoutes: RouteSpec[] = [
   {
     method: "POST",
@@ -133,7 +194,8 @@ export const messageRoutes: RouteSpec[] = [
         sender: { email: user.email, full_name: user.full_name },
         content,
         client: clientName(req.headers["user-agent"]),
-        sendKey: randomUUID(),
+        sendKey: sendKeyOf(user.id, req.headers["idempotency-key"], params.queue_id, params.local_id),
+        attempt: randomUUID(),
         queueId: params.queue_id,
         localId: params.local_id,
         readBySender: params.read_by_sender ?? true,
@@ -141,7 +203,7 @@ export const messageRoutes: RouteSpec[] = [
       if (params.type === "direct" || params.type === "private") {
         const ids = await directRecipients(services, user, directRefs(params.to));
         const send: SendToDm = { op: "send", ...fields };
-        const sent = await services.system.ref(Dm, dmKey([user.id, ...ids])).ask(send);
+        const sent = await truthOf(services, send, services.system.ref(Dm, dmKey([user.id, ...ids])).ask(send));
         return { id: sent.id };
       }
       const stream = await requireStream(services.store.db, user.realm_id, channelRef(params.to));
@@ -152,7 +214,7 @@ export const messageRoutes: RouteSpec[] = [
         automaticVisibility: !user.is_bot,
         ...fields,
       };
-      const sent = await services.system.ref(Channel, stream.id).ask(send);
+      const sent = await truthOf(services, send, services.system.ref(Channel, stream.id).ask(send));
       return { ...sent };
     },
   },

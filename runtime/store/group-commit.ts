@@ -16,9 +16,13 @@ const tracer = trace.getTracer("chorus.store");
  */
 const MAX_BATCH_ROWS = 20_000;
 
-/** What a commit tells its appends: which fences the store refused (FENCED), and each other append's result. */
+/**
+ * What a commit tells its appends: which fences the store refused (FENCED), which appends the domain's statement
+ * refused (and why), and each other append's result.
+ */
 export interface CommitOutcome<P> {
   isStale(fence: Fence): boolean;
+  refusalOf?(p: P): unknown;
   valueOf(p: P): unknown;
 }
 
@@ -79,7 +83,8 @@ export class GroupCommit<P extends { fence: Fence; resolve(value: never): void; 
           try {
             const outcome = await this.commit(batch);
             for (const p of batch) {
-              if (outcome.isStale(p.fence)) p.reject(errors.fenced(p.fence.shard));
+              const refusal = outcome.isStale(p.fence) ? errors.fenced(p.fence.shard) : outcome.refusalOf?.(p);
+              if (refusal) p.reject(refusal);
               else (p.resolve as (value: unknown) => void)(outcome.valueOf(p));
             }
           } catch (err) {

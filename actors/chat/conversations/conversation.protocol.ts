@@ -13,8 +13,16 @@ export interface SendToChannel {
   topic: string;
   content: string;
   client: string;
-  /** One per HTTP request: a redelivered send commits once. */
+  /**
+   * The message's identity for storing it once: a redelivered send, or a client's retry with the same
+   * Idempotency-Key or queue_id + local_id, resolves with the first stored id.
+   */
   sendKey: string;
+  /**
+   * This request's own id, when its gateway may abandon it (message-log.ts abandonAttempt): the message then never
+   * commits under this attempt. Absent for sends no one waits on (scheduled messages, notices).
+   */
+  attempt?: string;
   /** The sender's queue for local echo, and the client's id for the message. */
   queueId?: string;
   localId?: string;

@@ -10,6 +10,7 @@ import crypto from "node:crypto";
 import { sql, type Transaction } from "kysely";
 import { PARKED, type Actor, type ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
+import { chatErrors } from "../errors.ts";
 import type { MessageTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
@@ -170,12 +171,14 @@ export abstract class Conversation implements Actor {
         },
         this.ctx.fence(),
         rows,
+        msg.attempt,
       )
       .then(async (storedId) => {
-        // A redelivered send resolves with the first attempt's id; that attempt wrote the flag rows.
+        // A redelivered send, or a client's retry, resolves with the first attempt's id; that attempt wrote the flag
+        // rows, and its message is the one delivered (again: the user actors drop a repeat).
         const delivery: DeliverMessage = {
           op: "deliverMessage",
-          message: storedId === id ? record : Object.assign({}, record, { id: storedId }),
+          message: storedId === id ? record : await this.storedInstead(record, storedId, msg.senderId),
           flags: readByDefault ? ["read"] : [],
           flagsFor: Object.fromEntries(
             [...new Set([msg.senderId, ...mentions.keys(), ...readFor, ...unreadFor])].map((u) => [u, flagList(flagsOf(u))]),
@@ -197,6 +200,20 @@ export abstract class Conversation implements Actor {
       });
     this.ctx.holdAcknowledgement(delivered);
     return PARKED;
+  }
+
+  /**
+   * The message stored first under a send's key, as this send's record with the stored text. A key names one message
+   * of its sender: one stored elsewhere (another conversation, or moved away since) is refused, as a key reused.
+   */
+  private async storedInstead(record: MessageRecord, storedId: number, senderId: number): Promise<MessageRecord> {
+    const row = await this.deps.store.db
+      .selectFrom("messages")
+      .select(["sender_id", "recipient_id", "topic", "content", "rendered_content", "date_sent"])
+      .where("id", "=", storedId)
+      .executeTakeFirst();
+    if (!row || row.sender_id !== senderId || row.recipient_id !== this.recipientId) throw chatErrors.sendKeyReused(storedId);
+    return Object.assign({}, record, { id: storedId, subject: row.topic, content: row.content, rendered_content: row.rendered_content, timestamp: Number(row.date_sent) });
   }
 
   /** Markdown with the realm's users and channels resolved, so mentions render and are known. */

@@ -9,7 +9,7 @@ import type { Fence } from "../../../runtime/actor.ts";
 import { ChorusError } from "../../../runtime/errors.ts";
 import type { Database } from "../../../actors/schema.ts";
 import type { SqlStore } from "../../../runtime/store/sql-store.ts";
-import { MessageLog, type NewMessage } from "../../../actors/chat/message-log.ts";
+import { abandonAttempt, MessageLog, type NewMessage } from "../../../actors/chat/message-log.ts";
 import { migrations } from "../../../actors/migrations/index.ts";
 import { dropStoreDatabase, engines, expectCode, shardLeaser } from "../../support/stores.ts";
 
@@ -193,6 +193,66 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
       expect(await storedIds([a1.id, a2.id, filler.id, w1.id, w2.id, w3.id, other.id])).toEqual(
         [a1.id, filler.id, w1.id, other.id].sort((a, b) => a - b),
       );
+    });
+
+    it("refuses an attempt its gateway abandoned first with NOT_SENT, and commits another attempt of the same key", async () => {
+      const fence = await fenceOn();
+      const key = uniqueKey("abandoned");
+      const attempt = uniqueKey("attempt");
+      expect(await abandonAttempt(store.db, key, attempt)).toBeUndefined();
+      const late = message(key);
+      await expectCode(log.appendMessage(late, fence, [{ user_id: 7, flags: 0 }], attempt), "NOT_SENT");
+      expect(await storedIds([late.id])).toEqual([]);
+      // The client's retry is a new attempt under the same key: it commits, and the late first attempt still cannot.
+      const retry = message(key);
+      expect(await log.appendMessage(retry, fence, [{ user_id: 7, flags: 0 }], uniqueKey("attempt"))).toBe(retry.id);
+      expect(await log.appendMessage(message(key), fence, undefined, attempt)).toBe(retry.id);
+      expect(await abandonAttempt(store.db, key, attempt)).toBe(retry.id);
+    });
+
+    it("answers an abandonment with the id of an attempt that committed first, whose redelivery resolves with it too", async () => {
+      const fence = await fenceOn();
+      const key = uniqueKey("committed");
+      const attempt = uniqueKey("attempt");
+      const m = message(key);
+      expect(await log.appendMessage(m, fence, undefined, attempt)).toBe(m.id);
+      expect(await abandonAttempt(store.db, key, attempt)).toBe(m.id);
+      expect(await log.appendMessage({ ...m }, fence, undefined, attempt)).toBe(m.id);
+    });
+
+    it("prunes send attempts' rows past the time kept, and keeps the recent ones", async () => {
+      const [old, recent] = [uniqueKey("old-attempt"), uniqueKey("recent-attempt")];
+      await store.db.insertInto("send_attempts").values([{ attempt: old, abandoned: true }, { attempt: recent, abandoned: false }]).execute();
+      await sql`update send_attempts set at = now() - interval '2 days' where attempt = ${old}`.execute(store.db);
+      expect(await log.pruneAttempts(24 * 3_600_000)).toBeGreaterThanOrEqual(1);
+      const left = await store.db.selectFrom("send_attempts").select("attempt").where("attempt", "in", [old, recent]).execute();
+      expect(left.map((r) => r.attempt)).toEqual([recent]);
+    });
+
+    it("settles an append racing its abandonment one way: committed and found, or refused and absent", async () => {
+      const fence = await fenceOn();
+      const outcomes = await Promise.all(
+        Array.from({ length: 20 }, async (_, i) => {
+          const key = uniqueKey("race");
+          const attempt = uniqueKey("attempt");
+          const m = message(key);
+          const [appended, found] = await Promise.allSettled([
+            log.appendMessage(m, fence, undefined, attempt),
+            new Promise((r) => setTimeout(r, i % 3)).then(() => abandonAttempt(store.db, key, attempt)),
+          ]);
+          const stored = await storedIds([m.id]);
+          if (appended.status === "fulfilled") {
+            expect(found).toEqual({ status: "fulfilled", value: m.id });
+            expect(stored).toEqual([m.id]);
+            return "committed";
+          }
+          expect((appended.reason as ChorusError).code).toBe("NOT_SENT");
+          expect(found).toEqual({ status: "fulfilled", value: undefined });
+          expect(stored).toEqual([]);
+          return "abandoned";
+        }),
+      );
+      expect(outcomes).toHaveLength(20);
     });
 
     it("rejects a stale fence's appends with FENCED and commits the others of the same batch", async () => {

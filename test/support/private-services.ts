@@ -1,0 +1,117 @@
+/**
+ * A Redis and a Postgres of a test's own, on ports of their own, for tests that kill or restart them (the chaos
+ * tests): the machine's shared services are never touched. Postgres runs as the `postgres` account when the test
+ * runs as root (initdb refuses root), from a data directory under the system's temporary directory.
+ */
+import { execFile, execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { promisify } from "node:util";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { freePort } from "./process.ts";
+
+const PG_BIN = process.env.PG_BIN ?? "/usr/lib/postgresql/15/bin";
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Not execFileSync: the test's clients keep sending while a service stops and starts. */
+const execAsync = promisify(execFile);
+
+/** Whether this machine can run the private services (redis-server on PATH, Postgres's binaries at PG_BIN). */
+export function privateServicesAvailable(): boolean {
+  try {
+    execFileSync("redis-server", ["--version"], { stdio: "ignore" });
+    return fs.existsSync(path.join(PG_BIN, "initdb")) && fs.existsSync(path.join(PG_BIN, "pg_ctl"));
+  } catch {
+    return false;
+  }
+}
+
+export interface PrivateRedis {
+  url: string;
+  /** SIGKILL, then start again on the same port (with its append-only file, when `aof`). */
+  restart(downMs: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/**
+ * redis-server on a free port. `aof`: with an append-only file fsynced before each write is answered (`always`)
+ * or every second (`everysec`: a crash loses up to a second of writes); false: nothing survives a restart.
+ */
+export async function startPrivateRedis(opts: { aof: "always" | "everysec" | false }): Promise<PrivateRedis> {
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-redis-"));
+  const persistence = opts.aof ? ["--appendonly", "yes", "--appendfsync", opts.aof] : ["--appendonly", "no"];
+  const args = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", ...persistence];
+  let proc: ChildProcess;
+  const start = async () => {
+    proc = spawn("redis-server", args, { stdio: "ignore" });
+    for (let i = 0; i < 100; i++) {
+      try {
+        if ((await execAsync("redis-cli", ["-p", String(port), "ping"])).stdout.trim() === "PONG") return;
+      } catch {
+        // not up yet
+      }
+      await sleep(50);
+    }
+    throw new Error(`private redis-server on port ${port} did not start`);
+  };
+  const kill = async () => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((r) => proc.once("exit", r));
+    proc.kill("SIGKILL");
+    await exited;
+  };
+  await start();
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    async restart(downMs) {
+      await kill();
+      await sleep(downMs);
+      await start();
+    },
+    async stop() {
+      await kill();
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface PrivatePostgres {
+  url: string;
+  /** Stop (`immediate`: as a crash, recovery on start; else `fast`), wait `downMs`, start again on the same port. */
+  restart(downMs: number, mode?: "fast" | "immediate"): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** A new Postgres cluster (initdb) on a free port, trust authentication, fsync off (a test's data is disposable). */
+export async function startPrivatePostgres(): Promise<PrivatePostgres> {
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-pg-"));
+  const data = path.join(dir, "data");
+  const asRoot = process.getuid?.() === 0;
+  if (asRoot) execFileSync("chown", ["postgres", dir]);
+  const run = (bin: string, args: string[]) => {
+    const cmd = path.join(PG_BIN, bin);
+    return asRoot ? execAsync("runuser", ["-u", "postgres", "--", cmd, ...args]) : execAsync(cmd, args);
+  };
+  await run("initdb", ["-D", data, "-U", "postgres", "--auth=trust", "--no-sync"]);
+  const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100`;
+  const start = () => run("pg_ctl", ["-D", data, "-o", options, "-l", path.join(dir, "log"), "-w", "start"]);
+  const stopIt = (mode: string) => run("pg_ctl", ["-D", data, "-m", mode, "-w", "stop"]);
+  await start();
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    async restart(downMs, mode = "fast") {
+      await stopIt(mode);
+      await sleep(downMs);
+      await start();
+    },
+    async stop() {
+      try {
+        await stopIt("immediate");
+      } catch {
+        // already stopped
+      }
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
