@@ -14,7 +14,7 @@ import type { MessageTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
 import { inGroupSetting, type GroupSettingValue } from "../organization/groups.ts";
-import { messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
+import { contentEditRefusal, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
 import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
 import { markdownContext } from "../rendering/mentions.ts";
@@ -277,9 +277,8 @@ export abstract class Conversation implements Actor {
     const now = Math.floor(Date.now() / 1000);
     const contentChanged = msg.content !== undefined;
     if (contentChanged) {
-      if (!rules.allow_message_editing) throw errors.badRequest("Your organization has turned off message editing");
-      if (row.sender_id !== msg.acting.id) throw errors.badRequest("You don't have permission to edit this message");
-      if (pastLimit(rules.message_content_edit_limit_seconds, row.date_sent, now)) throw errors.badRequest("The time limit for editing this message has passed");
+      const refusal = contentEditRefusal(rules, row, msg.acting.id, now);
+      if (refusal) throw refusal;
       if (msg.prevContentSha256 !== undefined && sha256(row.content) !== msg.prevContentSha256) {
         throw new ChorusError("EXPECTATION_MISMATCH", "'prev_content_sha256' value does not match the expected value.", 400);
       }
