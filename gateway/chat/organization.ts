@@ -13,6 +13,7 @@ import { REALM_SETTINGS } from "../../actors/chat/organization/realm-settings.ts
 import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/chat/organization/invites.ts";
 import { serverRealmId } from "../../actors/chat/reads/realms.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
+import { userByEmailFor } from "../../actors/chat/reads/users.ts";
 import { askRealm, type Call, type RouteSpec } from "./app.ts";
 import { Bool, Id, Str, type JsonSchema, type ParamsSchema } from "../params.ts";
 
@@ -80,6 +81,14 @@ function inviteTerms({ params, user, req, services }: Call): InviteTerms {
   };
 }
 
+/** The user a path names by id (digits) or e-mail (API e-mail, or a delivery e-mail the caller may see). */
+async function userIdNamed({ user, services }: Call, ref: string): Promise<number> {
+  if (/^\d+$/.test(ref)) return Number(ref);
+  const found = await userByEmailFor(services.store.db, user, ref);
+  if (!found) throw errors.badRequest("No such user");
+  return found.id;
+}
+
 const InviteIdParams: ParamsSchema = { type: "object", properties: { invite_id: Id }, required: ["invite_id"] };
 
 /** Revoking an e-mail invitation or a link: Zulip keeps the two kinds apart, their ids too. */
@@ -105,12 +114,13 @@ export const organizationRoutes: RouteSpec[] = [
     },
   },
   {
+    // PATCH /users/{user_id} and Zulip's PATCH /users/{email}: one template, as a number names by id (Zulip's <int:>).
     method: "PATCH",
     path: "/users/{user_id}",
     params: {
       type: "object",
       properties: {
-        user_id: Id,
+        user_id: Str,
         role: { type: "integer" },
         full_name: Str,
         profile_data: {
@@ -125,7 +135,8 @@ export const organizationRoutes: RouteSpec[] = [
       if (params.role !== undefined && !Roles.includes(params.role)) throw errors.badRequest("Invalid role");
       // As Zulip's update_user_backend: an empty value (null, "", []) removes the user's value.
       const profileData = (params.profile_data as ProfileDataEntry[] | undefined)?.map((e) => ({ id: e.id, value: e.value?.length ? e.value : null }));
-      await askRealm(call, { op: "updateUser", userId: params.user_id, role: params.role, fullName: params.full_name, profileData });
+      const userId = await userIdNamed(call, String(params.user_id));
+      await askRealm(call, { op: "updateUser", userId, role: params.role, fullName: params.full_name, profileData });
       // The caller's (or the target's) cached authentication carries the old role.
       await call.services.auth.forget();
       return {};
