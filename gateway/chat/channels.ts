@@ -112,7 +112,7 @@ const DELETE_TOPIC_BATCH = 100;
 const DELETE_TOPIC_BUDGET_MS = 50_000;
 
 /** Zulip's require_realm_admin (and can_manage_default_streams, which is the same role). */
-function requireAdministrator(user: UserRow): void {
+export function requireAdministrator(user: Pick<UserRow, "role">): void {
   if (user.role > ROLE.administrator) throw errors.badRequest("Must be an organization administrator");
 }
 

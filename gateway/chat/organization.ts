@@ -14,6 +14,9 @@ import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/chat/or
 import { serverRealmId } from "../../actors/chat/reads/realms.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
 import { userByEmailFor } from "../../actors/chat/reads/users.ts";
+import { userSetting, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
+import { requireAdministrator } from "./channels.ts";
+import { sql } from "kysely";
 import { askRealm, type Call, type RouteSpec } from "./app.ts";
 import { Bool, Id, Str, type JsonSchema, type ParamsSchema } from "../params.ts";
 
@@ -104,7 +107,52 @@ function revokeRoute(path: string, multiuse: boolean): RouteSpec {
   };
 }
 
+/**
+ * Organization exports as a Zulip server answers that cannot make them through the web (Zulip's answer for an
+ * organization too large to export that way): Chorus makes no exports, so the list is empty and a request is sent to
+ * the server's administrator. Users' consents are real: each one's allow_private_data_export setting.
+ */
+const exportRoutes: RouteSpec[] = [
+  {
+    method: "GET",
+    path: "/export/realm",
+    params: { type: "object", properties: {} },
+    handle({ user }) {
+      requireAdministrator(user);
+      return { exports: [] };
+    },
+  },
+  {
+    method: "POST",
+    path: "/export/realm",
+    params: { type: "object", properties: { export_type: { type: "integer", enum: [1, 2] } } },
+    handle({ user, services }) {
+      requireAdministrator(user);
+      throw errors.badRequest(`Please request a manual export from ${services.chat.administratorEmail}.`);
+    },
+  },
+  {
+    method: "GET",
+    path: "/export/realm/consents",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      requireAdministrator(user);
+      const rows = await services.store.db
+        .selectFrom("users")
+        .select(["id", userSetting(sql.ref("users.id"), "allow_private_data_export").as("consent")])
+        .where("realm_id", "=", user.realm_id)
+        .where("is_active", "=", true)
+        .where("is_bot", "=", false)
+        .orderBy("id")
+        .execute();
+      const byDefault = USER_SETTINGS_DEFAULTS.allow_private_data_export;
+      return { export_consents: rows.map((r) => ({ user_id: r.id, consented: r.consent === null ? byDefault : r.consent === "true" })) };
+    },
+  },
+];
+
 export const organizationRoutes: RouteSpec[] = [
+  ...exportRoutes,
   {
     method: "PATCH",
     path: "/realm",
