@@ -13,6 +13,8 @@ export interface RealmTable {
   deactivated: Generated<boolean>;
   /** Organization settings not worth a column each (names as in Zulip's realm object). */
   settings: Json;
+  /** The defaults for new users' settings an administrator changed (PATCH /realm/user_settings_defaults). */
+  user_settings_defaults: Generated<Json>;
 }
 
 export interface UserTable {

@@ -22,7 +22,7 @@ import { alertWordsOf } from "../../actors/chat/users/alert-words.ts";
 import { Presence } from "../../actors/chat/users/presence.protocol.ts";
 import { accessibleUsers, presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
 import { scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
-import { realmSettings, storedUserSettings, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
+import { realmSettings, realmUserSettingsDefaults, storedUserSettings, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import { realmEmojiObjects } from "../../actors/chat/organization/realm-emoji.ts";
 import { linkifierObjects } from "../../actors/chat/organization/linkifiers.ts";
 import { playgroundObjects } from "../../actors/chat/organization/realm-playgrounds.ts";
@@ -94,6 +94,9 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async user_settings(s, u) {
     return { user_settings: Object.assign({}, USER_SETTINGS_DEFAULTS, { timezone: u.timezone }, await storedUserSettings(s.store, u.id)) };
+  },
+  async realm_user_settings_defaults(s, u) {
+    return { realm_user_settings_defaults: await realmUserSettingsDefaults(s.store.db, u.realm_id) };
   },
   async realm_user_groups(s, u, o) {
     const groups = await userGroupObjects(s.store.db, u.realm_id);

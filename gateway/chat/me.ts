@@ -28,12 +28,23 @@ import { unreadMessageIdsFrom } from "../../actors/chat/reads/unreads.ts";
 import { Flags } from "../../actors/chat/conversations/flags.protocol.ts";
 
 /** Each setting's wire type, from its default value. */
-const settingParams: Record<string, JsonSchema> = Object.fromEntries(
+export const settingParams: Record<string, JsonSchema> = Object.fromEntries(
   Object.keys(SETTING_RULES).map((name) => {
     const example = (USER_SETTINGS_DEFAULTS as Record<string, unknown>)[name];
     return [name, { type: typeof example === "boolean" ? "boolean" : typeof example === "number" ? "integer" : "string" }];
   }),
 );
+
+/** The settings among `names` that the request sets, each checked against Zulip's allowed values. */
+export function requestedSettings(params: Record<string, unknown>, names: string[]): Record<string, unknown> {
+  const settings: Record<string, unknown> = {};
+  for (const name of names) {
+    if (params[name] === undefined) continue;
+    checkSetting(name, params[name]);
+    settings[name] = params[name];
+  }
+  return settings;
+}
 
 const Draft = {
   type: "object",
@@ -296,12 +307,7 @@ export const meRoutes: RouteSpec[] = [
     },
     async handle(call) {
       const { params, user } = call;
-      const settings: Record<string, unknown> = {};
-      for (const name of Object.keys(SETTING_RULES)) {
-        if (params[name] === undefined) continue;
-        checkSetting(name, params[name]);
-        settings[name] = params[name];
-      }
+      const settings = requestedSettings(params, Object.keys(SETTING_RULES));
       let fullName: string | undefined;
       if (params.full_name !== undefined) {
         fullName = String(params.full_name).trim();

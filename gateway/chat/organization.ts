@@ -10,12 +10,14 @@ import { hashPassword } from "../../runtime/secrets.ts";
 import { Realm, type InviteTerms, type ProfileDataEntry } from "../../actors/chat/organization/realm.protocol.ts";
 import { ProfileValue } from "./profile-fields.ts";
 import { REALM_SETTINGS } from "../../actors/chat/organization/realm-settings.ts";
-import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/chat/organization/invites.ts";
+import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites, MAX_WELCOME_MESSAGE_LENGTH } from "../../actors/chat/organization/invites.ts";
 import { serverRealmId } from "../../actors/chat/reads/realms.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
 import { userByEmailFor } from "../../actors/chat/reads/users.ts";
 import { userSetting, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import { requireAdministrator } from "./channels.ts";
+import { requestedSettings, settingParams } from "./me.ts";
+import { SETTING_RULES } from "../../actors/chat/users/user-data.ts";
 import { sql } from "kysely";
 import { askRealm, type Call, type RouteSpec } from "./app.ts";
 import { Bool, Id, Str, type JsonSchema, type ParamsSchema } from "../params.ts";
@@ -151,8 +153,30 @@ const exportRoutes: RouteSpec[] = [
   },
 ];
 
+/**
+ * The settings PATCH /realm/user_settings_defaults takes: a user's preferences, not what is each person's own
+ * (timezone, language, consent to exports).
+ */
+const DEFAULTABLE_SETTINGS = Object.keys(SETTING_RULES).filter((name) => !["timezone", "default_language", "allow_private_data_export"].includes(name));
+
 export const organizationRoutes: RouteSpec[] = [
   ...exportRoutes,
+  {
+    method: "PATCH",
+    path: "/realm/user_settings_defaults",
+    params: { type: "object", properties: Object.fromEntries(DEFAULTABLE_SETTINGS.map((name) => [name, settingParams[name]!])) },
+    async handle(call) {
+      return askRealm(call, { op: "updateUserSettingsDefaults", settings: requestedSettings(call.params, DEFAULTABLE_SETTINGS) });
+    },
+  },
+  {
+    method: "POST",
+    path: "/realm/test_welcome_bot_custom_message",
+    params: { type: "object", properties: { welcome_message_custom_text: { type: "string", maxLength: MAX_WELCOME_MESSAGE_LENGTH } }, required: ["welcome_message_custom_text"] },
+    async handle(call) {
+      return askRealm(call, { op: "testWelcomeMessage", text: call.params.welcome_message_custom_text, requestKey: randomUUID() });
+    },
+  },
   {
     method: "PATCH",
     path: "/realm",

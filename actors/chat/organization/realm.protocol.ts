@@ -382,8 +382,20 @@ export type PlaygroundsProtocol = {
   removePlayground: Op<RemovePlayground, Empty>;
 };
 
+/**
+ * POST /realm/test_welcome_bot_custom_message: Welcome Bot sends the text to the administrator asking, as a new
+ * user invited with it would get it. `requestKey`: one per request, so a redelivery sends it once.
+ */
+export interface TestWelcomeMessage {
+  op: "testWelcomeMessage";
+  actingId: number;
+  text: string;
+  requestKey: string;
+}
+
 /** Invitations (invites.ts). */
 export type InvitesProtocol = {
+  testWelcomeMessage: Op<TestWelcomeMessage, { message_id: number }>;
   invite: Op<Invite, Empty>;
   createInviteLink: Op<CreateInviteLink, InviteLinkCreated>;
   revokeInvite: Op<RevokeInvite, Empty>;
@@ -414,8 +426,16 @@ export type RealmEmojiProtocol = {
   deactivateEmoji: Op<DeactivateEmoji, Empty>;
 };
 
+/** PATCH /realm/user_settings_defaults: the settings (already checked) new users will start with. */
+export interface UpdateUserSettingsDefaults {
+  op: "updateUserSettingsDefaults";
+  actingId: number;
+  settings: Record<string, unknown>;
+}
+
 export type RealmProtocol = {
   createUser: Op<CreateUser, CreatedUser>;
+  updateUserSettingsDefaults: Op<UpdateUserSettingsDefaults, Empty>;
   ensureChannels: Op<EnsureChannels, EnsuredChannel[]>;
   setDefaultChannel: Op<SetDefaultChannel, Empty>;
   channelArchived: Op<ChannelArchived, Empty>;

@@ -15,6 +15,7 @@ const SERVED_TYPES = [
   "realm",
   "realm_user",
   "realm_user_groups",
+  "realm_user_settings_defaults",
   "realm_emoji",
   "realm_linkifiers",
   "realm_filters",
