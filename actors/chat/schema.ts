@@ -176,6 +176,8 @@ export interface ScheduledMessageTable {
   status: Generated<string>;
   delivered_message_id: number | null;
   failure_message: string | null;
+  /** A reminder (sent to its owner by Notification Bot) about this message; null for a scheduled message. */
+  reminder_target_message_id: ColumnType<number | null, number | null | undefined, number | null>;
 }
 
 /** Zulip's UserTopic; `topic_key` is the lower-cased name (topics match case-insensitively). */

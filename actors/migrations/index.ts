@@ -28,6 +28,7 @@ import * as alertWordsStatusMutes from "../chat/migrations/2026-11-26T0300-alert
 import * as archivedChannels from "../chat/migrations/2026-11-26T0300-archived-channels.ts";
 import * as linkifiersPlaygroundsSnippets from "../chat/migrations/2026-11-26T0300-linkifiers-playgrounds-snippets.ts";
 import * as realmUserSettingsDefaults from "../chat/migrations/2026-11-27T2110-realm-user-settings-defaults.ts";
+import * as reminders from "../chat/migrations/2026-11-27T2110-reminders.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -53,4 +54,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-26T0300-archived-channels": archivedChannels,
   "2026-11-26T0300-linkifiers-playgrounds-snippets": linkifiersPlaygroundsSnippets,
   "2026-11-27T2110-realm-user-settings-defaults": realmUserSettingsDefaults,
+  "2026-11-27T2110-reminders": reminders,
 };

@@ -21,7 +21,7 @@ import { draftsOf, viewsOf, mutedUsersOf, userStatuses } from "../../actors/chat
 import { alertWordsOf } from "../../actors/chat/users/alert-words.ts";
 import { Presence } from "../../actors/chat/users/presence.protocol.ts";
 import { accessibleUsers, presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
-import { scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
+import { remindersOf, scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
 import { realmSettings, realmUserSettingsDefaults, storedUserSettings, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import { realmEmojiObjects } from "../../actors/chat/organization/realm-emoji.ts";
 import { linkifierObjects } from "../../actors/chat/organization/linkifiers.ts";
@@ -121,6 +121,9 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async scheduled_messages(s, u) {
     return { scheduled_messages: await scheduledMessagesOf(s.store.db, u.id) };
+  },
+  async reminders(s, u) {
+    return { reminders: await remindersOf(s.store.db, u.id) };
   },
   async realm_emoji(s, u) {
     return { realm_emoji: await realmEmojiObjects(s.store.db, u.realm_id) };

@@ -30,6 +30,7 @@ const SERVED_TYPES = [
   "starred_messages",
   "navigation_views",
   "scheduled_messages",
+  "reminders",
   "recent_private_conversations",
   "custom_profile_fields",
   "default_streams",
