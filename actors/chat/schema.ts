@@ -387,6 +387,20 @@ export interface RealmLinkifierTable {
 }
 
 /** Zulip's RealmPlayground: where code blocks of a language can be opened. */
+/** Zulip's ChannelFolder. */
+export interface ChannelFolderTable {
+  id: Generated<number>;
+  realm_id: number;
+  name: string;
+  description: string;
+  rendered_description: string;
+  /** Position in the organization's list, from 0. */
+  order: number;
+  creator_id: number | null;
+  date_created: number;
+  is_archived: Generated<boolean>;
+}
+
 export interface RealmPlaygroundTable {
   id: Generated<number>;
   realm_id: number;
@@ -462,6 +476,7 @@ export interface ChatTables {
   realm_emoji: RealmEmojiTable;
   realm_linkifiers: RealmLinkifierTable;
   realm_playgrounds: RealmPlaygroundTable;
+  channel_folders: ChannelFolderTable;
   saved_snippets: SavedSnippetTable;
   alert_words: AlertWordTable;
   user_status: UserStatusTable;

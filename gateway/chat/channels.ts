@@ -18,7 +18,8 @@ import { userInRealm, usersByIdOrEmail, type UserRow } from "../../actors/chat/r
 import { accessibleUsers } from "../../actors/chat/organization/accounts.ts";
 import { chatErrors } from "../../actors/chat/errors.ts";
 import { normaliseTopic } from "./messages.ts";
-import type { RouteSpec, Services } from "./app.ts";
+import { askRealm, type RouteSpec, type Services } from "./app.ts";
+import { channelFolderObjects, MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH, MAX_CHANNEL_FOLDER_NAME_LENGTH } from "../../actors/chat/organization/channel-folders.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS } from "./zulip.ts";
 
@@ -604,6 +605,52 @@ export const channelRoutes: RouteSpec[] = [
       const { stream } = await accessChannel(services.store.db, user, { id: params.stream_id }, "metadata");
       await services.system.ref(Realm, user.realm_id).ask({ op: "setDefaultChannel", streamId: stream.id, isDefault: false });
       return {};
+    },
+  },
+  {
+    method: "GET",
+    path: "/channel_folders",
+    params: { type: "object", properties: { include_archived: { ...Bool, default: false } } },
+    async handle({ params, user, services }) {
+      return { channel_folders: await channelFolderObjects(services.store.db, user.realm_id, params.include_archived) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/channel_folders/create",
+    params: {
+      type: "object",
+      properties: { name: { type: "string", maxLength: MAX_CHANNEL_FOLDER_NAME_LENGTH }, description: { type: "string", maxLength: MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH, default: "" } },
+      required: ["name"],
+    },
+    handle(call) {
+      return askRealm(call, { op: "createChannelFolder", name: call.params.name, description: call.params.description });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/channel_folders",
+    params: { type: "object", properties: { order: { type: "array", items: Id } }, required: ["order"] },
+    handle(call) {
+      return askRealm(call, { op: "reorderChannelFolders", order: call.params.order });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/channel_folders/{channel_folder_id}",
+    params: {
+      type: "object",
+      properties: {
+        channel_folder_id: Id,
+        name: { type: "string", maxLength: MAX_CHANNEL_FOLDER_NAME_LENGTH },
+        description: { type: "string", maxLength: MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH },
+        is_archived: Bool,
+      },
+      required: ["channel_folder_id"],
+    },
+    handle(call) {
+      const { params } = call;
+      return askRealm(call, { op: "updateChannelFolder", id: params.channel_folder_id, name: params.name, description: params.description, isArchived: params.is_archived });
     },
   },
 ];

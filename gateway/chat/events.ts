@@ -27,6 +27,7 @@ import { realmEmojiObjects } from "../../actors/chat/organization/realm-emoji.ts
 import { linkifierObjects } from "../../actors/chat/organization/linkifiers.ts";
 import { playgroundObjects } from "../../actors/chat/organization/realm-playgrounds.ts";
 import { snippetsOf } from "../../actors/chat/users/saved-snippets.ts";
+import { channelFolderObjects } from "../../actors/chat/organization/channel-folders.ts";
 import { mutedTopics, ownUserState, serverRealmState, starredMessages } from "../../actors/chat/reads/register-state.ts";
 
 const StrList = { type: "array", items: Str } as const;
@@ -137,6 +138,10 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async saved_snippets(s, u) {
     return { saved_snippets: await snippetsOf(s.store.db, u.id) };
+  },
+  // Archived folders too: clients show the folders of archived channels.
+  async channel_folders(s, u) {
+    return { channel_folders: await channelFolderObjects(s.store.db, u.realm_id, true) };
   },
   async realm_playgrounds(s, u) {
     return { realm_playgrounds: await playgroundObjects(s.store.db, u.realm_id) };

@@ -3,8 +3,8 @@
  * fields, custom emoji, linkifiers, code playgrounds). Handlers: RealmActor.handlers in realm.ts, which forwards the invitation, e-mail change,
  * profile field, emoji, linkifier and playground operations to Invitations.handlers (invites.ts),
  * EmailChanges.handlers (email-changes.ts), ProfileFields.handlers (profile-fields.ts), RealmEmojiChanges.handlers
- * (realm-emoji.ts), RealmLinkifiers.handlers (linkifiers.ts), RealmPlaygrounds.handlers (realm-playgrounds.ts) and
- * GroupChanges.handlers (group-changes.ts).
+ * (realm-emoji.ts), RealmLinkifiers.handlers (linkifiers.ts), RealmPlaygrounds.handlers (realm-playgrounds.ts),
+ * ChannelFolders.handlers (channel-folders.ts) and GroupChanges.handlers (group-changes.ts).
  */
 import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
 
@@ -393,6 +393,38 @@ export interface TestWelcomeMessage {
   requestKey: string;
 }
 
+/** POST /channel_folders/create. */
+export interface CreateChannelFolder {
+  op: "createChannelFolder";
+  actingId: number;
+  name: string;
+  description: string;
+}
+
+/** PATCH /channel_folders/{channel_folder_id}: what is given changes. */
+export interface UpdateChannelFolder {
+  op: "updateChannelFolder";
+  actingId: number;
+  id: number;
+  name?: string;
+  description?: string;
+  isArchived?: boolean;
+}
+
+/** PATCH /channel_folders: every folder of the organization, archived ones too, in their new order. */
+export interface ReorderChannelFolders {
+  op: "reorderChannelFolders";
+  actingId: number;
+  order: number[];
+}
+
+/** Channel folders (channel-folders.ts). */
+export type ChannelFoldersProtocol = {
+  createChannelFolder: Op<CreateChannelFolder, { channel_folder_id: number }>;
+  updateChannelFolder: Op<UpdateChannelFolder, Empty>;
+  reorderChannelFolders: Op<ReorderChannelFolders, Empty>;
+};
+
 /** Invitations (invites.ts). */
 export type InvitesProtocol = {
   testWelcomeMessage: Op<TestWelcomeMessage, { message_id: number }>;
@@ -449,6 +481,7 @@ export type RealmProtocol = {
   RealmEmojiProtocol &
   LinkifiersProtocol &
   PlaygroundsProtocol &
+  ChannelFoldersProtocol &
   GroupChangesProtocol;
 
 export const Realm = actorKind<RealmProtocol>("realm");

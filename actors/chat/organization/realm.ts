@@ -21,6 +21,7 @@ import { ProfileFields } from "./profile-fields.ts";
 import { RealmEmojiChanges } from "./realm-emoji.ts";
 import { RealmLinkifiers, type RealmAdministration } from "./linkifiers.ts";
 import { RealmPlaygrounds } from "./realm-playgrounds.ts";
+import { ChannelFolders } from "./channel-folders.ts";
 import { GroupChanges } from "./group-changes.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
@@ -46,6 +47,7 @@ export class RealmActor implements Actor {
   private readonly emoji: RealmEmojiChanges;
   private readonly linkifiers: RealmLinkifiers;
   private readonly playgrounds: RealmPlaygrounds;
+  private readonly channelFolders: ChannelFolders;
   private readonly groups: GroupChanges;
 
   constructor(
@@ -63,6 +65,7 @@ export class RealmActor implements Actor {
     };
     this.linkifiers = new RealmLinkifiers(ctx, deps, this.realmId, administration);
     this.playgrounds = new RealmPlaygrounds(ctx, deps, this.realmId, administration);
+    this.channelFolders = new ChannelFolders(ctx, deps, this.realmId, administration);
     this.groups = new GroupChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
   }
 
@@ -83,6 +86,7 @@ export class RealmActor implements Actor {
     ...forward(RealmEmojiChanges.handlers, (realm: RealmActor) => realm.emoji),
     ...forward(RealmLinkifiers.handlers, (realm: RealmActor) => realm.linkifiers),
     ...forward(RealmPlaygrounds.handlers, (realm: RealmActor) => realm.playgrounds),
+    ...forward(ChannelFolders.handlers, (realm: RealmActor) => realm.channelFolders),
     ...forward(GroupChanges.handlers, (realm: RealmActor) => realm.groups),
   };
 

@@ -20,6 +20,7 @@ const SERVED_TYPES = [
   "realm_linkifiers",
   "realm_filters",
   "realm_playgrounds",
+  "channel_folders",
   "saved_snippets",
   "user_settings",
   "update_message_flags",
