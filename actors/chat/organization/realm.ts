@@ -212,6 +212,7 @@ export class RealmActor implements Actor {
     await realmAlertWords.changed(this.deps.system(), this.realmId);
     await this.tellSubscriptionPeers(ids, msg.active);
     for (const user_id of ids) await this.tellRealm({ type: "realm_user", op: "update", person: { user_id, is_active: msg.active } });
+    if (!msg.active) await this.deps.system().broadcast(User, ids, { op: "dropQueues" });
     return {};
   }
 
