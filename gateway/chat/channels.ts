@@ -360,6 +360,7 @@ export const channelRoutes: RouteSpec[] = [
         description: { type: "string", maxLength: LIMITS.max_stream_description_length },
         is_private: Bool,
         history_public_to_subscribers: Bool,
+        is_archived: Bool,
         topics_policy: { anyOf: [{ type: "string", enum: TOPICS_POLICIES }] },
         ...Object.fromEntries(
           Object.keys(CHANNEL_GROUP_SETTINGS).map((name) => [name, { type: "object", properties: { new: GroupSetting, old: GroupSetting }, required: ["new"], additionalProperties: false }]),
@@ -370,6 +371,12 @@ export const channelRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const db = services.store.db;
       const { stream, subscribed } = await administeredChannel(db, user, params.stream_id);
+      // Zulip's update_stream_backend: is_archived only unarchives (archiving is DELETE /streams/{stream_id}).
+      if (params.is_archived === true) throw errors.badRequest("Invalid parameters");
+      if (params.is_archived === false) {
+        await services.system.ref(Channel, stream.id).ask({ op: "unarchive" });
+        if (Object.keys(params).every((k) => k === "stream_id" || k === "is_archived")) return {};
+      }
       // Zulip's update_stream_backend: the proposed privacy must be coherent.
       const inviteOnly: boolean = params.is_private ?? stream.invite_only;
       const historyPublic: boolean = params.history_public_to_subscribers ?? (params.is_private !== undefined ? !params.is_private : stream.history_public_to_subscribers);
