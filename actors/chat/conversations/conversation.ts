@@ -19,6 +19,8 @@ import type { MessageRecord } from "../rendering/message-format.ts";
 import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
 import { markdownContext } from "../rendering/mentions.ts";
 import { usersAlertedBy } from "../users/alert-words.ts";
+import { topicLinks } from "../rendering/linkifiers.ts";
+import { compiledLinkifiers } from "../organization/linkifiers.ts";
 import { usersMutingCache } from "../users/user-data.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, Sent } from "./conversation.protocol.ts";
@@ -134,6 +136,7 @@ export abstract class Conversation implements Actor {
       rendered_content: rendered.html,
       timestamp: Math.floor(Date.now() / 1000),
       client: msg.client,
+      topic_links: base.type === "stream" ? topicLinks(await compiledLinkifiers.get(this.deps.store.db, this.realmId), topic) : [],
       ...base,
     };
     const senderFlags = (msg.readBySender ? FLAG_BITS.read : 0) | (mentions.get(msg.senderId) ?? 0);
@@ -332,7 +335,7 @@ export abstract class Conversation implements Actor {
     }
     if (move) {
       Object.assign(event, { propagate_mode: msg.propagateMode, orig_subject: row.topic });
-      if (move.topic !== row.topic) Object.assign(event, { subject: move.topic, topic_links: [] });
+      if (move.topic !== row.topic) Object.assign(event, { subject: move.topic, topic_links: topicLinks(await compiledLinkifiers.get(this.deps.store.db, this.realmId), move.topic) });
       if (move.streamId !== row.stream_id) event.new_stream_id = move.streamId;
     }
     const losing = new Set(move?.losingAccess);
