@@ -28,6 +28,8 @@ export interface ChatConfig {
   smtpUrl?: string;
   /** From address of outgoing e-mail. */
   mailFrom: string;
+  /** Whom users are told to ask for what only the server's operator can do (Zulip's ZULIP_ADMINISTRATOR). */
+  administratorEmail: string;
   /**
    * How long an event written behind its delivery waits for others to share its commit (see ./users/user.ts). Tests
    * lengthen it to make sure a crash falls inside that window.
@@ -45,11 +47,13 @@ export interface ChatConfig {
 
 export function loadChatConfig(overrides: Partial<ChatConfig> = {}): ChatConfig {
   const env = process.env;
+  const mailFrom = overrides.mailFrom ?? env.MAIL_FROM ?? "Chorus <noreply@chorus.example>";
   return {
     heartbeatSeconds: overrides.heartbeatSeconds ?? Math.max(1, int("HEARTBEAT_SECONDS", 50)),
     queueTimeoutSeconds: overrides.queueTimeoutSeconds ?? Math.max(1, int("QUEUE_TIMEOUT_SECONDS", 600)),
     smtpUrl: "smtpUrl" in overrides ? overrides.smtpUrl : env.SMTP_URL || undefined,
-    mailFrom: overrides.mailFrom ?? env.MAIL_FROM ?? "Chorus <noreply@chorus.example>",
+    mailFrom,
+    administratorEmail: overrides.administratorEmail ?? env.ADMINISTRATOR_EMAIL ?? mailFrom.match(/<([^>]+)>/)?.[1] ?? mailFrom,
     eventWriteDelayMs: overrides.eventWriteDelayMs ?? Math.max(0, int("EVENT_WRITE_DELAY_MS", DEFAULT_EVENT_WRITE_DELAY_MS)),
     recipientListAbove: overrides.recipientListAbove ?? int("RECIPIENT_LIST_ABOVE", DEFAULT_RECIPIENT_LIST_ABOVE),
     recipientListDelayMs: overrides.recipientListDelayMs ?? int("RECIPIENT_LIST_DELAY_MS", DEFAULT_RECIPIENT_LIST_DELAY_MS),

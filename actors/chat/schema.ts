@@ -13,6 +13,8 @@ export interface RealmTable {
   deactivated: Generated<boolean>;
   /** Organization settings not worth a column each (names as in Zulip's realm object). */
   settings: Json;
+  /** The defaults for new users' settings an administrator changed (PATCH /realm/user_settings_defaults). */
+  user_settings_defaults: Generated<Json>;
 }
 
 export interface UserTable {
@@ -181,6 +183,8 @@ export interface ScheduledMessageTable {
   status: Generated<string>;
   delivered_message_id: number | null;
   failure_message: string | null;
+  /** A reminder (sent to its owner by Notification Bot) about this message; null for a scheduled message. */
+  reminder_target_message_id: ColumnType<number | null, number | null | undefined, number | null>;
 }
 
 /** Zulip's UserTopic; `topic_key` is the lower-cased name (topics match case-insensitively). */
@@ -390,6 +394,20 @@ export interface RealmLinkifierTable {
 }
 
 /** Zulip's RealmPlayground: where code blocks of a language can be opened. */
+/** Zulip's ChannelFolder. */
+export interface ChannelFolderTable {
+  id: Generated<number>;
+  realm_id: number;
+  name: string;
+  description: string;
+  rendered_description: string;
+  /** Position in the organization's list, from 0. */
+  order: number;
+  creator_id: number | null;
+  date_created: number;
+  is_archived: Generated<boolean>;
+}
+
 export interface RealmPlaygroundTable {
   id: Generated<number>;
   realm_id: number;
@@ -488,6 +506,7 @@ export interface ChatTables {
   realm_emoji: RealmEmojiTable;
   realm_linkifiers: RealmLinkifierTable;
   realm_playgrounds: RealmPlaygroundTable;
+  channel_folders: ChannelFolderTable;
   saved_snippets: SavedSnippetTable;
   alert_words: AlertWordTable;
   user_status: UserStatusTable;

@@ -29,6 +29,9 @@ import * as archivedChannels from "../chat/migrations/2026-11-26T0300-archived-c
 import * as linkifiersPlaygroundsSnippets from "../chat/migrations/2026-11-26T0300-linkifiers-playgrounds-snippets.ts";
 import * as attachments from "../chat/migrations/2026-11-27T2100-attachments.ts";
 import * as sendAttempts from "../chat/migrations/2026-11-27T2120-send-attempts.ts";
+import * as realmUserSettingsDefaults from "../chat/migrations/2026-11-27T2110-realm-user-settings-defaults.ts";
+import * as reminders from "../chat/migrations/2026-11-27T2110-reminders.ts";
+import * as channelFolders from "../chat/migrations/2026-11-27T2110-channel-folders.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -55,4 +58,7 @@ export const migrations: Record<string, Migration> = {
   "2026-11-26T0300-linkifiers-playgrounds-snippets": linkifiersPlaygroundsSnippets,
   "2026-11-27T2100-attachments": attachments,
   "2026-11-27T2120-send-attempts": sendAttempts,
+  "2026-11-27T2110-realm-user-settings-defaults": realmUserSettingsDefaults,
+  "2026-11-27T2110-reminders": reminders,
+  "2026-11-27T2110-channel-folders": channelFolders,
 };

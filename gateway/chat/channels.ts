@@ -18,7 +18,8 @@ import { userInRealm, usersByIdOrEmail, type UserRow } from "../../actors/chat/r
 import { accessibleUsers } from "../../actors/chat/organization/accounts.ts";
 import { chatErrors } from "../../actors/chat/errors.ts";
 import { normaliseTopic } from "./messages.ts";
-import type { RouteSpec, Services } from "./app.ts";
+import { askRealm, type RouteSpec, type Services } from "./app.ts";
+import { channelFolderObjects, MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH, MAX_CHANNEL_FOLDER_NAME_LENGTH } from "../../actors/chat/organization/channel-folders.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS } from "./zulip.ts";
 
@@ -112,7 +113,7 @@ const DELETE_TOPIC_BATCH = 100;
 const DELETE_TOPIC_BUDGET_MS = 50_000;
 
 /** Zulip's require_realm_admin (and can_manage_default_streams, which is the same role). */
-function requireAdministrator(user: UserRow): void {
+export function requireAdministrator(user: Pick<UserRow, "role">): void {
   if (user.role > ROLE.administrator) throw errors.badRequest("Must be an organization administrator");
 }
 
@@ -359,6 +360,7 @@ export const channelRoutes: RouteSpec[] = [
         description: { type: "string", maxLength: LIMITS.max_stream_description_length },
         is_private: Bool,
         history_public_to_subscribers: Bool,
+        is_archived: Bool,
         topics_policy: { anyOf: [{ type: "string", enum: TOPICS_POLICIES }] },
         ...Object.fromEntries(
           Object.keys(CHANNEL_GROUP_SETTINGS).map((name) => [name, { type: "object", properties: { new: GroupSetting, old: GroupSetting }, required: ["new"], additionalProperties: false }]),
@@ -369,6 +371,12 @@ export const channelRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const db = services.store.db;
       const { stream, subscribed } = await administeredChannel(db, user, params.stream_id);
+      // Zulip's update_stream_backend: is_archived only unarchives (archiving is DELETE /streams/{stream_id}).
+      if (params.is_archived === true) throw errors.badRequest("Invalid parameters");
+      if (params.is_archived === false) {
+        await services.system.ref(Channel, stream.id).ask({ op: "unarchive" });
+        if (Object.keys(params).every((k) => k === "stream_id" || k === "is_archived")) return {};
+      }
       // Zulip's update_stream_backend: the proposed privacy must be coherent.
       const inviteOnly: boolean = params.is_private ?? stream.invite_only;
       const historyPublic: boolean = params.history_public_to_subscribers ?? (params.is_private !== undefined ? !params.is_private : stream.history_public_to_subscribers);
@@ -604,6 +612,52 @@ export const channelRoutes: RouteSpec[] = [
       const { stream } = await accessChannel(services.store.db, user, { id: params.stream_id }, "metadata");
       await services.system.ref(Realm, user.realm_id).ask({ op: "setDefaultChannel", streamId: stream.id, isDefault: false });
       return {};
+    },
+  },
+  {
+    method: "GET",
+    path: "/channel_folders",
+    params: { type: "object", properties: { include_archived: { ...Bool, default: false } } },
+    async handle({ params, user, services }) {
+      return { channel_folders: await channelFolderObjects(services.store.db, user.realm_id, params.include_archived) };
+    },
+  },
+  {
+    method: "POST",
+    path: "/channel_folders/create",
+    params: {
+      type: "object",
+      properties: { name: { type: "string", maxLength: MAX_CHANNEL_FOLDER_NAME_LENGTH }, description: { type: "string", maxLength: MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH, default: "" } },
+      required: ["name"],
+    },
+    handle(call) {
+      return askRealm(call, { op: "createChannelFolder", name: call.params.name, description: call.params.description });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/channel_folders",
+    params: { type: "object", properties: { order: { type: "array", items: Id } }, required: ["order"] },
+    handle(call) {
+      return askRealm(call, { op: "reorderChannelFolders", order: call.params.order });
+    },
+  },
+  {
+    method: "PATCH",
+    path: "/channel_folders/{channel_folder_id}",
+    params: {
+      type: "object",
+      properties: {
+        channel_folder_id: Id,
+        name: { type: "string", maxLength: MAX_CHANNEL_FOLDER_NAME_LENGTH },
+        description: { type: "string", maxLength: MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH },
+        is_archived: Bool,
+      },
+      required: ["channel_folder_id"],
+    },
+    handle(call) {
+      const { params } = call;
+      return askRealm(call, { op: "updateChannelFolder", id: params.channel_folder_id, name: params.name, description: params.description, isArchived: params.is_archived });
     },
   },
 ];

@@ -21,12 +21,13 @@ import { draftsOf, viewsOf, mutedUsersOf, userStatuses } from "../../actors/chat
 import { alertWordsOf } from "../../actors/chat/users/alert-words.ts";
 import { Presence } from "../../actors/chat/users/presence.protocol.ts";
 import { accessibleUsers, presencesSeenBy } from "../../actors/chat/organization/accounts.ts";
-import { scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
-import { realmSettings, storedUserSettings, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
+import { remindersOf, scheduledMessagesOf } from "../../actors/chat/conversations/scheduler.ts";
+import { realmSettings, realmUserSettingsDefaults, storedUserSettings, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import { realmEmojiObjects } from "../../actors/chat/organization/realm-emoji.ts";
 import { linkifierObjects } from "../../actors/chat/organization/linkifiers.ts";
 import { playgroundObjects } from "../../actors/chat/organization/realm-playgrounds.ts";
 import { snippetsOf } from "../../actors/chat/users/saved-snippets.ts";
+import { channelFolderObjects } from "../../actors/chat/organization/channel-folders.ts";
 import { mutedTopics, ownUserState, serverRealmState, starredMessages } from "../../actors/chat/reads/register-state.ts";
 
 const StrList = { type: "array", items: Str } as const;
@@ -97,6 +98,9 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   async user_settings(s, u) {
     return { user_settings: Object.assign({}, USER_SETTINGS_DEFAULTS, { timezone: u.timezone }, await storedUserSettings(s.store, u.id)) };
   },
+  async realm_user_settings_defaults(s, u) {
+    return { realm_user_settings_defaults: await realmUserSettingsDefaults(s.store.db, u.realm_id) };
+  },
   async realm_user_groups(s, u, o) {
     const groups = await userGroupObjects(s.store.db, u.realm_id);
     return { realm_user_groups: o.includeDeactivatedGroups ? groups : groups.filter((g) => !g.deactivated) };
@@ -121,6 +125,9 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   async scheduled_messages(s, u) {
     return { scheduled_messages: await scheduledMessagesOf(s.store.db, u.id) };
   },
+  async reminders(s, u) {
+    return { reminders: await remindersOf(s.store.db, u.id) };
+  },
   async realm_emoji(s, u) {
     return { realm_emoji: await realmEmojiObjects(s.store.db, u.realm_id) };
   },
@@ -133,6 +140,10 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async saved_snippets(s, u) {
     return { saved_snippets: await snippetsOf(s.store.db, u.id) };
+  },
+  // Archived folders too: clients show the folders of archived channels.
+  async channel_folders(s, u) {
+    return { channel_folders: await channelFolderObjects(s.store.db, u.realm_id, true) };
   },
   async realm_playgrounds(s, u) {
     return { realm_playgrounds: await playgroundObjects(s.store.db, u.realm_id) };

@@ -3,7 +3,7 @@
  * users. Every change goes through the user actor.
  */
 import type { ActorRef } from "../../runtime/protocol.ts";
-import { errors } from "../../runtime/errors.ts";
+import { ChorusError, errors } from "../../runtime/errors.ts";
 import { chatErrors } from "../../actors/chat/errors.ts";
 import { hashPassword, verifyPassword } from "../../runtime/secrets.ts";
 import { serverRealmId } from "../../actors/chat/reads/realms.ts";
@@ -28,12 +28,23 @@ import { unreadMessageIdsFrom } from "../../actors/chat/reads/unreads.ts";
 import { Flags } from "../../actors/chat/conversations/flags.protocol.ts";
 
 /** Each setting's wire type, from its default value. */
-const settingParams: Record<string, JsonSchema> = Object.fromEntries(
+export const settingParams: Record<string, JsonSchema> = Object.fromEntries(
   Object.keys(SETTING_RULES).map((name) => {
     const example = (USER_SETTINGS_DEFAULTS as Record<string, unknown>)[name];
     return [name, { type: typeof example === "boolean" ? "boolean" : typeof example === "number" ? "integer" : "string" }];
   }),
 );
+
+/** The settings among `names` that the request sets, each checked against Zulip's allowed values. */
+export function requestedSettings(params: Record<string, unknown>, names: string[]): Record<string, unknown> {
+  const settings: Record<string, unknown> = {};
+  for (const name of names) {
+    if (params[name] === undefined) continue;
+    checkSetting(name, params[name]);
+    settings[name] = params[name];
+  }
+  return settings;
+}
 
 const Draft = {
   type: "object",
@@ -70,9 +81,6 @@ function checkPushToken(kind: "apns" | "fcm", token: string): void {
 }
 
 function pushTokenRoutes(path: string, kind: "apns" | "fcm"): RouteSpec[] {
-  const refuseBots = (call: Call) => {
-    if (call.user.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
-  };
   return [
     {
       method: "POST",
@@ -96,6 +104,54 @@ function pushTokenRoutes(path: string, kind: "apns" | "fcm"): RouteSpec[] {
     },
   ];
 }
+
+const refuseBots = (call: Call) => {
+  if (call.user.is_bot) throw errors.badRequest("This endpoint does not accept bot requests.");
+};
+
+/**
+ * The mobile push endpoints answered as a Zulip server with neither a push bouncer nor FCM/APNs credentials answers
+ * (zerver/views/push_notifications.py): E2EE registration is refused as not configured, so no E2EE device ever
+ * exists; a legacy test notification to known tokens succeeds with nothing sent, an unknown token is refused.
+ */
+const noPushServiceRoutes: RouteSpec[] = [
+  {
+    method: "POST",
+    path: "/mobile_push/register",
+    params: { type: "object", properties: {} },
+    handle(call) {
+      refuseBots(call);
+      throw new ChorusError("PUSH_SERVICE_NOT_CONFIGURED", "Server is not configured to use push notification service.", 400);
+    },
+  },
+  {
+    method: "POST",
+    path: "/mobile_push/test_notification",
+    params: { type: "object", properties: { token: Str } },
+    async handle(call) {
+      refuseBots(call);
+      if (call.params.token !== undefined) {
+        const known = await call.services.store.db
+          .selectFrom("push_devices")
+          .select("token")
+          .where("user_id", "=", call.user.id)
+          .where("token", "=", call.params.token)
+          .executeTakeFirst();
+        if (!known) throw new ChorusError("INVALID_PUSH_DEVICE_TOKEN", "Device not recognized", 400);
+      }
+      return {};
+    },
+  },
+  {
+    method: "POST",
+    path: "/mobile_push/e2ee/test_notification",
+    params: { type: "object", properties: { push_account_id: { type: "integer" }, device_id: { type: "integer" } } },
+    handle(call) {
+      refuseBots(call);
+      throw new ChorusError("NO_ACTIVE_PUSH_DEVICE", "No active registered push device", 400);
+    },
+  },
+];
 
 /** Zulip's alert_words parameter: a JSON list of words, each at most MAX_ALERT_WORD_LENGTH characters. */
 const AlertWordsParams = {
@@ -206,6 +262,7 @@ export const meRoutes: RouteSpec[] = [
   },
   ...pushTokenRoutes("/users/me/apns_device_token", "apns"),
   ...pushTokenRoutes("/users/me/android_gcm_reg_id", "fcm"),
+  ...noPushServiceRoutes,
   {
     method: "POST",
     path: "/users/me/presence",
@@ -250,12 +307,7 @@ export const meRoutes: RouteSpec[] = [
     },
     async handle(call) {
       const { params, user } = call;
-      const settings: Record<string, unknown> = {};
-      for (const name of Object.keys(SETTING_RULES)) {
-        if (params[name] === undefined) continue;
-        checkSetting(name, params[name]);
-        settings[name] = params[name];
-      }
+      const settings = requestedSettings(params, Object.keys(SETTING_RULES));
       let fullName: string | undefined;
       if (params.full_name !== undefined) {
         fullName = String(params.full_name).trim();

@@ -10,9 +10,15 @@ import { hashPassword } from "../../runtime/secrets.ts";
 import { Realm, type InviteTerms, type ProfileDataEntry } from "../../actors/chat/organization/realm.protocol.ts";
 import { ProfileValue } from "./profile-fields.ts";
 import { REALM_SETTINGS } from "../../actors/chat/organization/realm-settings.ts";
-import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites } from "../../actors/chat/organization/invites.ts";
+import { DEFAULT_INVITE_EXPIRY_MINUTES, listInvites, MAX_WELCOME_MESSAGE_LENGTH } from "../../actors/chat/organization/invites.ts";
 import { serverRealmId } from "../../actors/chat/reads/realms.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
+import { userByEmailFor } from "../../actors/chat/reads/users.ts";
+import { userSetting, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
+import { requireAdministrator } from "./channels.ts";
+import { requestedSettings, settingParams } from "./me.ts";
+import { SETTING_RULES } from "../../actors/chat/users/user-data.ts";
+import { sql } from "kysely";
 import { askRealm, type Call, type RouteSpec } from "./app.ts";
 import { Bool, Id, Str, type JsonSchema, type ParamsSchema } from "../params.ts";
 
@@ -80,6 +86,14 @@ function inviteTerms({ params, user, req, services }: Call): InviteTerms {
   };
 }
 
+/** The user a path names by id (digits) or e-mail (API e-mail, or a delivery e-mail the caller may see). */
+async function userIdNamed({ user, services }: Call, ref: string): Promise<number> {
+  if (/^\d+$/.test(ref)) return Number(ref);
+  const found = await userByEmailFor(services.store.db, user, ref);
+  if (!found) throw errors.badRequest("No such user");
+  return found.id;
+}
+
 const InviteIdParams: ParamsSchema = { type: "object", properties: { invite_id: Id }, required: ["invite_id"] };
 
 /** Revoking an e-mail invitation or a link: Zulip keeps the two kinds apart, their ids too. */
@@ -95,7 +109,74 @@ function revokeRoute(path: string, multiuse: boolean): RouteSpec {
   };
 }
 
+/**
+ * Organization exports as a Zulip server answers that cannot make them through the web (Zulip's answer for an
+ * organization too large to export that way): Chorus makes no exports, so the list is empty and a request is sent to
+ * the server's administrator. Users' consents are real: each one's allow_private_data_export setting.
+ */
+const exportRoutes: RouteSpec[] = [
+  {
+    method: "GET",
+    path: "/export/realm",
+    params: { type: "object", properties: {} },
+    handle({ user }) {
+      requireAdministrator(user);
+      return { exports: [] };
+    },
+  },
+  {
+    method: "POST",
+    path: "/export/realm",
+    params: { type: "object", properties: { export_type: { type: "integer", enum: [1, 2] } } },
+    handle({ user, services }) {
+      requireAdministrator(user);
+      throw errors.badRequest(`Please request a manual export from ${services.chat.administratorEmail}.`);
+    },
+  },
+  {
+    method: "GET",
+    path: "/export/realm/consents",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      requireAdministrator(user);
+      const rows = await services.store.db
+        .selectFrom("users")
+        .select(["id", userSetting(sql.ref("users.id"), "allow_private_data_export").as("consent")])
+        .where("realm_id", "=", user.realm_id)
+        .where("is_active", "=", true)
+        .where("is_bot", "=", false)
+        .orderBy("id")
+        .execute();
+      const byDefault = USER_SETTINGS_DEFAULTS.allow_private_data_export;
+      return { export_consents: rows.map((r) => ({ user_id: r.id, consented: r.consent === null ? byDefault : r.consent === "true" })) };
+    },
+  },
+];
+
+/**
+ * The settings PATCH /realm/user_settings_defaults takes: a user's preferences, not what is each person's own
+ * (timezone, language, consent to exports).
+ */
+const DEFAULTABLE_SETTINGS = Object.keys(SETTING_RULES).filter((name) => !["timezone", "default_language", "allow_private_data_export"].includes(name));
+
 export const organizationRoutes: RouteSpec[] = [
+  ...exportRoutes,
+  {
+    method: "PATCH",
+    path: "/realm/user_settings_defaults",
+    params: { type: "object", properties: Object.fromEntries(DEFAULTABLE_SETTINGS.map((name) => [name, settingParams[name]!])) },
+    async handle(call) {
+      return askRealm(call, { op: "updateUserSettingsDefaults", settings: requestedSettings(call.params, DEFAULTABLE_SETTINGS) });
+    },
+  },
+  {
+    method: "POST",
+    path: "/realm/test_welcome_bot_custom_message",
+    params: { type: "object", properties: { welcome_message_custom_text: { type: "string", maxLength: MAX_WELCOME_MESSAGE_LENGTH } }, required: ["welcome_message_custom_text"] },
+    async handle(call) {
+      return askRealm(call, { op: "testWelcomeMessage", text: call.params.welcome_message_custom_text, requestKey: randomUUID() });
+    },
+  },
   {
     method: "PATCH",
     path: "/realm",
@@ -105,12 +186,13 @@ export const organizationRoutes: RouteSpec[] = [
     },
   },
   {
+    // PATCH /users/{user_id} and Zulip's PATCH /users/{email}: one template, as a number names by id (Zulip's <int:>).
     method: "PATCH",
     path: "/users/{user_id}",
     params: {
       type: "object",
       properties: {
-        user_id: Id,
+        user_id: Str,
         role: { type: "integer" },
         full_name: Str,
         profile_data: {
@@ -125,7 +207,8 @@ export const organizationRoutes: RouteSpec[] = [
       if (params.role !== undefined && !Roles.includes(params.role)) throw errors.badRequest("Invalid role");
       // As Zulip's update_user_backend: an empty value (null, "", []) removes the user's value.
       const profileData = (params.profile_data as ProfileDataEntry[] | undefined)?.map((e) => ({ id: e.id, value: e.value?.length ? e.value : null }));
-      await askRealm(call, { op: "updateUser", userId: params.user_id, role: params.role, fullName: params.full_name, profileData });
+      const userId = await userIdNamed(call, String(params.user_id));
+      await askRealm(call, { op: "updateUser", userId, role: params.role, fullName: params.full_name, profileData });
       // The caller's (or the target's) cached authentication carries the old role.
       await call.services.auth.forget();
       return {};

@@ -1,7 +1,13 @@
-/** Scheduled messages: create, list, edit, delete. Delivery is the realm's scheduler actor's (actors/chat/conversations/scheduler.ts). */
+/**
+ * Scheduled messages: create, list, edit, delete; and reminders (create, list, delete). Delivery is the realm's
+ * scheduler actor's (actors/chat/conversations/scheduler.ts).
+ */
 
 import { errors } from "../../runtime/errors.ts";
-import { editableScheduledMessage, scheduledMessagesOf, scheduledNotFound, scheduledObject } from "../../actors/chat/conversations/scheduler.ts";
+import { editableScheduledMessage, remindersOf, scheduledMessagesOf, scheduledNotFound, scheduledObject } from "../../actors/chat/conversations/scheduler.ts";
+import { reminderContent } from "../../actors/chat/conversations/reminders.ts";
+import { readableMessage } from "../../actors/chat/reads/messages.ts";
+import { LIMITS } from "./zulip.ts";
 import { isSubscribed } from "../../actors/chat/reads/subscriptions.ts";
 import { requireStream } from "../../actors/chat/reads/channels.ts";
 import type { UserRow } from "../../actors/chat/reads/users.ts";
@@ -23,10 +29,14 @@ interface Draft {
 }
 
 /** Check a scheduled message as a send would be checked now, and shape it for the scheduler. */
+function checkFuture(timestamp: number): void {
+  if (timestamp <= Math.floor(Date.now() / 1000)) throw errors.badRequest("Scheduled delivery time must be in the future.");
+}
+
 async function specFor(services: Services, user: UserRow, d: Draft): Promise<ScheduledSpec> {
   const content = normaliseContent(d.content);
   if (!content) throw errors.badRequest("Message must not be empty");
-  if (d.scheduled_delivery_timestamp <= Math.floor(Date.now() / 1000)) throw errors.badRequest("Scheduled delivery time must be in the future.");
+  checkFuture(d.scheduled_delivery_timestamp);
   const base = { content, scheduledTimestamp: d.scheduled_delivery_timestamp, readBySender: d.read_by_sender ?? null };
   if (d.type === "direct" || d.type === "private") {
     const ids = await directRecipients(services, user, Array.isArray(d.to) ? d.to : [d.to]);
@@ -94,6 +104,40 @@ export const scheduledRoutes: RouteSpec[] = [
     params: { type: "object", properties: { scheduled_message_id: Id }, required: ["scheduled_message_id"] },
     async handle({ params, user, services }) {
       return services.system.ref(Scheduler, user.realm_id).ask({ op: "delete", acting: acting(user), id: params.scheduled_message_id });
+    },
+  },
+  {
+    method: "POST",
+    path: "/reminders",
+    params: {
+      type: "object",
+      properties: { message_id: Id, scheduled_delivery_timestamp: Id, note: Str },
+      required: ["message_id", "scheduled_delivery_timestamp"],
+    },
+    async handle({ params, user, services, req }) {
+      const db = services.store.db;
+      const message = await readableMessage(db, user, params.message_id);
+      checkFuture(params.scheduled_delivery_timestamp);
+      const content = await reminderContent(db, services.siteUrl(req.headers.host), message, params.note, LIMITS.max_message_length);
+      return services.system
+        .ref(Scheduler, user.realm_id)
+        .ask({ op: "createReminder", acting: acting(user), messageId: message.id, content, scheduledTimestamp: params.scheduled_delivery_timestamp });
+    },
+  },
+  {
+    method: "GET",
+    path: "/reminders",
+    params: { type: "object", properties: {} },
+    async handle({ user, services }) {
+      return { reminders: await remindersOf(services.store.db, user.id) };
+    },
+  },
+  {
+    method: "DELETE",
+    path: "/reminders/{reminder_id}",
+    params: { type: "object", properties: { reminder_id: Id }, required: ["reminder_id"] },
+    async handle({ params, user, services }) {
+      return services.system.ref(Scheduler, user.realm_id).ask({ op: "deleteReminder", acting: acting(user), id: params.reminder_id });
     },
   },
 ];

@@ -2,12 +2,18 @@
  * POST /typing: typing notifications, for a direct conversation or a channel topic. Soft state: no actor owns
  * them; the event goes straight to the recipients' user actors, which drop it for users who turned
  * receives_typing_notifications off. The sender is not notified of their own typing.
+ *
+ * POST /messages/{message_id}/typing: "editing this message" notifications (typing_edit_message), allowed to whoever
+ * may edit the message's content now; as Zulip's, they reach everyone the saved edit would reach, the editor too.
  */
 
 import { errors } from "../../runtime/errors.ts";
 import { requireStream } from "../../actors/chat/reads/channels.ts";
 import { subscribersOf } from "../../actors/chat/reads/subscriptions.ts";
-import { activeUsersAmong } from "../../actors/chat/reads/users.ts";
+import { activeUsersAmong, typingReceiversAmong } from "../../actors/chat/reads/users.ts";
+import { readableMessage } from "../../actors/chat/reads/messages.ts";
+import { contentEditRefusal, messageRules } from "../../actors/chat/conversations/message-rules.ts";
+import { storedUserSettings, USER_SETTINGS_DEFAULTS } from "../../actors/chat/users/settings.ts";
 import { User } from "../../actors/chat/users/user.protocol.ts";
 import { chatErrors } from "../../actors/chat/errors.ts";
 import type { RouteSpec } from "./app.ts";
@@ -52,6 +58,35 @@ export const typingRoutes: RouteSpec[] = [
       }
       const targets = notify.filter((id) => id !== user.id);
       await services.system.broadcast(User, targets, { op: "deliverEvent", event });
+      return {};
+    },
+  },
+  {
+    method: "POST",
+    path: "/messages/{message_id}/typing",
+    params: { type: "object", properties: { message_id: Id, op: { type: "string", enum: ["start", "stop"] } }, required: ["message_id", "op"] },
+    async handle({ params, user, services }) {
+      const db = services.store.db;
+      const message = await readableMessage(db, user, params.message_id);
+      const { date_sent } = await db.selectFrom("messages").select("date_sent").where("id", "=", message.id).executeTakeFirstOrThrow();
+      const refusal = contentEditRefusal(await messageRules(db, user.realm_id), { sender_id: message.sender_id, date_sent }, user.id, Math.floor(Date.now() / 1000));
+      if (refusal) throw refusal;
+      const own = { ...USER_SETTINGS_DEFAULTS, ...(await storedUserSettings(services.store, user.id)) };
+      let recipient: Record<string, unknown>;
+      let notify: number[];
+      if (message.stream_id !== null) {
+        if (!own.send_stream_typing_notifications) throw errors.badRequest("User has disabled typing notifications for channel messages");
+        const subscribers = (await subscribersOf(db, [message.stream_id])).get(message.stream_id) ?? [];
+        notify = await typingReceiversAmong(db, user.realm_id, subscribers);
+        recipient = { type: "channel", channel_id: message.stream_id, topic: message.topic };
+      } else {
+        if (!own.send_private_typing_notifications) throw errors.badRequest("User has disabled typing notifications for direct messages");
+        const participants = (message.dm_key ?? "").split(",").filter(Boolean).map(Number);
+        notify = await typingReceiversAmong(db, user.realm_id, participants);
+        recipient = { type: "direct", user_ids: notify };
+      }
+      const event = { type: "typing_edit_message", op: params.op, sender_id: user.id, message_id: message.id, recipient };
+      await services.system.broadcast(User, notify, { op: "deliverEvent", event });
       return {};
     },
   },

@@ -80,6 +80,14 @@ export interface Archive {
 }
 
 /**
+ * PATCH /streams/{stream_id} with is_archived false, permission checked by the gateway: the archived channel takes
+ * sends again (Zulip's do_unarchive_stream). The reply is Notification Bot's notice in the channel.
+ */
+export interface Unarchive {
+  op: "unarchive";
+}
+
+/**
  * POST /streams/{stream_id}/delete_topic: one batch, newest first, of the topic's messages `actingId` can read.
  * `complete`: nothing of the topic was left for them to delete.
  */
@@ -92,6 +100,7 @@ export interface DeleteTopic {
 
 export type ChannelProtocol = {
   archive: Op<Archive, Sent>;
+  unarchive: Op<Unarchive, Sent>;
   deleteTopic: Op<DeleteTopic, { complete: boolean }>;
   subscribe: Op<Subscribe, SubscribeResult>;
   unsubscribe: Op<Unsubscribe, UnsubscribeResult>;

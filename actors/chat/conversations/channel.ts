@@ -143,6 +143,7 @@ export class ChannelActor extends Conversation {
     updateSubscription: (channel, msg) => channel.updateSubscription(msg),
     updateChannel: (channel, msg) => channel.updateChannel(msg),
     archive: (channel) => channel.archive(),
+    unarchive: (channel) => channel.unarchive(),
     deleteTopic: (channel, msg) => channel.deleteTopic(msg),
     send: (channel, msg) => channel.checkSend(msg).then(() => channel.sendAs(msg)),
     movedIn: (channel, msg) => channel.movedIn(msg),
@@ -548,12 +549,34 @@ export class ChannelActor extends Conversation {
     // The realm owns the default channels and the settings that name a channel; from now on it refuses to make
     // this one default.
     await system.ref(Realm, this.realmId).ask({ op: "channelArchived", streamId: this.state.id });
-    const archived = { type: "stream", op: "update", stream_id: this.state.id, name: this.state.name, property: "is_archived", value: true };
-    await system.broadcast(User, seeing, { op: "deliverEvent", event: archived, capability: { name: ARCHIVED_CHANNELS, declared: true } });
     const gone = { type: "stream", op: "delete", streams: [{ stream_id: this.state.id }], stream_ids: [this.state.id] };
-    await system.broadcast(User, seeing, { op: "deliverEvent", event: gone, capability: { name: ARCHIVED_CHANNELS, declared: false } });
+    await this.tellArchived(seeing, true, gone);
     const notice = `Channel ${this.state.name} has been archived.`;
     return this.notify({ op: "notify", topic: CHANNEL_EVENTS_TOPIC, content: notice, unreadOnlyFor: [] });
+  }
+
+  /**
+   * Zulip's do_unarchive_stream: the channel takes sends again, keeping its name; whoever sees it learns it is no
+   * longer archived (or, if their client does not handle archived channels, gets it as a new channel); Notification
+   * Bot says so in the channel. A private channel with nobody left in it stays archived.
+   */
+  private async unarchive(): Promise<typeof PARKED> {
+    if (!this.state.archived) throw errors.badRequest("Channel is not currently deactivated");
+    if (this.state.inviteOnly && !this.state.subscribers.size) throw errors.badRequest("Channel is private and have no subscribers");
+    await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("streams").set({ deactivated: false }).where("id", "=", this.state.id).execute());
+    this.state.archived = false;
+    const { row, object } = await this.channelObject();
+    const seeing = [...(await metadataWatchers(this.deps.store.db, row, this.state.subscribers))];
+    await this.tellArchived(seeing, false, { type: "stream", op: "create", streams: [object] });
+    return this.notify({ op: "notify", topic: CHANNEL_EVENTS_TOPIC, content: `Channel #**${this.state.name}** has been unarchived.` });
+  }
+
+  /** The stream update is_archived to clients that handle archived channels; `otherwise` to the others. */
+  private async tellArchived(seeing: number[], archived: boolean, otherwise: Record<string, unknown>): Promise<void> {
+    const system = this.deps.system();
+    const update = { type: "stream", op: "update", stream_id: this.state.id, name: this.state.name, property: "is_archived", value: archived };
+    await system.broadcast(User, seeing, { op: "deliverEvent", event: update, capability: { name: ARCHIVED_CHANNELS, declared: true } });
+    await system.broadcast(User, seeing, { op: "deliverEvent", event: otherwise, capability: { name: ARCHIVED_CHANNELS, declared: false } });
   }
 
   /**

@@ -15,11 +15,13 @@ import type { MessageTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
 import { inGroupSetting, type GroupSettingValue } from "../organization/groups.ts";
-import { messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
+import { contentEditRefusal, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
 import type { MessageRecord } from "../rendering/message-format.ts";
 import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
 import { markdownContext } from "../rendering/mentions.ts";
 import { usersAlertedBy } from "../users/alert-words.ts";
+import { topicLinks } from "../rendering/linkifiers.ts";
+import { compiledLinkifiers } from "../organization/linkifiers.ts";
 import { usersMutingCache } from "../users/user-data.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, Sent } from "./conversation.protocol.ts";
@@ -136,6 +138,7 @@ export abstract class Conversation implements Actor {
       rendered_content: rendered.html,
       timestamp: Math.floor(Date.now() / 1000),
       client: msg.client,
+      topic_links: base.type === "stream" ? topicLinks(await compiledLinkifiers.get(this.deps.store.db, this.realmId), topic) : [],
       ...base,
     };
     const senderFlags = (msg.readBySender ? FLAG_BITS.read : 0) | (mentions.get(msg.senderId) ?? 0);
@@ -295,9 +298,8 @@ export abstract class Conversation implements Actor {
     const now = Math.floor(Date.now() / 1000);
     const contentChanged = msg.content !== undefined;
     if (contentChanged) {
-      if (!rules.allow_message_editing) throw errors.badRequest("Your organization has turned off message editing");
-      if (row.sender_id !== msg.acting.id) throw errors.badRequest("You don't have permission to edit this message");
-      if (pastLimit(rules.message_content_edit_limit_seconds, row.date_sent, now)) throw errors.badRequest("The time limit for editing this message has passed");
+      const refusal = contentEditRefusal(rules, row, msg.acting.id, now);
+      if (refusal) throw refusal;
       if (msg.prevContentSha256 !== undefined && sha256(row.content) !== msg.prevContentSha256) {
         throw new ChorusError("EXPECTATION_MISMATCH", "'prev_content_sha256' value does not match the expected value.", 400);
       }
@@ -353,7 +355,7 @@ export abstract class Conversation implements Actor {
     }
     if (move) {
       Object.assign(event, { propagate_mode: msg.propagateMode, orig_subject: row.topic });
-      if (move.topic !== row.topic) Object.assign(event, { subject: move.topic, topic_links: [] });
+      if (move.topic !== row.topic) Object.assign(event, { subject: move.topic, topic_links: topicLinks(await compiledLinkifiers.get(this.deps.store.db, this.realmId), move.topic) });
       if (move.streamId !== row.stream_id) event.new_stream_id = move.streamId;
     }
     const losing = new Set(move?.losingAccess);

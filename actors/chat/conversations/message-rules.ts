@@ -78,4 +78,15 @@ export function pastLimit(limitSeconds: number | null, sentAt: number, now: numb
   return limitSeconds !== null && limitSeconds > 0 && now - sentAt > limitSeconds + EDIT_LIMIT_GRACE_SECONDS;
 }
 
+/**
+ * Why the acting user may not change a message's content now (Zulip's validate_user_can_edit_message for content),
+ * or undefined when they may: editing on, their own message, within the time limit.
+ */
+export function contentEditRefusal(rules: MessageRules, message: { sender_id: number; date_sent: number }, actingId: number, now: number): ChorusError | undefined {
+  if (!rules.allow_message_editing) return errors.badRequest("Your organization has turned off message editing");
+  if (message.sender_id !== actingId) return errors.badRequest("You don't have permission to edit this message");
+  if (pastLimit(rules.message_content_edit_limit_seconds, message.date_sent, now)) return errors.badRequest("The time limit for editing this message has passed");
+  return undefined;
+}
+
 export const isModerator = (role: number) => role <= ROLE.moderator;

@@ -1,5 +1,5 @@
 /**
- * scheduler:<realm id>: the realm's scheduled messages. Handlers: SchedulerActor.handlers in scheduler.ts.
+ * scheduler:<realm id>: the realm's scheduled messages and reminders. Handlers: SchedulerActor.handlers in scheduler.ts.
  */
 import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
 import type { Acting } from "./conversation.protocol.ts";
@@ -35,6 +35,21 @@ export interface DeleteScheduled {
   id: number;
 }
 
+/** POST /reminders: `content` is the reminder's, made by reminders.ts; Notification Bot sends it to `acting`. */
+export interface CreateReminder {
+  op: "createReminder";
+  acting: Acting;
+  messageId: number;
+  content: string;
+  scheduledTimestamp: number;
+}
+
+export interface DeleteReminder {
+  op: "deleteReminder";
+  acting: Acting;
+  id: number;
+}
+
 /** Activate (after a restart or a shard move) and deliver whatever is due. */
 export interface WakeScheduler {
   op: "wake";
@@ -45,6 +60,8 @@ export type SchedulerProtocol = {
   edit: Op<EditScheduled, Empty>;
   delete: Op<DeleteScheduled, Empty>;
   wake: Op<WakeScheduler, Empty>;
+  createReminder: Op<CreateReminder, { reminder_id: number }>;
+  deleteReminder: Op<DeleteReminder, Empty>;
 };
 
 export const Scheduler = actorKind<SchedulerProtocol>("scheduler");

@@ -1,5 +1,6 @@
 /**
- * scheduler:<realm id>: the realm's scheduled messages. Rows are durable (`scheduled_messages`); the actor keeps
+ * scheduler:<realm id>: the realm's scheduled messages and reminders (rows with a reminder_target_message_id,
+ * which Notification Bot sends to their owner, with their own events and routes). Rows are durable (`scheduled_messages`); the actor keeps
  * one timer for the earliest pending one and delivers what is due through the owning conversation actor, with
  * the send key `scheduled:<id>`, then records the outcome. Exactly once: a delivery repeated after a crash
  * between the send and the record (or by a second activation after a shard move) reuses the send key, and the
@@ -20,7 +21,8 @@ import { dispatch, type Empty, type Handlers, type MessageOf, type Op } from "..
 import { Channel } from "./channel.protocol.ts";
 import type { Acting } from "./conversation.protocol.ts";
 import { Dm, type SendToDm } from "./dm.protocol.ts";
-import { Scheduler, type ScheduledSpec, type SchedulerProtocol } from "./scheduler.protocol.ts";
+import { Scheduler, type CreateReminder, type ScheduledSpec, type SchedulerProtocol } from "./scheduler.protocol.ts";
+import { ensureSystemBot } from "../organization/system-bots.ts";
 import { User } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 
@@ -40,6 +42,7 @@ type Row = {
   scheduled_timestamp: number;
   read_by_sender: boolean | null;
   status: string;
+  reminder_target_message_id: number | null;
 };
 
 /** Zulip's scheduled message object (GET /scheduled_messages and the scheduled_messages events). */
@@ -56,17 +59,41 @@ export function scheduledObject(r: Row) {
   };
 }
 
-/** The user's scheduled messages still to send, or that failed (GET /scheduled_messages, POST /register). */
-export async function scheduledMessagesOf(db: Kysely<Database>, userId: number) {
-  const rows = await db
+/** Zulip's reminder object (GET /reminders and the reminders events). */
+export function reminderObject(r: Row) {
+  return {
+    reminder_id: r.id,
+    type: "private",
+    to: [r.sender_id],
+    content: r.content,
+    rendered_content: r.rendered_content,
+    scheduled_delivery_timestamp: r.scheduled_timestamp,
+    failed: r.status === "failed",
+    reminder_target_message_id: r.reminder_target_message_id!,
+  };
+}
+
+/** The user's scheduled messages, or reminders, still to send or that failed, soonest first. */
+function undelivered(db: Kysely<Database>, userId: number, reminders: boolean) {
+  return db
     .selectFrom("scheduled_messages")
     .selectAll()
     .where("sender_id", "=", userId)
     .where("status", "in", ["pending", "failed"])
+    .where("reminder_target_message_id", reminders ? "is not" : "is", null)
     .orderBy("scheduled_timestamp")
     .orderBy("id")
     .execute();
-  return rows.map(scheduledObject);
+}
+
+/** GET /scheduled_messages, POST /register. */
+export async function scheduledMessagesOf(db: Kysely<Database>, userId: number) {
+  return (await undelivered(db, userId, false)).map(scheduledObject);
+}
+
+/** GET /reminders, POST /register. */
+export async function remindersOf(db: Kysely<Database>, userId: number) {
+  return (await undelivered(db, userId, true)).map(reminderObject);
 }
 
 /** One of the user's scheduled messages still to send, or that failed (the ones PATCH /scheduled_messages/{id} may edit). */
@@ -77,10 +104,12 @@ export function editableScheduledMessage(db: Kysely<Database>, senderId: number,
     .where("id", "=", id)
     .where("sender_id", "=", senderId)
     .where("status", "in", ["pending", "failed"])
+    .where("reminder_target_message_id", "is", null)
     .executeTakeFirst();
 }
 
 export const scheduledNotFound = () => new ChorusError("BAD_REQUEST", "Scheduled message does not exist", 404);
+const reminderNotFound = () => new ChorusError("BAD_REQUEST", "Reminder does not exist", 404);
 
 /** What the scheduler's timer tells it: deliver what is due (private to this actor). */
 type SchedulerTimer = { tick: Op<{ op: "tick" }, Empty> };
@@ -107,6 +136,8 @@ export class SchedulerActor implements Actor {
     delete: (scheduler, msg) => scheduler.remove(msg.acting, msg.id),
     wake: (scheduler) => scheduler.deliverDue().then(() => ({})),
     tick: (scheduler) => scheduler.deliverDue().then(() => ({})),
+    createReminder: (scheduler, msg) => scheduler.createReminder(msg),
+    deleteReminder: (scheduler, msg) => scheduler.removeReminder(msg.acting, msg.id),
   };
 
   receive(msg: MessageOf<SchedulerProtocol & SchedulerTimer>): unknown {
@@ -148,6 +179,7 @@ export class SchedulerActor implements Actor {
         .where("id", "=", id)
         .where("sender_id", "=", acting.id)
         .where("status", "in", ["pending", "failed"])
+        .where("reminder_target_message_id", "is", null)
         .returningAll()
         .executeTakeFirst(),
     );
@@ -158,11 +190,56 @@ export class SchedulerActor implements Actor {
   }
 
   private async remove(acting: Acting, id: number): Promise<Record<string, never>> {
-    const gone = await this.deps.store.write(this.ctx.fence(), (trx) =>
-      trx.deleteFrom("scheduled_messages").where("id", "=", id).where("sender_id", "=", acting.id).where("status", "in", ["pending", "failed"]).executeTakeFirst(),
-    );
-    if (!Number(gone.numDeletedRows)) throw scheduledNotFound();
+    if (!(await this.deleteUndelivered(acting.id, id, false))) throw scheduledNotFound();
     await this.tellOwner(acting.id, { type: "scheduled_messages", op: "remove", scheduled_message_id: id });
+    await this.rearm();
+    return {};
+  }
+
+  /** Delete one of the user's scheduled messages (or reminders) still to send or failed; whether there was one. */
+  private async deleteUndelivered(ownerId: number, id: number, reminder: boolean): Promise<boolean> {
+    const gone = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .deleteFrom("scheduled_messages")
+        .where("id", "=", id)
+        .where("sender_id", "=", ownerId)
+        .where("status", "in", ["pending", "failed"])
+        .where("reminder_target_message_id", reminder ? "is not" : "is", null)
+        .executeTakeFirst(),
+    );
+    return Number(gone.numDeletedRows) > 0;
+  }
+
+  private async createReminder(msg: CreateReminder): Promise<{ reminder_id: number }> {
+    const row = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .insertInto("scheduled_messages")
+        .values({
+          realm_id: this.realmId,
+          sender_id: msg.acting.id,
+          type: "private",
+          stream_id: null,
+          to_user_ids: JSON.stringify([msg.acting.id]),
+          topic: "",
+          content: msg.content,
+          rendered_content: renderMarkdown(msg.content),
+          scheduled_timestamp: msg.scheduledTimestamp,
+          read_by_sender: null,
+          delivered_message_id: null,
+          failure_message: null,
+          reminder_target_message_id: msg.messageId,
+        })
+        .returningAll()
+        .executeTakeFirstOrThrow(),
+    );
+    await this.tellOwner(msg.acting.id, { type: "reminders", op: "add", reminders: [reminderObject(row)] });
+    await this.rearm();
+    return { reminder_id: row.id };
+  }
+
+  private async removeReminder(acting: Acting, id: number): Promise<Record<string, never>> {
+    if (!(await this.deleteUndelivered(acting.id, id, true))) throw reminderNotFound();
+    await this.tellOwner(acting.id, { type: "reminders", op: "remove", reminder_id: id });
     await this.rearm();
     return {};
   }
@@ -188,19 +265,22 @@ export class SchedulerActor implements Actor {
     try {
       const sender = await this.deps.store.db.selectFrom("users").select(["email", "full_name", "is_active", "is_bot"]).where("id", "=", row.sender_id).executeTakeFirst();
       if (!sender?.is_active) throw errors.badRequest("Sender is deactivated");
+      // A reminder comes from Notification Bot to its owner.
+      const bot = row.reminder_target_message_id === null ? undefined : await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId);
+      const from = bot ?? { id: row.sender_id, email: sender.email, full_name: sender.full_name };
       const send: SendToDm = {
         op: "send",
-        senderId: row.sender_id,
-        sender: { email: sender.email, full_name: sender.full_name },
+        senderId: from.id,
+        sender: { email: from.email, full_name: from.full_name },
         content: row.content,
-        client: "Zulip",
+        client: bot ? "Internal" : "Zulip",
         sendKey: `scheduled:${row.id}`,
         readBySender: row.read_by_sender ?? true,
       };
       const sent =
         row.type === "stream"
           ? await this.deps.system().ref(Channel, row.stream_id!).ask({ ...send, topic: row.topic, automaticVisibility: !sender.is_bot })
-          : await this.deps.system().ref(Dm, dmKey([row.sender_id, ...row.to_user_ids])).ask(send);
+          : await this.deps.system().ref(Dm, dmKey([from.id, ...row.to_user_ids])).ask(send);
       outcome = { status: "delivered", messageId: sent.id };
     } catch (err) {
       const error = ChorusError.wrap(err);
@@ -220,6 +300,11 @@ export class SchedulerActor implements Actor {
         .returningAll()
         .executeTakeFirstOrThrow(),
     );
+    if (row.reminder_target_message_id !== null) {
+      // Zulip's reminders events have no update: a failed reminder stays listed by GET /reminders with failed: true.
+      if (outcome.status === "delivered") await this.tellOwner(row.sender_id, { type: "reminders", op: "remove", reminder_id: row.id });
+      return;
+    }
     await this.tellOwner(
       row.sender_id,
       outcome.status === "delivered"

@@ -7,6 +7,7 @@ import { realmGroupSetting } from "../conversations/message-rules.ts";
 import type { CreatedUser } from "./realm.protocol.ts";
 import { gravatarUrl } from "../rendering/message-format.ts";
 import type { Database } from "../../schema.ts";
+import { seedUserSettings } from "../users/settings.ts";
 
 /** Deliberately simple: one @, something on each side, a dot in the domain, no spaces. */
 export const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
@@ -55,6 +56,7 @@ export async function insertAccount(trx: Transaction<Database>, realmId: number,
     .returning("id")
     .executeTakeFirstOrThrow();
   await addToRoleGroups(trx, realmId, row.id, account.role);
+  await seedUserSettings(trx, realmId, row.id);
   return { user_id: row.id, api_key: apiKey };
 }
 

@@ -27,7 +27,7 @@ import { EMAIL_REQUEST_LIMITS, longestWindow, refuseOverLimits } from "./rate-li
 import { Channel } from "../conversations/channel.protocol.ts";
 import { Dm } from "../conversations/dm.protocol.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
-import type { AcceptInvite, CreateInviteLink, CreatedUser, Invite, InviteLinkCreated, InvitesProtocol, InviteTerms, JoinInviteLink, ResendInvite, RevokeInvite } from "./realm.protocol.ts";
+import type { AcceptInvite, CreateInviteLink, CreatedUser, Invite, InviteLinkCreated, InvitesProtocol, InviteTerms, JoinInviteLink, ResendInvite, RevokeInvite, TestWelcomeMessage } from "./realm.protocol.ts";
 import { User } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 
@@ -84,6 +84,7 @@ export class Invitations {
     resendInvite: (invitations, msg) => invitations.resend(msg),
     joinInviteLink: (invitations, msg) => invitations.joinThroughLink(msg),
     acceptInvite: (invitations, msg) => invitations.accept(msg),
+    testWelcomeMessage: (invitations, msg) => invitations.testWelcomeMessage(msg),
   };
 
   private get db() {
@@ -424,6 +425,13 @@ export class Invitations {
     return created.account;
   }
 
+  private async testWelcomeMessage(msg: TestWelcomeMessage): Promise<{ message_id: number }> {
+    const acting = await this.db.selectFrom("users").select("role").where("id", "=", msg.actingId).executeTakeFirstOrThrow();
+    if (acting.role > ROLE.administrator) throw errors.badRequest("Must be an organization administrator");
+    if (!msg.text) throw errors.badRequest("Message must not be empty");
+    return { message_id: await this.botMessage(WELCOME_BOT, msg.actingId, msg.text, `welcome-test:${msg.requestKey}`) };
+  }
+
   /** Notification Bot tells the referrer, as Zulip does (zerver/actions/create_user.py). */
   private async notifyReferrer(inviteId: number, referrerId: number, userId: number, fullName: string): Promise<void> {
     const referrer = await this.db.selectFrom("users").select("is_active").where("id", "=", referrerId).executeTakeFirst();
@@ -432,9 +440,9 @@ export class Invitations {
   }
 
   /** A direct message from a system bot. `sendKey`: one per invitation, so a redelivered accept sends it once. */
-  private async botMessage(which: typeof NOTIFICATION_BOT, to: number, content: string, sendKey: string): Promise<void> {
+  private async botMessage(which: typeof NOTIFICATION_BOT, to: number, content: string, sendKey: string): Promise<number> {
     const bot = await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId, which);
-    await this.deps.system().ref(Dm, dmKey([bot.id, to])).ask({
+    const sent = await this.deps.system().ref(Dm, dmKey([bot.id, to])).ask({
       op: "send",
       senderId: bot.id,
       sender: { email: bot.email, full_name: bot.full_name },
@@ -443,6 +451,7 @@ export class Invitations {
       sendKey,
       readBySender: true,
     });
+    return sent.id;
   }
 
   /** Zulip's invites_changed: administrators, and the referrer, refetch the invitation list. */

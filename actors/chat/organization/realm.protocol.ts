@@ -3,7 +3,8 @@
  * fields, custom emoji, uploaded files, linkifiers, code playgrounds). Handlers: RealmActor.handlers in realm.ts, which forwards the invitation, e-mail change,
  * profile field, emoji, attachment, linkifier and playground operations to Invitations.handlers (invites.ts),
  * EmailChanges.handlers (email-changes.ts), ProfileFields.handlers (profile-fields.ts), RealmEmojiChanges.handlers
- * (realm-emoji.ts), RealmAttachments.handlers (attachments.ts), RealmLinkifiers.handlers (linkifiers.ts), RealmPlaygrounds.handlers (realm-playgrounds.ts) and
+ * (realm-emoji.ts), RealmAttachments.handlers (attachments.ts), RealmLinkifiers.handlers (linkifiers.ts),
+ * RealmPlaygrounds.handlers (realm-playgrounds.ts), ChannelFolders.handlers (channel-folders.ts) and
  * GroupChanges.handlers (group-changes.ts).
  */
 import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
@@ -404,8 +405,52 @@ export type PlaygroundsProtocol = {
   removePlayground: Op<RemovePlayground, Empty>;
 };
 
+/**
+ * POST /realm/test_welcome_bot_custom_message: Welcome Bot sends the text to the administrator asking, as a new
+ * user invited with it would get it. `requestKey`: one per request, so a redelivery sends it once.
+ */
+export interface TestWelcomeMessage {
+  op: "testWelcomeMessage";
+  actingId: number;
+  text: string;
+  requestKey: string;
+}
+
+/** POST /channel_folders/create. */
+export interface CreateChannelFolder {
+  op: "createChannelFolder";
+  actingId: number;
+  name: string;
+  description: string;
+}
+
+/** PATCH /channel_folders/{channel_folder_id}: what is given changes. */
+export interface UpdateChannelFolder {
+  op: "updateChannelFolder";
+  actingId: number;
+  id: number;
+  name?: string;
+  description?: string;
+  isArchived?: boolean;
+}
+
+/** PATCH /channel_folders: every folder of the organization, archived ones too, in their new order. */
+export interface ReorderChannelFolders {
+  op: "reorderChannelFolders";
+  actingId: number;
+  order: number[];
+}
+
+/** Channel folders (channel-folders.ts). */
+export type ChannelFoldersProtocol = {
+  createChannelFolder: Op<CreateChannelFolder, { channel_folder_id: number }>;
+  updateChannelFolder: Op<UpdateChannelFolder, Empty>;
+  reorderChannelFolders: Op<ReorderChannelFolders, Empty>;
+};
+
 /** Invitations (invites.ts). */
 export type InvitesProtocol = {
+  testWelcomeMessage: Op<TestWelcomeMessage, { message_id: number }>;
   invite: Op<Invite, Empty>;
   createInviteLink: Op<CreateInviteLink, InviteLinkCreated>;
   revokeInvite: Op<RevokeInvite, Empty>;
@@ -442,8 +487,16 @@ export type RealmEmojiProtocol = {
   deactivateEmoji: Op<DeactivateEmoji, Empty>;
 };
 
+/** PATCH /realm/user_settings_defaults: the settings (already checked) new users will start with. */
+export interface UpdateUserSettingsDefaults {
+  op: "updateUserSettingsDefaults";
+  actingId: number;
+  settings: Record<string, unknown>;
+}
+
 export type RealmProtocol = {
   createUser: Op<CreateUser, CreatedUser>;
+  updateUserSettingsDefaults: Op<UpdateUserSettingsDefaults, Empty>;
   ensureChannels: Op<EnsureChannels, EnsuredChannel[]>;
   setDefaultChannel: Op<SetDefaultChannel, Empty>;
   channelArchived: Op<ChannelArchived, Empty>;
@@ -458,6 +511,7 @@ export type RealmProtocol = {
   AttachmentsProtocol &
   LinkifiersProtocol &
   PlaygroundsProtocol &
+  ChannelFoldersProtocol &
   GroupChangesProtocol;
 
 export const Realm = actorKind<RealmProtocol>("realm");

@@ -13,7 +13,7 @@ import { userObject } from "../reads/users.ts";
 import { metadataWatchers } from "../conversations/channel-access.ts";
 import { channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
 import { planRealmSettings } from "./realm-settings.ts";
-import { realmSettings } from "../users/settings.ts";
+import { realmSettings, realmUserSettingsDefaults } from "../users/settings.ts";
 import { checkNewGroup, insertGroup } from "./user-groups.ts";
 import { Invitations } from "./invites.ts";
 import { EmailChanges } from "./email-changes.ts";
@@ -22,11 +22,12 @@ import { RealmEmojiChanges } from "./realm-emoji.ts";
 import { RealmAttachments } from "./attachments.ts";
 import { RealmLinkifiers, type RealmAdministration } from "./linkifiers.ts";
 import { RealmPlaygrounds } from "./realm-playgrounds.ts";
+import { ChannelFolders } from "./channel-folders.ts";
 import { GroupChanges } from "./group-changes.ts";
 import { renderMarkdown } from "../rendering/message-format.ts";
 import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./accounts.ts";
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
-import type { ChannelArchived, CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser, SetUserActive } from "./realm.protocol.ts";
+import type { ChannelArchived, CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser, UpdateUserSettingsDefaults, SetUserActive } from "./realm.protocol.ts";
 import { realmAlertWords } from "../users/alert-words.ts";
 import { User, type CapabilityFilter } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
@@ -48,6 +49,7 @@ export class RealmActor implements Actor {
   private readonly attachments: RealmAttachments;
   private readonly linkifiers: RealmLinkifiers;
   private readonly playgrounds: RealmPlaygrounds;
+  private readonly channelFolders: ChannelFolders;
   private readonly groups: GroupChanges;
 
   constructor(
@@ -66,6 +68,7 @@ export class RealmActor implements Actor {
     };
     this.linkifiers = new RealmLinkifiers(ctx, deps, this.realmId, administration);
     this.playgrounds = new RealmPlaygrounds(ctx, deps, this.realmId, administration);
+    this.channelFolders = new ChannelFolders(ctx, deps, this.realmId, administration);
     this.groups = new GroupChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
   }
 
@@ -76,6 +79,7 @@ export class RealmActor implements Actor {
     setDefaultChannel: (realm, msg) => realm.setDefaultChannel(msg),
     channelArchived: (realm, msg) => realm.channelArchived(msg),
     updateRealm: (realm, msg) => realm.updateRealm(msg),
+    updateUserSettingsDefaults: (realm, msg) => realm.updateUserSettingsDefaults(msg),
     updateUser: (realm, msg) => realm.updateUser(msg),
     createGroup: (realm, msg) => realm.createGroup(msg),
     setUserActive: (realm, msg) => realm.setUserActive(msg),
@@ -86,6 +90,7 @@ export class RealmActor implements Actor {
     ...forward(RealmAttachments.handlers, (realm: RealmActor) => realm.attachments),
     ...forward(RealmLinkifiers.handlers, (realm: RealmActor) => realm.linkifiers),
     ...forward(RealmPlaygrounds.handlers, (realm: RealmActor) => realm.playgrounds),
+    ...forward(ChannelFolders.handlers, (realm: RealmActor) => realm.channelFolders),
     ...forward(GroupChanges.handlers, (realm: RealmActor) => realm.groups),
   };
 
@@ -119,6 +124,24 @@ export class RealmActor implements Actor {
     });
     for (const event of plan.events) await this.tellRealm(event);
     return plan.data;
+  }
+
+  /** Zulip's update_realm_user_settings_defaults: one event per setting whose value changes, to everyone. */
+  private async updateUserSettingsDefaults(msg: UpdateUserSettingsDefaults): Promise<Record<string, never>> {
+    await this.actingAdministrator(msg.actingId);
+    const current = await realmUserSettingsDefaults(this.deps.store.db, this.realmId);
+    const changed = Object.entries(msg.settings).filter(([k, v]) => current[k] !== v);
+    if (!changed.length) return {};
+    const patch = JSON.stringify(Object.fromEntries(changed));
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .updateTable("realms")
+        .set({ user_settings_defaults: sql`user_settings_defaults || ${patch}::jsonb` })
+        .where("id", "=", this.realmId)
+        .execute(),
+    );
+    for (const [property, value] of changed) await this.tellRealm({ type: "realm_user_settings_defaults", op: "update", property, value });
+    return {};
   }
 
   /**
@@ -193,6 +216,7 @@ export class RealmActor implements Actor {
     await realmAlertWords.changed(this.deps.system(), this.realmId);
     await this.tellSubscriptionPeers(ids, msg.active);
     for (const user_id of ids) await this.tellRealm({ type: "realm_user", op: "update", person: { user_id, is_active: msg.active } });
+    if (!msg.active) await this.deps.system().broadcast(User, ids, { op: "dropQueues" });
     return {};
   }
 

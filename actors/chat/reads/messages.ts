@@ -19,6 +19,8 @@ import { escapeText } from "../rendering/escape.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
+import { topicLinks } from "../rendering/linkifiers.ts";
+import { compiledLinkifiers } from "../organization/linkifiers.ts";
 
 type DB = Kysely<Database>;
 
@@ -421,10 +423,11 @@ async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<
   if (!rows.length) return [];
   const ids = rows.map((r) => r.id);
   const search = searchTermsOf(q.narrow);
-  const [records, highlights, reactions] = await Promise.all([
+  const [records, highlights, reactions, linkifiers] = await Promise.all([
     messageRecordsOf(db, rows, user.realm_str, known),
     search ? searchHighlights(db, ids, search) : undefined,
     db.selectFrom("reactions").select(["message_id", "user_id", "emoji_name", "emoji_code", "reaction_type"]).where("message_id", "in", ids).orderBy("created").execute(),
+    compiledLinkifiers.get(db, user.realm_id),
   ]);
   const reactionsOf = new Map<number, unknown[]>();
   for (const r of reactions) {
@@ -433,6 +436,7 @@ async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<
   }
   return rows.map((r, i) => {
     const record = records[i]!;
+    if (record.type === "stream") record.topic_links = topicLinks(linkifiers, r.topic);
     if (record.type === "stream" && r.topic === "" && !q.allowEmptyTopicName) record.subject = EMPTY_TOPIC_DISPLAY_NAME;
     const message: Record<string, unknown> = {
       ...formatMessage(record, q.format),

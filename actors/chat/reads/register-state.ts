@@ -12,6 +12,7 @@ import { NOTIFICATION_BOT, WELCOME_BOT } from "../organization/system-bots.ts";
 import { gravatarUrl } from "../rendering/message-format.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
 import { userObjectsFor, type UserRow } from "./users.ts";
+import { MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH, MAX_CHANNEL_FOLDER_NAME_LENGTH } from "../organization/channel-folders.ts";
 
 /** When this process started: Zulip's server_generation (clients put it in error reports). */
 const SERVER_GENERATION = Math.floor(Date.now() / 1000);
@@ -40,8 +41,8 @@ const GIPHY_RATINGS = {
 export function serverRealmState(siteUrl: string): Record<string, unknown> {
   return {
     ...LEGACY_POLICIES,
-    max_channel_folder_name_length: 60,
-    max_channel_folder_description_length: 1024,
+    max_channel_folder_name_length: MAX_CHANNEL_FOLDER_NAME_LENGTH,
+    max_channel_folder_description_length: MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH,
     server_min_deactivated_realm_deletion_days: 14,
     server_max_deactivated_realm_deletion_days: null,
     server_typing_started_expiry_period_milliseconds: 45_000,

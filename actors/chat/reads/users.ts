@@ -9,7 +9,7 @@ import { gravatarUrl } from "../rendering/message-format.ts";
 import { ROLE } from "../organization/groups.ts";
 import { accessibleUsers, deliveryEmailVisibleTo, EMAIL_VISIBILITY, inaccessibleUserObject } from "../organization/accounts.ts";
 import { profileDataOf, type ProfileValue } from "../organization/profile-fields.ts";
-import { emailVisibilities } from "../users/settings.ts";
+import { emailVisibilities, userSetting } from "../users/settings.ts";
 
 type DB = Kysely<Database>;
 
@@ -119,6 +119,21 @@ export function userInRealm(db: DB, realmId: number, id: number) {
 /** The realm's active users among `ids`, with their addresses (the recipients of a typing notification). */
 export function activeUsersAmong(db: DB, realmId: number, ids: number[]) {
   return db.selectFrom("users").select(["id", "email"]).where("realm_id", "=", realmId).where("is_active", "=", true).where("id", "in", ids).execute();
+}
+
+/** The active users among `ids` who receive typing notifications (receives_typing_notifications, default on). */
+export async function typingReceiversAmong(db: DB, realmId: number, ids: number[]): Promise<number[]> {
+  if (!ids.length) return [];
+  const rows = await db
+    .selectFrom("users")
+    .select("id")
+    .where("realm_id", "=", realmId)
+    .where("is_active", "=", true)
+    .where("id", "in", ids)
+    .where(sql<SqlBool>`coalesce(${userSetting(sql.ref("users.id"), "receives_typing_notifications")}, 'true') = 'true'`)
+    .orderBy("id")
+    .execute();
+  return rows.map((r) => r.id);
 }
 
 /**

@@ -83,3 +83,25 @@ export function linkifierMatches(linkifier: CompiledLinkifier, text: string, bef
   }
   return found;
 }
+
+/** Bare http(s) URLs in a topic, which Zulip links as well (its topic_links' "raw URLs"). */
+const TOPIC_URL = /\bhttps?:\/\/[^\s<>"]+[^\s<>".,;:!?)\]'"]/g;
+
+/**
+ * Zulip's topic_links: the realm's linkifiers' matches in a topic, and its bare URLs, in the order they stand,
+ * a match overlapping an earlier one left out.
+ */
+export function topicLinks(linkifiers: CompiledLinkifier[], topic: string): Array<{ text: string; url: string }> {
+  if (!topic) return [];
+  const found = linkifiers.flatMap((l) => linkifierMatches(l, topic, ""));
+  for (const m of topic.matchAll(TOPIC_URL)) found.push({ start: m.index!, end: m.index! + m[0].length, url: m[0] });
+  found.sort((a, b) => a.start - b.start);
+  const links: Array<{ text: string; url: string }> = [];
+  let reached = 0;
+  for (const m of found) {
+    if (m.start < reached) continue;
+    links.push({ text: topic.slice(m.start, m.end), url: m.url });
+    reached = m.end;
+  }
+  return links;
+}

@@ -108,7 +108,7 @@ const EMOTICONS: Record<string, string> = {
 // ---------------------------------------------------------------------------------------------------------------
 // Zulip's narrow URLs (zerver/lib/url_encoding.py): Python's quote() with "." standing in for "%".
 
-function encodeHashComponent(s: string): string {
+export function encodeHashComponent(s: string): string {
   return encodeURIComponent(s)
     .replace(/[!'()]/g, (c) => "%" + c.charCodeAt(0).toString(16).toUpperCase())
     .replaceAll(".", "%2E")

@@ -31,6 +31,8 @@ export interface MessageRecord {
   rendered_content: string;
   timestamp: number;
   client: string;
+  /** Links in the topic (Zulip's topic_links), from the realm's linkifiers when the record was made. */
+  topic_links?: Array<{ text: string; url: string }>;
 }
 
 export interface FormatOptions {
@@ -62,7 +64,7 @@ export function formatMessage(m: MessageRecord, opts: FormatOptions) {
     is_me_message: m.content.startsWith("/me "),
     reactions: [],
     submessages: [],
-    topic_links: [],
+    topic_links: m.topic_links ?? [],
   };
   if (m.stream_id !== null) message.stream_id = m.stream_id;
   return message;

@@ -58,11 +58,33 @@ export const realmAlertWords = new NoticedRealmCache("alert-words-changed", asyn
   return out;
 });
 
+/**
+ * The content without its code: fenced code blocks (``` or ~~~, to their closing fence or the end) and inline code
+ * spans, where Zulip's markdown processor does not look for alert words. Quote and spoiler fences hold markdown,
+ * so their text is kept.
+ */
+export function outsideCode(content: string): string {
+  const kept: string[] = [];
+  let fence: { marker: string; code: boolean } | undefined;
+  for (const line of content.split("\n")) {
+    const opening = line.match(/^\s{0,3}(`{3,}|~{3,})\s*(\S*)/);
+    const marker = opening?.[1];
+    if (fence && marker && marker[0] === fence.marker[0] && marker.length >= fence.marker.length && line.trim() === marker) {
+      fence = undefined;
+    } else if (!fence && marker) {
+      fence = { marker, code: !/^(quote|spoiler)$/i.test(opening![2]!) };
+    } else if (!fence?.code) {
+      kept.push(line.replace(/(`+)[^`]*?\1/g, " "));
+    }
+  }
+  return kept.join("\n");
+}
+
 /** The recipients (`among`) whose alert words the content contains. */
 export async function usersAlertedBy(db: Kysely<Database>, realmId: number, content: string, among: ReadonlySet<number>): Promise<number[]> {
   const byUser = await realmAlertWords.get(db, realmId);
   if (!byUser.size) return [];
-  const text = content.replace(/\r\n?/g, "\n").toLowerCase();
+  const text = outsideCode(content.replace(/\r\n?/g, "\n")).toLowerCase();
   const alerted: number[] = [];
   for (const [user, words] of byUser) if (among.has(user) && words.some((w) => containsAlertWord(text, w))) alerted.push(user);
   return alerted;

@@ -97,6 +97,26 @@ export function userSetting(userId: RawBuilder<unknown>, name: keyof UserSetting
   return sql<string | null>`(select state ->> ${name} from actor_snapshots where kind = ${USER_SETTINGS} and key = ${userId}::text)`;
 }
 
+/**
+ * The organization's defaults for new users (realm_user_settings_defaults): every setting but the per-person
+ * timezone, those an administrator changed over Zulip's.
+ */
+export async function realmUserSettingsDefaults(db: Kysely<Database> | Transaction<Database>, realmId: number): Promise<Record<string, unknown>> {
+  const row = await db.selectFrom("realms").select("user_settings_defaults").where("id", "=", realmId).executeTakeFirst();
+  const { timezone: _perPerson, ...defaults } = USER_SETTINGS_DEFAULTS;
+  return { ...defaults, ...((row?.user_settings_defaults ?? {}) as Record<string, unknown>) };
+}
+
+/**
+ * A new account's settings start as its organization's defaults for new users: those an administrator changed are
+ * written as the user's own (in the account's transaction), so later changes to the defaults leave it alone.
+ */
+export async function seedUserSettings(trx: Transaction<Database>, realmId: number, userId: number): Promise<void> {
+  await sql`insert into actor_snapshots (kind, key, version, state, updated_at)
+    select ${USER_SETTINGS}, ${String(userId)}, 1, user_settings_defaults, ${Math.floor(Date.now() / 1000)}
+    from realms where id = ${realmId} and user_settings_defaults <> '{}'::jsonb`.execute(trx);
+}
+
 /** Each user's email_address_visibility (Zulip's default, everyone, when never set): one query for any number. */
 export async function emailVisibilities(db: Kysely<Database>, userIds: number[]): Promise<Map<number, number>> {
   const out = new Map(userIds.map((id) => [id, USER_SETTINGS_DEFAULTS.email_address_visibility as number]));

@@ -93,6 +93,7 @@ export const SETTING_RULES: Record<string, (v: unknown) => boolean> = {
       "send_private_typing_notifications",
       "send_stream_typing_notifications",
       "send_read_receipts",
+      "allow_private_data_export",
     ].map((name) => [name, isBool]),
   ),
 };

@@ -42,6 +42,11 @@ export interface DeleteQueue {
   queueId: string;
 }
 
+/** The user was deactivated: every queue goes, and a parked poll is answered BAD_EVENT_QUEUE_ID. */
+export interface DropQueues {
+  op: "dropQueues";
+}
+
 /** A message for this user's queues; `localId` goes only to the queue named by `queueId`. */
 export interface DeliverMessage {
   op: "deliverMessage";
@@ -181,6 +186,7 @@ export type UserProtocol = {
   register: Op<Register, Registered>;
   poll: Op<Poll, Polled>;
   deleteQueue: Op<DeleteQueue, Empty>;
+  dropQueues: Op<DropQueues, Empty>;
   deliverMessage: Op<DeliverMessage, void>;
   deliverEvent: Op<DeliverEvent, void>;
   updateSettings: Op<UpdateSettings, Empty>;

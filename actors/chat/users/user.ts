@@ -279,6 +279,7 @@ export class UserActor implements Actor {
     register: (user, msg) => user.register(msg),
     poll: (user, msg) => user.poll(msg.queueId, msg.lastEventId, msg.dontBlock, msg.after ?? msg.lastEventId),
     deleteQueue: (user, msg) => user.deleteQueue(msg.queueId),
+    dropQueues: (user) => user.dropQueues(),
     deliverMessage: (user, msg) => user.deliverMessage(msg),
     deliverEvent: (user, msg) => user.deliverEvent(msg.event, msg.capability),
     updateSettings: (user, msg) => user.updateSettings(msg),
@@ -362,6 +363,26 @@ export class UserActor implements Actor {
     this.queues.delete(queueId);
     await this.saveSnapshot();
     if (q.spec.allPublicStreams) this.ctx.completeWhen(this.tellPublicChannels(this.followsPublicChannels()));
+    return {};
+  }
+
+  /**
+   * A deactivated user's queues go at once (their later requests fail authentication with USER_DEACTIVATED); a
+   * parked poll learns its queue is gone, as a client whose queue expired does, and registering again fails.
+   */
+  private async dropQueues(): Promise<Record<string, never>> {
+    if (!this.queues.size) return {};
+    const followed = this.followsPublicChannels();
+    for (const q of this.queues.values()) {
+      if (!q.poll) continue;
+      const poll = q.poll;
+      q.poll = undefined;
+      poll.cancelHeartbeat();
+      poll.deferred.reject(chatErrors.badQueue(q.spec.id));
+    }
+    this.queues.clear();
+    await this.saveSnapshot();
+    if (followed) this.ctx.completeWhen(this.tellPublicChannels(false));
     return {};
   }
 

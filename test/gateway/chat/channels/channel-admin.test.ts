@@ -110,6 +110,37 @@ describe.each(ENGINES)("channel administration on %s", (engine) => {
     });
   });
 
+  describe("PATCH /streams/{stream_id} is_archived false", () => {
+    const patch = (as: Credentials, streamId: number, params: Record<string, unknown>) =>
+      api(server, "PATCH", `/streams/${streamId}`, { as, params, template: "/streams/{stream_id}" });
+
+    it("unarchives: sends are taken again, each client hears it in its form, Notification Bot says so", async () => {
+      const id = (await subscribe(owner, ["revived"], { principals: [owner.id, alice.id] }))["revived"]!;
+      ok(await archive(owner, id));
+      const modern = await register(alice, ["stream"], { archived_channels: true });
+      const legacy = await register(bob, ["stream"]);
+      expectError(await patch(alice, id, { is_archived: false }), "You do not have permission to administer this channel.");
+      ok(await patch(owner, id, { is_archived: false }));
+      expect(await events(alice, modern)).toEqual([
+        { type: "stream", op: "update", stream_id: id, name: "revived", property: "is_archived", value: false, id: expect.any(Number) },
+      ]);
+      const created = await events(bob, legacy);
+      expect(created.map((e) => [e.type, e.op, e.streams?.[0]?.stream_id, e.streams?.[0]?.is_archived])).toEqual([["stream", "create", id, false]]);
+      const notices = (await get(alice, { narrow: [{ operator: "channel", operand: id }, { operator: "topic", operand: "channel events" }] })).body.messages;
+      expect(notices.map((m: any) => m.content)).toEqual(["Channel revived has been archived.", "Channel #**revived** has been unarchived."]);
+      ok(await send(alice, { type: "stream", to: id, topic: "back", content: "we are back" }));
+      expectError(await patch(owner, id, { is_archived: false }), "Channel is not currently deactivated");
+      expectError(await patch(owner, id, { is_archived: true }), "Invalid parameters");
+    });
+
+    it("leaves a private channel with nobody in it archived", async () => {
+      const id = (await subscribe(owner, ["empty-private"], { invite_only: true }))["empty-private"]!;
+      ok(await archive(owner, id));
+      ok(await api(server, "DELETE", "/users/me/subscriptions", { as: owner, params: { subscriptions: ["empty-private"] } }));
+      expectError(await patch(owner, id, { is_archived: false }), "Channel is private and have no subscribers");
+    });
+  });
+
   describe("POST /streams/{stream_id}/delete_topic", () => {
     it("is for administrators, on channels they can read", async () => {
       const channels = await subscribe(alice, ["topics"]);

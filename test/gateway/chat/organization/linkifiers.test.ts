@@ -63,6 +63,27 @@ describe.each(ENGINES)("linkifiers and playgrounds on %s", (engine) => {
     await removeAll();
   });
 
+  it("links a topic's linkifier matches and bare URLs in topic_links, on fetch, in the message event and on a topic move", async () => {
+    expect((await addLinkifier(owner, TRAC)).status).toBe(200);
+    const queue = await register(alice, ["message", "update_message"]);
+    const sent = await api(server, "POST", "/messages", { as: alice, params: { type: "stream", to: "general", topic: "#224 see https://example.com/x, #1x", content: "hi" } });
+    const expected = [
+      { text: "#224", url: "https://trac.example.com/ticket/224" },
+      { text: "https://example.com/x", url: "https://example.com/x" },
+    ];
+    const fetched = await api(server, "GET", `/messages/${sent.body.id}`, { as: alice, template: "/messages/{message_id}" });
+    expect(fetched.body.message.topic_links).toEqual(expected);
+    const [event] = (await events(alice, queue)).filter((e) => e.type === "message");
+    expect(event.message.topic_links).toEqual(expected);
+    const moved = await api(server, "PATCH", `/messages/${sent.body.id}`, { as: alice, params: { topic: "now #225" }, template: "/messages/{message_id}" });
+    expect(moved.status, JSON.stringify(moved.body)).toBe(200);
+    const [update] = (await events(alice, queue)).filter((e) => e.type === "update_message");
+    expect(update.topic_links).toEqual([{ text: "#225", url: "https://trac.example.com/ticket/225" }]);
+    const dm = await api(server, "POST", "/messages", { as: alice, params: { type: "direct", to: [owner.id], content: "#224" } });
+    expect((await api(server, "GET", `/messages/${dm.body.id}`, { as: alice, template: "/messages/{message_id}" })).body.message.topic_links).toEqual([]);
+    await removeAll();
+  });
+
   it("registers the linkifiers for clients with the capability, an empty list otherwise, and realm_filters empty", async () => {
     const added = await addLinkifier(owner, TRAC);
     const fetch = (capabilities: Record<string, boolean>) =>

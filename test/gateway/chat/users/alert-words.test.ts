@@ -66,4 +66,17 @@ describe.each(ENGINES)("alert words on %s", (engine) => {
     expect(edited.status).toBe(200);
     expect(await flagsOf(hit.body.id)).not.toContain("has_alert_word");
   });
+
+  it("does not look for alert words in code, but does in quotes", async () => {
+    const send = (content: string) => api(server, "POST", "/messages", { as: ben, params: { type: "stream", to: "ops", topic: "t", content } });
+    const flagsOf = async (id: number) =>
+      (await api(server, "GET", "/messages", { as: ann, params: { anchor: id, num_before: 0, num_after: 0 } })).body.messages[0].flags as string[];
+    const fenced = await send("Run this:\n```bash\nmake deploy\n```\nthanks");
+    const tildes = await send("~~~\ndeploy\n~~~");
+    const inline = await send("type `deploy now` to start");
+    const quoted = await send("```quote\nwe deploy today\n```");
+    const after = await send("```\ncode\n```\nthen deploy");
+    for (const m of [fenced, tildes, inline]) expect(await flagsOf(m.body.id)).not.toContain("has_alert_word");
+    for (const m of [quoted, after]) expect(await flagsOf(m.body.id)).toContain("has_alert_word");
+  });
 });

@@ -38,13 +38,29 @@ describe.each(ENGINES)("user lifecycle on %s", (engine) => {
     const queue = await eventQueue(server, ann, ["realm_user"]);
     expect((await api(server, "DELETE", `/users/${ben.id}`, { as: admin, template: "/users/{user_id}" })).status).toBe(200);
     const denied = await api(server, "GET", "/users/me", { as: ben });
-    expect([denied.status, denied.body.msg]).toEqual([401, "Account is deactivated"]);
+    expect([denied.status, denied.body.code, denied.body.msg]).toEqual([401, "USER_DEACTIVATED", "Account is deactivated"]);
     const twice = await api(server, "DELETE", `/users/${ben.id}`, { as: admin, template: "/users/{user_id}" });
     expect([twice.status, twice.body.msg]).toEqual([400, "User is deactivated"]);
     expect((await api(server, "POST", `/users/${ben.id}/reactivate`, { as: admin, template: "/users/{user_id}/reactivate" })).status).toBe(200);
     expect((await api(server, "GET", "/users/me", { as: ben })).status).toBe(200);
     const changes = (await queue.events()).map((e) => e.person);
     expect(changes).toEqual([{ user_id: ben.id, is_active: false }, { user_id: ben.id, is_active: true }]);
+  });
+
+  it("drops a deactivated user's event queues: the parked long-poll hears BAD_EVENT_QUEUE_ID, the next call USER_DEACTIVATED", async () => {
+    const carl = await createUser(server, "carl@example.com", "Carl");
+    const queueId = (await api(server, "POST", "/register", { as: carl, params: { event_types: ["message"] } })).body.queue_id as string;
+    const parked = api(server, "GET", "/events", { as: carl, params: { queue_id: queueId, last_event_id: -1 } });
+    await new Promise((r) => setTimeout(r, 300)); // the poll is parked
+    expect((await api(server, "DELETE", `/users/${carl.id}`, { as: admin, template: "/users/{user_id}" })).status).toBe(200);
+    const answered = await parked;
+    expect([answered.status, answered.body.code, answered.body.queue_id]).toEqual([400, "BAD_EVENT_QUEUE_ID", queueId]);
+    const again = await api(server, "GET", "/events", { as: carl, params: { queue_id: queueId, last_event_id: -1, dont_block: true } });
+    expect([again.status, again.body.code]).toEqual([401, "USER_DEACTIVATED"]);
+    // Reactivated, the old queue is still gone.
+    expect((await api(server, "POST", `/users/${carl.id}/reactivate`, { as: admin, template: "/users/{user_id}/reactivate" })).status).toBe(200);
+    const gone = await api(server, "GET", "/events", { as: carl, params: { queue_id: queueId, last_event_id: -1, dont_block: true } });
+    expect([gone.status, gone.body.code]).toEqual([400, "BAD_EVENT_QUEUE_ID"]);
   });
 
   it("tells those who see a channel's subscribers that a deactivated user left and a reactivated one is back", async () => {

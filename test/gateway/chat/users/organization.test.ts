@@ -195,6 +195,17 @@ describe.each(ENGINES)("organization on %s", (engine) => {
       expect(await queue.events()).toEqual([{ type: "realm_user", op: "update", person: { user_id: member.id, full_name: "Mo Renamed" } }]);
     });
 
+    it("names the user by e-mail as well (PATCH /users/{email})", async () => {
+      const queue = await openQueue(server, owner, ["realm_user"]);
+      const byEmail = (email: string, params: Record<string, unknown>) => api(server, "PATCH", `/users/${encodeURIComponent(email)}`, { as: admin, params, template: "/users/{email}" });
+      expect((await byEmail("MEMBER@example.com", { full_name: "Mo by Mail" })).status).toBe(200);
+      expect(await queue.events()).toEqual([{ type: "realm_user", op: "update", person: { user_id: member.id, full_name: "Mo by Mail" } }]);
+      const unknown = await byEmail("nobody@example.com", { full_name: "X" });
+      expect([unknown.status, unknown.body.msg]).toEqual([400, "No such user"]);
+      const asMember = await api(server, "PATCH", `/users/${encodeURIComponent(admin.email)}`, { as: member, params: { role: 400 }, template: "/users/{email}" });
+      expect(asMember.body.msg).toBe("Insufficient permission");
+    });
+
     it("follows Zulip's rules on who may change which role", async () => {
       expect((await setRole(member, admin.id, 400)).body.msg).toBe("Insufficient permission");
       expect((await setRole(admin, member.id, 100)).body.msg).toBe("Must be an organization owner");
