@@ -1,4 +1,8 @@
-/** Chorus as an operator runs it: `npm start`'s command in a child process, with its own data directory and port. */
+/**
+ * Chorus as an operator runs it: `npm start`'s command in a child process, with its own data directory and port.
+ * Each server is started in a process group of its own (it forks workers), and the whole group is killed when it is
+ * stopped, and when the test process exits or is interrupted: a failed or interrupted run leaves no server behind.
+ */
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
@@ -20,6 +24,38 @@ export function freePort(): Promise<number> {
   });
 }
 
+/** Process groups of the servers started and not yet exited. */
+const liveGroups = new Set<number>();
+
+function killGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // the group is gone already
+  }
+}
+
+function killLiveGroups(): void {
+  for (const pid of liveGroups) killGroup(pid, "SIGKILL");
+  liveGroups.clear();
+}
+
+let exitHooksInstalled = false;
+function installExitHooks(): void {
+  if (exitHooksInstalled) return;
+  exitHooksInstalled = true;
+  process.on("exit", killLiveGroups);
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+    const onSignal = () => {
+      killLiveGroups();
+      // Then die of the signal as we would have without this listener (unless someone else handles it).
+      process.off(signal, onSignal);
+      if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+    };
+    process.on(signal, onSignal);
+  }
+}
+
 export interface ChorusProcess {
   port: number;
   dataDir: string;
@@ -37,11 +73,22 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
     cwd: ROOT,
     env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: "127.0.0.1", CHORUS_SECRET: "e2e-secret", ...env },
     stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
   });
+  installExitHooks();
+  const group = proc.pid!;
+  liveGroups.add(group);
   let log = "";
   proc.stdout!.on("data", (d) => (log += d));
   proc.stderr!.on("data", (d) => (log += d));
-  const exited = new Promise<number | null>((resolve) => proc.once("exit", (code) => resolve(code)));
+  const exited = new Promise<number | null>((resolve) =>
+    proc.once("exit", (code) => {
+      // Workers it forked may outlive it: the group goes with it.
+      killGroup(group, "SIGKILL");
+      liveGroups.delete(group);
+      resolve(code);
+    }),
+  );
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`chorus exited early:\n${log}`);
@@ -52,7 +99,7 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
       // not listening yet
     }
     if (Date.now() > deadline) {
-      proc.kill("SIGKILL");
+      killGroup(group, "SIGKILL");
       throw new Error(`chorus did not start in time:\n${log}`);
     }
     await new Promise((r) => setTimeout(r, 200));
@@ -65,7 +112,7 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
     async stop() {
       if (proc.exitCode !== null) return proc.exitCode;
       proc.kill("SIGTERM");
-      const timer = setTimeout(() => proc.kill("SIGKILL"), 20_000);
+      const timer = setTimeout(() => killGroup(group, "SIGKILL"), 20_000);
       const code = await exited;
       clearTimeout(timer);
       return code;
