@@ -39,7 +39,7 @@ describe("servers started by test support", () => {
       while (alive(started.pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
       expect(alive(started.pid)).toBe(false);
     } finally {
-      if (alive(started.pid)) process.kill(started.pid, "SIGKILL");
+      if (alive(started.pid)) process.kill(started.pid, "SIGTERM"); // tsx passes it on to the server
       fs.rmSync(started.dataDir, { recursive: true, force: true });
     }
   }, 90_000);
