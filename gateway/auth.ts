@@ -40,6 +40,8 @@ export class Authenticator {
     if (colon < 0) throw errors.unauthorized("Invalid authorization header for basic auth");
     const email = decoded.slice(0, colon);
     const key = decoded.slice(colon + 1);
+    // No account has a NUL in its address or key (and Postgres refuses one in a query's text).
+    if (decoded.includes("\0")) throw errors.unauthorized("Invalid API key");
     const user = await findUserByEmail(this.db, email);
     if (!user || !this.keyring.apiKeyMatches(key, user.api_key_hash)) throw errors.unauthorized("Invalid API key");
     if (!user.is_active) throw errors.unauthorized("Account is deactivated");

@@ -155,8 +155,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
     handler: (req) => (isZulipPath(req.path) ? app.handle(req) : isEmojiImagePath(req.path) ? serveEmojiImage(store, req) : assistant.app.handle(req)),
-    tooLarge: (path, limit) => {
-      const error = new ChorusError("BAD_REQUEST", `Request body too large (limit: ${limit} bytes)`, 413);
+    refusal: (path, status, message) => {
+      const error = new ChorusError("BAD_REQUEST", message, status);
       const result = isZulipPath(path) ? envelope(error) : errorResult(error);
       return { ...result, headers: { ...result.headers, connection: "close" } };
     },
