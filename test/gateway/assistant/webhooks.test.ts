@@ -7,6 +7,7 @@ import crypto from "node:crypto";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { checkWebhookUrl, isForbiddenAddress, postWebhook, signWebhook } from "../../../actors/assistant/webhooks.ts";
+import { expectedUserHash } from "../../../gateway/assistant/embed.ts";
 import { ENGINES, startTestServer, type TestServer } from "../../support/server.ts";
 import { call, createAgent, operatorKey, publishedAgent, startReceiver } from "./support.ts";
 
@@ -55,7 +56,7 @@ describe.each(ENGINES)("webhooks on %s", (engine) => {
     expect(hook.status).toBe(201);
     expect(hook.body.secret).toMatch(/^whsec_[A-Za-z0-9+/=]+$/);
 
-    const asked = await call(server, "POST", `/api/embed/${agent.agent_key}`, { body: { question: "How long do refunds take?", user_id: "u-7" } });
+    const asked = await call(server, "POST", `/api/embed/${agent.agent_key}`, { body: { question: "How long do refunds take?", user_id: "u-7", user_hash: expectedUserHash(agent.secret, "u-7") } });
     expect(asked.status).toBe(200);
     const hooks = await receiver.until((all) => all.filter((h) => h.path === path).length >= 3);
     const mine = hooks.filter((h) => h.path === path);
