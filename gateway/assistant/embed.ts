@@ -24,6 +24,7 @@ import { ajv } from "../validate.ts";
 import { errorResult, fail, json, parseBody, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
 import { safeEqual } from "../../runtime/secrets.ts";
 import { sessionBelongsTo } from "./auth.ts";
+import { clientAddress } from "../rate-limiter.ts";
 
 const AGENT_CACHE_MS = 2000;
 
@@ -152,7 +153,7 @@ async function answer(call: AssistantCall, agent: AgentSummary, secret: string, 
     if (!userHashMatches(secret, body.user_id, body.user_hash)) throw new ChorusError("INVALID_USER_HASH", "user_hash does not match user_id", 401);
     verifiedUser = body.user_id;
   }
-  const keys = [`ip:${agent.id}:${req.remoteAddress}`];
+  const keys = [`ip:${agent.id}:${clientAddress(req, services.config)}`];
   if (verifiedUser) keys.push(`user:${agent.id}:${verifiedUser}`);
   const allowance = await services.limits.consume(keys, agent.rate_limit_per_minute);
 

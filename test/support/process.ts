@@ -13,6 +13,11 @@ import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
+/** Rate limits no test trips by accident, as settings (server.ts's GENEROUS_RATE_LIMITS for a spawned server). */
+const GENEROUS_RATE_LIMIT_ENV = Object.fromEntries(
+  ["RATE_LIMIT_API_BY_USER", "RATE_LIMIT_API_BY_IP", "RATE_LIMIT_AUTHENTICATE_BY_USERNAME", "RATE_LIMIT_AUTHENTICATE_BY_IP"].map((name) => [name, "60:1000000"]),
+);
+
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
@@ -71,7 +76,7 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
   const proc = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["gateway/main.ts"], {
     cwd: ROOT,
-    env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: "127.0.0.1", CHORUS_SECRET: "e2e-secret", ...env },
+    env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: "127.0.0.1", CHORUS_SECRET: "e2e-secret", ...GENEROUS_RATE_LIMIT_ENV, ...env },
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,
   });

@@ -312,7 +312,7 @@ describe.each(ENGINES)("embed endpoint on %s", (engine) => {
         // counted in Redis, so every worker shares the budget
         const redis = new Redis(server.node.config.redisUrl!, { protocol: 2 });
         try {
-          expect((await redis.keys(`${redisKeys(server.node.config.redisPrefix).rateLimit(3)}:*`)).length).toBeGreaterThan(0);
+          expect((await redis.keys(`${redisKeys(server.node.config.redisPrefix).rateLimit("3:60")}:*`)).length).toBeGreaterThan(0);
         } finally {
           redis.disconnect();
         }
