@@ -9,6 +9,7 @@
  * so that a client cannot pick its own address by sending the header itself.
  */
 import type { IncomingMessage } from "node:http";
+import net from "node:net";
 import type { Redis } from "ioredis";
 import proxyAddr from "proxy-addr";
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from "rate-limiter-flexible";
@@ -111,8 +112,10 @@ export function clientAddress(req: HttpRequest, config: Pick<Config, "trustedPro
   if (!trust) trustCache.set(list, (trust = proxyAddr.compile(config.trustedProxies)));
   try {
     const shape = { connection: { remoteAddress: socketAddress }, socket: { remoteAddress: socketAddress }, headers: { "x-forwarded-for": forwarded } };
-    return proxyAddr(shape as unknown as IncomingMessage, trust);
+    const address = proxyAddr(shape as unknown as IncomingMessage, trust);
+    // A hop that is no address (a malformed header): the socket's address is the one we know.
+    return net.isIP(address) ? address : socketAddress;
   } catch {
-    return socketAddress; // a malformed header: the socket's address is the one we know
+    return socketAddress;
   }
 }
