@@ -9,7 +9,7 @@
 import type { ErrorObject, ValidateFunction } from "ajv";
 import { ChorusError, errors } from "../runtime/errors.ts";
 import { chatErrors } from "../actors/chat/errors.ts";
-import { ajv, containsNul } from "./validate.ts";
+import { ajv } from "./validate.ts";
 
 export interface JsonSchema {
   type?: string | string[];
@@ -51,16 +51,7 @@ function allowsString(schema: JsonSchema): boolean {
 }
 
 function decodeOne(name: string, raw: string, schema: JsonSchema): unknown {
-  const value = decodeText(name, raw, schema);
-  // JSON text escapes NUL as \u0000: only then can the decoded value hold one the raw text did not.
-  if (raw.includes("\\u0000") && containsNul(value)) throw nulIn(name);
-  return value;
-}
-
-const nulIn = (name: string) => errors.badRequest(`${name} contains NULL (0x00) characters.`);
-
-function decodeText(name: string, raw: string, schema: JsonSchema): unknown {
-  if (raw.includes("\u0000")) throw nulIn(name);
+  if (raw.includes("\u0000")) throw errors.badRequest(`${name} contains NULL (0x00) characters.`);
   switch (schema.type) {
     case "string":
       return raw;
