@@ -9,7 +9,8 @@ export const ajv = new Ajv({ strict: false, allErrors: false, coerceTypes: false
 
 /**
  * Whether a decoded value holds a NUL character in any string (a key included). Postgres refuses NUL in text, so a
- * value with one would fail at the store as a 500; both faces refuse it up front as a 400 instead.
+ * value with one would fail at the store as a 500; the assistant refuses it up front as a 400 instead (the chat face
+ * refuses it per parameter, in Zulip's words: params.ts, and the routes for JSON parameters).
  */
 export function containsNul(value: unknown): boolean {
   if (typeof value === "string") return value.includes("\0");
