@@ -12,7 +12,7 @@ import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { sql } from "kysely";
 import uws from "uWebSockets.js";
-import { loadConfig } from "../runtime/config.ts";
+import { loadConfig, type RateLimitRules } from "../runtime/config.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import { ROLE } from "../actors/chat/organization/realm.ts";
 import { User } from "../actors/chat/users/user.protocol.ts";
@@ -22,6 +22,9 @@ import { startHttpServer } from "../gateway/http.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../test/support/services.ts";
 import { describeResource, removeResource, type Janitor, type Resource } from "./janitor.ts";
 import type { Auth } from "./event-client.ts";
+
+/** The benchmarks measure the server, not its rate limits: a few users send thousands of requests a second. */
+const UNLIMITED: RateLimitRules = { apiByUser: [], apiByIp: [], authenticateByUsername: [], authenticateByIp: [] };
 
 export const HOST = "127.0.0.1";
 
@@ -181,7 +184,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
     let workers = 1;
     if (name === "embedded") {
       // Explicit undefineds: DATABASE_URL / REDIS_URL in the environment must not leak into the embedded engine.
-      config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1 });
+      config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1, rateLimits: UNLIMITED });
       describe = "memory transport + PGlite (temp DATA_DIR), one process";
     } else {
       const database = await freshDatabase();
@@ -197,6 +200,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
         redisUrl: REDIS_URL,
         redisPrefix: redis.prefix,
         workers,
+        rateLimits: UNLIMITED,
       });
       describe = `Redis Streams transport (${REDIS_URL}) + Postgres (fresh database), ${workers === 1 ? "one process" : `${workers} worker nodes in one process`}`;
       const info = new Redis(REDIS_URL, { protocol: 2, maxRetriesPerRequest: 1, lazyConnect: true });

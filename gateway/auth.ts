@@ -17,6 +17,15 @@ const CACHE_MS = 2000;
 /** The notice that tells every worker to drop its cached credentials. */
 const CREDENTIALS_CHANGED = "credentials-changed";
 
+/** The e-mail address and key of an HTTP Basic `Authorization` header; undefined for anything else. */
+export function basicCredentials(header: string): { email: string; key: string } | undefined {
+  const [scheme, encoded] = header.trim().split(/\s+/, 2);
+  if (scheme?.toLowerCase() !== "basic") return undefined;
+  const decoded = Buffer.from(encoded ?? "", "base64").toString("utf8");
+  const colon = decoded.indexOf(":");
+  return colon < 0 ? undefined : { email: decoded.slice(0, colon), key: decoded.slice(colon + 1) };
+}
+
 export class Authenticator {
   private readonly cache = new Map<string, { user: AuthUser; until: number }>();
 
@@ -31,15 +40,14 @@ export class Authenticator {
     if (!header) throw errors.unauthorized("Not logged in: API authentication or user session required");
     const hit = this.cache.get(header);
     if (hit && hit.until > Date.now()) return hit.user;
-    const [scheme, encoded] = header.trim().split(/\s+/, 2);
-    if (scheme?.toLowerCase() !== "basic") {
+    if (header.trim().split(/\s+/, 1)[0]?.toLowerCase() !== "basic") {
       throw new ChorusError("BAD_REQUEST", "This endpoint requires HTTP basic authentication.", 400);
     }
-    const decoded = Buffer.from(encoded ?? "", "base64").toString("utf8");
-    const colon = decoded.indexOf(":");
-    if (colon < 0) throw errors.unauthorized("Invalid authorization header for basic auth");
-    const email = decoded.slice(0, colon);
-    const key = decoded.slice(colon + 1);
+    const credentials = basicCredentials(header);
+    if (!credentials) throw errors.unauthorized("Invalid authorization header for basic auth");
+    const { email, key } = credentials;
+    // No account has a NUL in its address or key (and Postgres refuses one in a query's text).
+    if (email.includes("\0") || key.includes("\0")) throw errors.unauthorized("Invalid API key");
     const user = await findUserByEmail(this.db, email);
     if (!user || !this.keyring.apiKeyMatches(key, user.api_key_hash)) throw errors.unauthorized("Invalid API key");
     // Zulip's UserDeactivatedError and RealmDeactivatedError.

@@ -3,6 +3,9 @@
  * - Every request gets `onAborted` before anything asynchronous happens; after an abort nothing touches `res`.
  * - Request data (method, url, headers) is copied synchronously: uWS reuses the request object after return.
  * - Bodies are read with a cap: past `maxBodyBytes` (by Content-Length up front, or while reading) the answer is 413.
+ * - A URL (path and query) longer than `maxUrlBytes` is answered 414 before any handler runs. uWS itself drops the
+ *   connection of a request whose head it cannot take in (past 4 KB when the head arrives in several reads); what
+ *   reaches this module is refused with an answer.
  * - Responses are written inside `res.cork()`, status before headers. Answers that complete asynchronously
  *   (parked long-polls woken by someone else's request) are written from `setImmediate`, never from inside another
  *   request's handler: uWS loses such writes otherwise.
@@ -85,12 +88,20 @@ export interface HttpOptions {
   host: string;
   port: number;
   maxBodyBytes: number;
+  /** Longest URL, path and query (414 past it); {@link MAX_URL_BYTES} by default. */
+  maxUrlBytes?: number;
   handler: HttpHandler;
-  /** The 413 answer for a body over maxBodyBytes (each face has its own envelope); plain text by default. */
-  tooLarge?(path: string, limit: number): HttpResult;
+  /**
+   * The answer to a request refused here, 413 (body over maxBodyBytes) or 414 (URL over maxUrlBytes), in the
+   * envelope of the face `path` belongs to; plain text by default.
+   */
+  refusal?(path: string, status: 413 | 414, message: string): HttpResult;
   /** Requests whose body the handler reads as a stream (uploads), uncapped by `maxBodyBytes`. */
   streamedBody?(method: string, path: string): boolean;
 }
+
+/** nginx's default for a request line (`large_client_header_buffers 4 8k`), which Zulip's servers sit behind. */
+export const MAX_URL_BYTES = 8192;
 
 const statusLines = new Map<number, string>();
 function statusLine(status: number): string {
@@ -306,15 +317,15 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       } else respond(result, sync);
     };
 
-    const tooLarge = () =>
-      respond(
-        opts.tooLarge?.(path, opts.maxBodyBytes) ?? {
-          status: 413,
-          headers: { "content-type": "text/plain", connection: "close" },
-          body: `Request body too large (limit: ${opts.maxBodyBytes} bytes)`,
-        },
-        false,
-      );
+    const refuse = (status: 413 | 414, message: string) =>
+      respond(opts.refusal?.(path, status, message) ?? { status, headers: { "content-type": "text/plain", connection: "close" }, body: message }, false);
+    const tooLarge = () => refuse(413, `Request body too large (limit: ${opts.maxBodyBytes} bytes)`);
+
+    const maxUrlBytes = opts.maxUrlBytes ?? MAX_URL_BYTES;
+    if (path.length + query.length + 1 > maxUrlBytes) {
+      refuse(414, `The URL is too long (limit: ${maxUrlBytes} bytes)`);
+      return;
+    }
 
     const declared = headers["content-length"];
     if (method === "GET" || method === "HEAD" || (declared === "0" && !headers["transfer-encoding"])) {

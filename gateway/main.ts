@@ -31,6 +31,8 @@ import { errorResult } from "./assistant/app.ts";
 import { ChorusError } from "../runtime/errors.ts";
 import { Authenticator } from "./auth.ts";
 import { startHttpServer } from "./http.ts";
+import { RateLimiter } from "./rate-limiter.ts";
+import { ChatRateLimits } from "./chat/rate-limits.ts";
 import { startTelemetry } from "./telemetry.ts";
 import { ensurePortFree, lockDataDir } from "./lock.ts";
 import { openStore, prepareStore, siteFor, writeZuliprc } from "./prepare.ts";
@@ -140,7 +142,9 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     realmAlertWords.onNotice(notice);
     usersMutingCache.onNotice(notice);
   });
+  const rateLimiter = new RateLimiter({ redisUrl: config.redisUrl, prefix: config.redisPrefix });
   const services: Services = {
+    rateLimits: new ChatRateLimits(rateLimiter, config.rateLimits),
     system,
     store,
     blobs: new LocalDirectoryBlobStore(config.uploadsDir),
@@ -152,7 +156,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   };
   const app = new App(services);
   app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes);
-  const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub });
+  const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub, rateLimiter });
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
@@ -166,8 +170,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
             ? serveUpload(services, req)
             : assistant.app.handle(req),
     streamedBody: isUploadRequest,
-    tooLarge: (path, limit) => {
-      const error = new ChorusError("BAD_REQUEST", `Request body too large (limit: ${limit} bytes)`, 413);
+    refusal: (path, status, message) => {
+      const error = new ChorusError("BAD_REQUEST", message, status);
       const result = isZulipPath(path) ? envelope(error) : errorResult(error);
       return { ...result, headers: { ...result.headers, connection: "close" } };
     },
@@ -198,6 +202,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         await webhooks.close();
         await mail?.close();
         await assistant.close();
+        await rateLimiter.close();
         await shards.stop();
         await system.close();
         await transport.close();

@@ -12,7 +12,7 @@
  * one); a 405 lists the most specific template's methods, so a path is never answered with a broader pattern's.
  */
 import { context, trace, SpanStatusCode } from "@opentelemetry/api";
-import { ChorusError } from "../runtime/errors.ts";
+import { ChorusError, errors } from "../runtime/errors.ts";
 import type { HttpRequest, HttpResult, HttpStream } from "./http.ts";
 
 const tracer = trace.getTracer("chorus.gateway");
@@ -82,6 +82,7 @@ export class Router<R extends Routable> {
   match(method: string, path: string): Match<R> {
     const parts = path.split("/").slice(1).map(decodeSegment);
     if (parts.some((p) => p === undefined)) return { pathParams: {}, allowed: [] }; // malformed percent-encoding
+    if (parts.some((p) => p!.includes("\0"))) throw errors.badRequest("The path contains NULL (0x00) characters.");
     let first: Match<R> | undefined;
     const literal = this.literal.get("/" + parts.join("/"));
     if (literal) {

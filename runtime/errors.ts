@@ -78,4 +78,10 @@ export const errors = {
   fenced: (shard: number) => new ChorusError("FENCED", `Shard ${shard} is owned by another worker`, 503),
   conflict: (what: string) => new ChorusError("CONFLICT", `Concurrent update of ${what}`, 409),
   shuttingDown: () => new ChorusError("SHUTTING_DOWN", "The server is shutting down", 503),
+  /**
+   * A message for an operation or actor kind this process does not have: a worker of another version sent it (or
+   * a bug). Named, so that the log and the client say what happened instead of a bare internal error.
+   */
+  unknownOperation: (what: string) =>
+    new ChorusError("UNKNOWN_OPERATION", `This server does not know ${what} (a worker of another version may have sent it)`, 501),
 };

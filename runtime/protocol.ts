@@ -28,6 +28,7 @@
  * to the actor, added to its table's type.
  */
 import { actorId, type ActorId, type PARKED } from "./actor.ts";
+import { errors } from "./errors.ts";
 
 /** One operation: the message (with its `op`) and the reply an ask gets. */
 export interface Op<Message extends { op: string }, Reply> {
@@ -124,7 +125,7 @@ export function forward<P, A, Part>(handlers: Handlers<P, Part>, part: (actor: A
 /** Run the handler of `message.op`: a property lookup and a call, no allocation. */
 export function dispatch<P, A>(handlers: Handlers<P, A>, actor: A, message: MessageOf<P>): unknown {
   const op = (message as unknown as { op: keyof P }).op;
-  const handler = handlers[op] as ((actor: A, message: MessageOf<P>) => unknown) | undefined;
-  if (!handler) throw new Error(`no handler for op '${String(op)}'`);
-  return handler(actor, message);
+  // Own properties only: an op named `toString` or `constructor` must not reach Object.prototype's.
+  if (!Object.hasOwn(handlers as object, op)) throw errors.unknownOperation(`the operation '${String(op)}'`);
+  return (handlers[op] as (actor: A, message: MessageOf<P>) => unknown)(actor, message);
 }

@@ -339,7 +339,7 @@ export class ActorSystem {
     if (!factory) {
       activation.actor = {
         receive: () => {
-          throw new ChorusError("INTERNAL_SERVER_ERROR", `no actor kind '${kind}'`, 500);
+          throw errors.unknownOperation(`the actor kind '${kind}'`);
         },
       };
     } else {

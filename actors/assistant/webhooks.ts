@@ -11,8 +11,8 @@
  * - Claiming: a worker takes due rows with FOR UPDATE SKIP LOCKED and pushes their next attempt a minute ahead
  *   before sending, so two workers never send one row at once and a worker that dies mid-send is retried.
  * - Address guard: the target's host is resolved by our own `lookup` (Node's fetch ignores http.Agent, so the
- *   request goes through node:http with that lookup); loopback, private, link-local, CGNAT, multicast and
- *   unspecified addresses are refused unless the host is in WEBHOOK_ALLOW_HOSTS. The address checked is the
+ *   request goes through node:http with that lookup); every address but a global unicast one (isForbiddenAddress)
+ *   is refused unless the host is in WEBHOOK_ALLOW_HOSTS. The address checked is the
  *   address connected to: no window for DNS rebinding.
  */
 import crypto from "node:crypto";
@@ -20,6 +20,7 @@ import dns from "node:dns";
 import http from "node:http";
 import https from "node:https";
 import net from "node:net";
+import ipaddr from "ipaddr.js";
 import { sql, type Transaction } from "kysely";
 import type { AssistantConfig } from "./config.ts";
 import { ChorusError } from "../../runtime/errors.ts";
@@ -109,56 +110,22 @@ export async function enqueueDirect(
 
 // ---- the address guard -------------------------------------------------------------------------------------
 
-/** Whether an address is one a webhook must not reach by default. */
+/**
+ * Whether an address is one a webhook must not reach by default: anything but a global unicast address, by
+ * ipaddr.js's table of special ranges (loopback, private, link-local, CGNAT, multicast, reserved, documentation,
+ * and the IPv6 forms that carry or reach an IPv4 address: 6to4, Teredo, NAT64, IPv4-translated). An IPv4-mapped
+ * address is judged as the IPv4 address it maps; IPv4 in decimal, octal or hex is read as what it means. Anything
+ * that is not an address at all is refused too.
+ */
 export function isForbiddenAddress(address: string): boolean {
-  const family = net.isIP(address);
-  if (family === 4) return forbiddenV4(address);
-  if (family === 6) {
-    const lower = address.toLowerCase();
-    const mapped = lower.match(/^(?:0*:)*:?ffff:(\d+\.\d+\.\d+\.\d+)$/) ?? lower.match(/^::(\d+\.\d+\.\d+\.\d+)$/);
-    if (mapped) return forbiddenV4(mapped[1]!);
-    const bytes = v6Bytes(lower);
-    if (!bytes) return true;
-    if (bytes.every((b) => b === 0)) return true; // ::
-    if (bytes.slice(0, 15).every((b) => b === 0) && bytes[15] === 1) return true; // ::1
-    if (bytes[0] === 0 && bytes[1] === 0 && bytes.slice(2, 10).every((b) => b === 0) && bytes[10] === 0xff && bytes[11] === 0xff) return true;
-    if ((bytes[0]! & 0xfe) === 0xfc) return true; // fc00::/7 unique local
-    if (bytes[0] === 0xfe && (bytes[1]! & 0xc0) === 0x80) return true; // fe80::/10 link-local
-    if (bytes[0] === 0xff) return true; // multicast
-    if (bytes[0] === 0x20 && bytes[1] === 0x01 && bytes[2] === 0x0d && bytes[3] === 0xb8) return true; // documentation
-    if (bytes[0] === 0x00 && bytes[1] === 0x64 && bytes[2] === 0xff && bytes[3] === 0x9b) return true; // NAT64 may reach v4 privates
-    return false;
-  }
-  return true;
+  if (!ipaddr.isValid(address)) return true;
+  const parsed = ipaddr.process(address);
+  if (parsed.kind() === "ipv6" && parsed.match(IPV4_COMPATIBLE)) return true;
+  return parsed.range() !== "unicast";
 }
 
-function forbiddenV4(address: string): boolean {
-  const [a, b] = address.split(".").map(Number) as [number, number];
-  return (
-    a === 0 || // this network
-    a === 10 ||
-    a === 127 ||
-    (a === 100 && b >= 64 && b <= 127) || // CGNAT
-    (a === 169 && b === 254) || // link-local, cloud metadata
-    (a === 172 && b >= 16 && b <= 31) ||
-    (a === 192 && b === 168) ||
-    (a === 192 && b === 0) ||
-    (a === 198 && (b === 18 || b === 19)) || // benchmarking
-    a >= 224 // multicast, reserved, broadcast
-  );
-}
-
-function v6Bytes(address: string): number[] | undefined {
-  const [head, tail] = address.split("::") as [string, string | undefined];
-  const parse = (part: string) => (part ? part.split(":").map((h) => parseInt(h, 16)) : []);
-  const left = parse(head);
-  const right = tail === undefined ? [] : parse(tail);
-  const fill = 8 - left.length - right.length;
-  if (fill < 0 || (tail === undefined && fill !== 0)) return undefined;
-  const groups = [...left, ...Array(fill).fill(0), ...right];
-  if (groups.some((g) => Number.isNaN(g) || g < 0 || g > 0xffff)) return undefined;
-  return groups.flatMap((g) => [g >> 8, g & 0xff]);
-}
+/** `::a.b.c.d`, deprecated by RFC 4291 and not in ipaddr.js's table: it would reach the IPv4 address it holds. */
+const IPV4_COMPATIBLE = ipaddr.parseCIDR("::/96");
 
 export class AddressRefused extends ChorusError {
   constructor(host: string, address: string) {

@@ -12,7 +12,7 @@ import type { Keyring } from "../../runtime/secrets.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
 import { type HttpRequest, type HttpResult, type HttpStream } from "../http.ts";
-import { ajv } from "../validate.ts";
+import { ajv, containsNul } from "../validate.ts";
 import { Router, traced } from "../router.ts";
 import type { MobileCaller, OperatorAuth, Operator } from "./auth.ts";
 import type { RateLimits } from "./limits.ts";
@@ -132,7 +132,9 @@ export class AssistantApp {
     if (req.body.length > limit) throw new ChorusError("PAYLOAD_TOO_LARGE", `Request body too large (limit: ${limit} bytes)`, 413);
     let body: unknown = undefined;
     if (route.validate) body = parseBody(req, route.validate);
-    const result = await spec.handle({ req, body, query: new URLSearchParams(req.query), pathParams, operator, caller, services: this.services });
+    const query = new URLSearchParams(req.query);
+    if (containsNul([...query])) throw new ChorusError("VALIDATION_ERROR", "The query string contains NULL (0x00) characters", 400);
+    const result = await spec.handle({ req, body, query, pathParams, operator, caller, services: this.services });
     return result;
   }
 }
@@ -150,6 +152,7 @@ export function parseBody(req: HttpRequest, validate: ValidateFunction, opts: { 
     throw new ChorusError("INVALID_JSON", "The body is not valid JSON", 400);
   }
   if (!body || typeof body !== "object" || Array.isArray(body)) throw new ChorusError("INVALID_JSON", "The body must be a JSON object", 400);
+  if (containsNul(body)) throw new ChorusError("VALIDATION_ERROR", "The body contains NULL (0x00) characters", 400);
   return checkBody(validate, body);
 }
 

@@ -38,7 +38,15 @@ export type MobileCaller = { kind: "operator"; operator: Operator } | { kind: "u
 /** Whether the caller may read and write a session (404 otherwise: no existence oracle). */
 export function callerMayUse(caller: MobileCaller, session: { agent_id: string; user_id: string | null; realm_id: number }): boolean {
   if (caller.kind === "operator") return session.realm_id === caller.operator.realmId;
-  return session.agent_id === caller.agentId && session.user_id === caller.userId;
+  return sessionBelongsTo(session, caller.agentId, caller.userId);
+}
+
+/**
+ * An end user's rule, on every face: a session is theirs when it is of their agent and was started by them. An
+ * anonymous caller (`null`: the embed widget without a verified user) owns only sessions started anonymously.
+ */
+export function sessionBelongsTo(session: { agent_id: string; user_id: string | null }, agentId: string, userId: string | null): boolean {
+  return session.agent_id === agentId && session.user_id === userId;
 }
 
 interface Cached {

@@ -2,9 +2,11 @@
  * POST /api/embed/{agentKey}: the public widget endpoint, and its CORS preflight.
  *
  * Order of checks: the agent exists (404), the browser origin is allowed (403, before anything else is read),
- * the body is valid (400/413/415), `user_hash` verifies `user_id` (401), the rate limits have room (429). Then
- * the question goes to the session's actor, which answers once the question and answer are committed; the
- * answer is sent as JSON, or as server-sent events.
+ * the body is valid (400/413/415), `user_hash` verifies `user_id` (401), the rate limits have room (429), a
+ * `session_id` names a session of this caller (404 otherwise, as on the mobile API: a verified user's sessions are
+ * theirs alone, and an anonymous caller's are the anonymous ones; an unverified `user_id` is no identity and is not
+ * recorded). Then the question goes to the session's actor, which answers once the question and answer are
+ * committed; the answer is sent as JSON, or as server-sent events.
  *
  * Origins: `Origin`, else the origin of `Referer`; no header at all is a non-browser client and is not refused.
  * A rule is an exact host (`example.com`, `example.com:8080`) or `*.example.com` (any subdomain, not the apex).
@@ -13,7 +15,7 @@
  */
 import crypto from "node:crypto";
 import { ChorusError } from "../../runtime/errors.ts";
-import { agentByKey, type AgentSummary } from "../../actors/assistant/reads.ts";
+import { agentByKey, sessionById, type AgentSummary } from "../../actors/assistant/reads.ts";
 import { AgentSession } from "../../actors/assistant/agent-session.protocol.ts";
 import type { HttpResult, HttpStream } from "../http.ts";
 import { answerAndRecord } from "./generate.ts";
@@ -21,6 +23,8 @@ import { SSE_HEADERS, SseWriter } from "./sse.ts";
 import { ajv } from "../validate.ts";
 import { errorResult, fail, json, parseBody, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
 import { safeEqual } from "../../runtime/secrets.ts";
+import { sessionBelongsTo } from "./auth.ts";
+import { clientAddress } from "../rate-limiter.ts";
 
 const AGENT_CACHE_MS = 2000;
 
@@ -149,13 +153,18 @@ async function answer(call: AssistantCall, agent: AgentSummary, secret: string, 
     if (!userHashMatches(secret, body.user_id, body.user_hash)) throw new ChorusError("INVALID_USER_HASH", "user_hash does not match user_id", 401);
     verifiedUser = body.user_id;
   }
-  const keys = [`ip:${agent.id}:${req.remoteAddress}`];
+  const keys = [`ip:${agent.id}:${clientAddress(req, services.config)}`];
   if (verifiedUser) keys.push(`user:${agent.id}:${verifiedUser}`);
   const allowance = await services.limits.consume(keys, agent.rate_limit_per_minute);
 
+  const owner = verifiedUser ?? null;
+  if (body.session_id !== undefined) {
+    const session = await sessionById(services.store.db, body.session_id.toLowerCase());
+    if (!session || !sessionBelongsTo(session, agent.id, owner)) throw fail.notFound("Session");
+  }
   const sessionId = body.session_id?.toLowerCase() ?? crypto.randomUUID();
   const headers = { ...cors, ...allowance.headers };
-  const create = body.session_id ? undefined : { userId: body.user_id ?? null };
+  const create = body.session_id ? undefined : { userId: owner };
   if (services.assistant.llm || body.stream) return streamed(call, { agentId: agent.id, sessionId, create, question: body.question, stream: !!body.stream }, headers);
 
   // A JSON answer from the extractive answerer: made and committed in one turn of the session's actor.

@@ -9,6 +9,7 @@ import type { PubSub } from "../../runtime/transport/pubsub.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
 import type { HttpServer } from "../http.ts";
+import type { RateLimiter } from "../rate-limiter.ts";
 import { AssistantApp } from "./app.ts";
 import { OperatorAuth } from "./auth.ts";
 import { embedRoutes } from "./embed.ts";
@@ -33,10 +34,12 @@ export interface AssistantDeps {
   assistant: AssistantConfig;
   /** Relays the socket.io room events between workers (the same engine as the notices'). */
   pubsub: PubSub;
+  /** The node's rate limit counts (shared with the chat face; closed by the node). */
+  rateLimiter: RateLimiter;
 }
 
-export function assistantFace({ pubsub, ...deps }: AssistantDeps): AssistantFace {
-  const limits = new RateLimits({ redisUrl: deps.config.redisUrl, prefix: deps.config.redisPrefix });
+export function assistantFace({ pubsub, rateLimiter, ...deps }: AssistantDeps): AssistantFace {
+  const limits = new RateLimits(rateLimiter);
   const app = new AssistantApp({ ...deps, operators: new OperatorAuth(deps.store.db, deps.keyring), limits });
   app.add(...embedRoutes, ...internalRoutes, ...mobileRoutes);
   return {
@@ -46,7 +49,6 @@ export function assistantFace({ pubsub, ...deps }: AssistantDeps): AssistantFace
     },
     async close() {
       await app.services.sockets?.close();
-      await limits.close();
     },
   };
 }

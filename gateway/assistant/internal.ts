@@ -14,6 +14,7 @@ import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import { checkWebhookUrl, WEBHOOK_EVENTS } from "../../actors/assistant/webhooks.ts";
 import { fail, isUuid, json, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
 import { isOperatorRole, newOperatorApiKey, SESSION_COOKIE, SESSION_SECONDS, type Operator } from "./auth.ts";
+import { clientAddress } from "../rate-limiter.ts";
 
 /** scrypt of a random password: an unknown e-mail costs what a wrong password costs (no timing oracle). */
 const DUMMY_HASH = "scrypt$32768$8$1$AAAAAAAAAAAAAAAAAAAAAA==$3q2+7w3q2+7w3q2+7w3q2+7w3q2+7w3q2+7w3q2+7w8=";
@@ -125,7 +126,7 @@ export const internalRoutes: AssistantRoute[] = [
     },
     async handle({ body, services, req }) {
       // Password guessing is throttled per client address, before any password is checked.
-      await services.limits.consume([`login:${req.remoteAddress}`], LOGIN_ATTEMPTS_PER_MINUTE);
+      await services.limits.consume([`login:${clientAddress(req, services.config)}`], LOGIN_ATTEMPTS_PER_MINUTE);
       const user = await findUserByEmail(services.store.db, body.email);
       const ok = await verifyPassword(body.password, user?.password_hash ?? DUMMY_HASH);
       if (!user || !ok || !user.is_active || user.realm_deactivated) throw new ChorusError("AUTHENTICATION_FAILED", "Wrong e-mail or password", 401);

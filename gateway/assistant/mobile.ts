@@ -16,6 +16,7 @@ import { callerMayUse, type MobileCaller } from "./auth.ts";
 import { userHashMatches } from "./embed.ts";
 import { operatorAgent } from "./internal.ts";
 import { issueUserToken, USER_TOKEN_SECONDS } from "./user-tokens.ts";
+import { clientAddress } from "../rate-limiter.ts";
 
 async function mobileSession(services: AssistantServices, caller: MobileCaller, id: unknown) {
   if (!isUuid(id)) throw fail.notFound("Session");
@@ -60,7 +61,7 @@ export const mobileRoutes: AssistantRoute[] = [
       const agent = await agentById(services.store.db, body.agent_id.toLowerCase());
       if (!agent) throw fail.notFound("Agent");
       // Guessing hashes is throttled like questions: per agent and client address.
-      await services.limits.consume([`token:${agent.id}:${req.remoteAddress}`], agent.rate_limit_per_minute);
+      await services.limits.consume([`token:${agent.id}:${clientAddress(req, services.config)}`], agent.rate_limit_per_minute);
       if (!userHashMatches(services.keyring.decrypt(agent.secret_enc), body.user_id, body.user_hash)) {
         throw new ChorusError("INVALID_USER_HASH", "user_hash does not match user_id", 401);
       }

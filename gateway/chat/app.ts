@@ -11,10 +11,12 @@ import type { ChatConfig } from "../../actors/chat/config.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import type { BlobStore } from "../../runtime/blobs/blob-store.ts";
-import type { Authenticator, AuthUser } from "../auth.ts";
+import { basicCredentials, type Authenticator, type AuthUser } from "../auth.ts";
 import { isStream, requestBody, type HttpRequest, type HttpResult, type HttpStream, type UploadedFile } from "../http.ts";
 import { compileParams, decodeParams, type CompiledParams, type ParamsSchema } from "../params.ts";
 import { Router, traced, type Converter } from "../router.ts";
+import { clientAddress } from "../rate-limiter.ts";
+import type { ChatRateLimits } from "./rate-limits.ts";
 import type { Database } from "../../actors/schema.ts";
 
 /** What a route handler gets: its decoded parameters, the caller, and the services. */
@@ -37,6 +39,7 @@ export interface Services {
   /** Chat's own settings (actors/chat/config.ts). */
   chat: ChatConfig;
   auth: Authenticator;
+  rateLimits: ChatRateLimits;
   /** The site URL clients should use: the configured one, else built from the request's Host header. */
   siteUrl(host?: string): string;
 }
@@ -78,10 +81,12 @@ export function askRealm<O extends keyof RealmProtocol>(call: Call, message: Omi
 /** A 503 (a worker, the store or the transport out of reach) tells the client when to try again. */
 const UNAVAILABLE_HEADERS = { ...JSON_HEADERS, "retry-after": String(RETRY_AFTER_SECONDS) };
 
+/** Zulip's error envelope; an error's `extra.headers` (a rate limit's) are response headers, not body fields. */
 export function envelope(error: ChorusError): HttpResult {
-  const body: Record<string, unknown> = { result: "error", msg: error.message, code: error.code, ...error.extra };
-  const headers = error.status === 401 ? UNAUTHORIZED_HEADERS : error.status === 503 ? UNAVAILABLE_HEADERS : JSON_HEADERS;
-  return { status: error.status, headers, body: JSON.stringify(body) };
+  const { headers, ...extra } = error.extra as { headers?: Record<string, string> };
+  const body: Record<string, unknown> = { result: "error", msg: error.message, code: error.code, ...extra };
+  const base = error.status === 401 ? UNAUTHORIZED_HEADERS : error.status === 503 ? UNAVAILABLE_HEADERS : JSON_HEADERS;
+  return { status: error.status, headers: headers ? { ...base, ...headers } : base, body: JSON.stringify(body) };
 }
 
 export class App {
@@ -115,7 +120,11 @@ export class App {
       return { status: 405, headers: { ...JSON_HEADERS, allow: methods.join(", ") }, body: JSON.stringify(body) };
     }
     const spec = route.spec;
-    const user = spec.auth === false ? (undefined as unknown as AuthUser) : await this.services.auth.authenticate(req.headers.authorization);
+    const user = spec.auth === false ? (undefined as unknown as AuthUser) : await this.authenticate(req);
+    const limits = this.services.rateLimits;
+    // A long-poll is not counted: it answers when events come, and refusing it would only delay their delivery.
+    const rateHeaders =
+      spec.auth === false ? await limits.anonymous(clientAddress(req, this.services.config)) : route.path === "/events" && route.method === "GET" ? {} : await limits.user(user.id);
     const sent = requestBody(req.body, req.headers["content-type"]);
     if (!sent) throw errors.badRequest("Unsupported Content-Type: send application/x-www-form-urlencoded or multipart/form-data");
     const { params, ignored } = decodeParams(route.params, req.query, sent.fields, pathParams);
@@ -124,7 +133,19 @@ export class App {
     if (isStream(result)) return result;
     const body: Record<string, unknown> = { result: "success", msg: "", ...result };
     if (ignored.length) body.ignored_parameters_unsupported = ignored;
-    return { status: 200, headers: JSON_HEADERS, body: JSON.stringify(body) };
+    return { status: 200, headers: { ...JSON_HEADERS, ...rateHeaders }, body: JSON.stringify(body) };
+  }
+
+  /** HTTP Basic, with a failure counted against the address and the account it named (429 once over a limit). */
+  private async authenticate(req: HttpRequest): Promise<AuthUser> {
+    try {
+      return await this.services.auth.authenticate(req.headers.authorization);
+    } catch (err) {
+      if (err instanceof ChorusError && err.status === 401 && req.headers.authorization) {
+        await this.services.rateLimits.failed("api_key", clientAddress(req, this.services.config), basicCredentials(req.headers.authorization)?.email);
+      }
+      throw err;
+    }
   }
 }
 

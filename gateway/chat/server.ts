@@ -5,6 +5,7 @@ import { findUserByEmail } from "../../actors/chat/reads/users.ts";
 import { serverRealmName } from "../../actors/chat/reads/realms.ts";
 import type { RouteSpec } from "./app.ts";
 import { Str } from "../params.ts";
+import { clientAddress } from "../rate-limiter.ts";
 import { ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";
 
 const AUTH_METHODS = ["password", "dev", "email", "ldap", "remoteuser", "github", "azuread", "gitlab", "apple", "google", "saml", "openid connect"];
@@ -42,11 +43,16 @@ export const serverRoutes: RouteSpec[] = [
     path: "/fetch_api_key",
     auth: false,
     params: { type: "object", properties: { username: Str, password: Str }, required: ["username", "password"] },
-    async handle({ params, services }) {
+    async handle({ params, services, req }) {
+      const address = clientAddress(req, services.config);
+      await services.rateLimits.beforePasswordCheck(params.username, address);
       const user = await findUserByEmail(services.store.db, params.username);
       // Unknown users are checked against a dummy hash, so both failures take one scrypt run: no timing oracle.
       const ok = await verifyPassword(params.password, user?.password_hash ?? DUMMY_HASH);
-      if (!user || !ok) throw new ChorusError("AUTHENTICATION_FAILED", "Your username or password is incorrect", 401);
+      if (!user || !ok) {
+        await services.rateLimits.failed("password", address, params.username);
+        throw new ChorusError("AUTHENTICATION_FAILED", "Your username or password is incorrect", 401);
+      }
       if (!user.is_active) throw new ChorusError("USER_DEACTIVATED", "Account is deactivated", 401);
       if (user.realm_deactivated) throw new ChorusError("REALM_DEACTIVATED", "This organization has been deactivated", 401);
       return { api_key: services.keyring.decrypt(user.api_key_enc), email: user.email, user_id: user.id };

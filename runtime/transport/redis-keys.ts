@@ -25,8 +25,8 @@ export function redisKeys(prefix: string) {
     reply: (node: string) => `${prefix}:reply:${node}`,
     /** A pub/sub channel as Redis names it: not a key, but named under the prefix like one. */
     channel: (name: Channel) => `${prefix}:${name}`,
-    /** Key prefix of the embed rate limiter allowing `points` a minute (rate-limiter-flexible appends `:<key>`). */
-    rateLimit: (points: number) => `${prefix}:ratelimit:${points}`,
+    /** Key prefix of the rate limiter of one rule, named `calls:seconds` (rate-limiter-flexible appends `:<key>`). */
+    rateLimit: (rule: string) => `${prefix}:ratelimit:${rule}`,
     /** SCAN pattern matching every key under the prefix (glob characters of the prefix escaped). */
     all: `${prefix.replace(/[*?[\]\\]/g, "\\$&")}:*`,
   };

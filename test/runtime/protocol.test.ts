@@ -8,6 +8,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { Actor, ActorContext } from "../../runtime/actor.ts";
 import { actorKind, dispatch, type Empty, type Handlers, type MessageOf, type Op } from "../../runtime/protocol.ts";
+import { ChorusError } from "../../runtime/errors.ts";
 import { ActorSystem } from "../../runtime/system.ts";
 import { MemoryTransport } from "../../runtime/transport/memory.ts";
 import { MemoryPubSub } from "../../runtime/transport/memory-pubsub.ts";
@@ -115,5 +116,22 @@ describe("typed references", () => {
     await system.broadcast(Counter, [7, 8, 9], { op: "add", by: 1 });
     const totals = await Promise.all([7, 8, 9].map((key) => system!.ref(Counter, key).ask({ op: "get" })));
     expect(totals.map((t) => t.total)).toEqual([3, 1, 1]);
+  });
+
+  it("answer an operation or kind the process does not know with a named error, not an internal one", async () => {
+    transport = new MemoryTransport();
+    system = new ActorSystem({ transport, shards: 4, kinds: { [Counter.name]: (_ctx: ActorContext) => new CounterActor() }, askTimeoutMs: 3000, pubsub: new MemoryPubSub() });
+    await system.start();
+    for (let shard = 0; shard < 4; shard++) await system.holdShard(shard, 1);
+    const untyped = system.ref(actorKind<Record<string, Op<{ op: string }, unknown>>>("counter"), 7);
+    // `toString` is on every object's prototype: it must not count as an operation either.
+    for (const op of ["reset", "toString", "constructor"]) {
+      const failure = await untyped.ask({ op }).then(() => undefined, (err: unknown) => err);
+      expect(failure, op).toBeInstanceOf(ChorusError);
+      expect((failure as ChorusError).code).toBe("UNKNOWN_OPERATION");
+      expect((failure as ChorusError).message).toContain(`'${op}'`);
+    }
+    const noKind = await system.ref(actorKind<Record<string, Op<{ op: string }, unknown>>>("nokind"), 1).ask({ op: "get" }).catch((err: unknown) => err);
+    expect((noKind as ChorusError).code).toBe("UNKNOWN_OPERATION");
   });
 });

@@ -1,8 +1,10 @@
 /**
  * Runs once before the suite: the real Redis and Postgres must answer, or the run stops here with a clear
- * message instead of a hundred confusing failures.
+ * message instead of a hundred confusing failures. Says once, too, when Zulip's reference files are absent (the
+ * checks that need them are skipped; see zulip-reference.ts).
  */
 import net from "node:net";
+import { hasZulipReference, ZULIP_REFERENCE_MISSING } from "./zulip-reference.ts";
 
 function reachable(host: string, port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -18,4 +20,7 @@ export default async function setup(): Promise<void> {
   if (!(await reachable("127.0.0.1", 6379))) missing.push("Redis at 127.0.0.1:6379");
   if (!(await reachable("127.0.0.1", 5432))) missing.push("PostgreSQL at 127.0.0.1:5432");
   if (missing.length) throw new Error(`The test suite needs ${missing.join(" and ")}: start them first.`);
+  if (!hasZulipReference("zulip.yaml") || !hasZulipReference("markdown_test_cases.json")) {
+    console.warn(`Note: ${ZULIP_REFERENCE_MISSING}.`);
+  }
 }

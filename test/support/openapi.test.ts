@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import { describe, expect, it, vi } from "vitest";
 import { ajv } from "../../gateway/validate.ts";
 import {
+  HAVE_ZULIP_OPENAPI,
   ZULIP_OPENAPI_PATH,
   componentValidator,
   expectZulipResponse,
@@ -35,7 +36,8 @@ function deepFreeze<T>(v: T): T {
   return v;
 }
 
-describe("Zulip OpenAPI response validator", () => {
+// Without the yaml (a fresh clone) there is nothing to check; global-setup.ts says so once.
+describe.skipIf(!HAVE_ZULIP_OPENAPI)("Zulip OpenAPI response validator", () => {
   it("finds zulip.yaml relative to the module, beside the repository", () => {
     expect(ZULIP_OPENAPI_PATH).toMatch(/shared[\\/]zulip[\\/]zulip\.yaml$/);
     expect(existsSync(ZULIP_OPENAPI_PATH)).toBe(true);

@@ -1,4 +1,8 @@
-/** Chorus as an operator runs it: `npm start`'s command in a child process, with its own data directory and port. */
+/**
+ * Chorus as an operator runs it: `npm start`'s command in a child process, with its own data directory and port.
+ * Each server is started in a process group of its own (it forks workers), and the whole group is killed when it is
+ * stopped, and when the test process exits or is interrupted: a failed or interrupted run leaves no server behind.
+ */
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
@@ -9,6 +13,11 @@ import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
+/** Rate limits no test trips by accident, as settings (server.ts's GENEROUS_RATE_LIMITS for a spawned server). */
+const GENEROUS_RATE_LIMIT_ENV = Object.fromEntries(
+  ["RATE_LIMIT_API_BY_USER", "RATE_LIMIT_API_BY_IP", "RATE_LIMIT_AUTHENTICATE_BY_USERNAME", "RATE_LIMIT_AUTHENTICATE_BY_IP"].map((name) => [name, "60:1000000"]),
+);
+
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
@@ -18,6 +27,38 @@ export function freePort(): Promise<number> {
       srv.close(() => resolve(port));
     });
   });
+}
+
+/** Process groups of the servers started and not yet exited. */
+const liveGroups = new Set<number>();
+
+function killGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // the group is gone already
+  }
+}
+
+function killLiveGroups(): void {
+  for (const pid of liveGroups) killGroup(pid, "SIGKILL");
+  liveGroups.clear();
+}
+
+let exitHooksInstalled = false;
+function installExitHooks(): void {
+  if (exitHooksInstalled) return;
+  exitHooksInstalled = true;
+  process.on("exit", killLiveGroups);
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+    const onSignal = () => {
+      killLiveGroups();
+      // Then die of the signal as we would have without this listener (unless someone else handles it).
+      process.off(signal, onSignal);
+      if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+    };
+    process.on(signal, onSignal);
+  }
 }
 
 export interface ChorusProcess {
@@ -35,13 +76,24 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
   const proc = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["gateway/main.ts"], {
     cwd: ROOT,
-    env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: "127.0.0.1", CHORUS_SECRET: "e2e-secret", ...env },
+    env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: "127.0.0.1", CHORUS_SECRET: "e2e-secret", ...GENEROUS_RATE_LIMIT_ENV, ...env },
     stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
   });
+  installExitHooks();
+  const group = proc.pid!;
+  liveGroups.add(group);
   let log = "";
   proc.stdout!.on("data", (d) => (log += d));
   proc.stderr!.on("data", (d) => (log += d));
-  const exited = new Promise<number | null>((resolve) => proc.once("exit", (code) => resolve(code)));
+  const exited = new Promise<number | null>((resolve) =>
+    proc.once("exit", (code) => {
+      // Workers it forked may outlive it: the group goes with it.
+      killGroup(group, "SIGKILL");
+      liveGroups.delete(group);
+      resolve(code);
+    }),
+  );
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`chorus exited early:\n${log}`);
@@ -52,7 +104,7 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
       // not listening yet
     }
     if (Date.now() > deadline) {
-      proc.kill("SIGKILL");
+      killGroup(group, "SIGKILL");
       throw new Error(`chorus did not start in time:\n${log}`);
     }
     await new Promise((r) => setTimeout(r, 200));
@@ -65,7 +117,7 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
     async stop() {
       if (proc.exitCode !== null) return proc.exitCode;
       proc.kill("SIGTERM");
-      const timer = setTimeout(() => proc.kill("SIGKILL"), 20_000);
+      const timer = setTimeout(() => killGroup(group, "SIGKILL"), 20_000);
       const code = await exited;
       clearTimeout(timer);
       return code;

@@ -5,7 +5,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { loadConfig, type Config } from "../../runtime/config.ts";
+import { loadConfig, type Config, type RateLimitRules } from "../../runtime/config.ts";
 import { startNode, type RunningNode } from "../../gateway/main.ts";
 import { loadChatConfig, type ChatConfig } from "../../actors/chat/config.ts";
 import { componentValidator, expectZulipResponse, responseValidator } from "./openapi.ts";
@@ -44,6 +44,10 @@ export function readZuliprc(file: string): Credentials & { site: string } {
   return { email: get("email"), key: get("key"), site: get("site") };
 }
 
+const GENEROUS = [{ seconds: 60, calls: 1_000_000 }];
+/** Rate limits no test trips by accident (a test of the limits sets its own through `overrides`). */
+export const GENEROUS_RATE_LIMITS: RateLimitRules = { apiByUser: GENEROUS, apiByIp: GENEROUS, authenticateByUsername: GENEROUS, authenticateByIp: GENEROUS };
+
 /** The services an engine needs, created fresh for one server (and removed by `release`). */
 export async function engineConfig(engine: EngineName, overrides: Partial<Config> = {}) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-test-"));
@@ -64,6 +68,7 @@ export async function engineConfig(engine: EngineName, overrides: Partial<Config
     workers: 1,
     secret: "test-secret",
     leaseSeconds: 3,
+    rateLimits: GENEROUS_RATE_LIMITS,
     ...extra,
     ...overrides,
   });

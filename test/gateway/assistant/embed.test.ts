@@ -220,6 +220,35 @@ describe.each(ENGINES)("embed endpoint on %s", (engine) => {
       const withoutId = await ask(agent.agent_key, { question: "refunds", user_hash: hash(agent.secret, "user-42") });
       expect(withoutId.status).toBe(400);
     });
+
+    it("keeps a session to its user: another verified user or an anonymous caller with its session_id gets 404", async () => {
+      const as = (userId: string) => ({ user_id: userId, user_hash: hash(agent.secret, userId) });
+      const alices = await ask(agent.agent_key, { question: "refunds", ...as("alice") });
+      expect(alices.status).toBe(200);
+      const anonymous = await ask(agent.agent_key, { question: "refunds" });
+      const messagesOf = async (sessionId: string) =>
+        (await server.node.store.db.selectFrom("assistant_messages").select("id").where("session_id", "=", sessionId).execute()).length;
+
+      for (const intruder of [as("bob"), {}, { user_id: "alice" }]) {
+        const res = await ask(agent.agent_key, { question: "shipping?", session_id: alices.body.session_id, ...intruder });
+        expect(res.status, JSON.stringify(intruder)).toBe(404);
+        expect(res.body.error.code).toBe("NOT_FOUND");
+        const streamed = await call(server, "POST", `/api/embed/${agent.agent_key}`, { body: { question: "shipping?", session_id: alices.body.session_id, stream: true, ...intruder } });
+        expect(streamed.status).toBe(404);
+      }
+      const intoAnonymous = await ask(agent.agent_key, { question: "shipping?", session_id: anonymous.body.session_id, ...as("bob") });
+      expect(intoAnonymous.status).toBe(404);
+      expect(await messagesOf(alices.body.session_id)).toBe(2);
+      expect(await messagesOf(anonymous.body.session_id)).toBe(2);
+
+      // Each keeps talking in their own: alice verified, the anonymous caller anonymously.
+      expect((await ask(agent.agent_key, { question: "shipping?", session_id: alices.body.session_id, ...as("alice") })).status).toBe(200);
+      expect((await ask(agent.agent_key, { question: "shipping?", session_id: anonymous.body.session_id })).status).toBe(200);
+      // An unverified user_id is no identity: the session it starts is anonymous, not that user's.
+      const claimed = await ask(agent.agent_key, { question: "refunds", user_id: "alice" });
+      const row = await server.node.store.db.selectFrom("assistant_sessions").select("user_id").where("id", "=", claimed.body.session_id).executeTakeFirstOrThrow();
+      expect(row.user_id).toBeNull();
+    });
   });
 
   describe("origin allowlist", () => {
@@ -283,7 +312,7 @@ describe.each(ENGINES)("embed endpoint on %s", (engine) => {
         // counted in Redis, so every worker shares the budget
         const redis = new Redis(server.node.config.redisUrl!, { protocol: 2 });
         try {
-          expect((await redis.keys(`${redisKeys(server.node.config.redisPrefix).rateLimit(3)}:*`)).length).toBeGreaterThan(0);
+          expect((await redis.keys(`${redisKeys(server.node.config.redisPrefix).rateLimit("3:60")}:*`)).length).toBeGreaterThan(0);
         } finally {
           redis.disconnect();
         }

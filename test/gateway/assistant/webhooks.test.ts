@@ -6,7 +6,8 @@
 import crypto from "node:crypto";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isForbiddenAddress, postWebhook, signWebhook } from "../../../actors/assistant/webhooks.ts";
+import { checkWebhookUrl, isForbiddenAddress, postWebhook, signWebhook } from "../../../actors/assistant/webhooks.ts";
+import { expectedUserHash } from "../../../gateway/assistant/embed.ts";
 import { ENGINES, startTestServer, type TestServer } from "../../support/server.ts";
 import { call, createAgent, operatorKey, publishedAgent, startReceiver } from "./support.ts";
 
@@ -55,7 +56,7 @@ describe.each(ENGINES)("webhooks on %s", (engine) => {
     expect(hook.status).toBe(201);
     expect(hook.body.secret).toMatch(/^whsec_[A-Za-z0-9+/=]+$/);
 
-    const asked = await call(server, "POST", `/api/embed/${agent.agent_key}`, { body: { question: "How long do refunds take?", user_id: "u-7" } });
+    const asked = await call(server, "POST", `/api/embed/${agent.agent_key}`, { body: { question: "How long do refunds take?", user_id: "u-7", user_hash: expectedUserHash(agent.secret, "u-7") } });
     expect(asked.status).toBe(200);
     const hooks = await receiver.until((all) => all.filter((h) => h.path === path).length >= 3);
     const mine = hooks.filter((h) => h.path === path);
@@ -201,6 +202,29 @@ describe("the webhook address guard", () => {
       expect(isForbiddenAddress(a), a).toBe(true);
     }
     for (const a of ["8.8.8.8", "1.1.1.1", "172.32.0.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"]) expect(isForbiddenAddress(a), a).toBe(false);
+  });
+
+  it("refuses the other spellings of loopback and private addresses", () => {
+    const spellings = [
+      "::127.0.0.1", // IPv4-compatible
+      "::ffff:0:7f00:1", // IPv4-translated
+      "64:ff9b::7f00:1", // NAT64
+      "2002:7f00:1::", // 6to4 of 127.0.0.1
+      "2002:a00:1::1", // 6to4 of 10.0.0.1
+      "2001:0:4136:e378:8000:63bf:3fff:fdd2", // Teredo
+      "0177.0.0.1", // octal
+      "2130706433", // decimal
+      "0x7f.1", // hex, short form
+      "127.1",
+      "fe80::1%eth0", // with a zone
+      "2001:db8::1", // documentation
+      "192.88.99.1", // 6to4 relay anycast
+      "not an address",
+    ];
+    for (const a of spellings) expect(isForbiddenAddress(a), a).toBe(true);
+    for (const url of ["http://[::127.0.0.1]/x", "http://[::ffff:0:7f00:1]/x", "http://2130706433/x", "http://0177.0.0.1/x", "http://[2002:7f00:1::]/x"]) {
+      expect(() => checkWebhookUrl(url, new Set()), url).toThrow(/not a public address/);
+    }
   });
 
   it("refuses a host name that resolves to loopback at connection time, unless the host is allowed", async () => {

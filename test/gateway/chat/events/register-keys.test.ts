@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type TestServer } from "../../../support/server.ts";
-import { zulipOpenApi } from "../../../support/openapi.ts";
+import { HAVE_ZULIP_OPENAPI, zulipOpenApi } from "../../../support/openapi.ts";
 
 /** The event types whose initial state Chorus computes. */
 const SERVED_TYPES = [
@@ -60,14 +60,15 @@ function documentedKeysByType(): Map<string, string[]> {
   return byType;
 }
 
-describe.each(ENGINES)("POST /register initial state keys on %s", (engine) => {
+// The documented keys come from Zulip's yaml: without it (a fresh clone) skipped, as global-setup.ts says once.
+describe.skipIf(!HAVE_ZULIP_OPENAPI).each(ENGINES)("POST /register initial state keys on %s", (engine) => {
   let server: TestServer;
   beforeAll(async () => {
     server = await startTestServer(engine);
   });
   afterAll(async () => server?.close());
 
-  const byType = documentedKeysByType();
+  const byType = HAVE_ZULIP_OPENAPI ? documentedKeysByType() : new Map<string, string[]>();
   it("finds documented keys for every served type", () => {
     for (const type of SERVED_TYPES.filter((t) => !["update_message_flags", "drafts"].includes(t))) expect(byType.get(type), type).toBeDefined();
   });
