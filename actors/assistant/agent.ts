@@ -15,6 +15,7 @@ import type { ActorDeps } from "../deps.ts";
 import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.ts";
 import type { AgentProtocol, AgentRuntime, CreateAgent, CreatedAgent, Manifest, Published, SyncQueued } from "./agent.protocol.ts";
 import { enqueueDirect, MANIFEST_EVENT } from "./webhooks.ts";
+import { knowledgeIndex } from "./knowledge-index.ts";
 import type { Database } from "../schema.ts";
 
 const ROW_TTL_MS = 1000;
@@ -91,6 +92,8 @@ export class AgentActor implements Actor {
       .where("id", "=", row.published_version_id)
       .executeTakeFirstOrThrow();
     this.published = { version_id: row.published_version_id, instructions: version.instructions, settings: (version.settings ?? {}) as Record<string, unknown> };
+    // The version's ranking index is built now rather than by its first question (a failed build is retried then).
+    knowledgeIndex(this.deps.store.db, row.published_version_id).catch(() => {});
     return this.published;
   }
 
