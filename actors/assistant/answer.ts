@@ -34,7 +34,7 @@ export interface AnswerSettings {
   chunks: number;
 }
 
-export const DEFAULT_ANSWER_SETTINGS: AnswerSettings = { minScore: 0.5, maxSentences: 3, maxChars: 600, chunks: 6 };
+export const DEFAULT_ANSWER_SETTINGS: AnswerSettings = { minScore: 0.4, maxSentences: 5, maxChars: 600, chunks: 6 };
 
 export interface RetrievedChunk extends IndexedChunk {
   rank: number;
@@ -47,6 +47,7 @@ export interface PreviousTurn {
 }
 
 export interface Retrieval {
+  question: string;
   chunks: RetrievedChunk[];
   terms: MatchedTerm[];
   index?: KnowledgeIndex;
@@ -64,6 +65,14 @@ type DB = Kysely<Database>;
 const FOLLOW_UP_WORDS = /\b(it|its|it's|that|this|these|those|they|them|their|there|same|one|ones|also|else)\b/i;
 const CONTEXT_QUESTION_WEIGHT = 0.6;
 const CONTEXT_ANSWER_WEIGHT = 0.3;
+/** A sentence's score: this share from the question weight it holds, the rest from its chunk's rank. */
+const SENTENCE_SHARE = 0.4;
+/** A question asking for an amount prefers sentences with a number in them. */
+const QUANTITY_QUESTION = /\b(how (many|much|long|often|big|large|old)|what (size|port|number|limit)|default|maximum|minimum|at most|at least)\b/i;
+const NUMBER = /\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|twelve|hundred|thousand)\b/i;
+const QUANTITY_BONUS = 0.1;
+/** A sentence from elsewhere joins the answer when it scores at least this share of the best one. */
+const OTHER_PLACE_SHARE = 0.85;
 
 /** A question that needs the previous turn: a pointing word, or too few words to stand alone. */
 export function isFollowUp(question: string): boolean {
@@ -90,7 +99,7 @@ export async function retrieve(db: DB, versionId: string, question: string, limi
   }
   const matched = [...terms.values()].map((t) => index.match(t));
   const ranked = index.search(matched, limit);
-  return { chunks: ranked.map((r) => ({ ...r.chunk, rank: r.score })), terms: matched, index };
+  return { question, chunks: ranked.map((r) => ({ ...r.chunk, rank: r.score })), terms: matched, index };
 }
 
 interface Sentence {
@@ -145,7 +154,7 @@ interface Candidate extends Sentence {
  */
 export async function answerExtractive(
   db: DB,
-  { chunks, terms, index }: Retrieval,
+  { question, chunks, terms, index }: Retrieval,
   settings: AnswerSettings,
   onSentence?: (delta: string) => Promise<void> | void,
 ): Promise<Answer> {
@@ -162,39 +171,54 @@ export async function answerExtractive(
     }
     return sum / total;
   };
-  const candidates: Candidate[] = chunks.flatMap((chunk) =>
-    byChunk.get(chunk.id)!.map((s, position) => ({ ...s, chunk, position, score: covered(s.lexemes) + 0.2 * (chunk.rank / topRank) })),
-  );
+  const quantity = QUANTITY_QUESTION.test(question);
+  const scored = (chunk: RetrievedChunk, sentences: Sentence[]): Candidate[] =>
+    sentences.map((s, position) => ({
+      ...s,
+      chunk,
+      position,
+      score: SENTENCE_SHARE * covered(s.lexemes) + (1 - SENTENCE_SHARE) * (chunk.rank / topRank) + (quantity && NUMBER.test(s.text) ? QUANTITY_BONUS : 0),
+    }));
+  const candidates = chunks.flatMap((chunk) => scored(chunk, byChunk.get(chunk.id)!));
   const best = candidates.reduce<Candidate | undefined>((a, c) => (!a || c.score > a.score ? c : a), undefined);
   if (!best) return { text: DONT_KNOW, sources: [], score: 0 };
 
   const picked = new Set<Candidate>([best]);
-  const coveredLexemes = new Set(best.lexemes);
   const length = () => [...picked].reduce((n, p) => n + p.text.length + 1, 0);
-  withDependencies(best, candidates, picked, settings.maxChars, length);
-  let chosen = 1;
-  while (chosen < settings.maxSentences) {
-    let next: Candidate | undefined;
-    let gain = 0;
-    for (const c of candidates) {
-      if (picked.has(c) || c.score <= 0) continue;
-      const adds = covered([...c.lexemes].filter((l) => !coveredLexemes.has(l)));
-      const value = adds + (c.chunk === best.chunk ? 0.05 : 0);
-      if (adds > 0.1 && value > gain) [next, gain] = [c, value];
-    }
-    if (!next || length() + next.text.length + 1 > settings.maxChars) break;
-    picked.add(next);
-    next.lexemes.forEach((l) => coveredLexemes.add(l));
-    withDependencies(next, candidates, picked, settings.maxChars, length);
-    chosen++;
+  const fits = (c: Candidate) => length() + c.text.length + 1 <= settings.maxChars;
+  withDependencies(best, candidates, picked, settings.maxChars);
+  // The passage: the best sentence with its neighbours in the chunk (what follows first: a setting's default, the
+  // example), kept contiguous, while it fits.
+  const following = index?.following(best.chunk.id);
+  const next = following && (chunks.find((c) => c.id === following.id) ?? { ...following, rank: 0 });
+  const around = [
+    ...candidates.filter((c) => c.chunk === best.chunk),
+    ...(next ? candidates.filter((c) => c.chunk.id === next.id).concat(candidates.some((c) => c.chunk.id === next.id) ? [] : scored(next, (await sentencesOf(db, index, [next])).get(next.id)!)) : []),
+  ];
+  let [first, last] = [around.indexOf(best), around.indexOf(best)];
+  for (const p of picked) [first, last] = [Math.min(first, around.indexOf(p)), Math.max(last, around.indexOf(p))];
+  while (picked.size < settings.maxSentences) {
+    const after = around[last + 1];
+    const before = around[first - 1];
+    if (after && fits(after)) picked.add(around[++last]!);
+    else if (before && fits(before)) picked.add(around[--first]!);
+    else break;
+  }
+  const passage = new Set([...[...picked].flatMap((p) => [...p.lexemes]), ...(index?.titleLexemes(best.chunk.id) ?? [])]);
+  const coverage = covered(passage);
+  if (coverage < settings.minScore) return { text: DONT_KNOW, sources: [], score: round(coverage) };
+  // Another place, when a sentence nearly as good as the best holds question words the passage lacks.
+  for (const c of [...candidates].sort((a, b) => b.score - a.score)) {
+    if (picked.size >= settings.maxSentences || c.score < OTHER_PLACE_SHARE * best.score) break;
+    if (picked.has(c) || !fits(c) || covered([...c.lexemes].filter((l) => !passage.has(l))) < 0.15) continue;
+    picked.add(c);
+    c.lexemes.forEach((l) => passage.add(l));
+    withDependencies(c, candidates, picked, settings.maxChars);
   }
 
   const ordered = [...picked].sort(
     (a, b) => a.chunk.document_ordinal - b.chunk.document_ordinal || a.chunk.ordinal - b.chunk.ordinal || a.position - b.position,
   );
-  const sectionWords = new Set(ordered.flatMap((p) => [...(index?.titleLexemes(p.chunk.id) ?? [])]));
-  const coverage = covered(new Set([...ordered.flatMap((p) => [...p.lexemes]), ...sectionWords]));
-  if (coverage < settings.minScore) return { text: DONT_KNOW, sources: [], score: round(coverage) };
   for (const [i, p] of ordered.entries()) await onSentence?.(i ? ` ${p.text}` : p.text);
   return { text: ordered.map((p) => p.text).join(" "), sources: sectionSources(ordered.map((p) => ({ chunk: p.chunk, snippet: p.text, score: p.score }))), score: round(coverage) };
 }
@@ -213,7 +237,8 @@ function termWeights(terms: MatchedTerm[]): Map<string, { weight: number; counte
 }
 
 /** Add the sentence `c` depends on (the one before it, when `c` continues it or it ends with a colon) and the one after a colon. */
-function withDependencies(c: Candidate, all: Candidate[], picked: Set<Candidate>, maxChars: number, length: () => number): void {
+function withDependencies(c: Candidate, all: Candidate[], picked: Set<Candidate>, maxChars: number): void {
+  const length = () => [...picked].reduce((n, p) => n + p.text.length + 1, 0);
   const same = all.filter((x) => x.chunk === c.chunk);
   const before = same.find((x) => x.position === c.position - 1);
   const after = same.find((x) => x.position === c.position + 1);

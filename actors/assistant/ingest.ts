@@ -73,7 +73,7 @@ const BLOCKS = new Set(["p", "div", "section", "article", "main", "aside", "bloc
 
 function htmlSections(html: string): Section[] {
   const out = new SectionWriter();
-  const root = parse(html.replace(/<!doctype[^>]*>/i, ""), { blockTextElements: { script: false, style: false, pre: true, noscript: false } });
+  const root = parse(html.replace(/<!doctype[^>]*>/i, ""), { blockTextElements: { script: false, style: false, noscript: false } });
   let buffer = "";
   const flush = () => {
     out.paragraph(buffer);

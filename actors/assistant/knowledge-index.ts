@@ -104,6 +104,13 @@ export class KnowledgeIndex {
     return Math.log(1 + (n - df + 0.5) / (df + 0.5));
   }
 
+  /** The chunk after this one in its section (a passage may run on into it), if any. */
+  following(chunkId: number): IndexedChunk | undefined {
+    const i = this.chunks.findIndex((c) => c.id === chunkId);
+    const [chunk, next] = [this.chunks[i], this.chunks[i + 1]];
+    return chunk && next && next.document_id === chunk.document_id && next.heading === chunk.heading ? next : undefined;
+  }
+
   titleLexemes(chunkId: number): Set<string> {
     return this.titles.get(chunkId) ?? new Set();
   }
