@@ -34,7 +34,7 @@ export interface AnswerSettings {
   chunks: number;
 }
 
-export const DEFAULT_ANSWER_SETTINGS: AnswerSettings = { minScore: 0.4, maxSentences: 5, maxChars: 600, chunks: 6 };
+export const DEFAULT_ANSWER_SETTINGS: AnswerSettings = { minScore: 0.45, maxSentences: 6, maxChars: 600, chunks: 6 };
 
 export interface RetrievedChunk extends IndexedChunk {
   rank: number;
@@ -180,7 +180,8 @@ export async function answerExtractive(
       score: SENTENCE_SHARE * covered(s.lexemes) + (1 - SENTENCE_SHARE) * (chunk.rank / topRank) + (quantity && NUMBER.test(s.text) ? QUANTITY_BONUS : 0),
     }));
   const candidates = chunks.flatMap((chunk) => scored(chunk, byChunk.get(chunk.id)!));
-  const best = candidates.reduce<Candidate | undefined>((a, c) => (!a || c.score > a.score ? c : a), undefined);
+  // The ranking chooses the place (the best chunk), the sentences the passage in it.
+  const best = candidates.filter((c) => c.chunk === chunks[0]).reduce<Candidate | undefined>((a, c) => (!a || c.score > a.score ? c : a), undefined);
   if (!best) return { text: DONT_KNOW, sources: [], score: 0 };
 
   const picked = new Set<Candidate>([best]);
@@ -205,7 +206,8 @@ export async function answerExtractive(
     else break;
   }
   const passage = new Set([...[...picked].flatMap((p) => [...p.lexemes]), ...(index?.titleLexemes(best.chunk.id) ?? [])]);
-  const coverage = covered(passage);
+  // Coverage is the best chunk's (its title and every sentence), a steadier measure than the few sentences quoted.
+  const coverage = covered(new Set([...passage, ...candidates.filter((c) => c.chunk === best.chunk).flatMap((c) => [...c.lexemes])]));
   if (coverage < settings.minScore) return { text: DONT_KNOW, sources: [], score: round(coverage) };
   // Another place, when a sentence nearly as good as the best holds question words the passage lacks.
   for (const c of [...candidates].sort((a, b) => b.score - a.score)) {

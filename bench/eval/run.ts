@@ -12,7 +12,7 @@
  * - latency p50/p99 of the HTTP answers, and of retrieval alone;
  * - the same for a plain BM25 baseline over the same chunks (unstemmed words, its top chunk as the answer, never
  *   declining), computed here.
- * With `--verbose`, each dev question's answer; the coverage sweep (how many dev questions each threshold would
+ * `--settings JSON` publishes the version with those settings (min_score, max_sentences, max_chars). With `--verbose`, each dev question's answer; the coverage sweep (how many dev questions each threshold would
  * decline) is always printed for dev, where the threshold is chosen. `--scale N` then times retrieval over a
  * version of about N chunks (the corpus published again and again).
  */
@@ -24,6 +24,7 @@ import { parse } from "node-html-parser";
 import { startTestServer } from "../../test/support/server.ts";
 import { call, operatorKey } from "../../test/gateway/assistant/support.ts";
 import { insertVersion } from "../../actors/assistant/agent-records.ts";
+import { answerSettings } from "../../actors/assistant/agent-session.ts";
 import { answerExtractive, DEFAULT_ANSWER_SETTINGS, DONT_KNOW, retrieve, type PreviousTurn } from "../../actors/assistant/answer.ts";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -31,6 +32,8 @@ const args = process.argv.slice(2);
 const engine = args.includes("--postgres") ? "redis+postgres" : "embedded";
 const verbose = args.includes("--verbose");
 const scale = args.includes("--scale") ? Number(args[args.indexOf("--scale") + 1]) : 0;
+/** The version's settings (`--settings '{"min_score": 0.4}'`), to try other answer settings. */
+const settings = args.includes("--settings") ? (JSON.parse(args[args.indexOf("--settings") + 1]!) as Record<string, unknown>) : {};
 
 interface Question {
   id: string;
@@ -139,7 +142,7 @@ async function main() {
     const agent = (await call(server, "POST", "/api/internal/rag/agents", { key, body: { name: "PostgreSQL manual", rate_limit_per_minute: 100_000 } })).body;
     const version = await call(server, "POST", `/api/internal/rag/agents/${agent.agent_id}/versions`, {
       key,
-      body: { documents: documents.map(({ title, text, url }) => ({ title, text, url })) },
+      body: { settings, documents: documents.map(({ title, text, url }) => ({ title, text, url })) },
     });
     if (version.status !== 201) throw new Error(`version: ${version.status} ${JSON.stringify(version.body)}`);
     const versionId = version.body.version_id as string;
@@ -155,7 +158,8 @@ async function main() {
     const ours: Outcome[] = [];
     const theirs: Outcome[] = [];
     const sessions = new Map<string, { session: string; turn: PreviousTurn }>();
-    const noThreshold = { ...DEFAULT_ANSWER_SETTINGS, minScore: 0 };
+    const answering = answerSettings(settings);
+    const noThreshold = { ...answering, minScore: 0 };
     for (const q of questions) {
       const before = q.follows ? sessions.get(q.follows) : undefined;
       const started = performance.now();
@@ -165,7 +169,7 @@ async function main() {
       const answer = res.body.answer as string;
       sessions.set(q.id, { session: res.body.session_id, turn: { question: q.question, answer } });
       const retrievalStarted = performance.now();
-      const retrieved = await retrieve(db, versionId, q.question, DEFAULT_ANSWER_SETTINGS.chunks, before?.turn);
+      const retrieved = await retrieve(db, versionId, q.question, answering.chunks, before?.turn);
       const retrievalMs = performance.now() - retrievalStarted;
       const { score: coverage } = await answerExtractive(db, retrieved, noThreshold);
       const declined = answer === DONT_KNOW;
