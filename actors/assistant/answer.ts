@@ -63,8 +63,19 @@ export interface Answer {
 type DB = Kysely<Database>;
 
 const FOLLOW_UP_WORDS = /\b(it|its|it's|that|this|these|those|they|them|their|there|same|one|ones|also|else)\b/i;
-const CONTEXT_QUESTION_WEIGHT = 0.6;
-const CONTEXT_ANSWER_WEIGHT = 0.3;
+const CONTEXT_QUESTION_WEIGHT = 0.5;
+const CONTEXT_ANSWER_WEIGHT = 0.2;
+/** The previous answer lends only its rarest words (what it was about), not its every word. */
+const CONTEXT_ANSWER_TERMS = 10;
+/**
+ * Words that frame a question rather than say what it is about ("how long does it take", "what is the difference",
+ * "how do I make…"), as the english configuration stems them: they weigh little in ranking and coverage, or a small
+ * knowledge base, where every word is rare, would decline "how long do refunds take?" for lacking "long" and "take".
+ */
+const QUESTION_FRAME = new Set(
+  "long take make get use need way work mani much happen mean differ possibl want tell explain find help know go give keep let see show allow best good".split(" "),
+);
+const FRAME_WEIGHT = 0.3;
 /** A sentence's score: this share from the question weight it holds, the rest from its chunk's rank. */
 const SENTENCE_SHARE = 0.4;
 /** A question asking for an amount prefers sentences with a number in them. */
@@ -77,7 +88,7 @@ const OTHER_PLACE_SHARE = 0.85;
 /** A question that needs the previous turn: a pointing word, or too few words to stand alone. */
 export function isFollowUp(question: string): boolean {
   const words = question.match(/[\p{L}\p{N}_.-]+/gu) ?? [];
-  return words.length <= 3 || (words.length <= 16 && FOLLOW_UP_WORDS.test(question));
+  return words.length <= 2 || (words.length <= 16 && FOLLOW_UP_WORDS.test(question));
 }
 
 export async function retrieve(db: DB, versionId: string, question: string, limit: number, previous?: PreviousTurn): Promise<Retrieval> {
@@ -88,14 +99,15 @@ export async function retrieve(db: DB, versionId: string, question: string, limi
     if (!known) terms.set(lexeme, { lexeme, weight, positions, counted });
     else if (known.weight < weight) Object.assign(known, { weight, positions, counted: counted || known.counted });
   };
-  for (const t of own.slice(0, 64)) add(t.lexeme, 1, t.positions, true);
+  for (const t of own.slice(0, 64)) add(t.lexeme, QUESTION_FRAME.has(t.lexeme) ? FRAME_WEIGHT : 1, t.positions, true);
   if (previous && isFollowUp(question)) {
     const [asked, answered] = await Promise.all([
       textLexemes(db, previous.question.slice(0, 4000)),
       previous.answer === DONT_KNOW ? [] : textLexemes(db, previous.answer.slice(0, 4000)),
     ]);
     for (const t of asked.slice(0, 64)) add(t.lexeme, CONTEXT_QUESTION_WEIGHT, [], true);
-    for (const t of answered.slice(0, 64)) add(t.lexeme, CONTEXT_ANSWER_WEIGHT, [], false);
+    const rarest = answered.map((t) => t.lexeme).sort((a, b) => index.idf(b) - index.idf(a));
+    for (const lexeme of rarest.slice(0, CONTEXT_ANSWER_TERMS)) add(lexeme, CONTEXT_ANSWER_WEIGHT, [], false);
   }
   const matched = [...terms.values()].map((t) => index.match(t));
   const ranked = index.search(matched, limit);
