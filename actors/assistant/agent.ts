@@ -47,7 +47,13 @@ export class AgentActor implements Actor {
     create: (agent, msg) => agent.create(msg),
     addVersion: (agent, { op: _, ...version }) => agent.withRow((row) => agent.write((trx) => insertVersion(trx, row.id, version))),
     addWebhook: (agent, { op: _, ...hook }) => agent.withRow((row) => agent.write((trx) => insertWebhook(trx, agent.deps.keyring, row.id, hook))),
-    publish: (agent, msg) => agent.withRow((row) => agent.changePublished((trx) => publishVersion(trx, row.id, msg.versionId))),
+    publish: (agent, msg) =>
+      agent.withRow(async (row) => {
+        const published = await agent.changePublished((trx) => publishVersion(trx, row.id, msg.versionId));
+        // The ranking index is built now rather than by the first question (a failed build is retried then).
+        knowledgeIndex(agent.deps.store.db, published.version_id).catch(() => {});
+        return published;
+      }),
     rollback: (agent) => agent.withRow((row) => agent.changePublished((trx) => rollbackAgent(trx, row.id))),
     manifest: (agent) => agent.withRow((row) => agent.getManifest(row)),
     syncMobile: (agent) => agent.withRow((row) => agent.syncMobile(row)),
@@ -92,7 +98,7 @@ export class AgentActor implements Actor {
       .where("id", "=", row.published_version_id)
       .executeTakeFirstOrThrow();
     this.published = { version_id: row.published_version_id, instructions: version.instructions, settings: (version.settings ?? {}) as Record<string, unknown> };
-    // The version's ranking index is built now rather than by its first question (a failed build is retried then).
+    // A version published by the CLI: its ranking index is built now rather than by its first question.
     knowledgeIndex(this.deps.store.db, row.published_version_id).catch(() => {});
     return this.published;
   }

@@ -1,8 +1,8 @@
 /**
  * Streamed answers, produced beside the request (not in the session's actor) so that each piece reaches the
  * client as it comes and production stops when the client goes away; the session's actor prepares the exchange
- * first and records it after (see AgentSessionActor). The extractive answer streams sentence by sentence as the
- * sentences are picked. The optional generator is any OpenAI-compatible `/chat/completions` with `stream: true`
+ * first and records it after (see AgentSessionActor). The extractive answer streams sentence by sentence once its
+ * passage is chosen. Both use the same retrieval (a follow-up with the session's previous turn). The optional generator is any OpenAI-compatible `/chat/completions` with `stream: true`
  * (LLM_BASE_URL, LLM_API_KEY, LLM_MODEL), grounded on the retrieved chunks:
  *
  * - Nothing retrieved: no call; the answer is the extractive "I don't know".
@@ -102,7 +102,7 @@ export async function generateAnswer(
       console.error(`generator failed before its first token; answering extractively: ${(err as Error).message}`);
     }
   }
-  // Each sentence goes out as soon as it is picked (in pieces of a few words), not once the answer is complete.
+  // The sentences go out (in pieces of a few words) as soon as the passage is chosen, before the exchange is committed.
   const send = async (text: string) => {
     for (const piece of answerPieces(text)) {
       if (signal.aborted) return;
