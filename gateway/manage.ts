@@ -21,6 +21,7 @@ import { insertApiKey } from "../actors/assistant/operator.ts";
 import { findUserByEmail } from "../actors/chat/reads/users.ts";
 import { serverRealmId } from "../actors/chat/reads/realms.ts";
 import type { KnowledgeDocument, Published } from "../actors/assistant/agent.protocol.ts";
+import type { DocumentFormat } from "../actors/assistant/ingest.ts";
 import { insertAccount, ROLE } from "../actors/chat/organization/realm.ts";
 import { setPasswordHash } from "../actors/chat/organization/accounts.ts";
 import { EMAIL } from "../actors/chat/organization/realm.ts";
@@ -53,7 +54,7 @@ The assistant:
   list-agents
       Every agent: id, name, public key, published version, number of versions.
   add-version --agent ID [--title T] [--instructions TEXT | --instructions-file F] [--settings JSON] [--publish] FILE...
-      A new version whose knowledge is the given text or markdown files (.txt, .md, .markdown); each document's
+      A new version whose knowledge is the given text, markdown or HTML files (.txt, .md, .markdown, .html, .htm); each document's
       title is its file name without the extension, or --title (one file only). --publish publishes it too.
   publish --agent ID --version ID
   rollback --agent ID
@@ -99,7 +100,13 @@ interface Context {
 /** A usage mistake: printed without a stack, exit status 1. */
 class UsageError extends Error {}
 
-const KNOWLEDGE_EXTENSIONS = new Set([".txt", ".md", ".markdown"]);
+const KNOWLEDGE_EXTENSIONS = new Map<string, DocumentFormat>([
+  [".txt", "text"],
+  [".md", "markdown"],
+  [".markdown", "markdown"],
+  [".html", "html"],
+  [".htm", "html"],
+]);
 
 async function account(db: Store<Database>["db"], email: string | undefined) {
   const user = email ? await findUserByEmail(db, email) : undefined;
@@ -139,13 +146,14 @@ function readPassword(values: Values): string {
   return password;
 }
 
-/** The knowledge documents of add-version: text or markdown files, titled by file name or --title. */
+/** The knowledge documents of add-version: text, markdown or HTML files, titled by file name or --title. */
 function readDocuments(files: string[], title: string | undefined): KnowledgeDocument[] {
-  if (!files.length) throw new UsageError("add-version needs at least one .txt or .md file");
+  if (!files.length) throw new UsageError("add-version needs at least one .txt, .md or .html file");
   if (title !== undefined && files.length > 1) throw new UsageError("--title names one document: give one file with it");
   return files.map((file) => {
     const ext = path.extname(file).toLowerCase();
-    if (!KNOWLEDGE_EXTENSIONS.has(ext)) throw new UsageError(`${file}: only text and markdown files (.txt, .md, .markdown) are knowledge`);
+    const format = KNOWLEDGE_EXTENSIONS.get(ext);
+    if (!format) throw new UsageError(`${file}: only text, markdown and HTML files (.txt, .md, .markdown, .html, .htm) are knowledge`);
     let text: string;
     try {
       text = fs.readFileSync(file, "utf8");
@@ -153,7 +161,7 @@ function readDocuments(files: string[], title: string | undefined): KnowledgeDoc
       throw new UsageError(`${file}: ${(err as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (err as Error).message}`);
     }
     if (text.includes("\u0000")) throw new UsageError(`${file}: not a text file`);
-    return { title: title ?? path.basename(file, path.extname(file)), text };
+    return { title: title ?? path.basename(file, path.extname(file)), text, format };
   });
 }
 

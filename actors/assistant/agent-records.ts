@@ -76,14 +76,14 @@ export async function insertVersion(trx: Trx, agentId: string, version: Omit<Add
   for (const [ordinal, doc] of version.documents.entries()) {
     const { id } = await trx
       .insertInto("assistant_documents")
-      .values({ version_id: version.versionId, ordinal, title: doc.title, text: doc.text })
+      .values({ version_id: version.versionId, ordinal, title: doc.title, text: doc.text, url: doc.url ?? null })
       .returning("id")
       .executeTakeFirstOrThrow();
-    const chunks = chunkDocument(doc.title, doc.text);
+    const chunks = chunkDocument(doc.title, doc.text, doc.format);
     chunkCount += chunks.length;
     await trx
       .insertInto("assistant_chunks")
-      .values(chunks.map((c, i) => ({ version_id: version.versionId, document_id: id, ordinal: i, title: c.title, text: c.text })))
+      .values(chunks.map((c, i) => ({ version_id: version.versionId, document_id: id, ordinal: i, title: c.title, heading: c.heading, text: c.text })))
       .execute();
   }
   return { version_id: version.versionId, documents: version.documents.length, chunks: chunkCount };

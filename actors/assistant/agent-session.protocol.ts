@@ -4,11 +4,22 @@
  */
 import { actorKind, type Op } from "../../runtime/protocol.ts";
 import type { AgentRuntime } from "./agent.protocol.ts";
+import type { PreviousTurn } from "./answer.ts";
 
+/** One section of a document the answer comes from (answers stored before sections were kept lack the extras). */
 export interface Source {
   document_id: number;
+  /** The section's first chunk the answer quotes. */
   chunk_id: number;
+  /** The document's title. */
   title: string;
+  /** The section's heading ("" when the document has none). */
+  heading?: string;
+  /** The text quoted from the section (at most about 200 characters). */
+  snippet?: string;
+  /** The document's URL, when its version gave one. */
+  url?: string;
+  /** Relative to the answer's best section (1). */
   score: number;
 }
 
@@ -62,6 +73,8 @@ export interface Prepared {
   session_id: string;
   created: boolean;
   runtime: AgentRuntime;
+  /** The session's latest exchange (a follow-up question is retrieved with it). */
+  previous?: PreviousTurn;
   /** The latest exchanges, oldest first (for the generator's context). */
   history: Array<{ role: "user" | "assistant"; content: string }>;
 }

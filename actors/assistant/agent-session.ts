@@ -16,7 +16,7 @@
 import type { Transaction } from "kysely";
 import { type Actor, type ActorContext } from "../../runtime/actor.ts";
 import type { ChorusError } from "../../runtime/errors.ts";
-import { answerExtractive, DEFAULT_ANSWER_SETTINGS, retrieve, type AnswerSettings } from "./answer.ts";
+import { answerExtractive, DEFAULT_ANSWER_SETTINGS, retrieve, type AnswerSettings, type PreviousTurn } from "./answer.ts";
 import type { AssistantDeps } from "./deps.ts";
 import { notFound } from "./agent-records.ts";
 import type { ActorDeps } from "../deps.ts";
@@ -31,6 +31,8 @@ interface SessionState {
   userId: string | null;
   createdAt: number;
   nextSeq: number;
+  /** The latest exchange, the context of a follow-up question. */
+  previous?: PreviousTurn;
 }
 
 export class AgentSessionActor implements Actor {
@@ -53,7 +55,17 @@ export class AgentSessionActor implements Actor {
       ])
       .where("id", "=", this.ctx.key)
       .executeTakeFirst();
-    if (row) this.state = { agentId: row.agent_id, userId: row.user_id, createdAt: row.created_at, nextSeq: Number(row.last_seq ?? 0) + 1 };
+    if (!row) return;
+    const latest = await this.deps.store.db
+      .selectFrom("assistant_messages")
+      .select(["role", "content"])
+      .where("session_id", "=", this.ctx.key)
+      .orderBy("seq", "desc")
+      .limit(2)
+      .execute();
+    const [answer, question] = latest;
+    const previous = question?.role === "user" && answer?.role === "assistant" ? { question: question.content, answer: answer.content } : undefined;
+    this.state = { agentId: row.agent_id, userId: row.user_id, createdAt: row.created_at, nextSeq: Number(row.last_seq ?? 0) + 1, previous };
   }
 
   /** The implementation of agent-session.protocol.ts. */
@@ -115,7 +127,7 @@ export class AgentSessionActor implements Actor {
     const runtime = await this.runtime(state.agentId);
     const db = this.deps.store.db;
     const settings = answerSettings(runtime.settings);
-    const retrieved = await retrieve(db, runtime.version_id, msg.question, settings.chunks);
+    const retrieved = await retrieve(db, runtime.version_id, msg.question, settings.chunks, state.previous);
     const answer = await answerExtractive(db, retrieved, settings);
     return this.commitExchange(state, creating, Object.assign({}, msg, { answer: answer.text, sources: answer.sources }));
   }
@@ -137,6 +149,7 @@ export class AgentSessionActor implements Actor {
       session_id: this.ctx.key,
       created: creating,
       runtime,
+      ...(state.previous ? { previous: state.previous } : {}),
       history: history.reverse().map((m) => ({ role: m.role as "user" | "assistant", content: m.content })),
     };
   }
@@ -193,7 +206,7 @@ export class AgentSessionActor implements Actor {
         reply: { id: msg.answerId, role: "assistant", content: a?.content ?? "", sources: (a?.sources ?? []) as Source[] },
       };
     }
-    this.state = Object.assign({}, session, { nextSeq: seq + 2 });
+    this.state = Object.assign({}, session, { nextSeq: seq + 2, previous: { question: msg.question, answer: msg.answer } });
     if (queued) this.assistant.wakeWebhooks(); // an agent without webhooks costs the worker nothing
     return {
       session_id: this.ctx.key,
@@ -220,5 +233,6 @@ function pickAnswerSettings(settings: unknown): Partial<AnswerSettings> {
   const out: Partial<AnswerSettings> = {};
   if (typeof s.min_score === "number" && s.min_score >= 0 && s.min_score <= 1) out.minScore = s.min_score;
   if (typeof s.max_sentences === "number" && Number.isInteger(s.max_sentences) && s.max_sentences >= 1 && s.max_sentences <= 10) out.maxSentences = s.max_sentences;
+  if (typeof s.max_chars === "number" && Number.isInteger(s.max_chars) && s.max_chars >= 100 && s.max_chars <= 4000) out.maxChars = s.max_chars;
   return out;
 }

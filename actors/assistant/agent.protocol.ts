@@ -3,6 +3,7 @@
  * in agent.ts.
  */
 import { actorKind, type Op } from "../../runtime/protocol.ts";
+import type { DocumentFormat } from "./ingest.ts";
 
 export interface CreateAgent {
   op: "create";
@@ -24,6 +25,10 @@ export interface CreatedAgent {
 export interface KnowledgeDocument {
   title: string;
   text: string;
+  /** How to read `text`; by default HTML when it looks like HTML, Markdown otherwise (plain text reads as Markdown). */
+  format?: DocumentFormat;
+  /** Where the document is published: sources link to it. */
+  url?: string;
 }
 
 export interface AddVersion {

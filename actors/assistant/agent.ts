@@ -15,6 +15,7 @@ import type { ActorDeps } from "../deps.ts";
 import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.ts";
 import type { AgentProtocol, AgentRuntime, CreateAgent, CreatedAgent, Manifest, Published, SyncQueued } from "./agent.protocol.ts";
 import { enqueueDirect, MANIFEST_EVENT } from "./webhooks.ts";
+import { knowledgeIndex } from "./knowledge-index.ts";
 import type { Database } from "../schema.ts";
 
 const ROW_TTL_MS = 1000;
@@ -46,7 +47,13 @@ export class AgentActor implements Actor {
     create: (agent, msg) => agent.create(msg),
     addVersion: (agent, { op: _, ...version }) => agent.withRow((row) => agent.write((trx) => insertVersion(trx, row.id, version))),
     addWebhook: (agent, { op: _, ...hook }) => agent.withRow((row) => agent.write((trx) => insertWebhook(trx, agent.deps.keyring, row.id, hook))),
-    publish: (agent, msg) => agent.withRow((row) => agent.changePublished((trx) => publishVersion(trx, row.id, msg.versionId))),
+    publish: (agent, msg) =>
+      agent.withRow(async (row) => {
+        const published = await agent.changePublished((trx) => publishVersion(trx, row.id, msg.versionId));
+        // The ranking index is built now rather than by the first question (a failed build is retried then).
+        knowledgeIndex(agent.deps.store.db, published.version_id).catch(() => {});
+        return published;
+      }),
     rollback: (agent) => agent.withRow((row) => agent.changePublished((trx) => rollbackAgent(trx, row.id))),
     manifest: (agent) => agent.withRow((row) => agent.getManifest(row)),
     syncMobile: (agent) => agent.withRow((row) => agent.syncMobile(row)),
@@ -91,6 +98,8 @@ export class AgentActor implements Actor {
       .where("id", "=", row.published_version_id)
       .executeTakeFirstOrThrow();
     this.published = { version_id: row.published_version_id, instructions: version.instructions, settings: (version.settings ?? {}) as Record<string, unknown> };
+    // A version published by the CLI: its ranking index is built now rather than by its first question.
+    knowledgeIndex(this.deps.store.db, row.published_version_id).catch(() => {});
     return this.published;
   }
 

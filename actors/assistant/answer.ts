@@ -1,77 +1,148 @@
 /**
- * Retrieval and the extractive answerer. Retrieval is Postgres full-text search over the chunks of one version:
- * the question's words (letters and digits only, so nothing reaches the query parser as syntax) are OR-ed and
- * stemmed by `websearch_to_tsquery('english', …)`, which also drops stop words; chunks are ranked by
- * `ts_rank_cd` over the weighted tsvector (title A, text B).
+ * Retrieval and the extractive answerer.
  *
- * The answer is made of sentences of the retrieved chunks. Each sentence scores by the share of the question's
- * stemmed terms it contains (stemmed by Postgres too, so both sides agree) and by its chunk's rank; sentences are
- * then picked by maximal marginal relevance (score minus similarity to what was already picked), so the answer
- * does not repeat itself. Below `minScore` there is no answer: the service says it does not know.
+ * Retrieval ranks the published version's chunks by BM25 (knowledge-index.ts) for the question's lexemes, stemmed
+ * by Postgres as the index is. A follow-up (a short question, or one that points back: "does it…", "that
+ * option") in a session is asked together with the previous exchange: the previous question's words at a lower
+ * weight, the previous answer's lower still, so "what does that option cost?" finds what "that option" was.
+ *
+ * The answer is plain text (no markup: documents are ingested as text, see ingest.ts) made of whole sentences of
+ * the best chunks. A sentence scores by the share of the question's weight (IDF) it holds, plus a little of its
+ * chunk's rank; the best one is taken, then sentences that add question words not yet covered, up to
+ * `maxSentences` and `maxChars` (the bound never cuts a sentence). A picked sentence brings the one it depends on
+ * (it opens with "This", "However", "Subsequently"…, or follows a colon), and the answer reads in document order.
+ *
+ * "I don't know": the answer's coverage, the share of the question's IDF weight its sentences (and their section
+ * titles) contain, is below `minScore`. Words the corpus lacks weigh as the rarest words do, so a question about
+ * something the documents never mention covers little. The default threshold was chosen on the evaluation's
+ * development split (bench/eval, docs/assistant.md).
  */
 import { sql, type Kysely } from "kysely";
 import type { Source } from "./agent-session.protocol.ts";
 import type { Database } from "../schema.ts";
+import { chunkSections, documentSections, splitSentences, type DocumentFormat } from "./ingest.ts";
+import { knowledgeIndex, textLexemes, type IndexedChunk, type KnowledgeIndex, type MatchedTerm, type QueryTerm } from "./knowledge-index.ts";
 
 export const DONT_KNOW = "I don't know the answer to that from the information I have.";
 
 export interface AnswerSettings {
-  /** Below this best-sentence score the answer is DONT_KNOW. */
+  /** Below this coverage of the question's weight the answer is DONT_KNOW. */
   minScore: number;
   maxSentences: number;
+  /** The answer's length bound in characters, reached by whole sentences only (a first sentence may exceed it). */
+  maxChars: number;
   chunks: number;
 }
 
-export const DEFAULT_ANSWER_SETTINGS: AnswerSettings = { minScore: 0.3, maxSentences: 3, chunks: 6 };
+export const DEFAULT_ANSWER_SETTINGS: AnswerSettings = { minScore: 0.45, maxSentences: 6, maxChars: 600, chunks: 6 };
 
-export interface RetrievedChunk {
-  id: number;
-  document_id: number;
-  title: string;
-  text: string;
+export interface RetrievedChunk extends IndexedChunk {
   rank: number;
+}
+
+/** The previous exchange of the session, for follow-up questions. */
+export interface PreviousTurn {
+  question: string;
+  answer: string;
+}
+
+export interface Retrieval {
+  question: string;
+  chunks: RetrievedChunk[];
+  terms: MatchedTerm[];
+  index?: KnowledgeIndex;
 }
 
 export interface Answer {
   text: string;
   sources: Source[];
-  /** The best sentence's score, 0 when nothing matched. */
+  /** The answer's coverage of the question's weight, 0 when nothing matched. */
   score: number;
 }
 
 type DB = Kysely<Database>;
 
-export function questionWords(question: string): string[] {
-  const words = question.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [];
-  return [...new Set(words)].slice(0, 64);
+const FOLLOW_UP_WORDS = /\b(it|its|it's|that|this|these|those|they|them|their|there|same|one|ones|also|else)\b/i;
+const CONTEXT_QUESTION_WEIGHT = 0.5;
+const CONTEXT_ANSWER_WEIGHT = 0.2;
+/** The previous answer lends only its rarest words (what it was about), not its every word. */
+const CONTEXT_ANSWER_TERMS = 10;
+/**
+ * Words that frame a question rather than say what it is about ("how long does it take", "what is the difference",
+ * "how do I make…"), as the english configuration stems them: they weigh little in ranking and coverage, or a small
+ * knowledge base, where every word is rare, would decline "how long do refunds take?" for lacking "long" and "take".
+ */
+const QUESTION_FRAME = new Set(
+  "long take make get use need way work mani much happen mean differ possibl want tell explain find help know go give keep let see show allow best good".split(" "),
+);
+const FRAME_WEIGHT = 0.3;
+/** A sentence's score: this share from the question weight it holds, the rest from its chunk's rank. */
+const SENTENCE_SHARE = 0.4;
+/** A question asking for an amount prefers sentences with a number in them. */
+const QUANTITY_QUESTION = /\b(how (many|much|long|often|big|large|old)|what (size|port|number|limit)|default|maximum|minimum|at most|at least)\b/i;
+const NUMBER = /\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|twelve|hundred|thousand)\b/i;
+const QUANTITY_BONUS = 0.1;
+/** A sentence from elsewhere joins the answer when it scores at least this share of the best one. */
+const OTHER_PLACE_SHARE = 0.85;
+
+/** A question that needs the previous turn: a pointing word, or too few words to stand alone. */
+export function isFollowUp(question: string): boolean {
+  const words = question.match(/[\p{L}\p{N}_.-]+/gu) ?? [];
+  return words.length <= 2 || (words.length <= 16 && FOLLOW_UP_WORDS.test(question));
 }
 
-/** The best chunks for a question, and the question's own lexemes (stemmed in the same query, for scoring). */
-export interface Retrieval {
-  chunks: RetrievedChunk[];
-  questionTerms: string[];
-}
-
-export async function retrieve(db: DB, versionId: string, question: string, limit: number): Promise<Retrieval> {
-  const words = questionWords(question);
-  if (!words.length) return { chunks: [], questionTerms: [] };
-  const query = words.join(" or ");
-  const { rows } = await sql<RetrievedChunk & { terms: string[] }>`
-    with q as (select websearch_to_tsquery('english', ${query}) as q, tsvector_to_array(to_tsvector('english', ${question})) as terms)
-    select c.id, c.document_id, c.title, c.text, ts_rank_cd(c.tsv, q.q) as rank, q.terms
-    from assistant_chunks c, q
-    where c.version_id = ${versionId} and c.tsv @@ q.q
-    order by rank desc, c.id
-    limit ${limit}`.execute(db);
-  return {
-    chunks: rows.map(({ terms: _, ...r }) => ({ ...r, rank: Number(r.rank) })),
-    questionTerms: rows[0]?.terms ?? [],
+export async function retrieve(db: DB, versionId: string, question: string, limit: number, previous?: PreviousTurn): Promise<Retrieval> {
+  const [index, own] = await Promise.all([knowledgeIndex(db, versionId), textLexemes(db, question.slice(0, 4000))]);
+  const terms = new Map<string, QueryTerm>();
+  const add = (lexeme: string, weight: number, positions: number[], counted: boolean) => {
+    const known = terms.get(lexeme);
+    if (!known) terms.set(lexeme, { lexeme, weight, positions, counted });
+    else if (known.weight < weight) Object.assign(known, { weight, positions, counted: counted || known.counted });
   };
+  for (const t of own.slice(0, 64)) add(t.lexeme, QUESTION_FRAME.has(t.lexeme) ? FRAME_WEIGHT : 1, t.positions, true);
+  if (previous && isFollowUp(question)) {
+    const [asked, answered] = await Promise.all([
+      textLexemes(db, previous.question.slice(0, 4000)),
+      previous.answer === DONT_KNOW ? [] : textLexemes(db, previous.answer.slice(0, 4000)),
+    ]);
+    for (const t of asked.slice(0, 64)) add(t.lexeme, CONTEXT_QUESTION_WEIGHT, [], true);
+    const rarest = answered.map((t) => t.lexeme).sort((a, b) => index.idf(b) - index.idf(a));
+    for (const lexeme of rarest.slice(0, CONTEXT_ANSWER_TERMS)) add(lexeme, CONTEXT_ANSWER_WEIGHT, [], false);
+  }
+  const matched = [...terms.values()].map((t) => index.match(t));
+  const ranked = index.search(matched, limit);
+  return { question, chunks: ranked.map((r) => ({ ...r.chunk, rank: r.score })), terms: matched, index };
 }
 
-/** Lexemes of each text, as Postgres' english configuration stems them. */
-async function lexemes(db: DB, texts: string[]): Promise<string[][]> {
-  if (!texts.length) return [];
+interface Sentence {
+  text: string;
+  lexemes: Set<string>;
+  paragraph: number;
+}
+
+/** Each index's chunks' sentences with their lexemes, stemmed on first use (chunks never change). */
+const sentenceCaches = new WeakMap<KnowledgeIndex, Map<number, Sentence[]>>();
+
+export function chunkSentences(text: string): Array<{ text: string; paragraph: number }> {
+  return text.split(/\n{2,}/).flatMap((p, paragraph) => splitSentences(p.replace(/\s+/g, " ").trim()).map((s) => ({ text: s, paragraph })));
+}
+
+async function sentencesOf(db: DB, index: KnowledgeIndex | undefined, chunks: RetrievedChunk[]): Promise<Map<number, Sentence[]>> {
+  const cache = index ? (sentenceCaches.get(index) ?? new Map<number, Sentence[]>()) : new Map<number, Sentence[]>();
+  if (index) sentenceCaches.set(index, cache);
+  const missing = chunks.filter((c) => !cache.has(c.id));
+  if (missing.length) {
+    const split = missing.map((c) => chunkSentences(c.text));
+    const texts = split.flat().map((s) => s.text);
+    const lexemes = await sentenceLexemes(db, texts);
+    let next = 0;
+    missing.forEach((chunk, i) => cache.set(chunk.id, split[i]!.map((s) => ({ ...s, lexemes: new Set(lexemes[next++]) }))));
+  }
+  return new Map(chunks.map((c) => [c.id, cache.get(c.id)!]));
+}
+
+/** Lexemes of each text, as Postgres' english configuration stems them, in one query. */
+async function sentenceLexemes(db: DB, texts: string[]): Promise<string[][]> {
   const { rows } = await sql<{ i: number; a: string[] }>`
     select t.i, tsvector_to_array(to_tsvector('english', t.s)) as a
     from unnest(${texts}::text[]) with ordinality as t(s, i)`.execute(db);
@@ -80,152 +151,162 @@ async function lexemes(db: DB, texts: string[]): Promise<string[][]> {
   return out;
 }
 
-export function sentences(text: string): string[] {
-  return text
-    .replace(/^#+\s*/gm, "")
-    .split(/(?<=[.!?])\s+|\n{2,}|\n(?=[-*]\s)/)
-    .map((s) => s.replace(/\s+/g, " ").trim())
-    .filter((s) => s.length >= 3);
-}
+/** A sentence that cannot stand alone: it continues the one before it. */
+const DEPENDENT_OPENING = /^(this|these|that|those|it|its|they|such|however|but|also|subsequently|then|thus|hence|therefore|otherwise|instead|in (this|that|such) case|in addition|for example|for instance|here|similarly|likewise|consequently|as a result)\b/i;
 
-interface Sentence {
-  text: string;
-  lexemes: Set<string>;
+interface Candidate extends Sentence {
+  chunk: RetrievedChunk;
+  position: number;
+  score: number;
 }
 
 /**
- * Chunks never change (a version's knowledge is fixed), so their sentences and lexemes are computed once per
- * process and kept, by store and chunk id, up to SENTENCE_CACHE_CHUNKS chunks a store: a question then costs one
- * small query (its own lexemes) beside retrieval, not the stemming of every candidate sentence again.
- */
-const sentenceCaches = new WeakMap<DB, Map<number, Sentence[]>>();
-const SENTENCE_CACHE_CHUNKS = 20_000;
-
-/** The sentences of each chunk with their lexemes (from the cache, else stemmed in one query). */
-async function sentencesOf(db: DB, chunks: RetrievedChunk[]): Promise<Map<number, Sentence[]>> {
-  let sentenceCache = sentenceCaches.get(db);
-  if (!sentenceCache) sentenceCaches.set(db, (sentenceCache = new Map()));
-  const byChunk = new Map<number, Sentence[]>();
-  const missing: Array<{ chunk: RetrievedChunk; texts: string[] }> = [];
-  for (const chunk of chunks) {
-    const known = sentenceCache.get(chunk.id);
-    if (known) byChunk.set(chunk.id, known);
-    else missing.push({ chunk, texts: sentences(chunk.text) });
-  }
-  const terms = await lexemes(db, missing.flatMap((m) => m.texts));
-  if (sentenceCache.size + missing.length > SENTENCE_CACHE_CHUNKS) sentenceCache.clear();
-  let next = 0;
-  for (const { chunk, texts } of missing) {
-    const computed = texts.map((text) => ({ text, lexemes: new Set(terms[next++]) }));
-    sentenceCache.set(chunk.id, computed);
-    byChunk.set(chunk.id, computed);
-  }
-  return byChunk;
-}
-
-function jaccard(a: Set<string>, b: Set<string>): number {
-  if (!a.size || !b.size) return 0;
-  let both = 0;
-  for (const x of a) if (b.has(x)) both++;
-  return both / (a.size + b.size - both);
-}
-
-/**
- * The extractive answer. `onSentence` hears each sentence as it is picked (with the space that joins it to the
- * previous one), so a stream can send the first sentence before the others are chosen; it is not called for the
- * "I don't know" answer.
+ * The extractive answer. `onSentence` hears each sentence of the answer in reading order (with the space that
+ * joins it to the previous one), once the answer is chosen; it is not called for the "I don't know" answer.
  */
 export async function answerExtractive(
   db: DB,
-  { chunks, questionTerms }: Retrieval,
+  { question, chunks, terms, index }: Retrieval,
   settings: AnswerSettings,
   onSentence?: (delta: string) => Promise<void> | void,
 ): Promise<Answer> {
-  const asked = new Set(questionTerms);
-  if (!chunks.length || !asked.size) return { text: DONT_KNOW, sources: [], score: 0 };
-  const byChunk = await sentencesOf(db, chunks);
-  const candidates = chunks.flatMap((chunk) => byChunk.get(chunk.id)!.map((s) => ({ ...s, chunk })));
-  const topRank = Math.max(...chunks.map((c) => c.rank)) || 1;
-  const scored = candidates.map((c) => {
-    const terms = c.lexemes;
-    let hits = 0;
-    for (const t of asked) if (terms.has(t)) hits++;
-    const overlap = hits / asked.size;
-    return { ...c, terms, score: hits ? 0.75 * overlap + 0.25 * (c.chunk.rank / topRank) : 0 };
-  });
-  const best = Math.max(0, ...scored.map((s) => s.score));
-  if (best < settings.minScore) return { text: DONT_KNOW, sources: [], score: best };
+  const weights = termWeights(terms);
+  const total = [...weights.values()].reduce((sum, w) => sum + (w.counted ? w.weight : 0), 0);
+  if (!chunks.length || !total) return { text: DONT_KNOW, sources: [], score: 0 };
+  const byChunk = await sentencesOf(db, index, chunks);
+  const topRank = chunks[0]!.rank || 1;
+  const covered = (lexemes: Iterable<string>) => {
+    let sum = 0;
+    for (const l of lexemes) {
+      const w = weights.get(l);
+      if (w?.counted) sum += w.weight;
+    }
+    return sum / total;
+  };
+  const quantity = QUANTITY_QUESTION.test(question);
+  const scored = (chunk: RetrievedChunk, sentences: Sentence[]): Candidate[] =>
+    sentences.map((s, position) => ({
+      ...s,
+      chunk,
+      position,
+      score: SENTENCE_SHARE * covered(s.lexemes) + (1 - SENTENCE_SHARE) * (chunk.rank / topRank) + (quantity && NUMBER.test(s.text) ? QUANTITY_BONUS : 0),
+    }));
+  const candidates = chunks.flatMap((chunk) => scored(chunk, byChunk.get(chunk.id)!));
+  // The ranking chooses the place (the best chunk), the sentences the passage in it.
+  const best = candidates.filter((c) => c.chunk === chunks[0]).reduce<Candidate | undefined>((a, c) => (!a || c.score > a.score ? c : a), undefined);
+  if (!best) return { text: DONT_KNOW, sources: [], score: 0 };
 
-  const lambda = 0.7;
-  const picked: typeof scored = [];
-  const pool = scored.filter((s) => s.score >= settings.minScore / 2);
-  while (picked.length < settings.maxSentences && pool.length) {
-    let bestIndex = -1;
-    let bestValue = -Infinity;
-    pool.forEach((s, i) => {
-      const redundancy = Math.max(0, ...picked.map((p) => jaccard(p.terms, s.terms)));
-      const value = lambda * s.score - (1 - lambda) * redundancy;
-      if (value > bestValue) [bestValue, bestIndex] = [value, i];
-    });
-    const [chosen] = pool.splice(bestIndex, 1);
-    if (picked.length && Math.max(...picked.map((p) => jaccard(p.terms, chosen!.terms))) > 0.8) continue; // a near-duplicate
-    picked.push(chosen!);
-    await onSentence?.(picked.length > 1 ? ` ${chosen!.text}` : chosen!.text);
+  const picked = new Set<Candidate>([best]);
+  const length = () => [...picked].reduce((n, p) => n + p.text.length + 1, 0);
+  const fits = (c: Candidate) => length() + c.text.length + 1 <= settings.maxChars;
+  withDependencies(best, candidates, picked, settings.maxChars);
+  // The passage: the best sentence with its neighbours in the chunk (what follows first: a setting's default, the
+  // example), kept contiguous, while it fits.
+  const following = index?.following(best.chunk.id);
+  const next = following && (chunks.find((c) => c.id === following.id) ?? { ...following, rank: 0 });
+  const around = [
+    ...candidates.filter((c) => c.chunk === best.chunk),
+    ...(next ? candidates.filter((c) => c.chunk.id === next.id).concat(candidates.some((c) => c.chunk.id === next.id) ? [] : scored(next, (await sentencesOf(db, index, [next])).get(next.id)!)) : []),
+  ];
+  let [first, last] = [around.indexOf(best), around.indexOf(best)];
+  for (const p of picked) [first, last] = [Math.min(first, around.indexOf(p)), Math.max(last, around.indexOf(p))];
+  while (picked.size < settings.maxSentences) {
+    const after = around[last + 1];
+    const before = around[first - 1];
+    if (after && fits(after)) picked.add(around[++last]!);
+    else if (before && fits(before)) picked.add(around[--first]!);
+    else break;
   }
-  const sources = new Map<number, Source>();
-  for (const p of picked) {
-    const known = sources.get(p.chunk.id);
-    if (!known || known.score < p.score) {
-      sources.set(p.chunk.id, { document_id: p.chunk.document_id, chunk_id: p.chunk.id, title: p.chunk.title, score: round(p.score) });
+  const passage = new Set([...[...picked].flatMap((p) => [...p.lexemes]), ...(index?.titleLexemes(best.chunk.id) ?? [])]);
+  // Coverage is the best chunk's (its title and every sentence), a steadier measure than the few sentences quoted.
+  const coverage = covered(new Set([...passage, ...candidates.filter((c) => c.chunk === best.chunk).flatMap((c) => [...c.lexemes])]));
+  if (coverage < settings.minScore) return { text: DONT_KNOW, sources: [], score: round(coverage) };
+  // Another place, when a sentence nearly as good as the best holds question words the passage lacks.
+  for (const c of [...candidates].sort((a, b) => b.score - a.score)) {
+    if (picked.size >= settings.maxSentences || c.score < OTHER_PLACE_SHARE * best.score) break;
+    if (picked.has(c) || !fits(c) || covered([...c.lexemes].filter((l) => !passage.has(l))) < 0.15) continue;
+    picked.add(c);
+    c.lexemes.forEach((l) => passage.add(l));
+    withDependencies(c, candidates, picked, settings.maxChars);
+  }
+
+  const ordered = [...picked].sort(
+    (a, b) => a.chunk.document_ordinal - b.chunk.document_ordinal || a.chunk.ordinal - b.chunk.ordinal || a.position - b.position,
+  );
+  for (const [i, p] of ordered.entries()) await onSentence?.(i ? ` ${p.text}` : p.text);
+  return { text: ordered.map((p) => p.text).join(" "), sources: sectionSources(ordered.map((p) => ({ chunk: p.chunk, snippet: p.text, score: p.score }))), score: round(coverage) };
+}
+
+/** Each term's weight (its IDF times its query weight); a lexeme matched by prefix or typo stands for its term. */
+function termWeights(terms: MatchedTerm[]): Map<string, { weight: number; counted: boolean }> {
+  const weights = new Map<string, { weight: number; counted: boolean }>();
+  for (const t of terms) {
+    const weight = t.idf * t.weight;
+    for (const lexeme of t.matches.length ? t.matches.map((m) => m.lexeme) : [t.lexeme]) {
+      const known = weights.get(lexeme);
+      if (!known || known.weight < weight) weights.set(lexeme, { weight, counted: t.counted });
     }
   }
-  return {
-    text: picked.map((p) => p.text).join(" "),
-    sources: [...sources.values()].sort((a, b) => b.score - a.score),
-    score: best,
-  };
+  return weights;
+}
+
+/** Add the sentence `c` depends on (the one before it, when `c` continues it or it ends with a colon) and the one after a colon. */
+function withDependencies(c: Candidate, all: Candidate[], picked: Set<Candidate>, maxChars: number): void {
+  const length = () => [...picked].reduce((n, p) => n + p.text.length + 1, 0);
+  const same = all.filter((x) => x.chunk === c.chunk);
+  const before = same.find((x) => x.position === c.position - 1);
+  const after = same.find((x) => x.position === c.position + 1);
+  const room = (x: Candidate) => length() + x.text.length + 1 <= maxChars * 1.5;
+  if (before && !picked.has(before) && (DEPENDENT_OPENING.test(c.text) || /:$/.test(before.text)) && room(before)) picked.add(before);
+  if (after && !picked.has(after) && /:$/.test(c.text) && room(after)) picked.add(after);
+}
+
+const SNIPPET_CHARS = 200;
+
+/** One source per document section (the best score first), with its heading, a snippet and the document's URL. */
+export function sectionSources(hits: Array<{ chunk: RetrievedChunk; snippet: string; score: number }>): Source[] {
+  const sections = new Map<string, Source>();
+  const top = Math.max(0, ...hits.map((h) => h.score)) || 1;
+  for (const { chunk, snippet, score } of hits) {
+    const key = `${chunk.document_id}\n${chunk.heading}`;
+    const known = sections.get(key);
+    const relative = round(score / top);
+    if (known) {
+      known.score = Math.max(known.score, relative);
+      continue;
+    }
+    sections.set(key, {
+      document_id: chunk.document_id,
+      chunk_id: chunk.id,
+      title: chunk.title,
+      heading: chunk.heading,
+      snippet: shorten(snippet, SNIPPET_CHARS),
+      ...(chunk.url ? { url: chunk.url } : {}),
+      score: relative,
+    });
+  }
+  return [...sections.values()].sort((a, b) => b.score - a.score);
+}
+
+function shorten(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const cut = text.slice(0, max);
+  return `${cut.slice(0, Math.max(cut.lastIndexOf(" "), max / 2)).trimEnd()}…`;
 }
 
 function round(x: number): number {
   return Math.round(x * 1000) / 1000;
 }
 
-/** Documents into chunks of about `target` characters, split at paragraphs (and at sentences inside long ones). */
-export function chunkDocument(title: string, text: string, target = 800): Array<{ title: string; text: string }> {
-  const paragraphs = text
-    .split(/\n\s*\n/)
-    .map((p) => p.trim())
-    .filter(Boolean);
-  const pieces: string[] = [];
-  for (const p of paragraphs) {
-    if (p.length <= target) pieces.push(p);
-    else {
-      let current = "";
-      for (const s of p.split(/(?<=[.!?])\s+/)) {
-        if (current && current.length + s.length + 1 > target) {
-          pieces.push(current);
-          current = "";
-        }
-        current = current ? `${current} ${s}` : s;
-      }
-      if (current) pieces.push(current);
-    }
-  }
-  const chunks: Array<{ title: string; text: string }> = [];
-  let current = "";
-  let heading = "";
-  let currentHeading = "";
-  for (const piece of pieces) {
-    const h = piece.match(/^#{1,6}\s+(.+)$/m);
-    if (h && piece.startsWith("#")) heading = h[1]!.trim();
-    if (current && current.length + piece.length + 2 > target) {
-      chunks.push({ title: currentHeading ? `${title} — ${currentHeading}` : title, text: current });
-      current = "";
-    }
-    if (!current) currentHeading = heading;
-    current = current ? `${current}\n\n${piece}` : piece;
-  }
-  if (current) chunks.push({ title: currentHeading ? `${title} — ${currentHeading}` : title, text: current });
-  if (!chunks.length) chunks.push({ title, text: "" });
-  return chunks;
+/**
+ * A document into chunks (ingest.ts: HTML and Markdown read as text with their headings). A chunk's title is
+ * the document's with the section's heading (searched at a higher weight); its heading is kept apart for sources.
+ */
+export function chunkDocument(title: string, text: string, format?: DocumentFormat): Array<{ title: string; heading: string; text: string }> {
+  const chunks = chunkSections(documentSections(text, format)).map((c) => ({
+    title: c.heading && c.heading !== title ? `${title} — ${c.heading}` : title,
+    heading: c.heading,
+    text: c.text,
+  }));
+  return chunks.length ? chunks : [{ title, heading: "", text: "" }];
 }

@@ -26,6 +26,7 @@ import * as appendPlans from "../chat/migrations/2026-11-24T0100-append-plans.ts
 import * as recipientLists from "../chat/migrations/2026-11-24T1000-recipient-lists.ts";
 import * as alertWordsStatusMutes from "../chat/migrations/2026-11-26T0300-alert-words-status-mutes.ts";
 import * as archivedChannels from "../chat/migrations/2026-11-26T0300-archived-channels.ts";
+import * as documentSections from "../assistant/migrations/2026-11-27T2140-document-sections.ts";
 import * as linkifiersPlaygroundsSnippets from "../chat/migrations/2026-11-26T0300-linkifiers-playgrounds-snippets.ts";
 import * as attachments from "../chat/migrations/2026-11-27T2100-attachments.ts";
 import * as sendAttempts from "../chat/migrations/2026-11-27T2120-send-attempts.ts";
@@ -61,4 +62,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-27T2110-realm-user-settings-defaults": realmUserSettingsDefaults,
   "2026-11-27T2110-reminders": reminders,
   "2026-11-27T2110-channel-folders": channelFolders,
+  "2026-11-27T2140-document-sections": documentSections,
 };

@@ -1,8 +1,8 @@
 /**
  * Streamed answers, produced beside the request (not in the session's actor) so that each piece reaches the
  * client as it comes and production stops when the client goes away; the session's actor prepares the exchange
- * first and records it after (see AgentSessionActor). The extractive answer streams sentence by sentence as the
- * sentences are picked. The optional generator is any OpenAI-compatible `/chat/completions` with `stream: true`
+ * first and records it after (see AgentSessionActor). The extractive answer streams sentence by sentence once its
+ * passage is chosen. Both use the same retrieval (a follow-up with the session's previous turn). The optional generator is any OpenAI-compatible `/chat/completions` with `stream: true`
  * (LLM_BASE_URL, LLM_API_KEY, LLM_MODEL), grounded on the retrieved chunks:
  *
  * - Nothing retrieved: no call; the answer is the extractive "I don't know".
@@ -10,7 +10,7 @@
  * - It fails or is aborted after some tokens: what came is the answer (recorded as such).
  */
 import crypto from "node:crypto";
-import { answerExtractive, DONT_KNOW, retrieve, type RetrievedChunk } from "../../actors/assistant/answer.ts";
+import { answerExtractive, DONT_KNOW, retrieve, sectionSources, type RetrievedChunk } from "../../actors/assistant/answer.ts";
 import { answerSettings } from "../../actors/assistant/agent-session.ts";
 import { AgentSession, type Answered, type Prepared, type RecordAnswer, type Source } from "../../actors/assistant/agent-session.protocol.ts";
 import type { AssistantConfig } from "../../actors/assistant/config.ts";
@@ -56,7 +56,7 @@ export async function* chatCompletionDeltas(llm: Llm, messages: ChatMessage[], s
 }
 
 export function groundedMessages(prepared: Prepared, question: string, chunks: RetrievedChunk[]): ChatMessage[] {
-  const context = chunks.map((c, i) => `[${i + 1}] ${c.title}\n${c.text}`).join("\n\n");
+  const context = chunks.map((c, i) => `[${i + 1}] ${c.heading ? `${c.title} — ${c.heading}` : c.title}\n${c.text}`).join("\n\n");
   const system = [
     prepared.runtime.instructions,
     "Answer the user's question using only the numbered context below. If the context does not contain the answer, say that you do not know.",
@@ -67,9 +67,9 @@ export function groundedMessages(prepared: Prepared, question: string, chunks: R
   return [{ role: "system", content: system }, ...prepared.history, { role: "user", content: question }];
 }
 
+/** The generator's sources: the sections of the best three chunks it was given. */
 function chunkSources(chunks: RetrievedChunk[]): Source[] {
-  const top = Math.max(...chunks.map((c) => c.rank)) || 1;
-  return chunks.slice(0, 3).map((c) => ({ document_id: c.document_id, chunk_id: c.id, title: c.title, score: Math.round((c.rank / top) * 1000) / 1000 }));
+  return sectionSources(chunks.slice(0, 3).map((chunk) => ({ chunk, snippet: chunk.text, score: chunk.rank })));
 }
 
 /**
@@ -85,7 +85,7 @@ export async function generateAnswer(
 ): Promise<{ text: string; sources: Source[] }> {
   const db = services.store.db;
   const settings = answerSettings(prepared.runtime.settings);
-  const retrieved = await retrieve(db, prepared.runtime.version_id, question, settings.chunks);
+  const retrieved = await retrieve(db, prepared.runtime.version_id, question, settings.chunks, prepared.previous);
   const chunks = retrieved.chunks;
   const llm = services.assistant.llm;
   if (llm && chunks.length) {
@@ -102,7 +102,7 @@ export async function generateAnswer(
       console.error(`generator failed before its first token; answering extractively: ${(err as Error).message}`);
     }
   }
-  // Each sentence goes out as soon as it is picked (in pieces of a few words), not once the answer is complete.
+  // The sentences go out (in pieces of a few words) as soon as the passage is chosen, before the exchange is committed.
   const send = async (text: string) => {
     for (const piece of answerPieces(text)) {
       if (signal.aborted) return;

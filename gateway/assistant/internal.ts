@@ -77,7 +77,12 @@ export const VERSION_BODY = {
       maxItems: 1000,
       items: {
         type: "object",
-        properties: { title: { type: "string", minLength: 1, maxLength: 300 }, text: { type: "string", maxLength: 2_000_000 } },
+        properties: {
+          title: { type: "string", minLength: 1, maxLength: 300 },
+          text: { type: "string", maxLength: 2_000_000 },
+          format: { enum: ["text", "markdown", "html"] },
+          url: { type: "string", maxLength: 2000, pattern: "^https?://[^\\s]+$" },
+        },
         required: ["title", "text"],
       },
     },
@@ -95,7 +100,7 @@ export function versionSpec(body: VersionBody): Omit<AddVersion, "op"> {
     versionId: crypto.randomUUID(),
     instructions: body.instructions ?? "",
     settings: body.settings ?? {},
-    documents: body.documents.map((d) => ({ title: d.title, text: d.text })),
+    documents: body.documents.map((d) => ({ title: d.title, text: d.text, ...(d.format ? { format: d.format } : {}), ...(d.url ? { url: d.url } : {}) })),
   };
 }
 

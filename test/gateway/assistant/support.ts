@@ -77,9 +77,9 @@ export async function createVersion(server: { url: string }, key: string, agentI
   return res.body.version_id as string;
 }
 
-export async function publishedAgent(server: { url: string }, key: string, extra: Record<string, unknown> = {}) {
+export async function publishedAgent(server: { url: string }, key: string, extra: Record<string, unknown> = {}, versionExtra: Record<string, unknown> = {}) {
   const agent = await createAgent(server, key, extra);
-  const versionId = await createVersion(server, key, agent.agent_id);
+  const versionId = await createVersion(server, key, agent.agent_id, HANDBOOK, versionExtra);
   const res = await call(server, "POST", "/api/internal/rag/publish", { key, body: { agent_id: agent.agent_id, version_id: versionId } });
   if (res.status !== 200) throw new Error(`publish: ${res.status} ${JSON.stringify(res.body)}`);
   return { ...agent, versionId };

@@ -3,7 +3,7 @@
  * answer pieces, origin rules, chunking, and sentence splitting. Time is controlled, not slept.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { chunkDocument, questionWords, sentences } from "../../../actors/assistant/answer.ts";
+import { chunkDocument, chunkSentences } from "../../../actors/assistant/answer.ts";
 import { canonicalJson } from "../../../actors/assistant/agent.ts";
 import { originAllowed } from "../../../gateway/assistant/embed.ts";
 import { answerPieces, SseWriter } from "../../../gateway/assistant/sse.ts";
@@ -129,9 +129,9 @@ describe("knowledge processing", () => {
     expect(chunks.map((c) => c.text).join(" ").replace(/\s+/g, " ")).toContain("b b b");
   });
 
-  it("splits sentences and keeps only word characters of questions (no query syntax gets through)", () => {
-    expect(sentences("One. Two! Three?\n\n- four\n- five")).toEqual(["One.", "Two!", "Three?", "- four", "- five"]);
-    expect(questionWords("Refunds: how 'long' (really)? & | ! <-> refunds")).toEqual(["refunds", "how", "long", "really"]);
+  it("splits sentences at paragraphs and sentence ends, not after abbreviations", () => {
+    expect(chunkSentences("One. Two! Three?\n\nFour, e.g. five. Six").map((s) => s.text)).toEqual(["One.", "Two!", "Three?", "Four, e.g. five.", "Six"]);
+    expect(chunkSentences("A.\n\nB.").map((s) => s.paragraph)).toEqual([0, 1]);
   });
 
   it("writes canonical JSON with sorted keys at every level", () => {
