@@ -221,12 +221,16 @@ export class ActorSystem {
     return tracer.startActiveSpan(spanName, (span) => {
       const corr = `${++this.corr}`;
       const result = new Promise<T>((resolve, reject) => {
-        const waiting: PendingAsk = { corr, resolve: resolve as (v: unknown) => void, reject, timer: undefined as unknown as NodeJS.Timeout };
-        waiting.timer = setTimeout(() => {
-          this.pending.delete(waiting.corr);
-          reject(errors.timeout(targets.length === 1 ? targets[0]! : `shard ${shard}`));
-        }, timeoutMs);
-        if (transient) waiting.transient = { shard, targets, body };
+        const waiting: PendingAsk = {
+          corr,
+          resolve: resolve as (v: unknown) => void,
+          reject,
+          timer: setTimeout(() => {
+            this.pending.delete(waiting.corr);
+            reject(errors.timeout(targets.length === 1 ? targets[0]! : `shard ${shard}`));
+          }, timeoutMs),
+          transient: transient ? { shard, targets, body } : undefined,
+        };
         this.pending.set(corr, waiting);
       });
       this.dispatch(shard, { targets, body, replyTo: { node: this.nodeId, corr }, trace: carrier() }, transient);

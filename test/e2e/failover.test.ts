@@ -214,7 +214,7 @@ async function privateRedis(): Promise<{ url: string; restart(): Promise<void>; 
   };
 }
 
-it.each(["FLUSHALL", "a restart without persistence"])("answers the long-polls within seconds after Redis loses its data (%s)", async (fault) => {
+it("answers the long-polls within seconds after Redis loses its data: FLUSHALL, then a restart without persistence", async () => {
   const redis = await privateRedis();
   cleanups.push(redis.stop);
   const server = await startDistributed({ LEASE_SECONDS: "2", REDIS_URL: redis.url }, cleanups);
@@ -222,13 +222,12 @@ it.each(["FLUSHALL", "a restart without persistence"])("answers the long-polls w
   const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
   const user = await userHomedOn(target, owner, 1);
 
-  const took = await messagesAfter(server, owner, user, async () => {
-    if (fault === "FLUSHALL") {
-      const conn = new Redis(redis.url);
-      await conn.flushall();
-      conn.disconnect();
-    } else await redis.restart();
+  const flushed = await messagesAfter(server, owner, user, async () => {
+    const conn = new Redis(redis.url);
+    await conn.flushall();
+    conn.disconnect();
   });
-  if (process.env.FAILOVER_TIMES) console.info(`answered after (ms): ${took.join(", ")}`);
-  for (const ms of took) expect(ms).toBeLessThan(ANSWERED_WITHIN_MS);
+  const restarted = await messagesAfter(server, owner, user, () => redis.restart());
+  if (process.env.FAILOVER_TIMES) console.info(`answered after (ms): FLUSHALL ${flushed.join(", ")}; restart ${restarted.join(", ")}`);
+  for (const ms of [...flushed, ...restarted]) expect(ms).toBeLessThan(ANSWERED_WITHIN_MS);
 }, 180_000);
