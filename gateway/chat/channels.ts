@@ -19,7 +19,7 @@ import { accessibleUsers } from "../../actors/chat/organization/accounts.ts";
 import { chatErrors } from "../../actors/chat/errors.ts";
 import { normaliseTopic } from "./messages.ts";
 import { askRealm, type RouteSpec, type Services } from "./app.ts";
-import { channelFolderObjects, MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH, MAX_CHANNEL_FOLDER_NAME_LENGTH } from "../../actors/chat/organization/channel-folders.ts";
+import { activeChannelFolder, channelFolderObjects, MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH, MAX_CHANNEL_FOLDER_NAME_LENGTH } from "../../actors/chat/organization/channel-folders.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { LIMITS } from "./zulip.ts";
 
@@ -361,6 +361,7 @@ export const channelRoutes: RouteSpec[] = [
         is_private: Bool,
         history_public_to_subscribers: Bool,
         is_archived: Bool,
+        folder_id: { oneOf: [Id, { type: "null" }] },
         topics_policy: { anyOf: [{ type: "string", enum: TOPICS_POLICIES }] },
         ...Object.fromEntries(
           Object.keys(CHANNEL_GROUP_SETTINGS).map((name) => [name, { type: "object", properties: { new: GroupSetting, old: GroupSetting }, required: ["new"], additionalProperties: false }]),
@@ -404,6 +405,11 @@ export const channelRoutes: RouteSpec[] = [
         for (const group of needs) if (!(await inGroupSetting(db, realm[group] as GroupSettingValue, user.id))) throw errors.badRequest("Insufficient permission");
       }
       if (params.topics_policy !== undefined) settings.topics_policy = params.topics_policy;
+      if (params.folder_id !== undefined) {
+        // Zulip's get_channel_folder_by_id: a folder of the organization, not archived.
+        if (params.folder_id !== null && !(await activeChannelFolder(db, user.realm_id, params.folder_id))) throw errors.badRequest("Invalid channel folder ID");
+        settings.folder_id = params.folder_id;
+      }
       for (const setting of Object.keys(CHANNEL_GROUP_SETTINGS)) {
         const change = params[setting] as { new: GroupSettingValue; old?: GroupSettingValue } | undefined;
         if (!change) continue;

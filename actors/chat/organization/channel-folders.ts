@@ -27,6 +27,11 @@ export function channelFolderObjects(db: Kysely<Database>, realmId: number, incl
   return query.orderBy("order").orderBy("id").execute();
 }
 
+/** A folder of the organization that is not archived, which a channel may be put in. */
+export function activeChannelFolder(db: Kysely<Database>, realmId: number, id: number) {
+  return db.selectFrom("channel_folders").select("id").where("realm_id", "=", realmId).where("id", "=", id).where("is_archived", "=", false).executeTakeFirst();
+}
+
 /** Zulip's check_string_is_printable: the 1-based position of the first control or unassigned character. */
 function unprintableAt(text: string): number | undefined {
   const at = [...text].findIndex((c) => /[\p{Cc}\p{Cs}\p{Cn}]/u.test(c));
@@ -103,7 +108,12 @@ export class ChannelFolders {
       const description = msg.description.trim();
       if (description !== folder.description) Object.assign(data, { description, rendered_description: renderMarkdown(description) });
     }
-    if (msg.isArchived !== undefined && msg.isArchived !== folder.is_archived) data.is_archived = msg.isArchived;
+    if (msg.isArchived !== undefined && msg.isArchived !== folder.is_archived) {
+      // Zulip's check_channel_folder_in_use: a folder holding channels stays.
+      const inUse = msg.isArchived && (await this.db.selectFrom("streams").select("id").where("realm_id", "=", this.realmId).where(sql`settings->>'folder_id'`, "=", String(folder.id)).executeTakeFirst());
+      if (inUse) throw errors.badRequest("You need to remove all the channels from this folder to archive it.");
+      data.is_archived = msg.isArchived;
+    }
     if (!Object.keys(data).length) return {};
     await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("channel_folders").set(data).where("id", "=", folder.id).execute());
     // One event per changed part, as Zulip's do_change_channel_folder_* send them.

@@ -95,7 +95,10 @@ export async function visibleStreams(db: DB, user: Pick<UserRow, "id" | "role" |
   return granted.length ? [...rows, ...granted].sort((a, b) => a.id - b.id) : rows;
 }
 
-/** Zulip's channel object (`streams` in /register, GET /streams); settings hold topics_policy and the can_*_group values. */
+/**
+ * Zulip's channel object (`streams` in /register, GET /streams); settings hold topics_policy, the can_*_group
+ * values and folder_id.
+ */
 export function streamObject(s: StreamRow, subscriberCount: number, firstMessageId: number | null = null) {
   const settings = (s.settings ?? {}) as Record<string, unknown>;
   // Object.assign, not `{ ...settings, … }` (see docs/performance.md on spreads); the columns win.
@@ -114,7 +117,8 @@ export function streamObject(s: StreamRow, subscriberCount: number, firstMessage
     message_retention_days: s.message_retention_days,
     history_public_to_subscribers: s.history_public_to_subscribers,
     first_message_id: firstMessageId,
-    folder_id: null,
+    // Kept with the settings (PATCH /streams/{id} folder_id); null when in no folder.
+    folder_id: (settings.folder_id as number | null | undefined) ?? null,
     is_recently_active: true,
     subscriber_count: subscriberCount,
     stream_weekly_traffic: null,

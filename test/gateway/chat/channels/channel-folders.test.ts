@@ -74,6 +74,23 @@ describe.each(ENGINES)("channel folders on %s", (engine) => {
     expect([partial.status, partial.body.msg]).toEqual([400, "Invalid order mapping"]);
   });
 
+  it("puts a channel in a folder (stream update folder_id), and keeps a folder holding channels from being archived", async () => {
+    const folder = (await create(admin, { name: "Holding" })).body.channel_folder_id;
+    await api(server, "POST", "/users/me/subscriptions", { as: admin, params: { subscriptions: [{ name: "filed" }], principals: [admin.id, member.id] } });
+    const streamId = (await api(server, "GET", "/get_stream_id", { as: admin, params: { stream: "filed" } })).body.stream_id;
+    const queue = await openQueue(server, member, ["stream"]);
+    const patch = (params: Record<string, unknown>) => api(server, "PATCH", `/streams/${streamId}`, { as: admin, params, template: "/streams/{stream_id}" });
+    expect((await patch({ folder_id: folder })).status).toBe(200);
+    expect(await queue.events()).toEqual([{ type: "stream", op: "update", stream_id: streamId, name: "filed", property: "folder_id", value: folder }]);
+    const listed = (await api(server, "GET", `/streams/${streamId}`, { as: member, template: "/streams/{stream_id}" })).body.stream;
+    expect(listed.folder_id).toBe(folder);
+    expect((await update(admin, folder, { is_archived: true })).body.msg).toBe("You need to remove all the channels from this folder to archive it.");
+    expect((await patch({ folder_id: 999999 })).body.msg).toBe("Invalid channel folder ID");
+    expect((await patch({ folder_id: null })).status).toBe(200);
+    expect((await update(admin, folder, { is_archived: true })).status).toBe(200);
+    expect((await patch({ folder_id: folder })).body.msg).toBe("Invalid channel folder ID");
+  });
+
   it("refuses members, bad names and unknown folders", async () => {
     expect((await create(member, { name: "Mine" })).body.msg).toBe("Must be an organization administrator");
     const someId = (await list(admin))[0].id;
