@@ -85,12 +85,10 @@ export class Router<R extends Routable> {
     if (parts.some((p) => p!.includes("\0"))) throw errors.badRequest("The path contains NULL (0x00) characters.");
     let first: Match<R> | undefined;
     const literal = this.literal.get("/" + parts.join("/"));
-    if (literal) {
-      first = pick(literal, method, []);
-      if (first.route) return first;
-    }
+    // A literal template is listed before any pattern in Zulip's urls.py: Django stops at it, so a method it lacks is
+    // a 405 (PATCH /users/me), never a broader pattern's route.
+    if (literal) return pick(literal, method, []);
     for (const template of this.templates) {
-      if (template === literal) continue;
       const values = matchSegments(template.segments, parts as string[]);
       if (!values) continue;
       const found = pick(template, method, values);

@@ -353,11 +353,12 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect(await at(system, "failing:1").ask({ op: "ok" })).toBe("fine");
     expect(probe.turns.get("failing:1")).toBe(4);
 
-    // Unknown kinds fail the ask instead of hanging it.
+    // Unknown kinds fail the ask instead of hanging it, with an error that names what was unknown.
     logged.mockClear();
     const unknown = await rejection(at(system, "nosuchkind:1").ask({}));
-    expect(unknown.code).toBe("INTERNAL_SERVER_ERROR");
-    expect(unknown.status).toBe(500);
+    expect(unknown.code).toBe("UNKNOWN_OPERATION");
+    expect(unknown.status).toBe(501);
+    expect(unknown.message).toContain("nosuchkind");
   });
 
   it("a failing activate fails the queued asks, and the next message activates again", async () => {
