@@ -535,39 +535,6 @@ async function check(req: Extract<ClientRequest, { op: "check" }>): Promise<Chec
   return out;
 }
 
-export interface TouchResult {
-  ok: number;
-  errors: number;
-  errorSamples: string[];
-  perSecond: number;
-}
-
-async function touch(req: Extract<ClientRequest, { op: "touch" }>): Promise<TouchResult> {
-  const out: TouchResult = { ok: 0, errors: 0, errorSamples: [], perSecond: 0 };
-  const t0 = performance.now();
-  let next = 0;
-  const worker = async () => {
-    while (next < req.queues.length) {
-      const q = req.queues[next++]!;
-      const url = new URL(`/api/v1/events?queue_id=${encodeURIComponent(q.queueId)}&last_event_id=-1&dont_block=true`, req.base);
-      try {
-        const a = await request(url, "GET", q.auth);
-        const good = req.expectBadQueue ? a.status === 400 && a.body?.code === "BAD_EVENT_QUEUE_ID" : a.status === 200;
-        if (!good) throw a;
-        out.ok++;
-      } catch (err) {
-        out.errors++;
-        if (out.errorSamples.length < 5) out.errorSamples.push(describeError(err));
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: req.concurrency }, worker));
-  out.perSecond = req.queues.length / ((performance.now() - t0) / 1000);
-  return out;
-}
-
-// ---- deleting queues, and event streams opened and closed (bench/memory.ts) -------------------------------------
-
 export interface CountResult {
   ok: number;
   errors: number;
@@ -592,6 +559,23 @@ async function each<T>(items: T[], concurrency: number, one: (item: T) => Promis
   await Promise.all(Array.from({ length: concurrency }, worker));
   return out;
 }
+
+export interface TouchResult extends CountResult {
+  perSecond: number;
+}
+
+async function touch(req: Extract<ClientRequest, { op: "touch" }>): Promise<TouchResult> {
+  const t0 = performance.now();
+  const counted = await each(req.queues, req.concurrency, async (q) => {
+    const url = new URL(`/api/v1/events?queue_id=${encodeURIComponent(q.queueId)}&last_event_id=-1&dont_block=true`, req.base);
+    const a = await request(url, "GET", q.auth);
+    const good = req.expectBadQueue ? a.status === 400 && a.body?.code === "BAD_EVENT_QUEUE_ID" : a.status === 200;
+    if (!good) throw a;
+  });
+  return { ...counted, perSecond: req.queues.length / ((performance.now() - t0) / 1000) };
+}
+
+// ---- deleting queues, and event streams opened and closed (bench/memory.ts) -------------------------------------
 
 function deleteQueues(req: Extract<ClientRequest, { op: "deleteQueues" }>): Promise<CountResult> {
   return each(req.queues, req.concurrency, async (q) => {
