@@ -52,7 +52,7 @@ export class Authenticator {
     if (!user || !this.keyring.apiKeyMatches(key, user.api_key_hash)) throw errors.unauthorized("Invalid API key");
     // Zulip's UserDeactivatedError and RealmDeactivatedError.
     if (!user.is_active) throw new ChorusError("USER_DEACTIVATED", "Account is deactivated", 401);
-    if (user.realm_deactivated) throw new ChorusError("REALM_DEACTIVATED", "This organization is deactivated", 401);
+    if (user.realm_deactivated) throw new ChorusError("REALM_DEACTIVATED", "This organization has been deactivated", 401);
     if (this.cache.size > 10_000) this.cache.clear();
     this.cache.set(header, { user, until: Date.now() + CACHE_MS });
     return user;

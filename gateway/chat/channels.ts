@@ -121,6 +121,14 @@ export function requireAdministrator(user: Pick<UserRow, "role">): void {
  * Zulip's check_channel_creation_permissions and the request's settings for new channels, checked only when a
  * channel is about to be created. Returns the settings the realm actor stores.
  */
+/** A channel's folder_id: an active folder of the organization (Zulip's get_channel_folder_by_id), or null. */
+const FolderId = { oneOf: [Id, { type: "null" }] };
+
+async function checkFolder(db: DB, user: UserRow, folderId: number | null): Promise<number | null> {
+  if (folderId !== null && !(await activeChannelFolder(db, user.realm_id, folderId))) throw errors.badRequest("Invalid channel folder ID");
+  return folderId;
+}
+
 async function newChannelSettings(db: DB, user: UserRow, params: Record<string, any>) {
   const realm = await realmSettings(db, user.realm_id);
   const mayCreate = (setting: string) => inGroupSetting(db, realm[`realm_${setting}`] as GroupSettingValue, user.id);
@@ -139,6 +147,7 @@ async function newChannelSettings(db: DB, user: UserRow, params: Record<string, 
   if (params.message_retention_days !== "realm_default" && user.role !== ROLE.owner) throw errors.badRequest("Must be an organization owner");
   const settings: Record<string, unknown> = {};
   if (params.topics_policy !== undefined) settings.topics_policy = params.topics_policy;
+  if (params.folder_id !== undefined && params.folder_id !== null) settings.folder_id = await checkFolder(db, user, params.folder_id);
   for (const name of Object.keys(CHANNEL_GROUP_SETTINGS)) {
     if (params[name] === undefined) continue;
     settings[name] = await checkGroupSetting(db, user.realm_id, name, params[name], channelSettingRule(name));
@@ -273,6 +282,7 @@ const NEW_CHANNEL_PARAMS = {
   message_retention_days: { anyOf: [{ type: "integer" }, Str], default: "realm_default" },
   // JSON-encoded in Zulip's API; a bare word is accepted too.
   topics_policy: { anyOf: [{ type: "string", enum: TOPICS_POLICIES }] },
+  folder_id: FolderId,
   ...Object.fromEntries(Object.keys(CHANNEL_GROUP_SETTINGS).map((name) => [name, GroupSetting])),
 };
 
@@ -361,7 +371,7 @@ export const channelRoutes: RouteSpec[] = [
         is_private: Bool,
         history_public_to_subscribers: Bool,
         is_archived: Bool,
-        folder_id: { oneOf: [Id, { type: "null" }] },
+        folder_id: FolderId,
         topics_policy: { anyOf: [{ type: "string", enum: TOPICS_POLICIES }] },
         ...Object.fromEntries(
           Object.keys(CHANNEL_GROUP_SETTINGS).map((name) => [name, { type: "object", properties: { new: GroupSetting, old: GroupSetting }, required: ["new"], additionalProperties: false }]),
@@ -405,11 +415,7 @@ export const channelRoutes: RouteSpec[] = [
         for (const group of needs) if (!(await inGroupSetting(db, realm[group] as GroupSettingValue, user.id))) throw errors.badRequest("Insufficient permission");
       }
       if (params.topics_policy !== undefined) settings.topics_policy = params.topics_policy;
-      if (params.folder_id !== undefined) {
-        // Zulip's get_channel_folder_by_id: a folder of the organization, not archived.
-        if (params.folder_id !== null && !(await activeChannelFolder(db, user.realm_id, params.folder_id))) throw errors.badRequest("Invalid channel folder ID");
-        settings.folder_id = params.folder_id;
-      }
+      if (params.folder_id !== undefined) settings.folder_id = await checkFolder(db, user, params.folder_id);
       for (const setting of Object.keys(CHANNEL_GROUP_SETTINGS)) {
         const change = params[setting] as { new: GroupSettingValue; old?: GroupSettingValue } | undefined;
         if (!change) continue;

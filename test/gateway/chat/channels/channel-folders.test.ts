@@ -89,6 +89,12 @@ describe.each(ENGINES)("channel folders on %s", (engine) => {
     expect((await patch({ folder_id: null })).status).toBe(200);
     expect((await update(admin, folder, { is_archived: true })).status).toBe(200);
     expect((await patch({ folder_id: folder })).body.msg).toBe("Invalid channel folder ID");
+    // A new channel may start in a folder.
+    const open = (await create(admin, { name: "Open" })).body.channel_folder_id;
+    const made = await api(server, "POST", "/channels/create", { as: admin, params: { name: "born filed", subscribers: [admin.id], folder_id: open } });
+    expect(made.status, JSON.stringify(made.body)).toBe(200);
+    expect((await api(server, "GET", `/streams/${made.body.id}`, { as: admin, template: "/streams/{stream_id}" })).body.stream.folder_id).toBe(open);
+    expect((await api(server, "POST", "/channels/create", { as: admin, params: { name: "nowhere", subscribers: [], folder_id: folder } })).body.msg).toBe("Invalid channel folder ID");
   });
 
   it("refuses members, bad names and unknown folders", async () => {
