@@ -203,11 +203,13 @@ export async function answerExtractive(
   // The passage: the best sentence with its neighbours in the chunk (what follows first: a setting's default, the
   // example), kept contiguous, while it fits.
   const following = index?.following(best.chunk.id);
-  const next = following && (chunks.find((c) => c.id === following.id) ?? { ...following, rank: 0 });
-  const around = [
-    ...candidates.filter((c) => c.chunk === best.chunk),
-    ...(next ? candidates.filter((c) => c.chunk.id === next.id).concat(candidates.some((c) => c.chunk.id === next.id) ? [] : scored(next, (await sentencesOf(db, index, [next])).get(next.id)!)) : []),
-  ];
+  let runOn: Candidate[] = []; // the sentences of the section's next chunk, retrieved or not
+  if (following) {
+    const retrieved = candidates.filter((c) => c.chunk.id === following.id);
+    const chunk = { ...following, rank: 0 };
+    runOn = retrieved.length ? retrieved : scored(chunk, (await sentencesOf(db, index, [chunk])).get(chunk.id)!);
+  }
+  const around = [...candidates.filter((c) => c.chunk === best.chunk), ...runOn];
   let [first, last] = [around.indexOf(best), around.indexOf(best)];
   for (const p of picked) [first, last] = [Math.min(first, around.indexOf(p)), Math.max(last, around.indexOf(p))];
   while (picked.size < settings.maxSentences) {

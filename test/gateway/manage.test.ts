@@ -87,6 +87,7 @@ function knowledgeFiles(dir: string) {
   return {
     refunds: write("refund-policy.md", "# Refunds\n\nRefunds are processed within 14 days of the request.\n"),
     shipping: write("shipping.txt", "We ship worldwide. Shipping is free for orders above 50 euros.\n"),
+    hours: write("hours.html", "<html><body><nav>Home</nav><h1>Opening hours</h1><p>The desk is open <b>Monday to Friday</b>.</p></body></html>\n"),
     mascotPurple: write("mascot.md", "The mascot is purple.\n"),
     mascotOrange: write("mascot-v2.md", "The mascot is orange.\n"),
     binary: write("logo.png", "\u0089PNG"),
@@ -108,11 +109,11 @@ describe("npm run manage: the assistant, on the embedded store", () => {
     const key = (await manage(dataDir, "create-api-key", "--email", owner())).stdout.match(/^(chorus_\S+)$/m)?.[1];
     expect(key).toBeDefined();
 
-    const v1 = fields(await manage(dataDir, "add-version", "--agent", agent.agent_id!, "--publish", files.refunds, files.shipping));
+    const v1 = fields(await manage(dataDir, "add-version", "--agent", agent.agent_id!, "--publish", files.refunds, files.shipping, files.hours));
     expect(v1.version_id).toMatch(/^[0-9a-f-]{36}$/);
     const refused = await manage(dataDir, "add-version", "--agent", agent.agent_id!, files.binary);
     expect(refused.code).toBe(1);
-    expect(refused.stderr).toContain("only text and markdown");
+    expect(refused.stderr).toContain("only text, markdown and HTML");
 
     const node = await startNode(loadConfig({ port: 0, host: "127.0.0.1", dataDir, secret: "manage-test", databaseUrl: undefined, redisUrl: undefined, workers: 1 }));
     const server = { url: `http://127.0.0.1:${node.port}` };
@@ -123,11 +124,14 @@ describe("npm run manage: the assistant, on the embedded store", () => {
       const answer = await call(server, "POST", `/api/embed/${agent.agent_key}`, { body: { question: "How long do refunds take?" }, headers: { origin: "https://shop.example.com" } });
       expect(answer.status).toBe(200);
       expect(answer.body.answer).toContain("within 14 days");
-      expect(answer.body.sources[0].title).toBe("refund-policy — Refunds"); // the file name, and the heading
+      expect(answer.body.sources[0]).toMatchObject({ title: "refund-policy", heading: "Refunds" }); // the file name, and the heading
+      const hours = await call(server, "POST", `/api/embed/${agent.agent_key}`, { body: { question: "When is the desk open?" }, headers: { origin: "https://shop.example.com" } });
+      expect(hours.body.answer).toBe("The desk is open Monday to Friday."); // the HTML file read as text
+      expect(hours.body.sources[0]).toMatchObject({ title: "hours", heading: "Opening hours" });
       expect((await call(server, "POST", `/api/embed/${agent.agent_key}`, { body: { question: "refunds" }, headers: { origin: "https://evil.example" } })).status).toBe(403);
       const manifest = await call(server, "GET", `/api/internal/rag/runtime-manifest?agent_id=${agent.agent_id}`, { key });
       expect(manifest.body).toMatchObject({ version_id: v1.version_id, allowed_origins: ["shop.example.com"], rate_limit_per_minute: 100 });
-      expect(manifest.body.knowledge.documents.map((d: { title: string }) => d.title)).toEqual(["refund-policy", "shipping"]);
+      expect(manifest.body.knowledge.documents.map((d: { title: string }) => d.title)).toEqual(["refund-policy", "shipping", "hours"]);
     } finally {
       await node.close();
     }
