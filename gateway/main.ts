@@ -54,6 +54,7 @@ import { organizationRoutes } from "./chat/organization.ts";
 import { emojiRoutes, isEmojiImagePath, serveEmojiImage } from "./chat/emoji.ts";
 import { linkifierRoutes } from "./chat/linkifiers.ts";
 import { userGroupRoutes } from "./chat/user-groups.ts";
+import { isPagePath, servePage, warmAssets } from "./pages/routes.ts";
 import type { Database } from "../actors/schema.ts";
 
 export interface RunningNode {
@@ -154,7 +155,14 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
-    handler: (req) => (isZulipPath(req.path) ? app.handle(req) : isEmojiImagePath(req.path) ? serveEmojiImage(store, req) : assistant.app.handle(req)),
+    handler: (req) =>
+      isZulipPath(req.path)
+        ? app.handle(req)
+        : isEmojiImagePath(req.path)
+          ? serveEmojiImage(store, req)
+          : isPagePath(req.path)
+            ? servePage(services, req)
+            : assistant.app.handle(req),
     tooLarge: (path, limit) => {
       const error = new ChorusError("BAD_REQUEST", `Request body too large (limit: ${limit} bytes)`, 413);
       const result = isZulipPath(path) ? envelope(error) : errorResult(error);
@@ -233,6 +241,8 @@ async function main(): Promise<void> {
     return;
   }
   const workerIndex = Number(process.env.WORKER_INDEX ?? 0);
+  // Bundled at start-up here (tests build on the first page asked for), so a broken page script shows at once.
+  await warmAssets();
   const node = await startNode(config, { workerIndex, prepared: cluster.isWorker });
   console.log(
     `chorus: worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,

@@ -1,0 +1,2 @@
+/** The embed widget (to come). */
+export {};
