@@ -32,6 +32,7 @@ header h2 { font-size: 16px; margin: 0; flex: 1; }
 .msg.greeting { color: var(--muted); }
 .msg[aria-busy="true"] .text::after { content: "\\2026"; }
 .sources { margin: 6px 0 0; padding: 6px 0 0; border-top: 1px solid var(--line); font-size: 13px; list-style: none; }
+.sources::before { content: "Sources"; display: block; font-weight: 600; color: var(--muted); }
 .sources li { margin: 2px 0; }
 .sources a { color: var(--accent); }
 :host([data-theme="dark"]) .sources a { color: inherit; }
