@@ -14,7 +14,7 @@ import { collectPageErrors, launchBrowser, screenshot } from "../../support/brow
 import { operatorKey, publishedAgent } from "../assistant/support.ts";
 
 // The callbacks of page.evaluate run in the page, whose globals the Node typings do not have.
-declare const document: any, window: any, MutationObserver: any;
+declare const document: any, window: any, MutationObserver: any, localStorage: any;
 
 // A browser test drives several pages; on a busy 2-core machine that takes longer than an API test.
 vi.setConfig({ testTimeout: 90_000 });
@@ -181,6 +181,33 @@ describe("embed widget", () => {
     expect(await lost.locator(".msg.user").count()).toBe(1); // the retry did not repeat the question in the log
     expect(await lost.getByRole("alert").isHidden()).toBe(true);
     await offline.close();
+  });
+
+  it("shows a source with a web address as a link, and never a script address", async () => {
+    const agent = await publishedAgent(server, operator, { allowed_origins: ["localhost"] });
+    const context = await browser.newContext();
+    // A kept conversation whose answer cites two sources (as answers do once documents have addresses).
+    await context.addInitScript(
+      ([key, value]) => localStorage.setItem(key, value),
+      [
+        `chorus-widget:${server.url}:${agent.agent_key}`,
+        JSON.stringify({
+          messages: [
+            { role: "user", text: "Refunds?" },
+            { role: "assistant", text: "Within 14 days.", sources: [{ title: "Refund policy", url: "https://docs.example.com/refunds" }, { title: "Tricky", url: "javascript:alert(1)" }] },
+          ],
+        }),
+      ],
+    );
+    const { page } = await openHost(context, { "agent-key": agent.agent_key });
+    await page.getByRole("button", { name: /Open chat/ }).click();
+    const link = page.getByRole("link", { name: "Refund policy" });
+    expect(await link.getAttribute("href")).toBe("https://docs.example.com/refunds");
+    expect(await link.getAttribute("rel")).toBe("noopener noreferrer");
+    expect(await page.getByRole("link", { name: "Tricky" }).count()).toBe(0);
+    expect(await page.getByRole("list", { name: "Sources" }).textContent()).toContain("Tricky");
+    await screenshot(page, "widget-source-links");
+    await context.close();
   });
 
   it("is small: under 20 KB gzipped", async () => {
