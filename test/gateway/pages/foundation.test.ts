@@ -2,10 +2,13 @@
  * The pages' foundation: the landing page through a real server and a real browser, its security headers, and the
  * bundled assets' caching (ETag, gzip, immutable hashed URLs; the widget's one fixed URL).
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { Browser } from "playwright-core";
 import { startTestServer, type TestServer } from "../../support/server.ts";
 import { collectPageErrors, launchBrowser, screenshot } from "../../support/browser.ts";
+
+// Starting a server and a browser together takes longer than one server on a busy 2-core machine.
+vi.setConfig({ hookTimeout: 120_000 });
 
 let server: TestServer;
 let browser: Browser;

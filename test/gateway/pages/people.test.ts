@@ -10,8 +10,9 @@ import { api, createUser, startTestServer, type TestServer } from "../../support
 import { collectPageErrors, launchBrowser, screenshot } from "../../support/browser.ts";
 import { emailKeyFor, lastEmailTo } from "../../support/mail.ts";
 
-// A browser test drives several pages; on a busy 2-core machine that takes longer than an API test.
-vi.setConfig({ testTimeout: 90_000 });
+// A browser test drives several pages, and its file starts a browser beside the server: on a busy 2-core machine
+// both take longer than an API test.
+vi.setConfig({ testTimeout: 90_000, hookTimeout: 120_000 });
 
 let server: TestServer;
 let browser: Browser;

@@ -16,8 +16,9 @@ import { operatorKey, publishedAgent } from "../assistant/support.ts";
 // The callbacks of page.evaluate run in the page, whose globals the Node typings do not have.
 declare const document: any, window: any, MutationObserver: any, localStorage: any;
 
-// A browser test drives several pages; on a busy 2-core machine that takes longer than an API test.
-vi.setConfig({ testTimeout: 90_000 });
+// A browser test drives several pages, and its file starts a browser beside the server: on a busy 2-core machine
+// both take longer than an API test.
+vi.setConfig({ testTimeout: 90_000, hookTimeout: 120_000 });
 
 let server: TestServer;
 let browser: Browser;
@@ -140,6 +141,17 @@ describe("embed widget", () => {
     await askWidget(page, "Is shipping free?");
     const session = await server.node.store.db.selectFrom("assistant_sessions").select("user_id").where("agent_id", "=", agent.agent_id).executeTakeFirstOrThrow();
     expect(session.user_id).toBe("customer-42");
+
+    // The page's script signs another visitor in: it forgets the conversation and identifies the new one.
+    const otherHash = crypto.createHmac("sha256", agent.secret).update("customer-43").digest("hex");
+    await page.evaluate(([userId, userHash]) => {
+      window.ChorusWidget.reset();
+      window.ChorusWidget.identify({ userId, userHash });
+    }, ["customer-43", otherHash]);
+    expect(await page.locator(".msg").count()).toBe(0);
+    await askWidget(page, "How long do refunds take?");
+    const sessions = await server.node.store.db.selectFrom("assistant_sessions").select("user_id").where("agent_id", "=", agent.agent_id).orderBy("created_at").execute();
+    expect(sessions.map((s) => s.user_id).sort()).toEqual(["customer-42", "customer-43"]);
     await context.close();
   });
 
