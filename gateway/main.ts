@@ -58,6 +58,8 @@ import { linkifierRoutes } from "./chat/linkifiers.ts";
 import { userGroupRoutes } from "./chat/user-groups.ts";
 import { isUploadPath, isUploadRequest, serveUpload, uploadRoutes } from "./chat/uploads.ts";
 import { LocalDirectoryBlobStore } from "../runtime/blobs/local-directory.ts";
+import { passwordResetRoutes } from "./chat/password-reset.ts";
+import { isPagePath, servePage, warmAssets } from "./pages/routes.ts";
 import type { Database } from "../actors/schema.ts";
 
 export interface RunningNode {
@@ -155,7 +157,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes, ...passwordResetRoutes);
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub, rateLimiter });
   const http = await startHttpServer({
     host: config.host,
@@ -168,7 +170,9 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
           ? serveEmojiImage(store, req)
           : isUploadPath(req.path)
             ? serveUpload(services, req)
-            : assistant.app.handle(req),
+            : isPagePath(req.path)
+              ? servePage(services, req)
+              : assistant.app.handle(req),
     streamedBody: isUploadRequest,
     refusal: (path, status, message) => {
       const error = new ChorusError("BAD_REQUEST", message, status);
@@ -249,6 +253,8 @@ async function main(): Promise<void> {
     return;
   }
   const workerIndex = Number(process.env.WORKER_INDEX ?? 0);
+  // Bundled at start-up here (tests build on the first page asked for), so a broken page script shows at once.
+  await warmAssets();
   const node = await startNode(config, { workerIndex, prepared: cluster.isWorker });
   console.log(
     `chorus: worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,

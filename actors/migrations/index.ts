@@ -33,6 +33,7 @@ import * as sendAttempts from "../chat/migrations/2026-11-27T2120-send-attempts.
 import * as realmUserSettingsDefaults from "../chat/migrations/2026-11-27T2110-realm-user-settings-defaults.ts";
 import * as reminders from "../chat/migrations/2026-11-27T2110-reminders.ts";
 import * as channelFolders from "../chat/migrations/2026-11-27T2110-channel-folders.ts";
+import * as passwordResets from "../chat/migrations/2026-11-27T2200-password-resets.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -63,4 +64,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-27T2110-reminders": reminders,
   "2026-11-27T2110-channel-folders": channelFolders,
   "2026-11-27T2140-document-sections": documentSections,
+  "2026-11-27T2200-password-resets": passwordResets,
 };
