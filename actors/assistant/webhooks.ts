@@ -107,6 +107,34 @@ export async function enqueueDirect(
   return msgId;
 }
 
+/**
+ * A new delivery of one of the agent's past deliveries: the same message (`webhook-id`, type, payload) to the same
+ * URL, due now, with its own attempts; the original row keeps its history. 404 for another agent's delivery.
+ */
+export async function requeueDelivery(trx: Transaction<Database>, agentId: string, deliveryId: number): Promise<number> {
+  const row = await trx.selectFrom("webhook_outbox").selectAll().where("id", "=", deliveryId).where("agent_id", "=", agentId).executeTakeFirst();
+  if (!row) throw new ChorusError("NOT_FOUND", "Delivery not found", 404);
+  const now = Date.now();
+  const { id } = await trx
+    .insertInto("webhook_outbox")
+    .values({
+      msg_id: row.msg_id,
+      endpoint_id: row.endpoint_id,
+      agent_id: agentId,
+      url: row.url,
+      secret_enc: row.secret_enc,
+      event_type: row.event_type,
+      payload: row.payload,
+      next_attempt_at: now,
+      last_error: null,
+      last_status: null,
+      created_at: now,
+    })
+    .returning("id")
+    .executeTakeFirstOrThrow();
+  return id;
+}
+
 // ---- the address guard -------------------------------------------------------------------------------------
 
 /** Whether an address is one a webhook must not reach by default. */
