@@ -60,7 +60,7 @@ export interface UpdateAgent {
   rateLimitPerMinute?: number;
 }
 
-/** Send one of the agent's webhook deliveries again, as a new delivery of the same message (same `webhook-id`). */
+/** Send one of the agent's webhook deliveries again (same message, same `webhook-id`), with a fresh count of attempts. */
 export interface ResendDelivery {
   op: "resendDelivery";
   deliveryId: number;

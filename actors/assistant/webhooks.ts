@@ -108,31 +108,20 @@ export async function enqueueDirect(
 }
 
 /**
- * A new delivery of one of the agent's past deliveries: the same message (`webhook-id`, type, payload) to the same
- * URL, due now, with its own attempts; the original row keeps its history. 404 for another agent's delivery.
+ * Send one of the agent's deliveries again (an operator's resend): the row is due now with a fresh count of
+ * attempts, keeping its message (`webhook-id`, type, payload) and URL; its last answer stays until the next attempt.
+ * 404 for another agent's delivery.
  */
 export async function requeueDelivery(trx: Transaction<Database>, agentId: string, deliveryId: number): Promise<number> {
-  const row = await trx.selectFrom("webhook_outbox").selectAll().where("id", "=", deliveryId).where("agent_id", "=", agentId).executeTakeFirst();
-  if (!row) throw new ChorusError("NOT_FOUND", "Delivery not found", 404);
-  const now = Date.now();
-  const { id } = await trx
-    .insertInto("webhook_outbox")
-    .values({
-      msg_id: row.msg_id,
-      endpoint_id: row.endpoint_id,
-      agent_id: agentId,
-      url: row.url,
-      secret_enc: row.secret_enc,
-      event_type: row.event_type,
-      payload: row.payload,
-      next_attempt_at: now,
-      last_error: null,
-      last_status: null,
-      created_at: now,
-    })
+  const row = await trx
+    .updateTable("webhook_outbox")
+    .set({ status: "pending", attempts: 0, next_attempt_at: Date.now() })
+    .where("id", "=", deliveryId)
+    .where("agent_id", "=", agentId)
     .returning("id")
-    .executeTakeFirstOrThrow();
-  return id;
+    .executeTakeFirst();
+  if (!row) throw new ChorusError("NOT_FOUND", "Delivery not found", 404);
+  return row.id;
 }
 
 // ---- the address guard -------------------------------------------------------------------------------------
