@@ -54,6 +54,7 @@ import { organizationRoutes } from "./chat/organization.ts";
 import { emojiRoutes, isEmojiImagePath, serveEmojiImage } from "./chat/emoji.ts";
 import { linkifierRoutes } from "./chat/linkifiers.ts";
 import { userGroupRoutes } from "./chat/user-groups.ts";
+import { passwordResetRoutes } from "./chat/password-reset.ts";
 import { isPagePath, servePage, warmAssets } from "./pages/routes.ts";
 import type { Database } from "../actors/schema.ts";
 
@@ -149,7 +150,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...passwordResetRoutes);
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub });
   const http = await startHttpServer({
     host: config.host,

@@ -311,6 +311,18 @@ export interface EmailOutboxTable {
   last_error: string | null;
 }
 
+export interface PasswordResetTable {
+  id: Generated<number>;
+  realm_id: number;
+  user_id: number;
+  /** SHA-256 of the key in the reset e-mail: the key itself is only in the e-mail. */
+  key_hash: string;
+  created_at: number;
+  expires_at: number;
+  /** pending, used, or superseded (by a later request, or by another of the user's keys being used). */
+  status: Generated<string>;
+}
+
 export interface EmailChangeTable {
   id: Generated<number>;
   realm_id: number;
@@ -453,6 +465,7 @@ export interface ChatTables {
   invitation_resends: InvitationResendTable;
   email_outbox: EmailOutboxTable;
   email_changes: EmailChangeTable;
+  password_resets: PasswordResetTable;
   custom_profile_fields: CustomProfileFieldTable;
   custom_profile_field_values: CustomProfileFieldValueTable;
   realm_emoji: RealmEmojiTable;

@@ -27,6 +27,7 @@ import * as recipientLists from "../chat/migrations/2026-11-24T1000-recipient-li
 import * as alertWordsStatusMutes from "../chat/migrations/2026-11-26T0300-alert-words-status-mutes.ts";
 import * as archivedChannels from "../chat/migrations/2026-11-26T0300-archived-channels.ts";
 import * as linkifiersPlaygroundsSnippets from "../chat/migrations/2026-11-26T0300-linkifiers-playgrounds-snippets.ts";
+import * as passwordResets from "../chat/migrations/2026-11-27T2200-password-resets.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -51,4 +52,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-26T0300-alert-words-status-mutes": alertWordsStatusMutes,
   "2026-11-26T0300-archived-channels": archivedChannels,
   "2026-11-26T0300-linkifiers-playgrounds-snippets": linkifiersPlaygroundsSnippets,
+  "2026-11-27T2200-password-resets": passwordResets,
 };

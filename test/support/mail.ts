@@ -6,7 +6,7 @@ export function lastEmailTo(server: TestServer, address: string) {
   return server.node.store.db.selectFrom("email_outbox").selectAll().where("to_address", "=", address).orderBy("id", "desc").executeTakeFirstOrThrow();
 }
 
-/** The key in the e-mail most recently queued for this address (invitations, e-mail changes). */
+/** The key in the e-mail most recently queued for this address (invitations, e-mail changes, password resets). */
 export async function emailKeyFor(server: TestServer, address: string): Promise<string> {
-  return /key=([\w-]+)/.exec((await lastEmailTo(server, address)).body)![1]!;
+  return /(?:key=|\/join\/|\/password\/reset\/)([\w-]+)/.exec((await lastEmailTo(server, address)).body)![1]!;
 }

@@ -51,11 +51,17 @@ function invitationFailed(msg: string, failures: [string, string, boolean][], se
   });
 }
 
-/** An e-mailed invitation or a link, refused once used, revoked or expired (links are never "accepted"). */
+/** Why an e-mailed invitation or a link can no longer be used (used, revoked or expired; links are never "accepted"). */
+export function unusableReason(invite: { status: string; expires_at: number | null }): string | undefined {
+  if (invite.status === "accepted") return "This invitation has already been used";
+  if (invite.status === "revoked") return "This invitation has been revoked";
+  if (invite.expires_at !== null && Number(invite.expires_at) <= nowSeconds()) return "This invitation has expired";
+  return undefined;
+}
+
 function refuseUnusable(invite: { status: string; expires_at: number | null }): void {
-  if (invite.status === "accepted") throw errors.badRequest("This invitation has already been used");
-  if (invite.status === "revoked") throw errors.badRequest("This invitation has been revoked");
-  if (invite.expires_at !== null && Number(invite.expires_at) <= nowSeconds()) throw errors.badRequest("This invitation has expired");
+  const reason = unusableReason(invite);
+  if (reason) throw errors.badRequest(reason);
 }
 
 /** Zulip's link form: {site}/join/{key}/. */
@@ -471,7 +477,8 @@ async function insertInvitation(trx: Transaction<Database>, row: Omit<Insertable
   return key;
 }
 
-const acceptLine = (siteUrl: string, key: string) => `Accept the invitation: POST ${siteUrl}/api/v1/invites/accept with key=${key}, full_name and password.`;
+/** The join page (gateway/pages/people) takes the key from its path; scripts may POST it to /api/v1/invites/accept. */
+const acceptLine = (siteUrl: string, key: string) => `Accept the invitation: ${siteUrl}/join/${key}/`;
 
 function invitationEmail(referrer: string, realmName: string, siteUrl: string, key: string, welcome: string | null) {
   const lines = [`${referrer} invited you to join ${realmName} on Chorus.`, "", ...(welcome ? [welcome, ""] : []), acceptLine(siteUrl, key)];

@@ -1,8 +1,8 @@
 /**
- * realm:<realm id>: the organization (accounts, roles, settings, groups, invitations, e-mail changes, custom profile
+ * realm:<realm id>: the organization (accounts, roles, settings, groups, invitations, e-mail changes, password resets, custom profile
  * fields, custom emoji, linkifiers, code playgrounds). Handlers: RealmActor.handlers in realm.ts, which forwards the invitation, e-mail change,
  * profile field, emoji, linkifier and playground operations to Invitations.handlers (invites.ts),
- * EmailChanges.handlers (email-changes.ts), ProfileFields.handlers (profile-fields.ts), RealmEmojiChanges.handlers
+ * EmailChanges.handlers (email-changes.ts), PasswordResets.handlers (password-resets.ts), ProfileFields.handlers (profile-fields.ts), RealmEmojiChanges.handlers
  * (realm-emoji.ts), RealmLinkifiers.handlers (linkifiers.ts), RealmPlaygrounds.handlers (realm-playgrounds.ts) and
  * GroupChanges.handlers (group-changes.ts).
  */
@@ -192,6 +192,20 @@ export interface StartEmailChange {
 export interface ConfirmEmailChange {
   op: "confirmEmailChange";
   key: string;
+}
+
+/** POST /password_reset: a reset e-mail to the address if an active account has it (nothing is said either way). */
+export interface StartPasswordReset {
+  op: "startPasswordReset";
+  email: string;
+  siteUrl: string;
+}
+
+/** POST /password_reset/confirm: the key from that e-mail and the new password (hashed by the caller). */
+export interface ResetPassword {
+  op: "resetPassword";
+  key: string;
+  passwordHash: string;
 }
 
 export type EmailChanged = {
@@ -398,6 +412,12 @@ export type EmailChangesProtocol = {
   confirmEmailChange: Op<ConfirmEmailChange, EmailChanged>;
 };
 
+/** Password resets by e-mail (password-resets.ts). */
+export type PasswordResetsProtocol = {
+  startPasswordReset: Op<StartPasswordReset, Empty>;
+  resetPassword: Op<ResetPassword, { user_id: number }>;
+};
+
 /** Custom profile fields and their values (profile-fields.ts). */
 export type ProfileFieldsProtocol = {
   createProfileField: Op<CreateProfileField, { id: number }>;
@@ -425,6 +445,7 @@ export type RealmProtocol = {
   setUserActive: Op<SetUserActive, Empty>;
 } & InvitesProtocol &
   EmailChangesProtocol &
+  PasswordResetsProtocol &
   ProfileFieldsProtocol &
   RealmEmojiProtocol &
   LinkifiersProtocol &

@@ -17,6 +17,7 @@ import { realmSettings } from "../users/settings.ts";
 import { checkNewGroup, insertGroup } from "./user-groups.ts";
 import { Invitations } from "./invites.ts";
 import { EmailChanges } from "./email-changes.ts";
+import { PasswordResets } from "./password-resets.ts";
 import { ProfileFields } from "./profile-fields.ts";
 import { RealmEmojiChanges } from "./realm-emoji.ts";
 import { RealmLinkifiers, type RealmAdministration } from "./linkifiers.ts";
@@ -42,6 +43,7 @@ export class RealmActor implements Actor {
   private readonly realmId: number;
   private readonly invitations: Invitations;
   private readonly emailChanges: EmailChanges;
+  private readonly passwordResets: PasswordResets;
   private readonly profileFields: ProfileFields;
   private readonly emoji: RealmEmojiChanges;
   private readonly linkifiers: RealmLinkifiers;
@@ -55,6 +57,7 @@ export class RealmActor implements Actor {
     this.realmId = Number(ctx.key);
     this.invitations = new Invitations(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event), announceUser: (id) => this.announceUser(id) });
     this.emailChanges = new EmailChanges(ctx, deps, this.realmId);
+    this.passwordResets = new PasswordResets(ctx, deps, this.realmId);
     this.profileFields = new ProfileFields(ctx, deps, this.realmId, { tellRealm: (event) => this.tellRealm(event) });
     this.emoji = new RealmEmojiChanges(ctx, deps, this.realmId, { actingUser: (id) => this.actingUser(id), tellRealm: (event) => this.tellRealm(event) });
     const administration: RealmAdministration = {
@@ -78,6 +81,7 @@ export class RealmActor implements Actor {
     setUserActive: (realm, msg) => realm.setUserActive(msg),
     ...forward(Invitations.handlers, (realm: RealmActor) => realm.invitations),
     ...forward(EmailChanges.handlers, (realm: RealmActor) => realm.emailChanges),
+    ...forward(PasswordResets.handlers, (realm: RealmActor) => realm.passwordResets),
     ...forward(ProfileFields.handlers, (realm: RealmActor) => realm.profileFields),
     ...forward(RealmEmojiChanges.handlers, (realm: RealmActor) => realm.emoji),
     ...forward(RealmLinkifiers.handlers, (realm: RealmActor) => realm.linkifiers),
