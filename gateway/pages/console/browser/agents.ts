@@ -1,6 +1,7 @@
 /** The agents: the organization's list, creating one (its key and secret shown once), and an agent's settings. */
 import { el } from "../../shared/browser/dom.ts";
 import { get, patch, post, type AgentInfo } from "./api.ts";
+import { refresh } from "./console.ts";
 import { actionForm, copyable, embedSnippet, field, shortId, siteUrl, table, when } from "./ui.ts";
 
 /** Origins as the operator types them (one a line, or comma-separated) and as the API takes them. */
@@ -35,9 +36,33 @@ export function loadAgent(agentId: string): Promise<AgentInfo> {
   return get<AgentInfo>(`/api/internal/rag/agents/${encodeURIComponent(agentId)}`);
 }
 
+interface CreatedAgent {
+  agent_id: string;
+  agent_key: string;
+  secret: string;
+  name: string;
+}
+
+/** The agent just created, for the list's next rendering to show its secret (once: the view forgets it). */
+let justCreated: CreatedAgent | undefined;
+
+function secretPanel(agent: CreatedAgent): HTMLElement {
+  return el(
+    "section",
+    { class: "secret-once", "aria-labelledby": "created-heading" },
+    el("h2", { id: "created-heading", tabindex: -1 }, `${agent.name}: copy the secret now`),
+    el("p", {}, "The secret signs your visitors' identities (user_hash). It is shown only this once: store it in your site's server configuration."),
+    copyable("Agent key", agent.agent_key),
+    copyable("Secret", agent.secret),
+    copyable("Embed snippet", embedSnippet(siteUrl, agent.agent_key), true),
+    el("p", {}, el("a", { href: `#/agents/${agent.agent_id}/versions` }, "Next: add its knowledge (versions)")),
+  );
+}
+
 export async function agentsView(): Promise<HTMLElement> {
   const { agents } = await get<{ agents: AgentInfo[] }>("/api/internal/rag/agents");
-  const created = el("div", { class: "created" });
+  const created = justCreated ? secretPanel(justCreated) : null;
+  justCreated = undefined;
   const name = el("input", { name: "name", required: true, maxlength: 200 });
   const origins = el("textarea", { name: "allowed_origins", rows: 2 });
   const rate = el("input", { name: "rate_limit_per_minute", type: "number", min: 1, max: 100000, inputmode: "numeric" });
@@ -51,23 +76,10 @@ export async function agentsView(): Promise<HTMLElement> {
     async (status) => {
       const body: Record<string, unknown> = { name: name.value, allowed_origins: originsOf(origins.value) };
       if (rate.value) body.rate_limit_per_minute = Number(rate.value);
-      const agent = await post<{ agent_id: string; agent_key: string; secret: string }>("/api/internal/rag/agents", body);
-      status.ok(`Created ${name.value}.`);
-      const heading = el("h3", { tabindex: -1 }, `${name.value}: copy the secret now`);
-      created.replaceChildren(
-        el(
-          "section",
-          { class: "secret-once", "aria-labelledby": "created-heading" },
-          heading,
-          el("p", {}, "The secret signs your visitors' identities (user_hash). It is shown only this once: store it in your site's server configuration."),
-          copyable("Agent key", agent.agent_key),
-          copyable("Secret", agent.secret),
-          copyable("Embed snippet", embedSnippet(siteUrl, agent.agent_key), true),
-          el("p", {}, el("a", { href: `#/agents/${agent.agent_id}/versions` }, "Next: add its knowledge (versions)")),
-        ),
-      );
-      heading.id = "created-heading";
-      heading.focus();
+      justCreated = { ...(await post<CreatedAgent>("/api/internal/rag/agents", body)), name: name.value };
+      status.clear();
+      await refresh();
+      document.getElementById("created-heading")?.focus();
     },
     "New agent",
   );
@@ -75,6 +87,7 @@ export async function agentsView(): Promise<HTMLElement> {
     "div",
     {},
     el("h1", {}, "Agents"),
+    created,
     table(
       ["Name", "Agent key", "Published version", "Versions", "Created"],
       agents.map((a) => [
@@ -88,7 +101,6 @@ export async function agentsView(): Promise<HTMLElement> {
     ),
     el("h2", {}, "New agent"),
     form,
-    created,
   );
 }
 
