@@ -175,7 +175,7 @@ describe("operator console", () => {
         return page.locator("tbody tr").last().textContent();
       })
       .toMatch(/failed.*HTTP 503/);
-    await page.getByRole("button", { name: /^Resend delivery/ }).first().click();
+    await page.getByRole("button", { name: /^Resend delivery/ }).last().click();
     await expect
       .poll(async () => {
         await page.getByRole("button", { name: "Refresh" }).click();
