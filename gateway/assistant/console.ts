@@ -10,7 +10,7 @@ import { sessionById, sessionMessages } from "../../actors/assistant/reads.ts";
 import { agentDeliveries, agentDetail, agentVersions, agentWebhooks, conversations, realmAgentList, versionDocuments } from "../../actors/assistant/console-reads.ts";
 import { Agent } from "../../actors/assistant/agent.protocol.ts";
 import { Operator as OperatorKind } from "../../actors/assistant/operator.protocol.ts";
-import { fail, isUuid, json, type AssistantRoute, type AssistantServices } from "./app.ts";
+import { fail, isUuid, json, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
 import { SESSION_COOKIE } from "./auth.ts";
 import { AGENT_BODY, normaliseOriginRule, operatorAgent } from "./internal.ts";
 
@@ -89,6 +89,19 @@ function lineCount(text: string): number {
   return text ? text.split("\n").length - (text.endsWith("\n") ? 1 : 0) : 0;
 }
 
+/** A GET of something of one agent: the agent checked against the operator's organization, then `read`'s answer. */
+function agentRead(path: string, read: (services: AssistantServices, agentId: string, call: AssistantCall) => Promise<unknown>): AssistantRoute {
+  return {
+    method: "GET",
+    path: `/api/internal/rag/agents/{agent_id}${path}`,
+    auth: "operator",
+    async handle(call) {
+      const agent = await operatorAgent(call.services, call.operator, call.pathParams.agent_id);
+      return json(200, await read(call.services, agent.id, call), NO_STORE);
+    },
+  };
+}
+
 export const consoleRoutes: AssistantRoute[] = [
   {
     method: "GET",
@@ -121,15 +134,7 @@ export const consoleRoutes: AssistantRoute[] = [
       return json(200, { agents: await realmAgentList(services.store.db, operator.realmId) }, NO_STORE);
     },
   },
-  {
-    method: "GET",
-    path: "/api/internal/rag/agents/{agent_id}",
-    auth: "operator",
-    async handle({ operator, services, pathParams }) {
-      const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      return json(200, await agentDetail(services.store.db, agent.id), NO_STORE);
-    },
-  },
+  agentRead("", (services, agentId) => agentDetail(services.store.db, agentId)),
   {
     method: "PATCH",
     path: "/api/internal/rag/agents/{agent_id}",
@@ -147,57 +152,20 @@ export const consoleRoutes: AssistantRoute[] = [
       return json(200, await agentDetail(services.store.db, agent.id), NO_STORE);
     },
   },
-  {
-    method: "GET",
-    path: "/api/internal/rag/agents/{agent_id}/versions",
-    auth: "operator",
-    async handle({ operator, services, pathParams }) {
-      const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      return json(200, { versions: await agentVersions(services.store.db, agent.id) }, NO_STORE);
-    },
-  },
-  {
-    method: "GET",
-    path: "/api/internal/rag/agents/{agent_id}/versions/{version_id}",
-    auth: "operator",
-    async handle({ operator, services, pathParams }) {
-      const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      return json(200, await agentVersion(services, agent.id, pathParams.version_id), NO_STORE);
-    },
-  },
-  {
-    method: "GET",
-    path: "/api/internal/rag/agents/{agent_id}/versions/{version_id}/diff",
-    auth: "operator",
-    async handle({ operator, services, pathParams, query }) {
-      const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      const version = await agentVersion(services, agent.id, pathParams.version_id);
-      const againstId = uuidParam(query, "against") ?? (await agentDetail(services.store.db, agent.id)).published_version_id;
-      if (!againstId) throw new ChorusError("NOT_PUBLISHED", "The agent has no published version to compare with; give ?against=<version id>", 409);
-      const base = await agentVersion(services, agent.id, againstId);
-      return json(200, compareVersions(base, version), NO_STORE);
-    },
-  },
-  {
-    method: "GET",
-    path: "/api/internal/rag/agents/{agent_id}/webhooks",
-    auth: "operator",
-    async handle({ operator, services, pathParams }) {
-      const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      return json(200, { webhooks: await agentWebhooks(services.store.db, agent.id) }, NO_STORE);
-    },
-  },
-  {
-    method: "GET",
-    path: "/api/internal/rag/agents/{agent_id}/webhooks/deliveries",
-    auth: "operator",
-    async handle({ operator, services, pathParams, query }) {
-      const agent = await operatorAgent(services, operator, pathParams.agent_id);
-      const limit = intParam(query, "limit", 1, 500, 50)!;
-      const before = intParam(query, "before", 1, Number.MAX_SAFE_INTEGER);
-      return json(200, { deliveries: await agentDeliveries(services.store.db, agent.id, limit, before) }, NO_STORE);
-    },
-  },
+  agentRead("/versions", async (services, agentId) => ({ versions: await agentVersions(services.store.db, agentId) })),
+  agentRead("/versions/{version_id}", (services, agentId, { pathParams }) => agentVersion(services, agentId, pathParams.version_id)),
+  agentRead("/versions/{version_id}/diff", async (services, agentId, { pathParams, query }) => {
+    const version = await agentVersion(services, agentId, pathParams.version_id);
+    const againstId = uuidParam(query, "against") ?? (await agentDetail(services.store.db, agentId)).published_version_id;
+    if (!againstId) throw new ChorusError("NOT_PUBLISHED", "The agent has no published version to compare with; give ?against=<version id>", 409);
+    return compareVersions(await agentVersion(services, agentId, againstId), version);
+  }),
+  agentRead("/webhooks", async (services, agentId) => ({ webhooks: await agentWebhooks(services.store.db, agentId) })),
+  agentRead("/webhooks/deliveries", async (services, agentId, { query }) => {
+    const limit = intParam(query, "limit", 1, 500, 50)!;
+    const before = intParam(query, "before", 1, Number.MAX_SAFE_INTEGER);
+    return { deliveries: await agentDeliveries(services.store.db, agentId, limit, before) };
+  }),
   {
     method: "POST",
     path: "/api/internal/rag/agents/{agent_id}/webhooks/deliveries/{delivery_id}/resend",

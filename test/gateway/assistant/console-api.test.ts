@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENGINES, startTestServer, type TestServer } from "../../support/server.ts";
-import { call, createAgent, createVersion, HANDBOOK, OWNER_PASSWORD, operatorKey, startReceiver } from "./support.ts";
+import { call, createAgent, createVersion, eventually, HANDBOOK, OWNER_PASSWORD, operatorKey, startReceiver } from "./support.ts";
 
 const ENV = { WEBHOOK_ALLOW_HOSTS: "127.0.0.1", WEBHOOK_POLL_MS: "50", WEBHOOK_RETRY_BASE_MS: "40", WEBHOOK_MAX_ATTEMPTS: "2" };
 
@@ -30,15 +30,6 @@ async function upload(server: TestServer, key: string, agentId: string, form: Fo
 function expectError(res: { status: number; body: any }, status: number, code?: string) {
   expect(res.status).toBe(status);
   expect(res.body).toEqual({ error: { code: code ?? expect.any(String), message: expect.any(String) } });
-}
-
-async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-  const deadline = Date.now() + 5000;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 describe.each(ENGINES)("console endpoints on %s", (engine) => {
