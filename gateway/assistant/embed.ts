@@ -77,7 +77,9 @@ function corsFor(req: AssistantCall["req"], agent: AgentSummary): Record<string,
   if (origin === null || (!ownPage && !originAllowed(origin, agent.allowed_origins))) {
     throw new ChorusError("ORIGIN_NOT_ALLOWED", "This origin may not use this assistant", 403);
   }
-  return req.headers.origin ? { "access-control-allow-origin": req.headers.origin, vary: "Origin" } : {};
+  if (!req.headers.origin) return {};
+  // The widget reads Retry-After to say when the visitor may ask again; a cross-origin script sees it only if exposed.
+  return { "access-control-allow-origin": req.headers.origin, "access-control-expose-headers": "Retry-After", vary: "Origin" };
 }
 
 export function expectedUserHash(secret: string, userId: string): string {

@@ -84,10 +84,15 @@ const router = new Router<PageRoute>();
 for (const set of PAGE_SETS) for (const page of set.pages) router.add({ method: "GET", path: page.path, converters: page.converters, page });
 const scripts = new Map(PAGE_SETS.flatMap((set) => set.scripts ?? []).map((s) => [s.path, s]));
 
-/** True for a path the pages answer; every other path is the APIs'. */
+/** True for a path the pages answer (or a page's path without its final slash); every other path is the APIs'. */
 export function isPagePath(path: string): boolean {
   if (path.startsWith("/static/") || scripts.has(path)) return true;
-  return router.match("GET", path).route !== undefined;
+  return router.match("GET", path).route !== undefined || withSlash(path) !== undefined;
+}
+
+/** A page's path that was given without its final slash (a link cut short), with it. */
+function withSlash(path: string): string | undefined {
+  return !path.endsWith("/") && router.match("GET", `${path}/`).route ? `${path}/` : undefined;
 }
 
 const TEXT = { "content-type": "text/plain; charset=utf-8", "x-content-type-options": "nosniff" };
@@ -117,9 +122,19 @@ export async function servePage(services: Services, req: HttpRequest): Promise<H
     return serveAsset(asset, req, { "cache-control": "public, max-age=31536000, immutable" });
   }
   const { route, pathParams } = router.match("GET", req.path);
-  if (!route) return { status: 404, headers: TEXT, body: "Not Found" };
+  if (!route) {
+    const slashed = withSlash(req.path);
+    if (slashed) return { status: 301, headers: { ...TEXT, location: slashed + (req.query ? `?${req.query}` : "") }, body: "" };
+    return { status: 404, headers: TEXT, body: "Not Found" };
+  }
   const page = route.page;
-  const content = await page.render({ req, pathParams, services, siteUrl: services.siteUrl(req.headers.host) });
+  let content: PageContent;
+  try {
+    content = await page.render({ req, pathParams, services, siteUrl: services.siteUrl(req.headers.host) });
+  } catch (err) {
+    console.error(`GET ${req.path} failed`, err);
+    return { status: 503, headers: { ...TEXT, "retry-after": "5" }, body: "This page is not available right now. Try again in a moment." };
+  }
   const stylesheet = assets.get(page.script.replace(/\.js$/, ".css"));
   return {
     status: content.status ?? 200,

@@ -62,6 +62,10 @@ describe("pages", () => {
     expect(widget.headers.get("access-control-allow-origin")).toBe("*");
 
     expect((await fetch(`${server.url}/static/people-00000000.js`)).status).toBe(404);
+    // A page's link cut before its final slash leads to the page.
+    const cut = await fetch(`${server.url}/accounts/password/reset?from=mail`, { redirect: "manual" });
+    expect(cut.status).toBe(301);
+    expect(cut.headers.get("location")).toBe("/accounts/password/reset/?from=mail");
     expect((await fetch(`${server.url}/`, { method: "POST" })).status).toBe(405);
     // Other paths are still the APIs'.
     const api = await fetch(`${server.url}/api/v1/server_settings`);
