@@ -1,58 +1,13 @@
 /**
- * The test box: asks the agent's published version exactly as the widget does (POST /api/embed/{agent key} with
- * `stream: true`, the answer read from the server-sent events as it arrives), keeping the session for follow-ups.
+ * The test box: asks the agent's published version with the widget's own client (widget/browser/embed-client.ts:
+ * POST /api/embed/{agent key}, the answer streamed as it arrives), keeping the session for follow-ups.
  * The conversation it makes is a real one and shows under Conversations.
  */
 import { el } from "../../shared/browser/dom.ts";
-import type { Source } from "./api.ts";
+import { ask } from "../../widget/browser/embed-client.ts";
 import { field, statusLine } from "./ui.ts";
 import { agentTabs, loadAgent } from "./agents.ts";
 import { sourceList } from "./conversations.ts";
-
-interface Done {
-  session_id: string;
-  sources: Source[];
-}
-
-/** Ask, calling `onText` with each piece of the answer; resolves with the session and sources, or throws a sentence. */
-async function askStreaming(agentKey: string, question: string, sessionId: string | undefined, onText: (piece: string) => void): Promise<Done> {
-  let res: Response;
-  try {
-    res = await fetch(`/api/embed/${encodeURIComponent(agentKey)}`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ question, stream: true, ...(sessionId ? { session_id: sessionId } : {}) }),
-    });
-  } catch {
-    throw new Error("Could not reach the server. Check your connection and try again.");
-  }
-  if (!res.ok || !res.body) {
-    const body = (await res.json().catch(() => undefined)) as any;
-    throw new Error(body?.error?.message ?? `The agent could not answer (HTTP ${res.status}).`);
-  }
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error("The answer broke off. Ask again.");
-    buffer += value;
-    let end: number;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const data = buffer
-        .slice(0, end)
-        .split("\n")
-        .filter((line) => line.startsWith("data:"))
-        .map((line) => line.slice(5).trim())
-        .join("");
-      buffer = buffer.slice(end + 2);
-      if (!data) continue; // a keep-alive comment
-      const event = JSON.parse(data) as { answer: string; done: boolean; session_id?: string; sources?: Source[]; error?: { message: string } };
-      if (event.error) throw new Error(event.error.message);
-      if (event.answer) onText(event.answer);
-      if (event.done) return { session_id: event.session_id!, sources: event.sources ?? [] };
-    }
-  }
-}
 
 export async function testBoxView([agentId]: string[]): Promise<HTMLElement> {
   const agent = await loadAgent(agentId!);
@@ -80,13 +35,16 @@ export async function testBoxView([agentId]: string[]): Promise<HTMLElement> {
     log.append(el("li", { class: "user" }, el("span", { class: "who" }, "You"), el("p", {}, text)), item);
     question.value = "";
     try {
-      const done = await askStreaming(agent.agent_key, text, sessionId, (piece) => answer.append(piece));
-      sessionId = done.session_id;
-      const sources = sourceList(done.sources);
-      if (sources) item.append(sources);
-    } catch (err) {
-      item.remove();
-      status.error(err instanceof Error ? err.message : String(err));
+      const done = await ask({ base: location.origin, agentKey: agent.agent_key, question: text, sessionId, onText: (piece) => answer.append(piece) });
+      if (done.ok) {
+        sessionId = done.sessionId;
+        const sources = sourceList(done.sources);
+        if (sources) item.append(sources);
+      } else {
+        item.remove();
+        if (done.failure === "unknown-session") sessionId = undefined;
+        status.error(done.message);
+      }
     } finally {
       item.removeAttribute("aria-busy");
       send.disabled = false;
