@@ -46,13 +46,13 @@ export class AgentActor implements Actor {
     create: (agent, msg) => agent.create(msg),
     addVersion: (agent, { op: _, ...version }) => agent.withRow((row) => agent.write((trx) => insertVersion(trx, row.id, version))),
     addWebhook: (agent, { op: _, ...hook }) => agent.withRow((row) => agent.write((trx) => insertWebhook(trx, agent.deps.keyring, row.id, hook))),
-    update: (agent, { op: _, ...change }) => agent.withRow((row) => agent.changeRow((trx) => updateAgent(trx, row.id, change))),
-    resendDelivery: (agent, msg) => agent.withRow((row) => agent.resend(row, msg.deliveryId)),
     publish: (agent, msg) => agent.withRow((row) => agent.changePublished((trx) => publishVersion(trx, row.id, msg.versionId))),
     rollback: (agent) => agent.withRow((row) => agent.changePublished((trx) => rollbackAgent(trx, row.id))),
     manifest: (agent) => agent.withRow((row) => agent.getManifest(row)),
     syncMobile: (agent) => agent.withRow((row) => agent.syncMobile(row)),
     runtime: (agent) => agent.withRow((row) => agent.runtime(row)),
+    update: (agent, { op: _, ...change }) => agent.withRow((row) => agent.changeRow((trx) => updateAgent(trx, row.id, change))),
+    resendDelivery: (agent, msg) => agent.withRow((row) => agent.resend(row, msg.deliveryId)),
   };
 
   receive(msg: MessageOf<AgentProtocol>): unknown {
