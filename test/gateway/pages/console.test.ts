@@ -2,7 +2,8 @@
  * The operator console in a real browser against a real server (one browser for the file): an owner signs in,
  * creates an agent, uploads two documents, publishes, compares a second version with the published one, asks in
  * the test box (streamed, with sources, and a follow-up), rolls back, adds a webhook and resends a delivery, reads
- * the conversation, and signs out. A screenshot of every console page goes to test/screenshots/console-*.png.
+ * the conversation, creates an API key for scripts, and signs out. A screenshot of every console page goes to
+ * test/screenshots/console-*.png.
  * (The internal API under it runs on both engines in test/gateway/assistant/console-api.test.ts.)
  */
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -195,6 +196,15 @@ describe("operator console", () => {
     await page.getByRole("heading", { name: /^Conversation / }).waitFor();
     expect(await page.locator(".exchange li .who").allTextContents()).toEqual(expect.arrayContaining(["Visitor", "Agent"]));
     await screenshot(page, "console-conversation");
+
+    // An API key for scripts, shown once: it reads what the console shows.
+    await page.getByRole("link", { name: "API keys" }).click();
+    await page.getByRole("button", { name: "Create an API key" }).click();
+    await page.getByRole("heading", { name: "Copy the key now" }).waitFor();
+    const apiKey = await page.getByRole("textbox", { name: "API key" }).inputValue();
+    const listed = await call(server, "GET", "/api/internal/rag/agents", { key: apiKey });
+    expect(listed.body.agents.map((a: { name: string }) => a.name)).toContain("Support desk");
+    await screenshot(page, "console-api-keys");
 
     // Sign out: the session is gone, and the page asks to sign in again.
     const cookie = await cookieOf(page);

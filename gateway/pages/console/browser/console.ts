@@ -12,6 +12,7 @@ import { versionsView, versionView } from "./versions.ts";
 import { webhooksView } from "./webhooks.ts";
 import { conversationsView, conversationView } from "./conversations.ts";
 import { testBoxView } from "./test-box.ts";
+import { apiKeysView } from "./api-keys.ts";
 
 const main = document.getElementById("page")!;
 
@@ -29,6 +30,7 @@ const ROUTES: Array<[RegExp, View["render"]]> = [
   [/^\/agents\/([\w-]+)\/test$/, testBoxView],
   [/^\/conversations$/, conversationsView],
   [/^\/conversations\/([\w-]+)$/, conversationView],
+  [/^\/api-keys$/, apiKeysView],
 ];
 
 let email = "";
@@ -77,7 +79,13 @@ function showConsole(): void {
   const nav = el(
     "nav",
     { "aria-label": "Console" },
-    el("ul", {}, el("li", {}, el("a", { href: "#/agents" }, "Agents")), el("li", {}, el("a", { href: "#/conversations" }, "Conversations"))),
+    el(
+      "ul",
+      {},
+      el("li", {}, el("a", { href: "#/agents" }, "Agents")),
+      el("li", {}, el("a", { href: "#/conversations" }, "Conversations")),
+      el("li", {}, el("a", { href: "#/api-keys" }, "API keys")),
+    ),
   );
   main.replaceChildren(el("header", { class: "bar" }, el("span", { class: "brand" }, "Chorus console"), nav, el("span", { class: "who" }, email), signOut), content);
   void route(false);
