@@ -14,7 +14,7 @@ import { ChorusError } from "../../runtime/errors.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
 import type { AssistantAgentTable } from "./schema.ts";
 import { chunkDocument } from "./answer.ts";
-import type { AddVersion, AddWebhook, CreateAgent, CreatedAgent, Published, VersionAdded } from "./agent.protocol.ts";
+import type { AddVersion, AddWebhook, CreateAgent, CreatedAgent, Published, UpdateAgent, VersionAdded } from "./agent.protocol.ts";
 import { newWebhookSecret } from "./webhooks.ts";
 import type { Database } from "../schema.ts";
 
@@ -110,6 +110,15 @@ export async function insertWebhook(trx: Trx, keyring: Keyring, agentId: string,
     })
     .execute();
   return { webhook_id: hook.webhookId, secret };
+}
+
+/** The settings given (name, allowed origins, rate limit); the others stay. */
+export async function updateAgent(trx: Trx, agentId: string, change: Omit<UpdateAgent, "op">): Promise<void> {
+  const set: { name?: string; allowed_origins?: string; rate_limit_per_minute?: number } = {};
+  if (change.name !== undefined) set.name = change.name;
+  if (change.allowedOrigins !== undefined) set.allowed_origins = JSON.stringify(change.allowedOrigins);
+  if (change.rateLimitPerMinute !== undefined) set.rate_limit_per_minute = change.rateLimitPerMinute;
+  if (Object.keys(set).length) await trx.updateTable("assistant_agents").set(set).where("id", "=", agentId).execute();
 }
 
 /** The agent's row, locked until the transaction ends (publish and rollback read-modify-write its history). */

@@ -57,6 +57,20 @@ export interface WebhookAdded {
   secret: string;
 }
 
+/** New settings for the agent: only the fields given change. */
+export interface UpdateAgent {
+  op: "update";
+  name?: string;
+  allowedOrigins?: string[];
+  rateLimitPerMinute?: number;
+}
+
+/** Send one of the agent's webhook deliveries again (same message, same `webhook-id`), with a fresh count of attempts. */
+export interface ResendDelivery {
+  op: "resendDelivery";
+  deliveryId: number;
+}
+
 export interface Publish {
   op: "publish";
   versionId: string;
@@ -106,6 +120,8 @@ export type AgentProtocol = {
   create: Op<CreateAgent, CreatedAgent>;
   addVersion: Op<AddVersion, VersionAdded>;
   addWebhook: Op<AddWebhook, WebhookAdded>;
+  update: Op<UpdateAgent, { ok: true }>;
+  resendDelivery: Op<ResendDelivery, { delivery_id: number }>;
   publish: Op<Publish, Published>;
   rollback: Op<Rollback, Published>;
   manifest: Op<GetManifest, Manifest>;

@@ -9,12 +9,12 @@ import crypto from "node:crypto";
 import type { Transaction } from "kysely";
 import type { Actor, ActorContext } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
-import { createdAgent, insertAgent, insertVersion, insertWebhook, notFound, publishVersion, readAgent, rollbackAgent, type AgentRow } from "./agent-records.ts";
+import { createdAgent, insertAgent, insertVersion, insertWebhook, notFound, publishVersion, readAgent, rollbackAgent, updateAgent, type AgentRow } from "./agent-records.ts";
 import type { AssistantDeps } from "./deps.ts";
 import type { ActorDeps } from "../deps.ts";
 import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.ts";
 import type { AgentProtocol, AgentRuntime, CreateAgent, CreatedAgent, Manifest, Published, SyncQueued } from "./agent.protocol.ts";
-import { enqueueDirect, MANIFEST_EVENT } from "./webhooks.ts";
+import { enqueueDirect, MANIFEST_EVENT, requeueDelivery } from "./webhooks.ts";
 import { knowledgeIndex } from "./knowledge-index.ts";
 import type { Database } from "../schema.ts";
 
@@ -58,6 +58,8 @@ export class AgentActor implements Actor {
     manifest: (agent) => agent.withRow((row) => agent.getManifest(row)),
     syncMobile: (agent) => agent.withRow((row) => agent.syncMobile(row)),
     runtime: (agent) => agent.withRow((row) => agent.runtime(row)),
+    update: (agent, { op: _, ...change }) => agent.withRow((row) => agent.changeRow((trx) => updateAgent(trx, row.id, change))),
+    resendDelivery: (agent, msg) => agent.withRow((row) => agent.resend(row, msg.deliveryId)),
   };
 
   receive(msg: MessageOf<AgentProtocol>): unknown {
@@ -87,6 +89,18 @@ export class AgentActor implements Actor {
     const published = await this.write(change);
     this.rowReadAt = 0; // read the new state on the next message
     return published;
+  }
+
+  private async changeRow(change: (trx: Transaction<Database>) => Promise<void>): Promise<{ ok: true }> {
+    await this.write(change);
+    this.rowReadAt = 0;
+    return { ok: true };
+  }
+
+  private async resend(row: AgentRow, deliveryId: number): Promise<{ delivery_id: number }> {
+    const id = await this.write((trx) => requeueDelivery(trx, row.id, deliveryId));
+    this.assistant.wakeWebhooks();
+    return { delivery_id: id };
   }
 
   private async runtime(row: AgentRow): Promise<AgentRuntime> {

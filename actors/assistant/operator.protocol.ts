@@ -17,8 +17,15 @@ export interface CreateApiKey {
   keyHash: string;
 }
 
+/** Signing out: the session's row goes (unknown tokens are fine: signing out twice is not an error). */
+export interface CloseConsoleSession {
+  op: "closeSession";
+  tokenHash: string;
+}
+
 export type OperatorProtocol = {
   openSession: Op<OpenConsoleSession, { ok: true }>;
+  closeSession: Op<CloseConsoleSession, { ok: true }>;
   createApiKey: Op<CreateApiKey, { ok: true }>;
 };
 

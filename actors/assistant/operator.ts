@@ -6,7 +6,7 @@ import type { Transaction } from "kysely";
 import type { Actor, ActorContext } from "../../runtime/actor.ts";
 import type { ActorDeps } from "../deps.ts";
 import { dispatch, type Handlers, type MessageOf } from "../../runtime/protocol.ts";
-import type { CreateApiKey, OpenConsoleSession, OperatorProtocol } from "./operator.protocol.ts";
+import type { CloseConsoleSession, CreateApiKey, OpenConsoleSession, OperatorProtocol } from "./operator.protocol.ts";
 import type { Database } from "../schema.ts";
 
 /** An API key's hash (idempotent by key id). The management CLI writes it directly, the actor under its fence. */
@@ -31,6 +31,7 @@ export class OperatorActor implements Actor {
   /** The implementation of operator.protocol.ts. */
   private static readonly handlers: Handlers<OperatorProtocol, OperatorActor> = {
     openSession: (operator, msg) => operator.openSession(msg),
+    closeSession: (operator, msg) => operator.closeSession(msg),
     createApiKey: (operator, msg) => operator.createApiKey(msg),
   };
 
@@ -48,6 +49,13 @@ export class OperatorActor implements Actor {
         .onConflict((c) => c.column("token_hash").doNothing())
         .execute();
     });
+    return { ok: true };
+  }
+
+  private async closeSession(msg: CloseConsoleSession): Promise<{ ok: true }> {
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx.deleteFrom("operator_sessions").where("user_id", "=", this.userId).where("token_hash", "=", msg.tokenHash).execute(),
+    );
     return { ok: true };
   }
 

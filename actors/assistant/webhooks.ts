@@ -108,6 +108,23 @@ export async function enqueueDirect(
   return msgId;
 }
 
+/**
+ * Send one of the agent's deliveries again (an operator's resend): the row is due now with a fresh count of
+ * attempts, keeping its message (`webhook-id`, type, payload) and URL; its last answer stays until the next attempt.
+ * 404 for another agent's delivery.
+ */
+export async function requeueDelivery(trx: Transaction<Database>, agentId: string, deliveryId: number): Promise<number> {
+  const row = await trx
+    .updateTable("webhook_outbox")
+    .set({ status: "pending", attempts: 0, next_attempt_at: Date.now() })
+    .where("id", "=", deliveryId)
+    .where("agent_id", "=", agentId)
+    .returning("id")
+    .executeTakeFirst();
+  if (!row) throw new ChorusError("NOT_FOUND", "Delivery not found", 404);
+  return row.id;
+}
+
 // ---- the address guard -------------------------------------------------------------------------------------
 
 /**

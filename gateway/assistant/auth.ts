@@ -102,6 +102,19 @@ export class OperatorAuth {
     return operator;
   }
 
+  /** The console session of a cookie-authenticated request, with its CSRF token (the console reloads it after a page load). */
+  async consoleSession(req: HttpRequest): Promise<{ operator: Operator; csrf: string; token: string } | undefined> {
+    const token = cookieValue(req.headers.cookie, SESSION_COOKIE);
+    if (!token) return undefined;
+    const { operator, csrf } = await this.bySession(token);
+    return { operator, csrf: csrf!, token };
+  }
+
+  /** Forget a signed-out session at once on this node (other nodes' caches expire within CACHE_MS). */
+  forgetSession(token: string): void {
+    this.cache.delete(`s:${this.keyring.hashApiKey(token)}`);
+  }
+
   /** A mobile endpoint's caller: a user token (`Authorization: Bearer cut_…`), else an operator. */
   async authenticateMobile(req: HttpRequest): Promise<MobileCaller> {
     const [scheme, token] = (req.headers.authorization ?? "").trim().split(/\s+/, 2);

@@ -11,7 +11,7 @@
  * Origins: `Origin`, else the origin of `Referer`; no header at all is a non-browser client and is not refused.
  * A rule is an exact host (`example.com`, `example.com:8080`) or `*.example.com` (any subdomain, not the apex).
  * An agent with no rules accepts every origin except the opaque `null` (sandboxed frames, files), which no
- * rule can name and which is always refused.
+ * rule can name and which is always refused. This server's own origin (the console's test box) is always allowed.
  */
 import crypto from "node:crypto";
 import { ChorusError } from "../../runtime/errors.ts";
@@ -77,7 +77,8 @@ export function originAllowed(origin: URL, rules: string[]): boolean {
 function corsFor(req: AssistantCall["req"], agent: AgentSummary): Record<string, string> {
   const origin = requestOrigin(req.headers);
   if (origin === undefined) return {};
-  if (origin === null || !originAllowed(origin, agent.allowed_origins)) {
+  const ownPage = origin !== null && origin.host.toLowerCase() === (req.headers.host ?? "").toLowerCase();
+  if (origin === null || (!ownPage && !originAllowed(origin, agent.allowed_origins))) {
     throw new ChorusError("ORIGIN_NOT_ALLOWED", "This origin may not use this assistant", 403);
   }
   if (!req.headers.origin) return {};

@@ -14,6 +14,7 @@ import { AssistantApp } from "./app.ts";
 import { OperatorAuth } from "./auth.ts";
 import { embedRoutes } from "./embed.ts";
 import { internalRoutes } from "./internal.ts";
+import { consoleRoutes } from "./console.ts";
 import { RateLimits } from "./limits.ts";
 import { mobileRoutes } from "./mobile.ts";
 import { attachSockets } from "./sockets.ts";
@@ -41,7 +42,7 @@ export interface AssistantDeps {
 export function assistantFace({ pubsub, rateLimiter, ...deps }: AssistantDeps): AssistantFace {
   const limits = new RateLimits(rateLimiter);
   const app = new AssistantApp({ ...deps, operators: new OperatorAuth(deps.store.db, deps.keyring), limits });
-  app.add(...embedRoutes, ...internalRoutes, ...mobileRoutes);
+  app.add(...embedRoutes, ...internalRoutes, ...consoleRoutes, ...mobileRoutes);
   return {
     app,
     attach(http) {

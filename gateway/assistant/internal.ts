@@ -1,10 +1,13 @@
 /**
- * The operator console's endpoints under /api/internal: login and API keys, then agents, versions, webhooks,
- * publish, rollback, the runtime manifest and the mobile sync. Every change goes to the owning actor; the
- * handlers only check the caller may see the agent (same organization) and shape the answer.
+ * The operator console's endpoints under /api/internal: login and API keys, then agents, versions (JSON, or files
+ * uploaded as multipart/form-data), webhooks, publish, rollback, the runtime manifest and the mobile sync (the
+ * console's other endpoints: console.ts). Every change goes to the owning actor; the handlers only check the
+ * caller may see the agent (same organization) and shape the answer.
  */
 import crypto from "node:crypto";
 import { ChorusError } from "../../runtime/errors.ts";
+import type { HttpRequest } from "../http.ts";
+import { ajv } from "../validate.ts";
 import { verifyPassword } from "../../runtime/secrets.ts";
 import { findUserByEmail } from "../../actors/chat/reads/users.ts";
 import { agentById } from "../../actors/assistant/reads.ts";
@@ -12,7 +15,7 @@ import { Agent, type AddVersion, type AddWebhook, type CreateAgent, type Knowled
 import { Operator as OperatorKind } from "../../actors/assistant/operator.protocol.ts";
 import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import { checkWebhookUrl, WEBHOOK_EVENTS } from "../../actors/assistant/webhooks.ts";
-import { fail, isUuid, json, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
+import { checkBody, fail, isUuid, json, parseBody, UUID, type AssistantCall, type AssistantRoute, type AssistantServices } from "./app.ts";
 import { isOperatorRole, newOperatorApiKey, SESSION_COOKIE, SESSION_SECONDS, type Operator } from "./auth.ts";
 import { clientAddress } from "../rate-limiter.ts";
 
@@ -104,6 +107,57 @@ export function versionSpec(body: VersionBody): Omit<AddVersion, "op"> {
   };
 }
 
+const validateVersion = ajv.compile(VERSION_BODY);
+
+/** How an uploaded file's text is read, by its name's extension. */
+const FORMATS: Record<string, "markdown" | "html" | "text"> = {
+  md: "markdown",
+  markdown: "markdown",
+  html: "html",
+  htm: "html",
+  txt: "text",
+  text: "text",
+};
+
+/**
+ * A new version's body: JSON (VERSION_BODY), or multipart/form-data with one `file` part per document (Markdown,
+ * HTML or text, UTF-8), optional `title` and `url` fields, the n-th of each belonging to the n-th file (an empty or
+ * missing title is the file's name without its extension), and an optional `instructions` field.
+ */
+export async function versionBodyOf(req: HttpRequest): Promise<VersionBody> {
+  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type !== "multipart/form-data") return parseBody(req, validateVersion) as VersionBody;
+  let form: FormData;
+  try {
+    form = await new Response(new Uint8Array(req.body), { headers: { "content-type": req.headers["content-type"]! } }).formData();
+  } catch {
+    throw new ChorusError("INVALID_MULTIPART", "The body is not valid multipart/form-data", 400);
+  }
+  const files = form.getAll("file");
+  if (!files.length) throw fail.badRequest("file: upload at least one document");
+  const titles = form.getAll("title");
+  const urls = form.getAll("url");
+  const documents = [];
+  for (const [i, file] of files.entries()) {
+    if (typeof file === "string") throw fail.badRequest("file: must be a file, not a text field");
+    const extension = /\.([A-Za-z0-9]+)$/.exec(file.name)?.[1]?.toLowerCase() ?? "";
+    const format = FORMATS[extension];
+    if (!format) throw new ChorusError("UNSUPPORTED_MEDIA_TYPE", `${file.name}: upload Markdown (.md), HTML (.html) or text (.txt) files`, 415);
+    let text: string;
+    try {
+      text = new TextDecoder("utf-8", { fatal: true }).decode(await file.arrayBuffer());
+    } catch {
+      throw fail.badRequest(`${file.name}: is not UTF-8 text`);
+    }
+    const title = String(titles[i] ?? "").trim() || file.name.replace(/\.[^.]+$/, "") || file.name;
+    const url = String(urls[i] ?? "").trim();
+    documents.push({ title, text, format, ...(url ? { url } : {}) });
+  }
+  const instructions = form.get("instructions");
+  const body = { documents, ...(typeof instructions === "string" && instructions ? { instructions } : {}) };
+  return checkBody(validateVersion, body);
+}
+
 export const WEBHOOK_BODY = {
   type: "object",
   properties: {
@@ -174,9 +228,9 @@ export const internalRoutes: AssistantRoute[] = [
     method: "POST",
     path: "/api/internal/rag/agents/{agent_id}/versions",
     auth: "operator",
-    body: VERSION_BODY,
-    async handle({ body, operator, services, pathParams }) {
+    async handle({ req, operator, services, pathParams }) {
       const agent = await operatorAgent(services, operator, pathParams.agent_id);
+      const body = await versionBodyOf(req);
       const result = await services.system.ref(Agent, agent.id).ask({ op: "addVersion", ...versionSpec(body) }, 60_000);
       return json(201, result);
     },

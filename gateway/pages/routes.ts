@@ -18,6 +18,7 @@ import { assetsFor, serveAsset, type AssetEntries, type Assets } from "./assets.
 import { html, SafeHtml } from "./html.ts";
 import { peoplePages } from "./people/pages.ts";
 import { widgetPages } from "./widget/pages.ts";
+import { consolePages } from "./console/pages.ts";
 
 export interface PageContext {
   req: HttpRequest;
@@ -63,7 +64,7 @@ export interface PageSet {
   scripts?: PublicScript[];
 }
 
-const PAGE_SETS: PageSet[] = [peoplePages, widgetPages];
+const PAGE_SETS: PageSet[] = [peoplePages, widgetPages, consolePages];
 
 const ENTRIES: AssetEntries = Object.assign({}, ...PAGE_SETS.map((set) => set.entries));
 

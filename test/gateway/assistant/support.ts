@@ -150,3 +150,13 @@ export function holdRecords(server: TestServer) {
     },
   };
 }
+
+/** Read until `done` holds (the webhook worker records a delivery just after the receiver saw it), for up to 5 s. */
+export async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 5000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value) || Date.now() > deadline) return value;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}

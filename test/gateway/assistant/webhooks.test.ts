@@ -9,17 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { checkWebhookUrl, isForbiddenAddress, postWebhook, signWebhook } from "../../../actors/assistant/webhooks.ts";
 import { expectedUserHash } from "../../../gateway/assistant/embed.ts";
 import { ENGINES, startTestServer, type TestServer } from "../../support/server.ts";
-import { call, createAgent, operatorKey, publishedAgent, startReceiver } from "./support.ts";
-
-/** Read until `done` holds (the worker records a delivery just after the receiver saw it), for up to 3 s. */
-async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-  const deadline = Date.now() + 3000;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+import { call, createAgent, eventually, operatorKey, publishedAgent, startReceiver } from "./support.ts";
 
 type Receiver = Awaited<ReturnType<typeof startReceiver>>;
 
