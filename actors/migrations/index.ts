@@ -16,8 +16,8 @@ import * as invitations from "../chat/migrations/2026-11-22T0800-invitations.ts"
 import * as subscriptionProperties from "../chat/migrations/2026-11-22T0800-subscription-properties.ts";
 import * as emailChanges from "../chat/migrations/2026-11-22T0900-email-changes.ts";
 import * as userEmailLookup from "../chat/migrations/2026-11-22T0910-user-email-lookup.ts";
-import * as inviteLinks from "../chat/migrations/2026-11-23T1900-invite-links.ts";
 import * as customProfileFields from "../chat/migrations/2026-11-23T1900-custom-profile-fields.ts";
+import * as inviteLinks from "../chat/migrations/2026-11-23T1900-invite-links.ts";
 import * as userApiEmailLookup from "../chat/migrations/2026-11-23T1910-user-api-email-lookup.ts";
 import * as realmEmoji from "../chat/migrations/2026-11-23T1930-realm-emoji.ts";
 import * as appendFunctions from "../chat/migrations/2026-11-23T2200-append-functions.ts";
@@ -26,13 +26,13 @@ import * as appendPlans from "../chat/migrations/2026-11-24T0100-append-plans.ts
 import * as recipientLists from "../chat/migrations/2026-11-24T1000-recipient-lists.ts";
 import * as alertWordsStatusMutes from "../chat/migrations/2026-11-26T0300-alert-words-status-mutes.ts";
 import * as archivedChannels from "../chat/migrations/2026-11-26T0300-archived-channels.ts";
-import * as documentSections from "../assistant/migrations/2026-11-27T2140-document-sections.ts";
 import * as linkifiersPlaygroundsSnippets from "../chat/migrations/2026-11-26T0300-linkifiers-playgrounds-snippets.ts";
 import * as attachments from "../chat/migrations/2026-11-27T2100-attachments.ts";
-import * as sendAttempts from "../chat/migrations/2026-11-27T2120-send-attempts.ts";
+import * as channelFolders from "../chat/migrations/2026-11-27T2110-channel-folders.ts";
 import * as realmUserSettingsDefaults from "../chat/migrations/2026-11-27T2110-realm-user-settings-defaults.ts";
 import * as reminders from "../chat/migrations/2026-11-27T2110-reminders.ts";
-import * as channelFolders from "../chat/migrations/2026-11-27T2110-channel-folders.ts";
+import * as sendAttempts from "../chat/migrations/2026-11-27T2120-send-attempts.ts";
+import * as documentSections from "../assistant/migrations/2026-11-27T2140-document-sections.ts";
 import * as passwordResets from "../chat/migrations/2026-11-27T2200-password-resets.ts";
 
 export const migrations: Record<string, Migration> = {
@@ -47,8 +47,8 @@ export const migrations: Record<string, Migration> = {
   "2026-11-22T0800-subscription-properties": subscriptionProperties,
   "2026-11-22T0900-email-changes": emailChanges,
   "2026-11-22T0910-user-email-lookup": userEmailLookup,
-  "2026-11-23T1900-invite-links": inviteLinks,
   "2026-11-23T1900-custom-profile-fields": customProfileFields,
+  "2026-11-23T1900-invite-links": inviteLinks,
   "2026-11-23T1910-user-api-email-lookup": userApiEmailLookup,
   "2026-11-23T1930-realm-emoji": realmEmoji,
   "2026-11-23T2200-append-functions": appendFunctions,
@@ -59,10 +59,10 @@ export const migrations: Record<string, Migration> = {
   "2026-11-26T0300-archived-channels": archivedChannels,
   "2026-11-26T0300-linkifiers-playgrounds-snippets": linkifiersPlaygroundsSnippets,
   "2026-11-27T2100-attachments": attachments,
-  "2026-11-27T2120-send-attempts": sendAttempts,
+  "2026-11-27T2110-channel-folders": channelFolders,
   "2026-11-27T2110-realm-user-settings-defaults": realmUserSettingsDefaults,
   "2026-11-27T2110-reminders": reminders,
-  "2026-11-27T2110-channel-folders": channelFolders,
+  "2026-11-27T2120-send-attempts": sendAttempts,
   "2026-11-27T2140-document-sections": documentSections,
   "2026-11-27T2200-password-resets": passwordResets,
 };
