@@ -1,7 +1,7 @@
 /** The agents: the organization's list, creating one (its key and secret shown once), and an agent's settings. */
 import { el } from "../../shared/browser/dom.ts";
 import { get, patch, post, type AgentInfo } from "./api.ts";
-import { refresh } from "./console.ts";
+import { refresh } from "./navigation.ts";
 import { actionForm, copyable, embedSnippet, field, shortId, siteUrl, table, when } from "./ui.ts";
 
 /** Origins as the operator types them (one a line, or comma-separated) and as the API takes them. */

@@ -13,6 +13,7 @@ import { webhooksView } from "./webhooks.ts";
 import { conversationsView, conversationView } from "./conversations.ts";
 import { testBoxView } from "./test-box.ts";
 import { apiKeysView } from "./api-keys.ts";
+import { onRefresh } from "./navigation.ts";
 
 const main = document.getElementById("page")!;
 
@@ -120,10 +121,7 @@ async function route(focus = true): Promise<void> {
   if (focus) heading?.focus();
 }
 
-/** Render the current view again (after a change it shows). */
-export function refresh(): Promise<void> {
-  return route(false);
-}
+onRefresh(() => route(false));
 
 window.addEventListener("hashchange", () => void route());
 void start();

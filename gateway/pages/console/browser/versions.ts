@@ -6,7 +6,7 @@ import { el } from "../../shared/browser/dom.ts";
 import { get, post, request, type AgentInfo } from "./api.ts";
 import { actionButton, actionForm, field, shortId, statusLine, table, when } from "./ui.ts";
 import { agentTabs, loadAgent } from "./agents.ts";
-import { refresh } from "./console.ts";
+import { refresh } from "./navigation.ts";
 
 interface VersionRow {
   version_id: string;

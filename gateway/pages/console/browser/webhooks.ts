@@ -3,7 +3,7 @@ import { el } from "../../shared/browser/dom.ts";
 import { ApiError, get, post } from "./api.ts";
 import { actionButton, actionForm, copyable, field, shortId, statusLine, table, when } from "./ui.ts";
 import { agentTabs, loadAgent } from "./agents.ts";
-import { refresh } from "./console.ts";
+import { refresh } from "./navigation.ts";
 
 const EVENTS: Array<[string, string]> = [
   ["conversation.created", "A conversation starts"],
