@@ -15,6 +15,10 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
   let alice: User;
 
   const { send, toChannel, get, events, subscribe } = messageApi(() => server);
+  const expectUrlTooLong = (res: { status: number; body: any }) => {
+    expect(res.status).toBe(414);
+    expect(res.body).toMatchObject({ result: "error", code: "BAD_REQUEST", msg: expect.stringMatching(/URL is too long/) });
+  };
   const expectError = (res: { status: number; body: any }, msg: string | RegExp, code = "BAD_REQUEST") => {
     expect(res.status, JSON.stringify(res.body)).toBe(400);
     expect(res.body.code).toBe(code);
@@ -84,7 +88,8 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     expect(ids(await get(alice, { anchor: ` ${oldest[1]}`, num_before: 0, num_after: 0 }))).toEqual([oldest[1]]);
     expectError(await get(alice, { include_anchor: "yes" }), "include_anchor is not a boolean");
     const tooMany = JSON.stringify(Array.from({ length: 5001 }, (_, i) => i + 1));
-    expectError(await api(server, "GET", "/messages", { as: alice, params: { message_ids: tooMany } }), /message_ids/);
+    // 5,001 ids do not fit in a URL (8 KiB, nginx's default in front of Zulip): the whole request is refused first.
+    expectUrlTooLong(await api(server, "GET", "/messages", { as: alice, params: { message_ids: tooMany } }));
     expectError(await api(server, "GET", "/messages", { as: alice, params: { message_ids: '[1, "x"]' } }), /message_ids/);
   });
 
@@ -93,15 +98,15 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     expectError(await send(alice, { type: "direct", to: huge, content: "x" }), "Invalid user ID 1000000");
     const emails = huge.map((i) => `u${i}@example.com`);
     expectError(await send(alice, { type: "direct", to: emails, content: "x" }), "Invalid email 'u1000000@example.com'");
-    const narrow = [{ operator: "dm", operand: huge.slice(0, 5000) }];
-    expectError(await get(alice, { narrow }), "Invalid narrow operator: unknown user", "BAD_NARROW");
+    expectUrlTooLong(await get(alice, { narrow: [{ operator: "dm", operand: huge.slice(0, 5000) }] }));
+    expectError(await get(alice, { narrow: [{ operator: "dm", operand: huge.slice(0, 500) }] }), "Invalid narrow operator: unknown user", "BAD_NARROW");
   });
 
   it("answers a narrow of thousands of operators with a quick BAD_NARROW, in both forms", async () => {
     const many = Array.from({ length: 5000 }, (_, i) => ({ operator: "search", operand: `word${i}` }));
     const started = Date.now();
-    // In a query string as long as uWS reads (its request head stops near 64 KiB), and in a form body.
-    expectError(await get(alice, { narrow: many.slice(0, 1500).map((_, i) => ["id", i]) }), "Invalid narrow: at most 100 operators", "BAD_NARROW");
+    // In a query string within the URL limit (8 KiB), and in a form body.
+    expectError(await get(alice, { narrow: many.slice(0, 200).map((_, i) => ["id", i]) }), "Invalid narrow: at most 100 operators", "BAD_NARROW");
     expectError(await api(server, "POST", "/register", { as: alice, params: { narrow: many } }), "Invalid narrow: at most 100 operators", "BAD_NARROW");
     expect(Date.now() - started).toBeLessThan(2000);
     expect((await get(alice, { narrow: many.slice(0, 100) })).status).toBe(200);
