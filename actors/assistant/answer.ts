@@ -34,7 +34,7 @@ export interface AnswerSettings {
   chunks: number;
 }
 
-export const DEFAULT_ANSWER_SETTINGS: AnswerSettings = { minScore: 0.45, maxSentences: 6, maxChars: 600, chunks: 6 };
+export const DEFAULT_ANSWER_SETTINGS: AnswerSettings = { minScore: 0.45, maxSentences: 10, maxChars: 900, chunks: 6 };
 
 export interface RetrievedChunk extends IndexedChunk {
   rank: number;
@@ -202,7 +202,7 @@ export async function answerExtractive(
   withDependencies(best, candidates, picked, settings.maxChars);
   // The passage: the best sentence with its neighbours in the chunk (what follows first: a setting's default, the
   // example), kept contiguous, while it fits.
-  const following = index?.following(best.chunk.id);
+  const following = index?.neighbour(best.chunk.id, 1);
   let runOn: Candidate[] = []; // the sentences of the section's next chunk, retrieved or not
   if (following) {
     const retrieved = candidates.filter((c) => c.chunk.id === following.id);
