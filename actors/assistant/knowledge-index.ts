@@ -112,10 +112,10 @@ export class KnowledgeIndex {
     return Math.log(1 + (n - df + 0.5) / (df + 0.5));
   }
 
-  /** The chunk after this one in its section (a passage may run on into it), if any. */
-  following(chunkId: number): IndexedChunk | undefined {
+  /** The chunk after (`step` 1) or before (-1) this one in its section (a passage may run into it), if any. */
+  neighbour(chunkId: number, step: 1 | -1): IndexedChunk | undefined {
     const i = this.chunks.findIndex((c) => c.id === chunkId);
-    const [chunk, next] = [this.chunks[i], this.chunks[i + 1]];
+    const [chunk, next] = [this.chunks[i], this.chunks[i + step]];
     return chunk && next && next.document_id === chunk.document_id && next.heading === chunk.heading ? next : undefined;
   }
 
