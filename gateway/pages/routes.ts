@@ -87,7 +87,12 @@ const scripts = new Map(PAGE_SETS.flatMap((set) => set.scripts ?? []).map((s) =>
 /** True for a path the pages answer (or a page's path without its final slash); every other path is the APIs'. */
 export function isPagePath(path: string): boolean {
   if (path.startsWith("/static/") || scripts.has(path)) return true;
-  return router.match("GET", path).route !== undefined || withSlash(path) !== undefined;
+  if (path.startsWith("/api/")) return false;
+  try {
+    return router.match("GET", path).route !== undefined || withSlash(path) !== undefined;
+  } catch {
+    return false; // a path no router takes (a NUL in it): the API face answers it in its envelope
+  }
 }
 
 /** A page's path that was given without its final slash (a link cut short), with it. */
