@@ -31,6 +31,7 @@ import { errorResult } from "./assistant/app.ts";
 import { ChorusError } from "../runtime/errors.ts";
 import { Authenticator } from "./auth.ts";
 import { startHttpServer } from "./http.ts";
+import { healthProbes } from "./health.ts";
 import { RateLimiter } from "./rate-limiter.ts";
 import { ChatRateLimits } from "./chat/rate-limits.ts";
 import { startTelemetry } from "./telemetry.ts";
@@ -156,19 +157,21 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   };
   const app = new App(services);
   app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes);
+  const probes = healthProbes({ store, shards, redisUrl: config.redisUrl });
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub, rateLimiter });
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
     handler: (req) =>
-      isZulipPath(req.path)
+      probes.handle(req) ??
+      (isZulipPath(req.path)
         ? app.handle(req)
         : isEmojiImagePath(req.path)
           ? serveEmojiImage(store, req)
           : isUploadPath(req.path)
             ? serveUpload(services, req)
-            : assistant.app.handle(req),
+            : assistant.app.handle(req)),
     streamedBody: isUploadRequest,
     refusal: (path, status, message) => {
       const error = new ChorusError("BAD_REQUEST", message, status);
@@ -203,6 +206,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         await mail?.close();
         await assistant.close();
         await rateLimiter.close();
+        probes.close();
         await shards.stop();
         await system.close();
         await transport.close();

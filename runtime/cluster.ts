@@ -20,6 +20,8 @@ export interface ShardManagerOptions {
 export class ShardManager {
   private readonly held = new Map<number, Lease>();
   private timer?: NodeJS.Timeout;
+  /** When a tick last reached the store and renewed every lease it held (0: never). */
+  private renewedAt = 0;
   private ticking?: Promise<void>;
   private stopped = false;
 
@@ -49,6 +51,14 @@ export class ShardManager {
     return [...this.held.keys()];
   }
 
+  /**
+   * Whether this worker serves what it should: it holds its home shards and its last renewal reached the store
+   * within the lease's lifetime (after that a lease it believes held may have been taken over). For /ready.
+   */
+  leasesCurrent(now = Date.now()): boolean {
+    return this.holdsHomeShards() && now - this.renewedAt < this.opts.leaseSeconds * 1000;
+  }
+
   private holdsHomeShards(): boolean {
     for (let shard = this.opts.workerIndex; shard < this.opts.shards; shard += this.opts.workers) {
       if (!this.held.has(shard)) return false;
@@ -63,6 +73,7 @@ export class ShardManager {
   async tick(force = false): Promise<void> {
     if (this.stopped) return;
     const { node, workerIndex, leaseSeconds, shards } = this.opts;
+    const started = Date.now();
     try {
       const alive = await this.store.heartbeat(node, workerIndex, leaseSeconds);
       let reclaimed = false;
@@ -87,6 +98,7 @@ export class ShardManager {
       }
       // A crashed holder may have left work half-done (see StoreComponent.recover in store.ts).
       if (reclaimed) await this.store.recover();
+      this.renewedAt = started;
     } catch (err) {
       if (!this.stopped) console.error("shard manager tick failed", err);
     }
