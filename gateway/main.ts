@@ -3,6 +3,8 @@
  * `main` runs one node, or with WORKERS > 1 a primary that prepares the store and forks the workers, which all
  * listen on the same port (uWS uses SO_REUSEPORT) and share the shards.
  */
+// First: refuses an unsupported Node before uWebSockets.js loads (see the module).
+import "./supported-node.ts";
 import cluster from "node:cluster";
 import path from "node:path";
 import v8 from "node:v8";
