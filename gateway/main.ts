@@ -6,10 +6,11 @@
 // First: refuses an unsupported Node before uWebSockets.js loads (see the module).
 import "./supported-node.ts";
 import cluster from "node:cluster";
+import fs from "node:fs";
 import path from "node:path";
 import v8 from "node:v8";
 import { pathToFileURL } from "node:url";
-import { loadConfig, type Config } from "../runtime/config.ts";
+import { ConfigError, loadConfig, type Config } from "../runtime/config.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { ActorSystem } from "../runtime/system.ts";
@@ -37,7 +38,8 @@ import { healthProbes } from "./health.ts";
 import { RateLimiter } from "./rate-limiter.ts";
 import { ChatRateLimits } from "./chat/rate-limits.ts";
 import { startTelemetry } from "./telemetry.ts";
-import { ensurePortFree, lockDataDir } from "./lock.ts";
+import { lockDataDir } from "./lock.ts";
+import { preflight } from "./preflight.ts";
 import { openStore, prepareStore, siteFor, writeZuliprc } from "./prepare.ts";
 import { channelRoutes } from "./chat/channels.ts";
 import { eventRoutes } from "./chat/events.ts";
@@ -73,6 +75,9 @@ export interface RunningNode {
   close(): Promise<void>;
 }
 
+/** What a cluster worker tells the primary once it serves (a worker that exits before that failed to start). */
+const WORKER_SERVING = "chorus:serving";
+
 /** /api/v1/… is the Zulip face; every other path (embed, internal, mobile) is the assistant's. */
 const isZulipPath = (path: string) => path.startsWith("/api/v1/");
 
@@ -96,9 +101,6 @@ function tuneGarbageCollection(): void {
 
 export async function startNode(config: Config, opts: { workerIndex?: number; prepared?: boolean; chat?: ChatConfig } = {}): Promise<RunningNode> {
   tuneGarbageCollection();
-  if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
-    throw new Error("WORKERS > 1 needs REDIS_URL and DATABASE_URL: the embedded engines serve one process");
-  }
   const unlock = config.databaseUrl ? () => {} : lockDataDir(config.dataDir);
   const keyring = Keyring.load(config.dataDir, config.secret);
   let store: Store<Database>;
@@ -222,9 +224,19 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   };
 }
 
+/** A worker that exits before it serves is started again after a delay that doubles, at most this many times. */
+const WORKER_START_ATTEMPTS = 5;
+const WORKER_RESTART_DELAY_MS = 500;
+
+/** `.env` in the working directory, if present; variables already set in the environment win. */
+function loadDotEnv(): void {
+  if (fs.existsSync(".env")) process.loadEnvFile(".env");
+}
+
 async function main(): Promise<void> {
+  if (cluster.isPrimary) loadDotEnv();
   const config = loadConfig();
-  if (cluster.isPrimary) await ensurePortFree(config.host, config.port);
+  if (cluster.isPrimary) await preflight(config);
   const telemetry = await startTelemetry();
   if (config.workers > 1 && cluster.isPrimary) {
     const keyring = Keyring.load(config.dataDir, config.secret);
@@ -236,19 +248,38 @@ async function main(): Promise<void> {
       console.log(`chorus: created the organization; the owner's credentials are in ${file}`);
     }
     let stopping = false;
-    const fork = (index: number) => {
-      const worker = cluster.fork({ WORKER_INDEX: String(index) });
-      worker.on("exit", (code, signal) => {
-        if (stopping) return;
-        console.error(`chorus: worker ${index} exited (${signal ?? code}); restarting it`);
-        setTimeout(() => fork(index), 500);
-      });
-    };
-    for (let i = 0; i < config.workers; i++) fork(i);
     const stop = () => {
       stopping = true;
       for (const w of Object.values(cluster.workers ?? {})) w?.process.kill("SIGTERM");
     };
+    // Consecutive failed starts per worker: a worker that never came up is retried with back-off, then given up on
+    // (with the whole server), rather than restarted every half second forever.
+    const failedStarts = new Map<number, number>();
+    const fork = (index: number) => {
+      const worker = cluster.fork({ WORKER_INDEX: String(index) });
+      let serving = false;
+      worker.on("message", (msg: unknown) => {
+        if (msg === WORKER_SERVING) {
+          serving = true;
+          failedStarts.set(index, 0);
+        }
+      });
+      worker.on("exit", (code, signal) => {
+        if (stopping) return;
+        const failures = serving ? 0 : (failedStarts.get(index) ?? 0) + 1;
+        failedStarts.set(index, failures);
+        if (failures >= WORKER_START_ATTEMPTS) {
+          console.error(`chorus: worker ${index} failed to start ${failures} times in a row (last exit ${signal ?? code}); giving up`);
+          process.exitCode = 1;
+          stop();
+          return;
+        }
+        const delay = WORKER_RESTART_DELAY_MS * 2 ** Math.max(0, failures - 1);
+        console.error(`chorus: worker ${index} exited (${signal ?? code})${serving ? "" : " before serving"}; restarting it in ${delay} ms`);
+        setTimeout(() => fork(index), delay);
+      });
+    };
+    for (let i = 0; i < config.workers; i++) fork(i);
     process.on("SIGTERM", stop);
     process.on("SIGINT", stop);
     console.log(`chorus: ${config.workers} workers on port ${config.port}`);
@@ -256,6 +287,7 @@ async function main(): Promise<void> {
   }
   const workerIndex = Number(process.env.WORKER_INDEX ?? 0);
   const node = await startNode(config, { workerIndex, prepared: cluster.isWorker });
+  process.send?.(WORKER_SERVING);
   console.log(
     `chorus: worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
   );
@@ -272,8 +304,11 @@ async function main(): Promise<void> {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
-  main().catch((err) => {
-    console.error("chorus: failed to start", err);
+  main().catch((err: unknown) => {
+    // One line per problem; the stack only when asked for (LOG_LEVEL=debug), as it names our code, not the cause.
+    const lines = err instanceof ConfigError ? err.problems : [`failed to start: ${(err as Error)?.message ?? String(err)}`];
+    for (const line of lines) process.stderr.write(`chorus: ${line}\n`);
+    if (process.env.LOG_LEVEL === "debug") console.error(err);
     process.exit(1);
   });
 }
