@@ -33,7 +33,9 @@ import { App, envelope, type Services } from "./chat/app.ts";
 import { errorResult } from "./assistant/app.ts";
 import { ChorusError } from "../runtime/errors.ts";
 import { Authenticator } from "./auth.ts";
-import { startHttpServer } from "./http.ts";
+import { startHttpServer, type HttpHandler } from "./http.ts";
+import { withAccessLog } from "./access-log.ts";
+import { log } from "../runtime/log.ts";
 import { healthProbes } from "./health.ts";
 import { RateLimiter } from "./rate-limiter.ts";
 import { ChatRateLimits } from "./chat/rate-limits.ts";
@@ -163,19 +165,21 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes);
   const probes = healthProbes({ store, shards, redisUrl: config.redisUrl });
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub, rateLimiter });
+  const handler: HttpHandler = (req) =>
+    isZulipPath(req.path)
+      ? app.handle(req)
+      : isEmojiImagePath(req.path)
+        ? serveEmojiImage(store, req)
+        : isUploadPath(req.path)
+          ? serveUpload(services, req)
+          : assistant.app.handle(req);
+  const logged = config.accessLog ? withAccessLog(handler, opts.workerIndex ?? 0) : handler;
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
-    handler: (req) =>
-      probes.handle(req) ??
-      (isZulipPath(req.path)
-        ? app.handle(req)
-        : isEmojiImagePath(req.path)
-          ? serveEmojiImage(store, req)
-          : isUploadPath(req.path)
-            ? serveUpload(services, req)
-            : assistant.app.handle(req)),
+    // Probes first: load balancers call them every few seconds, and their lines would drown the access log.
+    handler: (req) => probes.handle(req) ?? logged(req),
     streamedBody: isUploadRequest,
     refusal: (path, status, message) => {
       const error = new ChorusError("BAD_REQUEST", message, status);
@@ -192,7 +196,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   if (owner) {
     const file = path.join(config.dataDir, "zuliprc");
     writeZuliprc(file, owner.email, owner.apiKey, siteFor(config, port));
-    console.log(`chorus: created the organization; the owner's credentials are in ${file}`);
+    log.info(`created the organization; the owner's credentials are in ${file}`);
   }
 
   let closing: Promise<void> | undefined;
@@ -245,7 +249,7 @@ async function main(): Promise<void> {
     if (owner) {
       const file = path.join(config.dataDir, "zuliprc");
       writeZuliprc(file, owner.email, owner.apiKey, siteFor(config, config.port));
-      console.log(`chorus: created the organization; the owner's credentials are in ${file}`);
+      log.info(`created the organization; the owner's credentials are in ${file}`);
     }
     let stopping = false;
     const stop = () => {
@@ -269,30 +273,30 @@ async function main(): Promise<void> {
         const failures = serving ? 0 : (failedStarts.get(index) ?? 0) + 1;
         failedStarts.set(index, failures);
         if (failures >= WORKER_START_ATTEMPTS) {
-          console.error(`chorus: worker ${index} failed to start ${failures} times in a row (last exit ${signal ?? code}); giving up`);
+          log.fatal(`worker ${index} failed to start ${failures} times in a row (last exit ${signal ?? code}); giving up`);
           process.exitCode = 1;
           stop();
           return;
         }
         const delay = WORKER_RESTART_DELAY_MS * 2 ** Math.max(0, failures - 1);
-        console.error(`chorus: worker ${index} exited (${signal ?? code})${serving ? "" : " before serving"}; restarting it in ${delay} ms`);
+        log.error(`worker ${index} exited (${signal ?? code})${serving ? "" : " before serving"}; restarting it in ${delay} ms`);
         setTimeout(() => fork(index), delay);
       });
     };
     for (let i = 0; i < config.workers; i++) fork(i);
     process.on("SIGTERM", stop);
     process.on("SIGINT", stop);
-    console.log(`chorus: ${config.workers} workers on port ${config.port}`);
+    log.info(`${config.workers} workers on port ${config.port}`);
     return;
   }
   const workerIndex = Number(process.env.WORKER_INDEX ?? 0);
   const node = await startNode(config, { workerIndex, prepared: cluster.isWorker });
   process.send?.(WORKER_SERVING);
-  console.log(
-    `chorus: worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
+  log.info(
+    `worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
   );
   const shutdown = async (signal: string) => {
-    console.log(`chorus: ${signal}: shutting down worker ${workerIndex}`);
+    log.info(`${signal}: shutting down worker ${workerIndex}`);
     const timer = setTimeout(() => process.exit(1), 15_000);
     timer.unref();
     await node.close();

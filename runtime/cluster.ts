@@ -6,6 +6,7 @@
  */
 import type { ActorSystem } from "./system.ts";
 import type { Lease, Store } from "./store/store.ts";
+import { log } from "./log.ts";
 
 export interface ShardManagerOptions {
   node: string;
@@ -100,7 +101,7 @@ export class ShardManager {
       if (reclaimed) await this.store.recover();
       this.renewedAt = started;
     } catch (err) {
-      if (!this.stopped) console.error("shard manager tick failed", err);
+      if (!this.stopped) log.error({ err }, "shard manager tick failed");
     }
   }
 

@@ -36,6 +36,8 @@ export interface Config {
   trustedProxies: string[];
   /** The chat API's rate limits, named after Zulip's RATE_LIMITING_RULES; an empty list turns one off. */
   rateLimits: RateLimitRules;
+  /** One log line per request (ACCESS_LOG=off turns it off). */
+  accessLog: boolean;
 }
 
 /** At most `calls` in `seconds` (one entry of a Zulip rate limiting rule). */
@@ -140,6 +142,8 @@ const kernelSettings = {
   MAX_BODY_BYTES: nonNegativeInt({ default: 25 * 1024 * 1024 }),
   ASK_TIMEOUT_MS: nonNegativeInt({ default: 10_000 }),
   CHORUS_SECRET: str({ default: "" }),
+  ACCESS_LOG: str({ choices: ["on", "off"], default: "on" }),
+  LOG_LEVEL: str({ choices: ["trace", "debug", "info", "warn", "error", "fatal", "silent"], default: "info" }),
 };
 
 /**
@@ -177,6 +181,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     maxBodyBytes: env.MAX_BODY_BYTES,
     askTimeoutMs: env.ASK_TIMEOUT_MS,
     secret: env.CHORUS_SECRET || undefined,
+    accessLog: env.ACCESS_LOG !== "off",
     trustedProxies: collect(trustedProxies, []),
     rateLimits: {
       apiByUser: collect(() => rateRules("RATE_LIMIT_API_BY_USER", ZULIP_RATE_LIMITS.apiByUser), []),
