@@ -21,8 +21,8 @@ export interface ShardManagerOptions {
 export class ShardManager {
   private readonly held = new Map<number, Lease>();
   private timer?: NodeJS.Timeout;
-  /** When a tick last reached the store and renewed every lease it held (0: never). */
-  private renewedAt = 0;
+  /** When each held shard's lease was last acquired or renewed (the time the call was made: it lasts from then). */
+  private readonly renewedAt = new Map<number, number>();
   private ticking?: Promise<void>;
   private stopped = false;
 
@@ -53,11 +53,13 @@ export class ShardManager {
   }
 
   /**
-   * Whether this worker serves what it should: it holds its home shards and its last renewal reached the store
-   * within the lease's lifetime (after that a lease it believes held may have been taken over). For /ready.
+   * Whether this worker serves what it should: it holds its home shards, and every lease it holds was acquired or
+   * renewed within the lease's lifetime (past that it may have been taken over). For /ready.
    */
   leasesCurrent(now = Date.now()): boolean {
-    return this.holdsHomeShards() && now - this.renewedAt < this.opts.leaseSeconds * 1000;
+    if (!this.holdsHomeShards()) return false;
+    for (const at of this.renewedAt.values()) if (now - at >= this.opts.leaseSeconds * 1000) return false;
+    return true;
   }
 
   private holdsHomeShards(): boolean {
@@ -74,16 +76,18 @@ export class ShardManager {
   async tick(force = false): Promise<void> {
     if (this.stopped) return;
     const { node, workerIndex, leaseSeconds, shards } = this.opts;
-    const started = Date.now();
     try {
       const alive = await this.store.heartbeat(node, workerIndex, leaseSeconds);
       let reclaimed = false;
       for (const [shard, lease] of [...this.held]) {
+        const renewing = Date.now();
         if (!(await this.store.renewLease(lease, node, leaseSeconds))) {
           this.held.delete(shard);
+          this.renewedAt.delete(shard);
           await this.system.dropShard(shard);
           continue;
         }
+        this.renewedAt.set(shard, renewing);
         const home = this.home(shard);
         if (home !== workerIndex && alive.has(home)) await this.handBack(shard, lease);
       }
@@ -91,15 +95,16 @@ export class ShardManager {
         if (this.held.has(shard)) continue;
         const home = this.home(shard);
         if (home !== workerIndex && alive.has(home)) continue;
+        const acquiring = Date.now();
         const lease = await this.store.acquireLease(shard, node, leaseSeconds, force);
         if (!lease) continue;
         this.held.set(shard, lease);
+        this.renewedAt.set(shard, acquiring);
         await this.system.holdShard(shard, lease.epoch, lease.reclaimed);
         reclaimed ||= !!lease.reclaimed;
       }
       // A crashed holder may have left work half-done (see StoreComponent.recover in store.ts).
       if (reclaimed) await this.store.recover();
-      this.renewedAt = started;
     } catch (err) {
       if (!this.stopped) log.error({ err }, "shard manager tick failed");
     }
@@ -107,6 +112,7 @@ export class ShardManager {
 
   private async handBack(shard: number, lease: Lease): Promise<void> {
     this.held.delete(shard);
+    this.renewedAt.delete(shard);
     await this.system.dropShard(shard);
     await this.store.releaseLease(lease, this.opts.node);
   }
@@ -118,6 +124,7 @@ export class ShardManager {
     await this.ticking;
     for (const [shard, lease] of [...this.held]) {
       this.held.delete(shard);
+      this.renewedAt.delete(shard);
       await this.system.dropShard(shard);
       await this.store.releaseLease(lease, this.opts.node).catch(() => {});
     }
