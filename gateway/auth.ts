@@ -10,6 +10,7 @@ import type { Keyring } from "../runtime/secrets.ts";
 import { findUserByEmail, type UserRow } from "../actors/chat/reads/users.ts";
 import { forgetDmParticipants } from "../actors/chat/conversations/dm.ts";
 import type { Store } from "../runtime/store/store.ts";
+import { log } from "../runtime/log.ts";
 
 export type AuthUser = UserRow;
 
@@ -65,7 +66,7 @@ export class Authenticator {
    */
   async forget(): Promise<void> {
     this.forgetAccounts();
-    await this.announce(CREDENTIALS_CHANGED).catch((err) => console.error("auth: telling the other workers to drop cached credentials failed", err));
+    await this.announce(CREDENTIALS_CHANGED).catch((err) => log.error({ err }, "auth: telling the other workers to drop cached credentials failed"));
   }
 
   onNotice(notice: string): void {

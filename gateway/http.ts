@@ -17,6 +17,7 @@
 import { STATUS_CODES } from "node:http";
 import { Readable } from "node:stream";
 import uws from "uWebSockets.js";
+import { log } from "../runtime/log.ts";
 
 export interface HttpRequest {
   method: string;
@@ -303,14 +304,14 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       try {
         result = opts.handler(request);
       } catch (err) {
-        console.error("handler threw", err);
+        log.error({ err }, "handler threw");
         result = { status: 500, body: '{"result":"error","msg":"Internal server error","code":"INTERNAL_SERVER_ERROR"}' };
       }
       if (result instanceof Promise) {
         result.then(
           (r) => respond(r, false),
           (err) => {
-            console.error("handler failed", err);
+            log.error({ err }, "handler failed");
             respond({ status: 500, body: '{"result":"error","msg":"Internal server error","code":"INTERNAL_SERVER_ERROR"}' }, false);
           },
         );

@@ -3,11 +3,14 @@
  * `main` runs one node, or with WORKERS > 1 a primary that prepares the store and forks the workers, which all
  * listen on the same port (uWS uses SO_REUSEPORT) and share the shards.
  */
+// First: refuses an unsupported Node before uWebSockets.js loads (see the module).
+import "./supported-node.ts";
 import cluster from "node:cluster";
+import fs from "node:fs";
 import path from "node:path";
 import v8 from "node:v8";
 import { pathToFileURL } from "node:url";
-import { loadConfig, type Config } from "../runtime/config.ts";
+import { ConfigError, loadConfig, type Config } from "../runtime/config.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { ActorSystem } from "../runtime/system.ts";
@@ -30,11 +33,15 @@ import { App, envelope, type Services } from "./chat/app.ts";
 import { errorResult } from "./assistant/app.ts";
 import { ChorusError } from "../runtime/errors.ts";
 import { Authenticator } from "./auth.ts";
-import { startHttpServer } from "./http.ts";
+import { startHttpServer, type HttpHandler } from "./http.ts";
+import { withAccessLog } from "./access-log.ts";
+import { log } from "../runtime/log.ts";
+import { healthProbes } from "./health.ts";
 import { RateLimiter } from "./rate-limiter.ts";
 import { ChatRateLimits } from "./chat/rate-limits.ts";
 import { startTelemetry } from "./telemetry.ts";
-import { ensurePortFree, lockDataDir } from "./lock.ts";
+import { lockDataDir } from "./lock.ts";
+import { preflight } from "./preflight.ts";
 import { openStore, prepareStore, siteFor, writeZuliprc } from "./prepare.ts";
 import { channelRoutes } from "./chat/channels.ts";
 import { eventRoutes } from "./chat/events.ts";
@@ -72,6 +79,9 @@ export interface RunningNode {
   close(): Promise<void>;
 }
 
+/** What a cluster worker tells the primary once it serves (a worker that exits before that failed to start). */
+const WORKER_SERVING = "chorus:serving";
+
 /** /api/v1/… is the Zulip face; every other path (embed, internal, mobile) is the assistant's. */
 const isZulipPath = (path: string) => path.startsWith("/api/v1/");
 
@@ -95,9 +105,6 @@ function tuneGarbageCollection(): void {
 
 export async function startNode(config: Config, opts: { workerIndex?: number; prepared?: boolean; chat?: ChatConfig } = {}): Promise<RunningNode> {
   tuneGarbageCollection();
-  if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
-    throw new Error("WORKERS > 1 needs REDIS_URL and DATABASE_URL: the embedded engines serve one process");
-  }
   const unlock = config.databaseUrl ? () => {} : lockDataDir(config.dataDir);
   const keyring = Keyring.load(config.dataDir, config.secret);
   let store: Store<Database>;
@@ -158,21 +165,25 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   };
   const app = new App(services);
   app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes, ...passwordResetRoutes);
+  const probes = healthProbes({ store, shards, redisUrl: config.redisUrl });
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub, rateLimiter });
+  const handler: HttpHandler = (req) =>
+    isZulipPath(req.path)
+      ? app.handle(req)
+      : isEmojiImagePath(req.path)
+        ? serveEmojiImage(store, req)
+        : isUploadPath(req.path)
+          ? serveUpload(services, req)
+          : isPagePath(req.path)
+            ? servePage(services, req)
+            : assistant.app.handle(req);
+  const logged = config.accessLog ? withAccessLog(handler, opts.workerIndex ?? 0) : handler;
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
-    handler: (req) =>
-      isZulipPath(req.path)
-        ? app.handle(req)
-        : isEmojiImagePath(req.path)
-          ? serveEmojiImage(store, req)
-          : isUploadPath(req.path)
-            ? serveUpload(services, req)
-            : isPagePath(req.path)
-              ? servePage(services, req)
-              : assistant.app.handle(req),
+    // Probes first: load balancers call them every few seconds, and their lines would drown the access log.
+    handler: (req) => probes.handle(req) ?? logged(req),
     streamedBody: isUploadRequest,
     refusal: (path, status, message) => {
       const error = new ChorusError("BAD_REQUEST", message, status);
@@ -189,7 +200,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   if (owner) {
     const file = path.join(config.dataDir, "zuliprc");
     writeZuliprc(file, owner.email, owner.apiKey, siteFor(config, port));
-    console.log(`chorus: created the organization; the owner's credentials are in ${file}`);
+    log.info(`created the organization; the owner's credentials are in ${file}`);
   }
 
   let closing: Promise<void> | undefined;
@@ -207,6 +218,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         await mail?.close();
         await assistant.close();
         await rateLimiter.close();
+        probes.close();
         await shards.stop();
         await system.close();
         await transport.close();
@@ -220,9 +232,19 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   };
 }
 
+/** A worker that exits before it serves is started again after a delay that doubles, at most this many times. */
+const WORKER_START_ATTEMPTS = 5;
+const WORKER_RESTART_DELAY_MS = 500;
+
+/** `.env` in the working directory, if present; variables already set in the environment win. */
+function loadDotEnv(): void {
+  if (fs.existsSync(".env")) process.loadEnvFile(".env");
+}
+
 async function main(): Promise<void> {
+  if (cluster.isPrimary) loadDotEnv();
   const config = loadConfig();
-  if (cluster.isPrimary) await ensurePortFree(config.host, config.port);
+  if (cluster.isPrimary) await preflight(config);
   const telemetry = await startTelemetry();
   if (config.workers > 1 && cluster.isPrimary) {
     const keyring = Keyring.load(config.dataDir, config.secret);
@@ -231,36 +253,56 @@ async function main(): Promise<void> {
     if (owner) {
       const file = path.join(config.dataDir, "zuliprc");
       writeZuliprc(file, owner.email, owner.apiKey, siteFor(config, config.port));
-      console.log(`chorus: created the organization; the owner's credentials are in ${file}`);
+      log.info(`created the organization; the owner's credentials are in ${file}`);
     }
     let stopping = false;
-    const fork = (index: number) => {
-      const worker = cluster.fork({ WORKER_INDEX: String(index) });
-      worker.on("exit", (code, signal) => {
-        if (stopping) return;
-        console.error(`chorus: worker ${index} exited (${signal ?? code}); restarting it`);
-        setTimeout(() => fork(index), 500);
-      });
-    };
-    for (let i = 0; i < config.workers; i++) fork(i);
     const stop = () => {
       stopping = true;
       for (const w of Object.values(cluster.workers ?? {})) w?.process.kill("SIGTERM");
     };
+    // Consecutive failed starts per worker: a worker that never came up is retried with back-off, then given up on
+    // (with the whole server), rather than restarted every half second forever.
+    const failedStarts = new Map<number, number>();
+    const fork = (index: number) => {
+      const worker = cluster.fork({ WORKER_INDEX: String(index) });
+      let serving = false;
+      worker.on("message", (msg: unknown) => {
+        if (msg === WORKER_SERVING) {
+          serving = true;
+          failedStarts.set(index, 0);
+        }
+      });
+      worker.on("exit", (code, signal) => {
+        if (stopping) return;
+        const failures = serving ? 0 : (failedStarts.get(index) ?? 0) + 1;
+        failedStarts.set(index, failures);
+        if (failures >= WORKER_START_ATTEMPTS) {
+          log.fatal(`worker ${index} failed to start ${failures} times in a row (last exit ${signal ?? code}); giving up`);
+          process.exitCode = 1;
+          stop();
+          return;
+        }
+        const delay = WORKER_RESTART_DELAY_MS * 2 ** Math.max(0, failures - 1);
+        log.error(`worker ${index} exited (${signal ?? code})${serving ? "" : " before serving"}; restarting it in ${delay} ms`);
+        setTimeout(() => fork(index), delay);
+      });
+    };
+    for (let i = 0; i < config.workers; i++) fork(i);
     process.on("SIGTERM", stop);
     process.on("SIGINT", stop);
-    console.log(`chorus: ${config.workers} workers on port ${config.port}`);
+    log.info(`${config.workers} workers on port ${config.port}`);
     return;
   }
   const workerIndex = Number(process.env.WORKER_INDEX ?? 0);
   // Bundled at start-up here (tests build on the first page asked for), so a broken page script shows at once.
   await warmAssets();
   const node = await startNode(config, { workerIndex, prepared: cluster.isWorker });
-  console.log(
-    `chorus: worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
+  process.send?.(WORKER_SERVING);
+  log.info(
+    `worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
   );
   const shutdown = async (signal: string) => {
-    console.log(`chorus: ${signal}: shutting down worker ${workerIndex}`);
+    log.info(`${signal}: shutting down worker ${workerIndex}`);
     const timer = setTimeout(() => process.exit(1), 15_000);
     timer.unref();
     await node.close();
@@ -272,8 +314,11 @@ async function main(): Promise<void> {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
-  main().catch((err) => {
-    console.error("chorus: failed to start", err);
+  main().catch((err: unknown) => {
+    // One line per problem; the stack only when asked for (LOG_LEVEL=debug), as it names our code, not the cause.
+    const lines = err instanceof ConfigError ? err.problems : [`failed to start: ${(err as Error)?.message ?? String(err)}`];
+    for (const line of lines) process.stderr.write(`chorus: ${line}\n`);
+    if (process.env.LOG_LEVEL === "debug") console.error(err);
     process.exit(1);
   });
 }

@@ -17,6 +17,7 @@ import type { Config, RateRule } from "../runtime/config.ts";
 import { connectRedis } from "../runtime/transport/redis-connection.ts";
 import { redisKeys, type RedisKeys } from "../runtime/transport/redis-keys.ts";
 import type { HttpRequest } from "./http.ts";
+import { log } from "../runtime/log.ts";
 
 /** Where a key stands under a rule after a call was counted (or refused). */
 export interface RateState {
@@ -69,7 +70,7 @@ export class RateLimiter {
         res = await this.limiter(rule).consume(key, 1);
       } catch (err) {
         if (err instanceof RateLimiterRes) throw new RateLimitExceeded(stateOf(rule, err));
-        console.error("rate limit store failed; letting the request through", err);
+        log.error({ err }, "rate limit store failed; letting the request through");
         continue;
       }
       const state = stateOf(rule, res);
@@ -85,7 +86,7 @@ export class RateLimiter {
         const res = await this.limiter(rule).get(key);
         if (res && res.consumedPoints >= rule.calls) return stateOf(rule, res);
       } catch (err) {
-        console.error("rate limit store failed; letting the request through", err);
+        log.error({ err }, "rate limit store failed; letting the request through");
       }
     }
     return undefined;

@@ -14,6 +14,7 @@
 import { context, trace, SpanStatusCode } from "@opentelemetry/api";
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { HttpRequest, HttpResult, HttpStream } from "./http.ts";
+import { log } from "../runtime/log.ts";
 
 const tracer = trace.getTracer("chorus.gateway");
 
@@ -166,7 +167,7 @@ export async function traced(
     const error = ChorusError.wrap(err);
     if (error.status >= 500) {
       span.setStatus({ code: SpanStatusCode.ERROR, message: error.code });
-      if (error.code === "INTERNAL_SERVER_ERROR") console.error(`${req.method} ${req.path} failed`, error.cause ?? error);
+      if (error.code === "INTERNAL_SERVER_ERROR") log.error({ err: error.cause ?? error }, `${req.method} ${req.path} failed`);
     }
     return toResult(error);
   } finally {

@@ -6,6 +6,7 @@
  */
 import type { ActorSystem } from "./system.ts";
 import type { Lease, Store } from "./store/store.ts";
+import { log } from "./log.ts";
 
 export interface ShardManagerOptions {
   node: string;
@@ -20,6 +21,8 @@ export interface ShardManagerOptions {
 export class ShardManager {
   private readonly held = new Map<number, Lease>();
   private timer?: NodeJS.Timeout;
+  /** When each held shard's lease was last acquired or renewed (the time the call was made: it lasts from then). */
+  private readonly renewedAt = new Map<number, number>();
   private ticking?: Promise<void>;
   private stopped = false;
 
@@ -49,6 +52,16 @@ export class ShardManager {
     return [...this.held.keys()];
   }
 
+  /**
+   * Whether this worker serves what it should: it holds its home shards, and every lease it holds was acquired or
+   * renewed within the lease's lifetime (past that it may have been taken over). For /ready.
+   */
+  leasesCurrent(now = Date.now()): boolean {
+    if (!this.holdsHomeShards()) return false;
+    for (const at of this.renewedAt.values()) if (now - at >= this.opts.leaseSeconds * 1000) return false;
+    return true;
+  }
+
   private holdsHomeShards(): boolean {
     for (let shard = this.opts.workerIndex; shard < this.opts.shards; shard += this.opts.workers) {
       if (!this.held.has(shard)) return false;
@@ -67,11 +80,14 @@ export class ShardManager {
       const alive = await this.store.heartbeat(node, workerIndex, leaseSeconds);
       let reclaimed = false;
       for (const [shard, lease] of [...this.held]) {
+        const renewing = Date.now();
         if (!(await this.store.renewLease(lease, node, leaseSeconds))) {
           this.held.delete(shard);
+          this.renewedAt.delete(shard);
           await this.system.dropShard(shard);
           continue;
         }
+        this.renewedAt.set(shard, renewing);
         const home = this.home(shard);
         if (home !== workerIndex && alive.has(home)) await this.handBack(shard, lease);
       }
@@ -79,21 +95,24 @@ export class ShardManager {
         if (this.held.has(shard)) continue;
         const home = this.home(shard);
         if (home !== workerIndex && alive.has(home)) continue;
+        const acquiring = Date.now();
         const lease = await this.store.acquireLease(shard, node, leaseSeconds, force);
         if (!lease) continue;
         this.held.set(shard, lease);
+        this.renewedAt.set(shard, acquiring);
         await this.system.holdShard(shard, lease.epoch, lease.reclaimed);
         reclaimed ||= !!lease.reclaimed;
       }
       // A crashed holder may have left work half-done (see StoreComponent.recover in store.ts).
       if (reclaimed) await this.store.recover();
     } catch (err) {
-      if (!this.stopped) console.error("shard manager tick failed", err);
+      if (!this.stopped) log.error({ err }, "shard manager tick failed");
     }
   }
 
   private async handBack(shard: number, lease: Lease): Promise<void> {
     this.held.delete(shard);
+    this.renewedAt.delete(shard);
     await this.system.dropShard(shard);
     await this.store.releaseLease(lease, this.opts.node);
   }
@@ -105,6 +124,7 @@ export class ShardManager {
     await this.ticking;
     for (const [shard, lease] of [...this.held]) {
       this.held.delete(shard);
+      this.renewedAt.delete(shard);
       await this.system.dropShard(shard);
       await this.store.releaseLease(lease, this.opts.node).catch(() => {});
     }

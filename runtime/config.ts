@@ -5,6 +5,7 @@
  */
 import path from "node:path";
 import proxyAddr from "proxy-addr";
+import { customCleanEnv, EnvError, makeValidator, str } from "envalid";
 
 export interface Config {
   port: number;
@@ -35,6 +36,8 @@ export interface Config {
   trustedProxies: string[];
   /** The chat API's rate limits, named after Zulip's RATE_LIMITING_RULES; an empty list turns one off. */
   rateLimits: RateLimitRules;
+  /** One log line per request (ACCESS_LOG=off turns it off). */
+  accessLog: boolean;
 }
 
 /** At most `calls` in `seconds` (one entry of a Zulip rate limiting rule). */
@@ -98,30 +101,100 @@ export function int(name: string, fallback: number): number {
   return Number(raw);
 }
 
+/** Every problem found in the settings, one line each, so that an operator fixes them all in one go. */
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(problems.join("\n"));
+    this.name = "ConfigError";
+  }
+}
+
+const nonNegativeInt = makeValidator((raw) => {
+  if (!/^\d+$/.test(raw.trim())) throw new EnvError(`must be a non-negative integer, got ${JSON.stringify(raw)}`);
+  return Number(raw);
+});
+
+/** A URL whose scheme is one of `schemes`; an empty value means the setting is off. */
+const urlOf = (example: string, ...schemes: string[]) =>
+  makeValidator((raw): string | undefined => {
+    if (raw.trim() === "") return undefined;
+    let url: URL | undefined;
+    try {
+      url = new URL(raw);
+    } catch {
+      // reported below
+    }
+    if (!url || !schemes.includes(url.protocol)) throw new EnvError(`must be a URL like ${example}, got ${JSON.stringify(raw)}`);
+    return raw;
+  });
+
+const kernelSettings = {
+  PORT: nonNegativeInt({ default: 9991 }),
+  HOST: str({ default: "0.0.0.0" }),
+  DATA_DIR: str({ default: "./data" }),
+  UPLOADS_DIR: str({ default: "" }),
+  DATABASE_URL: urlOf("postgres://user@host:5432/database", "postgres:", "postgresql:")({ default: undefined }),
+  REDIS_URL: urlOf("redis://host:6379", "redis:", "rediss:")({ default: undefined }),
+  REDIS_PREFIX: str({ default: "chorus" }),
+  WORKERS: nonNegativeInt({ default: 1 }),
+  SHARDS: nonNegativeInt({ default: 16 }),
+  LEASE_SECONDS: nonNegativeInt({ default: 10 }),
+  MAX_BODY_BYTES: nonNegativeInt({ default: 25 * 1024 * 1024 }),
+  ASK_TIMEOUT_MS: nonNegativeInt({ default: 10_000 }),
+  CHORUS_SECRET: str({ default: "" }),
+  ACCESS_LOG: str({ choices: ["on", "off"], default: "on" }),
+  LOG_LEVEL: str({ choices: ["trace", "debug", "info", "warn", "error", "fatal", "silent"], default: "info" }),
+};
+
+/**
+ * The kernel's settings from the environment (`overrides` win, for tests and tools). Throws a ConfigError listing
+ * every problem: a malformed value, or settings that cannot work together.
+ */
 export function loadConfig(overrides: Partial<Config> = {}): Config {
-  const env = process.env;
-  const dataDir = overrides.dataDir ?? path.resolve(env.DATA_DIR ?? "./data");
-  return {
-    port: int("PORT", 9991),
-    host: env.HOST ?? "0.0.0.0",
+  const problems: string[] = [];
+  // customCleanEnv without middleware: cleanEnv's strict proxy warns on reading a setting that failed validation.
+  const env = customCleanEnv(process.env, kernelSettings, (cleaned) => cleaned, {
+    reporter: ({ errors }) => {
+      for (const [name, err] of Object.entries(errors)) problems.push(`${name} ${(err as Error).message}`);
+    },
+  });
+  const collect = <T>(read: () => T, fallback: T): T => {
+    try {
+      return read();
+    } catch (err) {
+      problems.push((err as Error).message);
+      return fallback;
+    }
+  };
+  const dataDir = overrides.dataDir ?? path.resolve(env.DATA_DIR);
+  const config: Config = {
+    port: env.PORT,
+    host: env.HOST,
     dataDir,
     uploadsDir: env.UPLOADS_DIR ? path.resolve(env.UPLOADS_DIR) : path.join(dataDir, "uploads"),
-    databaseUrl: env.DATABASE_URL || undefined,
-    redisUrl: env.REDIS_URL || undefined,
-    redisPrefix: env.REDIS_PREFIX ?? "chorus",
-    workers: Math.max(1, int("WORKERS", 1)),
-    shards: Math.max(1, int("SHARDS", 16)),
-    leaseSeconds: Math.max(2, int("LEASE_SECONDS", 10)),
-    maxBodyBytes: int("MAX_BODY_BYTES", 25 * 1024 * 1024),
-    askTimeoutMs: int("ASK_TIMEOUT_MS", 10_000),
+    databaseUrl: env.DATABASE_URL,
+    redisUrl: env.REDIS_URL,
+    redisPrefix: env.REDIS_PREFIX,
+    workers: Math.max(1, env.WORKERS),
+    shards: Math.max(1, env.SHARDS),
+    leaseSeconds: Math.max(2, env.LEASE_SECONDS),
+    maxBodyBytes: env.MAX_BODY_BYTES,
+    askTimeoutMs: env.ASK_TIMEOUT_MS,
     secret: env.CHORUS_SECRET || undefined,
-    trustedProxies: trustedProxies(),
+    accessLog: env.ACCESS_LOG !== "off",
+    trustedProxies: collect(trustedProxies, []),
     rateLimits: {
-      apiByUser: rateRules("RATE_LIMIT_API_BY_USER", ZULIP_RATE_LIMITS.apiByUser),
-      apiByIp: rateRules("RATE_LIMIT_API_BY_IP", ZULIP_RATE_LIMITS.apiByIp),
-      authenticateByUsername: rateRules("RATE_LIMIT_AUTHENTICATE_BY_USERNAME", ZULIP_RATE_LIMITS.authenticateByUsername),
-      authenticateByIp: rateRules("RATE_LIMIT_AUTHENTICATE_BY_IP", ZULIP_RATE_LIMITS.authenticateByIp),
+      apiByUser: collect(() => rateRules("RATE_LIMIT_API_BY_USER", ZULIP_RATE_LIMITS.apiByUser), []),
+      apiByIp: collect(() => rateRules("RATE_LIMIT_API_BY_IP", ZULIP_RATE_LIMITS.apiByIp), []),
+      authenticateByUsername: collect(() => rateRules("RATE_LIMIT_AUTHENTICATE_BY_USERNAME", ZULIP_RATE_LIMITS.authenticateByUsername), []),
+      authenticateByIp: collect(() => rateRules("RATE_LIMIT_AUTHENTICATE_BY_IP", ZULIP_RATE_LIMITS.authenticateByIp), []),
     },
     ...overrides,
   };
+  if (config.port > 65535) problems.push(`PORT must be at most 65535, got ${config.port}`);
+  if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
+    problems.push(`WORKERS=${config.workers} needs REDIS_URL and DATABASE_URL: the embedded engines (memory transport, PGlite) serve one process`);
+  }
+  if (problems.length) throw new ConfigError(problems);
+  return config;
 }

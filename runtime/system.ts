@@ -13,6 +13,7 @@ import type { PubSub } from "./transport/pubsub.ts";
 import { channels } from "./transport/redis-keys.ts";
 import { ActorRef, type ActorKind, type MessageFor, type ProtocolShape, type Sender } from "./protocol.ts";
 import type { Entry, Reply, ReplyAddress, Transport } from "./transport/transport.ts";
+import { log } from "./log.ts";
 
 const tracer = trace.getTracer("chorus.runtime");
 
@@ -448,7 +449,7 @@ export class ActorSystem {
           } else this.finishTurn(turn, value, undefined, held);
         } catch (err) {
           const error = ChorusError.wrap(err);
-          if (error.status >= 500 && error.code === "INTERNAL_SERVER_ERROR") console.error(`turn of ${a.id} failed`, err);
+          if (error.status >= 500 && error.code === "INTERNAL_SERVER_ERROR") log.error({ err }, `turn of ${a.id} failed`);
           this.finishTurn(turn, undefined, error, a.held);
         } finally {
           a.current = undefined;
@@ -478,7 +479,7 @@ export class ActorSystem {
     try {
       await a.actor.deactivate?.();
     } catch (err) {
-      console.error(`deactivating ${a.id} failed`, err);
+      log.error({ err }, `deactivating ${a.id} failed`);
     }
   }
 

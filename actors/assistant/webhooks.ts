@@ -27,6 +27,7 @@ import { ChorusError } from "../../runtime/errors.ts";
 import type { Keyring } from "../../runtime/secrets.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import type { Database } from "../schema.ts";
+import { log } from "../../runtime/log.ts";
 
 export const WEBHOOK_EVENTS = ["conversation.created", "message.received", "message.sent"] as const;
 export const MANIFEST_EVENT = "agent.runtime_manifest";
@@ -258,7 +259,7 @@ export class WebhookDelivery {
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.running = this.tick()
-        .catch((err) => console.error("webhooks: delivery round failed", err))
+        .catch((err) => log.error({ err }, "webhooks: delivery round failed"))
         .finally(() => {
           this.running = undefined;
           const soon = this.again;
@@ -279,18 +280,18 @@ export class WebhookDelivery {
         .where("status", "!=", "pending")
         .where("created_at", "<", Date.now() - RETENTION_MS)
         .execute()
-        .catch((err) => console.error("webhooks: pruning the outbox failed", err));
+        .catch((err) => log.error({ err }, "webhooks: pruning the outbox failed"));
     }
     while (!this.closing) {
       let rows;
       try {
         rows = await this.claim();
       } catch (err) {
-        if (!this.closing) console.error("webhooks: claiming deliveries failed", err);
+        if (!this.closing) log.error({ err }, "webhooks: claiming deliveries failed");
         return;
       }
       if (!rows.length) return;
-      await Promise.all(rows.map((row) => this.deliver(row).catch((err) => console.error(`webhooks: delivery ${row.msg_id} failed`, err))));
+      await Promise.all(rows.map((row) => this.deliver(row).catch((err) => log.error({ err }, `webhooks: delivery ${row.msg_id} failed`))));
       if (rows.length < CLAIM_BATCH) return;
     }
   }
@@ -362,7 +363,7 @@ export class WebhookDelivery {
         if (!failed) this.scheduleRetryCheck(delay);
       }
     } catch (err) {
-      if (!this.closing) console.error(`webhooks: recording delivery ${row.msg_id} failed`, err);
+      if (!this.closing) log.error({ err }, `webhooks: recording delivery ${row.msg_id} failed`);
     }
   }
 

@@ -28,6 +28,7 @@ import type { Store, StoreComponent } from "../../runtime/store/store.ts";
 import type { Database } from "../schema.ts";
 import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS, type ChatConfig } from "./config.ts";
 import type { MessageTable } from "./schema.ts";
+import { log } from "../../runtime/log.ts";
 
 const tracer = trace.getTracer("chorus.store");
 
@@ -112,7 +113,7 @@ export class MessageLog implements StoreComponent {
   ) {
     store.attach(this);
     this.attemptPruner = setInterval(() => {
-      this.pruneAttempts().catch((err) => console.error("store: pruning send attempts failed; trying again later", err));
+      this.pruneAttempts().catch((err) => log.error({ err }, "store: pruning send attempts failed; trying again later"));
     }, ATTEMPT_PRUNE_EVERY_MS);
     this.attemptPruner.unref();
   }
@@ -145,7 +146,7 @@ export class MessageLog implements StoreComponent {
     await this.expanding;
     if (this.listsWaiting) {
       // Should this fail, the lists stay readable as they are and the next start expands them.
-      await this.expandRecipientLists(this.store.db).catch((err) => console.error("store: expanding recipient lists on close failed", err));
+      await this.expandRecipientLists(this.store.db).catch((err) => log.error({ err }, "store: expanding recipient lists on close failed"));
     }
   }
 
@@ -198,7 +199,7 @@ export class MessageLog implements StoreComponent {
     } catch (err) {
       this.listsWaiting = true;
       if (this.closed) return;
-      console.error("store: expanding recipient lists failed; retrying", err);
+      log.error({ err }, "store: expanding recipient lists failed; retrying");
       this.expandListsLater(LIST_RETRY_MS);
     }
   }

@@ -8,6 +8,7 @@
 import type { Kysely } from "kysely";
 import type { Database } from "../schema.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
+import { log } from "../../runtime/log.ts";
 
 const CACHE_MS = 2000;
 
@@ -32,7 +33,7 @@ export class NoticedRealmCache<T> {
   /** The realm's rows changed: forget them here and on every other worker. */
   async changed(system: ActorSystem, realmId: number): Promise<void> {
     this.entries.delete(realmId);
-    await system.announce(`${this.name}:${realmId}`).catch((err) => console.error(`${this.name}: telling the other workers failed`, err));
+    await system.announce(`${this.name}:${realmId}`).catch((err) => log.error({ err }, `${this.name}: telling the other workers failed`));
   }
 
   /** Every worker's listener for the notice (wired in gateway/main.ts). */

@@ -25,6 +25,7 @@ import { errorResult, fail, json, parseBody, UUID, type AssistantCall, type Assi
 import { safeEqual } from "../../runtime/secrets.ts";
 import { sessionBelongsTo } from "./auth.ts";
 import { clientAddress } from "../rate-limiter.ts";
+import { log } from "../../runtime/log.ts";
 
 const AGENT_CACHE_MS = 2000;
 
@@ -140,7 +141,7 @@ export const embedRoutes: AssistantRoute[] = [
         return await answer(call, agent, secret, cors);
       } catch (err) {
         const error = ChorusError.wrap(err);
-        if (error.code === "INTERNAL_SERVER_ERROR") console.error(`${req.method} ${req.path} failed`, error.cause ?? error);
+        if (error.code === "INTERNAL_SERVER_ERROR") log.error({ err: error.cause ?? error }, `${req.method} ${req.path} failed`);
         return errorResult(error, cors); // the widget may read the error only with the CORS headers
       }
     },
@@ -223,7 +224,7 @@ async function streamed(
         },
         async (err) => {
           const error = ChorusError.wrap(err);
-          if (error.code === "INTERNAL_SERVER_ERROR") console.error(`${req.method} ${req.path} failed`, error.cause ?? error);
+          if (error.code === "INTERNAL_SERVER_ERROR") log.error({ err: error.cause ?? error }, `${req.method} ${req.path} failed`);
           await writer.send({ answer: "", done: true, session_id: prepared.session_id, error: { code: error.code, message: error.message } });
           writer.end();
         },

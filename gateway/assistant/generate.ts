@@ -16,6 +16,7 @@ import { AgentSession, type Answered, type Prepared, type RecordAnswer, type Sou
 import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import type { AssistantServices } from "./app.ts";
 import { answerPieces } from "./sse.ts";
+import { log } from "../../runtime/log.ts";
 
 type Llm = NonNullable<AssistantConfig["llm"]>;
 
@@ -99,7 +100,7 @@ export async function generateAnswer(
       return { text, sources: chunkSources(chunks) };
     } catch (err) {
       if (text || signal.aborted) return { text, sources: chunkSources(chunks) };
-      console.error(`generator failed before its first token; answering extractively: ${(err as Error).message}`);
+      log.warn(`generator failed before its first token; answering extractively: ${(err as Error).message}`);
     }
   }
   // The sentences go out (in pieces of a few words) as soon as the passage is chosen, before the exchange is committed.

@@ -23,6 +23,7 @@ import type { AssistantServices, AssistantSockets } from "./app.ts";
 import { isUuid } from "./app.ts";
 import { callerMayUse, type MobileCaller } from "./auth.ts";
 import { answerPieces } from "./sse.ts";
+import { log } from "../../runtime/log.ts";
 
 
 const room = (sessionId: string) => `session:${sessionId}`;
@@ -125,12 +126,12 @@ export function attachSockets(app: HttpServer["app"], services: AssistantService
     try {
       emitLocally(JSON.parse(text) as RoomEvent);
     } catch (err) {
-      console.error("sockets: bad room event", err);
+      log.error({ err }, "sockets: bad room event");
     }
   };
-  void pubsub.subscribe(channels.assistantRoomEvents, relay).catch((err) => console.error("sockets: subscribing to room events failed", err));
+  void pubsub.subscribe(channels.assistantRoomEvents, relay).catch((err) => log.error({ err }, "sockets: subscribing to room events failed"));
   const publish = (event: RoomEvent) => {
-    pubsub.publish(channels.assistantRoomEvents, JSON.stringify(event)).catch((err) => console.error("sockets: publishing a room event failed", err));
+    pubsub.publish(channels.assistantRoomEvents, JSON.stringify(event)).catch((err) => log.error({ err }, "sockets: publishing a room event failed"));
   };
 
   return {

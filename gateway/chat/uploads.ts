@@ -19,6 +19,7 @@ import type { HttpRequest, HttpResult, HttpStream } from "../http.ts";
 import { Id, Str } from "../params.ts";
 import { traced } from "../router.ts";
 import { askRealm, envelope, type RouteSpec, type Services } from "./app.ts";
+import { log } from "../../runtime/log.ts";
 
 const MIB = 1024 * 1024;
 /** What a multipart body may add around its one file (boundaries, part headers, a few fields) before it is refused unread. */
@@ -331,7 +332,7 @@ async function serve(services: Services, req: HttpRequest): Promise<HttpResult |
       });
       source.on("end", () => sink.end());
       source.on("error", (err) => {
-        console.error(`serving ${attachment.path_id} failed`, err);
+        log.error({ err }, `serving ${attachment.path_id} failed`);
         sink.end();
       });
     },

@@ -21,6 +21,7 @@ import { serialize, type DatabaseError } from "pg-protocol";
 import { Parser } from "pg-protocol/dist/parser.js";
 import type { BackendMessage, DataRowMessage, RowDescriptionMessage } from "pg-protocol/dist/messages.js";
 import type { KernelTables } from "./schema.ts";
+import { log } from "../log.ts";
 
 export type Engine = "pglite" | "postgres";
 
@@ -51,7 +52,7 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
     const pool = new pg.Pool({ connectionString: opts.databaseUrl, max: opts.poolSize ?? 10, types });
     // An idle connection that Postgres closes (a restart, an administrator, a failover) is an 'error' event on the
     // pool; unhandled, it would end the process. The pool drops that connection and opens another when needed.
-    pool.on("error", (err) => console.error(`postgres: idle connection lost (${err.message})`));
+    pool.on("error", (err) => log.error(`postgres: idle connection lost (${err.message})`));
     const prepared: Prepared = async (name, text, values) => (await pool.query({ name, text, values: values as unknown[] })).rows;
     return { db: new Kysely<KernelTables>({ dialect: new PostgresDialect({ pool }) }), engine: "postgres", prepared };
   }

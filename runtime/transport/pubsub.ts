@@ -23,6 +23,7 @@
  * - No order across publishers, no acknowledgement, no persistence, no back-pressure.
  */
 import type { Channel } from "./redis-keys.ts";
+import { log } from "../log.ts";
 
 export type MessageHandler = (message: string) => void;
 
@@ -40,7 +41,7 @@ export type ErrorReport = (err: unknown, where: string) => void;
 
 /** Where an engine's errors go by default. */
 export function reportTo(engine: string): ErrorReport {
-  return (err, where) => console.error(`[${engine}] ${where}:`, err);
+  return (err, where) => log.error({ err }, `${engine}: ${where} failed`);
 }
 
 /** Run one handler; what it throws is reported, so that the channel's other handlers still run. */

@@ -22,7 +22,7 @@ export interface RedisPubSubOptions {
   prefix: string;
   /** Names the connections in CLIENT LIST (`chorus:<name>:publish`, `chorus:<name>:subscribe`); the node id. */
   name?: string;
-  /** Where connection and handler errors go. Default: console.error. */
+  /** Where connection and handler errors go. Default: the log (runtime/log.ts). */
   onError?: ErrorReport;
 }
 

@@ -53,6 +53,7 @@ import type { Redis } from "ioredis";
 import { connectRedis } from "./redis-connection.ts";
 import { redisKeys, type RedisKeys } from "./redis-keys.ts";
 import type { Entry, Reply, ReplyAddress, Transport, TransportHandlers } from "./transport.ts";
+import { log } from "../log.ts";
 
 export interface RedisStreamsOptions {
   url: string;
@@ -76,7 +77,7 @@ export interface RedisStreamsOptions {
   maxInFlight?: number;
   /** Approximate cap of a reply stream (MAXLEN ~). Default 10000. */
   replyMaxLen?: number;
-  /** Where loop errors go (they are retried). Default: console.error. */
+  /** Where loop errors go (they are retried). Default: the log (runtime/log.ts). */
   onError?: (err: unknown, where: string) => void;
 }
 
@@ -343,7 +344,7 @@ export class RedisStreamsTransport implements Transport {
     this.maxInFlight = Math.max(1, options.maxInFlight ?? 4096);
     this.ackDelayMs = Math.max(0, options.ackDelayMs ?? 10);
     this.replyMaxLen = Math.max(100, options.replyMaxLen ?? 10_000);
-    this.onError = options.onError ?? ((err, where) => console.error(`[redis-streams ${this.nodeId}] ${where}:`, err));
+    this.onError = options.onError ?? ((err, where) => log.error({ err }, `redis-streams ${this.nodeId}: ${where} failed`));
     this.callTimeoutMs = Math.max(1000, this.blockMs);
     this.replyTtlMs = Math.max(30_000, 10 * this.blockMs);
     // Every read's wait at most: a lost stream (see keepReplyStream) is noticed within two reads, not a quarter TTL.

@@ -69,6 +69,8 @@ export async function engineConfig(engine: EngineName, overrides: Partial<Config
     secret: "test-secret",
     leaseSeconds: 3,
     rateLimits: GENEROUS_RATE_LIMITS,
+    // An access line per request would bury the test run's output (test/gateway/logs.test.ts covers the log).
+    accessLog: false,
     ...extra,
     ...overrides,
   });

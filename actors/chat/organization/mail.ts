@@ -9,6 +9,7 @@ import nodemailer, { type Transporter } from "nodemailer";
 import { sql, type Transaction } from "kysely";
 import type { Store } from "../../../runtime/store/store.ts";
 import type { Database } from "../../schema.ts";
+import { log } from "../../../runtime/log.ts";
 
 /** What the store keeps of a key sent by e-mail (invitations, e-mail changes): its SHA-256, never the key. */
 export const hashEmailKey = (key: string) => createHash("sha256").update(key).digest("hex");
@@ -58,7 +59,7 @@ export class MailSender {
     if (this.closing) return;
     this.timer = setTimeout(() => {
       this.running = this.drain()
-        .catch((err) => console.error("mail: sending round failed", err))
+        .catch((err) => log.error({ err }, "mail: sending round failed"))
         .finally(() => {
           this.running = undefined;
           this.schedule(POLL_MS);

@@ -16,6 +16,7 @@ import { realmSettings } from "../users/settings.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { DeactivateEmoji, RealmEmojiProtocol, UploadEmoji } from "./realm.protocol.ts";
 import type { Database } from "../../schema.ts";
+import { log } from "../../../runtime/log.ts";
 
 /** Zulip's MAX_EMOJI_FILE_SIZE_MIB default. */
 export const MAX_EMOJI_FILE_SIZE_MIB = 5;
@@ -284,7 +285,7 @@ export class RealmEmojiChanges {
     await this.deps
       .system()
       .announce(REALM_EMOJI_CHANGED + this.realmId)
-      .catch((err) => console.error("realm emoji: telling the other workers failed", err));
+      .catch((err) => log.error({ err }, "realm emoji: telling the other workers failed"));
     await this.realm.tellRealm({ type: "realm_emoji", op: "update", realm_emoji: await realmEmojiObjects(this.db, this.realmId) });
   }
 }

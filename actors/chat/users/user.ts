@@ -44,6 +44,7 @@ import { alertWordsOf, newAlertWords, realmAlertWords } from "./alert-words.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 import { accessibleUsers, apiEmail, avatarUpdate, deliveryEmailVisibleTo } from "../organization/accounts.ts";
+import { log } from "../../../runtime/log.ts";
 
 /** An event as a queue holds it: queue-independent (each queue renders it with its own options). */
 type StoredEvent =
@@ -769,7 +770,7 @@ export class UserActor implements Actor {
       } catch (err) {
         if (ChorusError.wrap(err).code === "FENCED") throw err;
         const retryMs = Math.min(WRITE_BEHIND_RETRY_MS * 2 ** attempt, WRITE_BEHIND_RETRY_MAX_MS);
-        if (attempt === 0) console.error(`user ${this.userId}: writing event ${row.seq} failed (${(err as Error)?.message}); retrying`);
+        if (attempt === 0) log.warn(`user ${this.userId}: writing event ${row.seq} failed (${(err as Error)?.message}); retrying`);
         await new Promise((r) => setTimeout(r, retryMs));
       }
     }
