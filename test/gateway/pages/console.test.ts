@@ -153,7 +153,7 @@ describe("operator console", () => {
     expect(await sources.textContent()).toContain("Refund policy");
     // A source links to its document's URL once versions keep the uploaded URLs (the answers work): then it must be this one.
     for (const href of await sources.locator("a").evaluateAll((links) => links.map((a) => a.getAttribute("href")))) expect(href).toBe("https://shop.example/refunds");
-    await page.getByLabel("Question").fill("Where do they go?");
+    await page.getByLabel("Question").fill("Do they go back to the card?");
     await page.getByRole("button", { name: "Ask" }).click();
     await expect.poll(() => page.locator(".exchange li.assistant").count()).toBe(2);
     await expect.poll(() => page.locator(".exchange li.assistant .answer").nth(1).textContent()).toContain("card");
@@ -192,7 +192,7 @@ describe("operator console", () => {
     await page.getByRole("button", { name: "Filter" }).click();
     await expect.poll(() => page.locator("tbody tr").count()).toBe(2);
     await screenshot(page, "console-conversations");
-    await page.getByRole("row", { name: /Where do they go|How long do refunds take/ }).first().getByRole("link").click();
+    await page.getByRole("row", { name: /Do they go back to the card|How long do refunds take/ }).first().getByRole("link").click();
     await page.getByRole("heading", { name: /^Conversation / }).waitFor();
     expect(await page.locator(".exchange li .who").allTextContents()).toEqual(expect.arrayContaining(["Visitor", "Agent"]));
     await screenshot(page, "console-conversation");
