@@ -4,6 +4,7 @@
  * checks that need them are skipped; see zulip-reference.ts).
  */
 import net from "node:net";
+import { CHROMIUM, HAVE_CHROMIUM } from "./browser.ts";
 import { hasZulipReference, ZULIP_REFERENCE_MISSING } from "./zulip-reference.ts";
 
 function reachable(host: string, port: number): Promise<boolean> {
@@ -23,4 +24,5 @@ export default async function setup(): Promise<void> {
   if (!hasZulipReference("zulip.yaml") || !hasZulipReference("markdown_test_cases.json")) {
     console.warn(`Note: ${ZULIP_REFERENCE_MISSING}.`);
   }
+  if (!HAVE_CHROMIUM) console.warn(`Note: no Chromium at ${CHROMIUM} (apt-get install chromium): the page tests are skipped.`);
 }

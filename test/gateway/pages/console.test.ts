@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { Browser, Page } from "playwright-core";
 import { startTestServer, type TestServer } from "../../support/server.ts";
-import { collectPageErrors, launchBrowser, screenshot } from "../../support/browser.ts";
+import { collectPageErrors, HAVE_CHROMIUM, launchBrowser, screenshot } from "../../support/browser.ts";
 import { call, OWNER_PASSWORD, operatorKey, startReceiver } from "../assistant/support.ts";
 
 vi.setConfig({ testTimeout: 120_000 });
@@ -49,7 +49,7 @@ async function upload(page: Page, files: Array<{ name: string; text: string; tit
   }
 }
 
-describe("operator console", () => {
+describe.skipIf(!HAVE_CHROMIUM)("operator console", () => {
   it("signs in, creates an agent, uploads and publishes documents, asks in the test box, rolls back, and signs out", async () => {
     const context = await browser.newContext();
     await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: server.url });

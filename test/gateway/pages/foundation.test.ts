@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { Browser } from "playwright-core";
 import { startTestServer, type TestServer } from "../../support/server.ts";
-import { collectPageErrors, launchBrowser, screenshot } from "../../support/browser.ts";
+import { collectPageErrors, HAVE_CHROMIUM, launchBrowser, screenshot } from "../../support/browser.ts";
 
 // Starting a server and a browser together takes longer than one server on a busy 2-core machine.
 vi.setConfig({ hookTimeout: 120_000 });
@@ -14,6 +14,7 @@ let server: TestServer;
 let browser: Browser;
 
 beforeAll(async () => {
+  if (!HAVE_CHROMIUM) return;
   [server, browser] = await Promise.all([startTestServer("embedded"), launchBrowser()]);
 });
 afterAll(async () => {
@@ -21,7 +22,7 @@ afterAll(async () => {
   await server?.close();
 });
 
-describe("pages", () => {
+describe.skipIf(!HAVE_CHROMIUM)("pages", () => {
   it("the landing page says what the server is, with strict security headers", async () => {
     const res = await fetch(`${server.url}/`);
     expect(res.status).toBe(200);

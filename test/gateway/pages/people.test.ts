@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { Browser, Page } from "playwright-core";
 import { api, createUser, startTestServer, type TestServer } from "../../support/server.ts";
-import { collectPageErrors, launchBrowser, screenshot } from "../../support/browser.ts";
+import { collectPageErrors, HAVE_CHROMIUM, launchBrowser, screenshot } from "../../support/browser.ts";
 import { emailKeyFor, lastEmailTo } from "../../support/mail.ts";
 
 // A browser test drives several pages, and its file starts a browser beside the server: on a busy 2-core machine
@@ -18,6 +18,7 @@ let server: TestServer;
 let browser: Browser;
 
 beforeAll(async () => {
+  if (!HAVE_CHROMIUM) return;
   [server, browser] = await Promise.all([startTestServer("embedded"), launchBrowser()]);
 });
 afterAll(async () => {
@@ -35,7 +36,7 @@ async function openPage(path: string): Promise<{ page: Page; errors: string[] }>
 
 const fetchApiKey = (username: string, password: string) => api(server, "POST", "/fetch_api_key", { params: { username, password } });
 
-describe("people pages", () => {
+describe.skipIf(!HAVE_CHROMIUM)("people pages", () => {
   it("an invited person joins through the e-mailed link, then calls the API with the new account", async () => {
     expect((await api(server, "POST", "/invites", { as: server.owner, params: { invitee_emails: "ivy@example.com", stream_ids: [] } })).status).toBe(200);
     const mail = await lastEmailTo(server, "ivy@example.com");

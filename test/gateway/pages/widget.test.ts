@@ -10,7 +10,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { startTestServer, type TestServer } from "../../support/server.ts";
-import { collectPageErrors, launchBrowser, screenshot } from "../../support/browser.ts";
+import { collectPageErrors, HAVE_CHROMIUM, launchBrowser, screenshot } from "../../support/browser.ts";
 import { operatorKey, publishedAgent } from "../assistant/support.ts";
 
 // The callbacks of page.evaluate run in the page, whose globals the Node typings do not have.
@@ -39,6 +39,7 @@ function hostPage(query: URLSearchParams): string {
 }
 
 beforeAll(async () => {
+  if (!HAVE_CHROMIUM) return;
   [server, browser] = await Promise.all([startTestServer("embedded"), launchBrowser()]);
   operator = await operatorKey(server);
   host = http.createServer((req, res) => {
@@ -73,7 +74,7 @@ async function askWidget(page: Page, question: string): Promise<void> {
 
 const lastAnswer = (page: Page) => page.locator(".msg.assistant").last();
 
-describe("embed widget", () => {
+describe.skipIf(!HAVE_CHROMIUM)("embed widget", () => {
   it("answers two questions and a follow-up, streamed with sources, and keeps the conversation across page loads", async () => {
     const agent = await publishedAgent(server, operator, { allowed_origins: ["localhost"] });
     const context = await browser.newContext();
