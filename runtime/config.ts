@@ -153,7 +153,9 @@ const kernelSettings = {
 export function loadConfig(overrides: Partial<Config> = {}): Config {
   const problems: string[] = [];
   // customCleanEnv without middleware: cleanEnv's strict proxy warns on reading a setting that failed validation.
-  const env = customCleanEnv(process.env, kernelSettings, (cleaned) => cleaned, {
+  // An empty variable (`DATABASE_URL= npm run manage …`) is an unset one, as in the shell's `${VAR:-default}`.
+  const given = Object.fromEntries(Object.entries(process.env).filter(([, value]) => value !== ""));
+  const env = customCleanEnv(given, kernelSettings, (cleaned) => cleaned, {
     reporter: ({ errors }) => {
       for (const [name, err] of Object.entries(errors)) problems.push(`${name} ${(err as Error).message}`);
     },

@@ -11,6 +11,7 @@ import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { PARKED, shardOf, type ActorContext, type ActorFactory, type Deferred, type Fence } from "../../runtime/actor.ts";
 import { ChorusError } from "../../runtime/errors.ts";
+import { log } from "../../runtime/log.ts";
 import { ActorSystem } from "../../runtime/system.ts";
 import { MemoryPubSub } from "../../runtime/transport/memory-pubsub.ts";
 import { MemoryTransport } from "../../runtime/transport/memory.ts";
@@ -340,7 +341,7 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     });
 
     // Unknown failures become 500s that do not leak their detail (and are logged where they happened).
-    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+    const logged = vi.spyOn(log, "error").mockImplementation(() => log);
     const internal = await rejection(at(system, "failing:1").ask({ op: "plain" }));
     expect(internal.code).toBe("INTERNAL_SERVER_ERROR");
     expect(internal.status).toBe(500);
