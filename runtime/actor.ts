@@ -71,9 +71,11 @@ export interface ActorContext {
    */
   holdAcknowledgement(work: Promise<unknown>): void;
   /**
-   * Whether this actor's shard was taken from a holder that stopped without releasing it, on a transport that
-   * cannot deliver that holder's unacknowledged entries again (memory: they died with the process). Work held with
-   * holdAcknowledgement before the crash may then be missing, and an actor relying on it must say so.
+   * Whether entries of this actor's shard may be lost that no one will deliver again: the shard was taken from a
+   * holder that stopped without releasing it, on a transport that cannot deliver that holder's unacknowledged
+   * entries again (memory: they died with the process), or the transport lost entries while this process held the
+   * shard (Redis lost its data; see `entriesLost`). Work held with holdAcknowledgement before then, or an entry
+   * addressed to this actor, may be missing, and an actor relying on them must say so.
    */
   readonly unacknowledgedLost: boolean;
   /**
@@ -90,6 +92,14 @@ export interface Actor {
   receive(message: any, ctx: ActorContext): unknown | Promise<unknown>;
   /** Whether the actor holds nothing in memory that would be lost by passivating it now. */
   canPassivate?(): boolean;
+  /**
+   * The transport lost entries of this actor's shard that were not yet handled, and cannot tell which (Redis lost
+   * its data: flushed, or restarted without it). Runs as a turn of its own, after those already queued. An actor
+   * whose memory such an entry would have changed, and which cannot rebuild it, says so to its clients (event
+   * queues are refused rather than left with a silent gap). Actors activated on the shard afterwards see
+   * `unacknowledgedLost` instead.
+   */
+  entriesLost?(): unknown;
   /** Called before the actor is dropped (passivation, shard release, shutdown). */
   deactivate?(): Promise<void>;
 }

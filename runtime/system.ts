@@ -78,7 +78,10 @@ export class ActorSystem {
   private readonly epochs = new Map<number, number>();
   /** Held shards whose transient asks (askTransient) are queued here directly: from acquired until dropping. */
   private readonly servedHere = new Set<number>();
-  /** Shards reclaimed from a crashed holder whose unacknowledged entries the transport cannot deliver again. */
+  /**
+   * Shards whose lost entries no one will deliver: reclaimed from a crashed holder whose unacknowledged entries the
+   * transport cannot deliver again, or held when the transport lost entries (onLost).
+   */
   private readonly lostEntries = new Set<number>();
   private readonly pending = new Map<string, PendingAsk>();
   private corr = 0;
@@ -106,7 +109,11 @@ export class ActorSystem {
     await this.opts.transport.start({
       onEntry: (shard, entry) => this.onEntry(shard, entry),
       onReply: (reply) => this.onReply(reply),
-      onLost: () => this.resendTransient(),
+      onLost: () => {
+        // The actors first: a transient ask sent again below then finds what they made of the loss.
+        this.entriesLost();
+        this.resendTransient();
+      },
     });
     await this.opts.pubsub.subscribe(channels.notices, this.hearNotice);
     await this.opts.pubsub.subscribe(channels.shardHolders, this.hearShardHolder);
@@ -191,6 +198,20 @@ export class ActorSystem {
       waiting.corr = `${++this.corr}`;
       this.pending.set(waiting.corr, waiting);
       this.dispatch(again.shard, { targets: again.targets, body: again.body, replyTo: { node: this.nodeId, corr: waiting.corr } }, true);
+    }
+  }
+
+  /**
+   * The transport lost entries, to any shard held here: every activation that cares hears it in a turn of its
+   * own, and actors activated later on these shards see `unacknowledgedLost` (until the shard is dropped).
+   */
+  private entriesLost(): void {
+    if (this.closing) return;
+    for (const shard of this.epochs.keys()) this.lostEntries.add(shard);
+    for (const a of this.activations.values()) {
+      if (!a.actor.entriesLost) continue;
+      a.queue.push({ body: ENTRIES_LOST, done: () => {} });
+      if (!a.running) void this.drain(a);
     }
   }
 
@@ -437,7 +458,7 @@ export class ActorSystem {
         try {
           a.completion = undefined;
           a.held = undefined;
-          const value = await (span ? context.with(trace.setSpan(turn.parent!, span), () => a.actor.receive(turn.body, a.ctx)) : a.actor.receive(turn.body, a.ctx));
+          const value = await (span ? context.with(trace.setSpan(turn.parent!, span), () => receive(a, turn.body)) : receive(a, turn.body));
           const completion = a.completion as Promise<unknown> | undefined;
           const held = a.held as Promise<unknown> | undefined;
           if (value === PARKED || a.parked) turn.done(undefined, held);
@@ -505,6 +526,13 @@ export class ActorSystem {
       this.pending.delete(corr);
     }
   }
+}
+
+/** The body of the turn in which an actor hears that the transport lost entries of its shard (entriesLost). */
+const ENTRIES_LOST: unique symbol = Symbol("entries lost");
+
+function receive(a: Activation, body: unknown): unknown {
+  return body === ENTRIES_LOST ? a.actor.entriesLost!() : a.actor.receive(body, a.ctx);
 }
 
 function carrier(): Record<string, string> | undefined {

@@ -524,7 +524,7 @@ export class RedisStreamsTransport implements Transport {
       } catch (err) {
         if (this.closing || s.stopping) break;
         recover = true;
-        if (isNoGroup(err)) continue; // Redis lost the group (restart): re-create it and claim again at once
+        if (isStreamLost(err)) continue; // Redis lost the stream or its group: re-create them and claim again at once
         if (!(err instanceof WatchdogTimeout)) this.onError(err, `shard ${s.shard} loop`);
         await this.pause(s, backoff(failures++));
       }
@@ -814,8 +814,10 @@ function idBefore(a: string, b: string): boolean {
   return a < b; // same milliseconds, sequence numbers of as many digits
 }
 
-function isNoGroup(err: unknown): boolean {
-  return String((err as Error)?.message ?? "").startsWith("NOGROUP");
+/** NOGROUP: the group is gone (a restart without data); UNBLOCKED: the stream was deleted under a blocked read (FLUSHALL). */
+function isStreamLost(err: unknown): boolean {
+  const message = String((err as Error)?.message ?? "");
+  return message.startsWith("NOGROUP") || message.startsWith("UNBLOCKED");
 }
 
 function backoff(failures: number): number {

@@ -46,7 +46,8 @@ export interface TransportHandlers {
   onReply(reply: Reply): void;
   /**
    * The engine lost entries or replies in flight, and cannot tell which (Redis flushed, or restarted without its
-   * data). Asks waiting for a reply may wait for nothing: the asker sends those it may send twice again.
+   * data). Asks waiting for a reply may wait for nothing: the asker sends those it may send twice again. Entries
+   * to the shards held here may be gone too: their actors hear of it (Actor.entriesLost).
    */
   onLost?(): void;
 }

@@ -19,6 +19,7 @@ import type { PubSub } from "../../runtime/transport/pubsub.ts";
 import { RedisPubSub } from "../../runtime/transport/redis-pubsub.ts";
 import { RedisStreamsTransport } from "../../runtime/transport/redis-streams.ts";
 import { redisKeys } from "../../runtime/transport/redis-keys.ts";
+import { deleteRedisKeys } from "../../runtime/transport/redis-connection.ts";
 import type { Transport } from "../../runtime/transport/transport.ts";
 import { freshRedisPrefix, REDIS_URL } from "../support/services.ts";
 import { at, broadcastAt, untypedKind } from "../support/untyped-actors.ts";
@@ -69,12 +70,14 @@ interface Probe {
   openGate(): void;
   /** The work of `acker` turns, settled by the test. */
   ackHolds: Array<() => void>;
+  /** The `forgetful` actors told that the transport lost entries (entriesLost), in order. */
+  heardLost: string[];
 }
 
 function newProbe(): Probe {
   let openGate!: () => void;
   const gate = new Promise<void>((r) => (openGate = r));
-  return { log: [], activations: new Map(), deactivations: new Map(), turns: new Map(), ticks: [], gate, openGate, ackHolds: [] };
+  return { log: [], activations: new Map(), deactivations: new Map(), turns: new Map(), ticks: [], gate, openGate, ackHolds: [], heardLost: [] };
 }
 
 function bump(map: Map<string, number>, id: string): number {
@@ -183,6 +186,11 @@ function testKinds(p: Probe): Record<string, ActorFactory> {
         },
       };
     },
+    /** Answers whether it may have missed entries (unacknowledgedLost); records hearing of a loss (entriesLost). */
+    forgetful: (ctx) => ({
+      entriesLost: () => void p.heardLost.push(ctx.id),
+      receive: () => ctx.unacknowledgedLost,
+    }),
     /** Answers its fence. */
     fence: (ctx) => ({ receive: (): Fence => ctx.fence() }),
     /** Idle actors: keys starting with `keep` refuse passivation. `ms` makes a turn last. */
@@ -651,6 +659,24 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
       await sleep(50);
     }
     expect(answer).toBe("again");
+  });
+
+  it.runIf(engine.distributed)("when Redis loses its data, the actors of the shards held here hear it in a turn; those activated later see unacknowledgedLost", async () => {
+    const system = await node({ hold: (shard) => shard === 2 || shard === 4 });
+    const active = idOn("forgetful", 2);
+    const later = idOn("forgetful", 4);
+    expect(await at(system, active).ask({})).toBe(false);
+
+    // What a FLUSHALL does to this deployment: every stream, group and pending entry gone.
+    await deleteRedisKeys(REDIS_URL, scope);
+    await until(() => probe.heardLost.length > 0);
+    expect(probe.heardLost).toEqual([active]);
+    expect(await at(system, active).ask({})).toBe(true);
+    expect(await at(system, later).ask({})).toBe(true);
+    expect(probe.heardLost).toEqual([active]); // heard once, by the actor active then
+    // The loops' reads and acknowledgements failed on the vanished streams (UNBLOCKED, NOGROUP), and recovered.
+    expect(transportErrors.every((e) => /UNBLOCKED|NOGROUP/.test(e))).toBe(true);
+    transportErrors.length = 0;
   });
 
   it("announce reaches the notice listeners of every node, the announcer's included, once each", async () => {

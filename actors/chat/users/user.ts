@@ -11,8 +11,9 @@
  *   its queues, and the stream row is written behind. The transport entry that brought it is acknowledged only
  *   once the row is committed, so if this worker dies first, the entry reaches the shard's next holder again and
  *   the rebuilt queue gets the event from it (Redis Streams). Where no one can deliver it again (the memory
- *   transport after a crash), the actor drops its queues on activation: their clients get BAD_EVENT_QUEUE_ID and
- *   register again, never a silent gap.
+ *   transport after a crash, or Redis after losing its data), the actor drops its queues (on activation, or at
+ *   once when the loss is noticed while it runs): their clients get BAD_EVENT_QUEUE_ID and register again, never
+ *   a silent gap.
  * - caused by this actor's own operations (settings, drafts, views): the operation is answered only once the row is
  *   committed, since a repeated request would not cause the event again.
  * - on the memory transport (one process), delivered events are not written at all while the actor runs: a crash
@@ -258,6 +259,14 @@ export class UserActor implements Actor {
     // instead of waiting on one snapshot write per recipient.
     await this.saveSnapshot();
     this.scheduleExpiry();
+  }
+
+  /**
+   * Redis lost deliveries to this user that no one will make again: the queues cannot be known whole, so they go
+   * (their clients get BAD_EVENT_QUEUE_ID and register again, as Zulip's do) rather than keep a silent gap.
+   */
+  async entriesLost(): Promise<void> {
+    await this.dropQueues();
   }
 
   canPassivate(): boolean {
