@@ -29,6 +29,7 @@ import type { SendToDm } from "./dm.protocol.ts";
 import { User, type DeliverMessage } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 import { attachmentsOfMessage, detachedUploads } from "../organization/attachments.ts";
+import { log } from "../../../runtime/log.ts";
 
 export const invalidMessage = () => errors.badRequest("Invalid message(s)");
 
@@ -60,6 +61,12 @@ export interface MovePlan extends AccessChange {
   /** Runs last: Notification Bot's notices about the move. */
   notices(): Promise<void>;
 }
+
+/** The first wait before a failed fan-out is tried again; it doubles up to the second. */
+const FAN_OUT_RETRY_MS = 50;
+const FAN_OUT_RETRY_MAX_MS = 2_000;
+/** Past this a fan-out that still fails is given up. */
+const FAN_OUT_GIVE_UP_MS = 120_000;
 
 /** Zulip's Realm.WILDCARD_MENTION_THRESHOLD. */
 export const WILDCARD_MENTION_THRESHOLD = 15;
@@ -192,7 +199,7 @@ export abstract class Conversation implements Actor {
         const recipientSet = new Set(recipients);
         const observers = this.observers().filter((u) => !recipientSet.has(u));
         if (observers.length) delivery.observers = observers;
-        await this.deps.system().broadcast(User, [...recipients, ...observers], delivery);
+        await this.fanOut([...recipients, ...observers], delivery);
         reply.resolve({ id: storedId, ...(after ? await after(storedId, mentions) : {}) });
       })
       .catch((err) => reply.reject(ChorusError.wrap(err)))
@@ -203,6 +210,32 @@ export abstract class Conversation implements Actor {
       });
     this.ctx.holdAcknowledgement(delivered);
     return PARKED;
+  }
+
+  /**
+   * A committed message's delivery to its recipients' queues, tried again while it fails for want of the transport
+   * or a worker (Redis down, an ask timing out), as long as this conversation holds its shard: the send's entry is
+   * held unacknowledged meanwhile. Given up, a queue would miss a message whose send is answered with its id (the
+   * gateway settles a failed send from the store). A delivery made twice is queued once (the user actors drop a
+   * repeated message id); once the shard is gone, its next holder gets the send's entry again and delivers it.
+   */
+  private async fanOut(users: number[], delivery: DeliverMessage): Promise<void> {
+    const since = Date.now();
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.deps.system().broadcast(User, users, delivery);
+      } catch (err) {
+        const failure = ChorusError.wrap(err);
+        if (failure.status < 500) throw failure;
+        if (Date.now() - since > FAN_OUT_GIVE_UP_MS) {
+          log.error(`${this.ctx.id}: gave up delivering message ${delivery.message.id} (${failure.code}): queues miss it`);
+          throw failure;
+        }
+        this.ctx.fence(); // throws FENCED once the shard is no longer held here
+        if (attempt === 0) log.warn(`${this.ctx.id}: delivering message ${delivery.message.id} failed (${failure.code}); retrying`);
+        await new Promise((r) => setTimeout(r, Math.min(FAN_OUT_RETRY_MS * 2 ** attempt, FAN_OUT_RETRY_MAX_MS)));
+      }
+    }
   }
 
   /**
