@@ -5,17 +5,15 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_URL_BYTES } from "../../gateway/http.ts";
-import { api, ENGINES, startTestServer, type TestServer } from "../support/server.ts";
-import { call, createAgent, operatorKey } from "./assistant/support.ts";
+import { api, ENGINES, type TestServer } from "../support/server.ts";
+import { startOperatorServer } from "../support/operator.ts";
+import { call, createAgent } from "./assistant/support.ts";
 
 describe.each(ENGINES)("bad input on %s", (engine) => {
   let server: TestServer;
   let key: string;
 
-  beforeAll(async () => {
-    server = await startTestServer(engine);
-    key = await operatorKey(server);
-  });
+  beforeAll(async () => void ({ server, key } = await startOperatorServer(engine)));
   afterAll(async () => server?.close());
 
   const assistantError = (res: { status: number; body: any }, status: number) => {

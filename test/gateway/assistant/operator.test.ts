@@ -4,18 +4,16 @@
  */
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createUser, ENGINES, startTestServer, type TestServer } from "../../support/server.ts";
-import { call, createAgent, createVersion, HANDBOOK, OWNER_PASSWORD, operatorKey } from "./support.ts";
+import { createUser, ENGINES, type TestServer } from "../../support/server.ts";
+import { startOperatorServer } from "../../support/operator.ts";
+import { call, createAgent, createVersion, HANDBOOK, OWNER_PASSWORD } from "./support.ts";
 import { Agent, type CreateAgent } from "../../../actors/assistant/agent.protocol.ts";
 
 describe.each(ENGINES)("assistant operator endpoints on %s", (engine) => {
   let server: TestServer;
   let key: string;
 
-  beforeAll(async () => {
-    server = await startTestServer(engine);
-    key = await operatorKey(server);
-  });
+  beforeAll(async () => void ({ server, key } = await startOperatorServer(engine)));
   afterAll(async () => server?.close());
 
   describe("authentication", () => {
