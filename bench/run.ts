@@ -5,8 +5,8 @@
  *    ratio of) and the same hello-world through gateway/http.ts (what the adapter itself costs).
  * 2. For each engine (embedded: memory + PGlite; redis+postgres: Redis Streams + a fresh Postgres database), a
  *    node started with startNode() in this process, then each scenario of bench/scenarios.ts (fetch, fetch1m, send,
- *    send10, send1000, presence, subscribe) and the assistant's (bench/assistant.ts: embed JSON answers/s, then SSE time to
- *    first event), then
+ *    send-limited (send with the rate limit counted: its ratio to send is printed), send10, send1000, presence,
+ *    subscribe) and the assistant's (bench/assistant.ts: embed JSON answers/s, then SSE time to first event), then
  *    the transfers of bench/transfer.ts (upload, download: MiB/s against a raw uWS server's), then
  *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
  *    own child process (bench/event-client.ts).
@@ -84,7 +84,7 @@ const USAGE = `usage: npm run bench -- [options]
   --engine <embedded|redis+postgres|two-workers|both|all>
                                             engines to run (default both: embedded and redis+postgres; all adds
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
-  --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send10,send1000,
+  --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send-limited,send10,send1000,
                                             presence,assistant,subscribe,upload,download,wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
@@ -690,14 +690,19 @@ async function main(): Promise<number> {
         for (const scenario of HTTP_SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
           if (interrupted) break;
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
-          const context = (await scenario.prepare(engine, { history: opts.history, population })) ?? undefined;
-          const m: Measurement = {
-            name: scenario.name,
-            engine: name,
-            describe: scenario.describe,
-            context,
-            ...(await measure(load, opts, engine.node.port, scenario.target(engine), engine.serviceStats, opts.cpuProf ? `${name}-${scenario.name}` : undefined)),
-          };
+          let m: Measurement;
+          try {
+            const context = (await scenario.prepare(engine, { history: opts.history, population })) ?? undefined;
+            m = {
+              name: scenario.name,
+              engine: name,
+              describe: scenario.describe,
+              context,
+              ...(await measure(load, opts, engine.node.port, scenario.target(engine), engine.serviceStats, opts.cpuProf ? `${name}-${scenario.name}` : undefined)),
+            };
+          } finally {
+            await scenario.finish?.(engine);
+          }
           if (scenario.verify) {
             const runs = [m.warmup, m.load]
               .filter((r): r is LoadFigures => r !== undefined)
@@ -711,7 +716,7 @@ async function main(): Promise<number> {
                 `${m.load.errors} errors, ${m.load.timeouts} timeouts`,
             );
           }
-          const ctx = context ? ` [${Object.entries(context).map(([k, v]) => `${k}=${v}`).join(", ")}]` : "";
+          const ctx = m.context ? ` [${Object.entries(m.context).map(([k, v]) => `${k}=${v}`).join(", ")}]` : "";
           console.log(`${fmt(m.load.reqPerSec)} req/s${ctx}${m.verification ? ` (${m.verification.note})` : ""}`);
           if (scenario.after) {
             process.stdout.write(`measuring ${name} / ${scenario.name} (after) … `);
@@ -801,6 +806,15 @@ async function main(): Promise<number> {
   }
 
   console.log(`\n${table(results)}\n`);
+  // What counting the rate limit costs a send: the two runs on the same node, one after the other.
+  for (const limited of results.filter((m) => m.name === "send-limited")) {
+    const plain = results.find((m) => m.name === "send" && m.engine === limited.engine);
+    if (!plain || plain.load.reqPerSec <= 0) continue;
+    console.log(
+      `${limited.engine} / send with the rate limit counted: ${(limited.load.reqPerSec / plain.load.reqPerSec).toFixed(3)}× send's req/s, ` +
+        `server CPU ${fmt(limited.serverCpuPerRequestMicros)} against ${fmt(plain.serverCpuPerRequestMicros)} µs per request`,
+    );
+  }
   console.log(
     "req/s: mean of autocannon's one-second samples of the measured run. × uWS: ratio to the raw uWS hello-world\n" +
       "measured just before with the same flags (the ceiling); × adapter: to the hello-world through gateway/http.ts.\n" +

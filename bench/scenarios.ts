@@ -12,7 +12,7 @@ import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { sql } from "kysely";
 import uws from "uWebSockets.js";
-import { loadConfig, type RateLimitRules } from "../runtime/config.ts";
+import { loadConfig, ZULIP_RATE_LIMITS, type RateLimitRules } from "../runtime/config.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import { ROLE } from "../actors/chat/organization/realm.ts";
 import { User } from "../actors/chat/users/user.protocol.ts";
@@ -184,7 +184,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
     let workers = 1;
     if (name === "embedded") {
       // Explicit undefineds: DATABASE_URL / REDIS_URL in the environment must not leak into the embedded engine.
-      config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1, rateLimits: UNLIMITED });
+      config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1, rateLimits: { ...UNLIMITED } });
       describe = "memory transport + PGlite (temp DATA_DIR), one process";
     } else {
       const database = await freshDatabase();
@@ -200,7 +200,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
         redisUrl: REDIS_URL,
         redisPrefix: redis.prefix,
         workers,
-        rateLimits: UNLIMITED,
+        rateLimits: { ...UNLIMITED }, // a copy per node: send-limited turns a rule on and off in it
       });
       describe = `Redis Streams transport (${REDIS_URL}) + Postgres (fresh database), ${workers === 1 ? "one process" : `${workers} worker nodes in one process`}`;
       const info = new Redis(REDIS_URL, { protocol: 2, maxRetriesPerRequest: 1, lazyConnect: true });
@@ -505,6 +505,8 @@ export interface Scenario {
   verify?(engine: Engine, runs: RunCounts[]): Promise<Verification>;
   /** After the measured run: figures autocannon cannot take (e.g. streams), given the ceiling measured in this run. */
   after?(engine: Engine, ceiling: { latencyP50Ms?: number }): Promise<AfterFigures>;
+  /** Last, whatever happened: undo what prepare changed in the node for this scenario alone. */
+  finish?(engine: Engine): Promise<void>;
 }
 
 export interface AfterFigures {
@@ -589,6 +591,29 @@ function sendScenario(name: string, channel: string, subscribers: number): Scena
 }
 
 export const send = sendScenario("send", CHANNEL, 1);
+
+/**
+ * `send` with the chat API's rate limit counted on every request, on the same node right after `send` (the summary
+ * gives the ratio): one rule per user, as Zulip's default (api_by_user), counted where the node counts it (Redis on
+ * redis+postgres, shared by the workers; memory on embedded), with a limit the load never reaches, so the figure is
+ * the cost of counting, not of refusing. The node's rules are read per request, so turning them on and off here
+ * changes nothing else.
+ */
+export const sendLimited: Scenario = (() => {
+  const base = sendScenario("send-limited", CHANNEL, 1);
+  const counted = [{ seconds: ZULIP_RATE_LIMITS.apiByUser[0]!.seconds, calls: 1_000_000_000 }];
+  return {
+    ...base,
+    describe: `${base.describe}, with the api_by_user rate limit counted (${counted[0]!.calls} calls per ${counted[0]!.seconds} s)`,
+    async prepare(engine, options) {
+      engine.node.config.rateLimits.apiByUser = counted;
+      return base.prepare(engine, options);
+    },
+    async finish(engine) {
+      engine.node.config.rateLimits.apiByUser = [];
+    },
+  };
+})();
 export const send10 = sendScenario("send10", "bench-10", 10);
 export const send1000 = sendScenario("send1000", "bench-1000", 1000);
 
@@ -726,7 +751,7 @@ export const presence: Scenario = {
 };
 
 /** In the order they run against each engine. */
-export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, send10, send1000, presence];
+export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, sendLimited, send10, send1000, presence];
 
 // ---------------------------------------------------------------------------------------------------------------
 // Timed scenarios: operations too heavy, or changing too much state, to repeat under autocannon. Each measured
