@@ -2,8 +2,9 @@
  * A send's answer is true, and a retry is safe, through a real server on both engines: a resend with the same
  * `Idempotency-Key` header, or the same `queue_id` + `local_id`, answers the first message's id and stores nothing
  * more; a send whose ask times out is answered with its id when it committed after all, and with NOT_SENT (503,
- * Retry-After) when it did not, in which case it never commits later. The slow store is the node's own message log,
- * held back for the test (the ask timeout is short).
+ * Retry-After) when it did not, in which case it never commits later; a committed message whose fan-out fails is
+ * delivered all the same. The slow store is the node's own message log, held back for the test (the ask timeout is
+ * short); the failing fan-out, the node's own broadcast failing as it does while Redis cannot be reached.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
@@ -51,6 +52,35 @@ describe.each(ENGINES)("sends on %s", (engine) => {
     };
     return () => void (log.appendMessage = original);
   }
+
+  /** The node's message fan-outs fail `times` times first, as a broadcast does while the transport cannot reach Redis. */
+  function failingFanOuts(times: number): () => void {
+    const system = server.node.system;
+    const original = system.broadcast;
+    let left = times;
+    system.broadcast = (async (...args: Parameters<typeof original>) => {
+      if (args[2].op === "deliverMessage" && left-- > 0) {
+        throw Object.assign(new Error("Reached the max retries per request limit (which is 3). Refer to \"maxRetriesPerRequest\""), { name: "MaxRetriesPerRequestError" });
+      }
+      return original.apply(system, args);
+    }) as typeof original;
+    return () => void (system.broadcast = original);
+  }
+
+  it("delivers a committed message whose fan-out failed to the queues (tried again), and answers its id", async () => {
+    const queue = await api(server, "POST", "/register", { as: owner, params: { event_types: ["message"] } });
+    const restore = failingFanOuts(2);
+    let res;
+    try {
+      res = await send(owner, "fanned out again", {}, { "idempotency-key": "fan-out-retry" });
+    } finally {
+      restore();
+    }
+    expect(res.status).toBe(200);
+    expect(await storedWith("fanned out again")).toEqual([res.body.id]);
+    const polled = await api(server, "GET", "/events", { as: owner, params: { queue_id: queue.body.queue_id, last_event_id: -1 } });
+    expect(polled.body.events.map((e: any) => e.message?.id)).toEqual([res.body.id]);
+  });
 
   it("answers a resend with the same queue_id and local_id with the first id, and stores the message once", async () => {
     const queue = await api(server, "POST", "/register", { as: owner, params: { event_types: ["message"] } });
