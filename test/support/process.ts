@@ -9,6 +9,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import pg from "pg";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -128,6 +129,24 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
 /** The pids of the workers that have announced themselves so far (a restarted worker adds its new pid). */
 export function workerPids(server: ChorusProcess): number[] {
   return [...server.output().matchAll(/listening on port \d+ \(pid (\d+)/g)].map((m) => Number(m[1]));
+}
+
+/** The pid of the worker whose cluster node id is `node`, from the workers' start-up lines. */
+export function workerPidOf(server: ChorusProcess, node: string): number | undefined {
+  for (const m of server.output().matchAll(/listening on port \d+ \(pid (\d+), node ([^,]+),/g)) if (m[2] === node) return Number(m[1]);
+  return undefined;
+}
+
+/** The node holding `shard`'s lease in the deployment's database (undefined while none does). */
+export async function shardHolder(databaseUrl: string, shard: number): Promise<string | undefined> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ owner: string | null }>("select owner from shard_leases where shard = $1 and expires_at > now()", [shard]);
+    return rows[0]?.owner ?? undefined;
+  } finally {
+    await client.end();
+  }
 }
 
 /**
