@@ -9,7 +9,7 @@
  */
 import { once } from "node:events";
 import { sql } from "kysely";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../runtime/transport/redis-connection.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { ShardManager } from "../runtime/cluster.ts";
 import { connectRedis } from "../runtime/transport/redis-connection.ts";
@@ -44,7 +44,7 @@ function bounded(check: Check): Promise<string> {
 
 export function healthProbes(deps: { store: Store; shards?: ShardManager; redisUrl?: string }): Probes {
   // A connection of its own that fails at once while Redis is away instead of queueing the PING until it is back.
-  let redis: Redis | undefined;
+  let redis: RedisClient | undefined;
   if (deps.redisUrl) {
     redis = connectRedis(deps.redisUrl, "health", () => {}, {
       enableOfflineQueue: false,
