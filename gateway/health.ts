@@ -4,12 +4,12 @@
  * - `GET /health` (liveness): 200 while the process serves HTTP. It checks nothing else, so a probe that restarts
  *   on failure never restarts a worker because Postgres or Redis is away (restarting would not bring them back).
  * - `GET /ready` (readiness): 200 when the database answers, Redis answers (when configured), and this worker holds
- *   its home shards with a renewal that reached the store within the lease's lifetime; 503 otherwise, naming each
- *   failing check. Every check is bounded by CHECK_TIMEOUT_MS and they run in parallel.
+ *   its home shards with a renewal that reached the store within the lease's lifetime (a process that hosts actors;
+ *   a gateway-only one holds none); 503 otherwise, naming each failing check. Every check is bounded by CHECK_TIMEOUT_MS and they run in parallel.
  */
 import { once } from "node:events";
 import { sql } from "kysely";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../runtime/transport/redis-connection.ts";
 import type { Store } from "../runtime/store/store.ts";
 import type { ShardManager } from "../runtime/cluster.ts";
 import { connectRedis } from "../runtime/transport/redis-connection.ts";
@@ -42,9 +42,9 @@ function bounded(check: Check): Promise<string> {
     .finally(() => clearTimeout(timer));
 }
 
-export function healthProbes(deps: { store: Store; shards: ShardManager; redisUrl?: string }): Probes {
+export function healthProbes(deps: { store: Store; shards?: ShardManager; redisUrl?: string }): Probes {
   // A connection of its own that fails at once while Redis is away instead of queueing the PING until it is back.
-  let redis: Redis | undefined;
+  let redis: RedisClient | undefined;
   if (deps.redisUrl) {
     redis = connectRedis(deps.redisUrl, "health", () => {}, {
       enableOfflineQueue: false,
@@ -64,9 +64,11 @@ export function healthProbes(deps: { store: Store; shards: ShardManager; redisUr
         await redis.ping();
       },
     }),
-    shards: async () => {
-      if (!deps.shards.leasesCurrent()) throw new Error("this worker does not hold its shards' leases");
-    },
+    ...(deps.shards && {
+      shards: async () => {
+        if (!deps.shards!.leasesCurrent()) throw new Error("this worker does not hold its shards' leases");
+      },
+    }),
   };
   const ready = async (): Promise<HttpResult> => {
     const names = Object.keys(checks);

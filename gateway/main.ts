@@ -82,6 +82,12 @@ export interface RunningNode {
 /** What a cluster worker tells the primary once it serves (a worker that exits before that failed to start). */
 const WORKER_SERVING = "chorus:serving";
 
+/** A worker-only process's answer to everything but its probes: 404 in the face's own envelope. */
+function notServedHere(path: string) {
+  const error = new ChorusError("NOT_FOUND", "This process hosts actors only (ROLE=worker): send requests to a gateway", 404);
+  return isZulipPath(path) ? envelope(error) : errorResult(error);
+}
+
 /** /api/v1/… is the Zulip face; every other path (embed, internal, mobile) is the assistant's. */
 const isZulipPath = (path: string) => path.startsWith("/api/v1/");
 
@@ -130,17 +136,18 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   const webhooks = new WebhookDelivery(store, keyring, assistantConfig);
   system = new ActorSystem({ transport, pubsub, shards: config.shards, kinds: actorKinds(deps, { config: assistantConfig, wakeWebhooks: () => webhooks.wake() }), askTimeoutMs: config.askTimeoutMs });
   await system.start();
-  const shards = new ShardManager(store, system, {
-    node: transport.nodeId,
-    workerIndex: opts.workerIndex ?? 0,
-    workers: config.workers,
-    shards: config.shards,
-    leaseSeconds: config.leaseSeconds,
-    takeOverAtStart: !config.redisUrl,
-  });
-  await shards.start();
+  const hostsActors = config.role !== "gateway";
+  const shards = hostsActors
+    ? new ShardManager(store, system, {
+        node: transport.nodeId,
+        shards: config.shards,
+        leaseSeconds: config.leaseSeconds,
+        takeOverAtStart: !config.redisUrl,
+      })
+    : undefined;
+  await shards?.start();
   // Scheduled messages wait in the store; their actors must be woken after a restart or a shard move.
-  const stopWakingSchedulers = wakeSchedulers(system, store);
+  const stopWakingSchedulers = hostsActors ? wakeSchedulers(system, store) : () => {};
 
   let port = config.port;
   const auth = new Authenticator(store.db, keyring, (notice) => system.announce(notice));
@@ -182,8 +189,9 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
-    // Probes first: load balancers call them every few seconds, and their lines would drown the access log.
-    handler: (req) => probes.handle(req) ?? logged(req),
+    // Probes first: load balancers call them every few seconds, and their lines would drown the access log. A
+    // worker-only process answers nothing else: its actors are reached through the transport.
+    handler: (req) => probes.handle(req) ?? (config.role === "worker" ? notServedHere(req.path) : logged(req)),
     streamedBody: isUploadRequest,
     refusal: (path, status, message) => {
       const error = new ChorusError("BAD_REQUEST", message, status);
@@ -192,8 +200,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     },
   });
   assistant.attach(http);
-  webhooks.start();
-  const mail = chat.smtpUrl ? new MailSender(store, { smtpUrl: chat.smtpUrl, from: chat.mailFrom }) : undefined;
+  if (hostsActors) webhooks.start();
+  const mail = hostsActors && chat.smtpUrl ? new MailSender(store, { smtpUrl: chat.smtpUrl, from: chat.mailFrom }) : undefined;
   mail?.start();
   port = http.port;
 
@@ -219,7 +227,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         await assistant.close();
         await rateLimiter.close();
         probes.close();
-        await shards.stop();
+        await shards?.stop();
         await system.close();
         await transport.close();
         await pubsub.close();
@@ -299,7 +307,7 @@ async function main(): Promise<void> {
   const node = await startNode(config, { workerIndex, prepared: cluster.isWorker });
   process.send?.(WORKER_SERVING);
   log.info(
-    `worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
+    `worker ${workerIndex} listening on port ${node.port} (pid ${process.pid}, node ${node.system.nodeId}, role ${config.role}, ${config.redisUrl ? "redis-streams" : "memory"} transport, ${node.store.engine})`,
   );
   const shutdown = async (signal: string) => {
     log.info(`${signal}: shutting down worker ${workerIndex}`);

@@ -10,7 +10,7 @@
  */
 import type { IncomingMessage } from "node:http";
 import net from "node:net";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../runtime/transport/redis-connection.ts";
 import proxyAddr from "proxy-addr";
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from "rate-limiter-flexible";
 import type { Config, RateRule } from "../runtime/config.ts";
@@ -36,7 +36,7 @@ export class RateLimitExceeded extends Error {
 
 export class RateLimiter {
   private readonly limiters = new Map<string, RateLimiterAbstract>();
-  private readonly redis?: { conn: Redis; keys: RedisKeys };
+  private readonly redis?: { conn: RedisClient; keys: RedisKeys };
 
   constructor(opts: { redisUrl?: string; prefix: string }) {
     if (!opts.redisUrl) return;

@@ -1,17 +1,20 @@
 /**
- * Shard ownership. Every shard has a home worker (`shard mod WORKERS`); a worker holds its home shards, takes over
- * the shards of a worker that stopped renewing (its lease expired), and hands them back when their home worker is
- * alive again. Each take-over increments the shard's fencing epoch in the store, so a worker that lost its lease
- * (paused, partitioned) has every later write refused.
+ * Shard ownership. The workers alive are those whose heartbeat in the store is younger than a lease, on any host,
+ * however many; every shard has a home among them (`placeShards`: rendezvous hashing, so a worker joining or leaving
+ * moves only the shards whose home changes). A worker holds its home shards, takes over the shards of a worker
+ * that stopped renewing (its lease expired), and hands a shard over at its next tick when the shard's home is
+ * another live worker (one that joined, or came back). Each take-over increments the shard's fencing epoch in the
+ * store, so a worker that lost its lease (paused, partitioned) has every later write refused. Leases, not the
+ * membership, are what keep two workers from serving one shard: a worker that misses heartbeats keeps its shards
+ * until their leases expire.
  */
 import type { ActorSystem } from "./system.ts";
+import { placeShards } from "./placement.ts";
 import type { Lease, Store } from "./store/store.ts";
 import { log } from "./log.ts";
 
 export interface ShardManagerOptions {
   node: string;
-  workerIndex: number;
-  workers: number;
   shards: number;
   leaseSeconds: number;
   /** Single-process deployments take their shards at start even if a crashed predecessor's lease is live. */
@@ -25,6 +28,9 @@ export class ShardManager {
   private readonly renewedAt = new Map<number, number>();
   private ticking?: Promise<void>;
   private stopped = false;
+  /** The live members at the last tick, and each shard's home among them. */
+  private members = "";
+  private homes: string[] = [];
 
   constructor(
     private readonly store: Store,
@@ -63,21 +69,31 @@ export class ShardManager {
   }
 
   private holdsHomeShards(): boolean {
-    for (let shard = this.opts.workerIndex; shard < this.opts.shards; shard += this.opts.workers) {
-      if (!this.held.has(shard)) return false;
+    if (this.homes.length === 0) return false;
+    for (let shard = 0; shard < this.opts.shards; shard++) {
+      if (this.homes[shard] === this.opts.node && !this.held.has(shard)) return false;
     }
     return true;
   }
 
-  private home(shard: number): number {
-    return shard % this.opts.workers;
+  /** The live members as the last tick saw them (this worker among them). */
+  liveMembers(): string[] {
+    return this.members ? this.members.split(" ") : [];
+  }
+
+  private place(alive: Set<string>): void {
+    alive.add(this.opts.node);
+    const members = [...alive].sort().join(" ");
+    if (members === this.members) return;
+    this.members = members;
+    this.homes = placeShards(this.opts.shards, alive);
   }
 
   async tick(force = false): Promise<void> {
     if (this.stopped) return;
-    const { node, workerIndex, leaseSeconds, shards } = this.opts;
+    const { node, leaseSeconds, shards } = this.opts;
     try {
-      const alive = await this.store.heartbeat(node, workerIndex, leaseSeconds);
+      this.place(await this.store.heartbeat(node, leaseSeconds));
       let reclaimed = false;
       for (const [shard, lease] of [...this.held]) {
         const renewing = Date.now();
@@ -88,13 +104,11 @@ export class ShardManager {
           continue;
         }
         this.renewedAt.set(shard, renewing);
-        const home = this.home(shard);
-        if (home !== workerIndex && alive.has(home)) await this.handBack(shard, lease);
+        if (this.homes[shard] !== node) await this.handBack(shard, lease);
       }
       for (let shard = 0; shard < shards; shard++) {
         if (this.held.has(shard)) continue;
-        const home = this.home(shard);
-        if (home !== workerIndex && alive.has(home)) continue;
+        if (this.homes[shard] !== node) continue;
         const acquiring = Date.now();
         const lease = await this.store.acquireLease(shard, node, leaseSeconds, force);
         if (!lease) continue;

@@ -19,7 +19,13 @@ export interface Config {
   redisUrl?: string;
   /** Prefix of every Redis key this deployment uses (tests give each run its own). */
   redisPrefix: string;
+  /** Worker processes this host's primary forks (each joins the cluster's membership; hosts may differ). */
   workers: number;
+  /**
+   * What this process does (ROLE): `all` serves HTTP and hosts actors; `gateway` serves HTTP and hosts none (it asks
+   * the workers through the transport); `worker` hosts actors and answers only the health probes over HTTP.
+   */
+  role: Role;
   shards: number;
   /** Seconds a shard lease lasts without renewal. */
   leaseSeconds: number;
@@ -39,6 +45,8 @@ export interface Config {
   /** One log line per request (ACCESS_LOG=off turns it off). */
   accessLog: boolean;
 }
+
+export type Role = "all" | "gateway" | "worker";
 
 /** At most `calls` in `seconds` (one entry of a Zulip rate limiting rule). */
 export interface RateRule {
@@ -137,6 +145,7 @@ const kernelSettings = {
   REDIS_URL: urlOf("redis://host:6379", "redis:", "rediss:")({ default: undefined }),
   REDIS_PREFIX: str({ default: "chorus" }),
   WORKERS: nonNegativeInt({ default: 1 }),
+  ROLE: str({ choices: ["all", "gateway", "worker"] as const, default: "all" }),
   SHARDS: nonNegativeInt({ default: 16 }),
   LEASE_SECONDS: nonNegativeInt({ default: 10 }),
   MAX_BODY_BYTES: nonNegativeInt({ default: 25 * 1024 * 1024 }),
@@ -178,6 +187,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     redisUrl: env.REDIS_URL,
     redisPrefix: env.REDIS_PREFIX,
     workers: Math.max(1, env.WORKERS),
+    role: env.ROLE as Role,
     shards: Math.max(1, env.SHARDS),
     leaseSeconds: Math.max(2, env.LEASE_SECONDS),
     maxBodyBytes: env.MAX_BODY_BYTES,
@@ -196,6 +206,9 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
   if (config.port > 65535) problems.push(`PORT must be at most 65535, got ${config.port}`);
   if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
     problems.push(`WORKERS=${config.workers} needs REDIS_URL and DATABASE_URL: the embedded engines (memory transport, PGlite) serve one process`);
+  }
+  if (config.role !== "all" && (!config.redisUrl || !config.databaseUrl)) {
+    problems.push(`ROLE=${config.role} needs REDIS_URL and DATABASE_URL: gateways and workers meet through Redis and Postgres`);
   }
   if (problems.length) throw new ConfigError(problems);
   return config;

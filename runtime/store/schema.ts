@@ -26,7 +26,6 @@ export interface ShardLeaseTable {
 
 export interface ClusterNodeTable {
   node_id: string;
-  worker_index: number;
   seen_at: Date;
 }
 

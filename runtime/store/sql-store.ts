@@ -138,11 +138,11 @@ export class SqlStore<DB extends KernelTables = KernelTables> implements Store<D
       .execute();
   }
 
-  async heartbeat(node: string, workerIndex: number, ttlSeconds: number): Promise<Set<number>> {
+  async heartbeat(node: string, ttlSeconds: number): Promise<Set<string>> {
     await this.kernel
       .insertInto("cluster_nodes")
-      .values({ node_id: node, worker_index: workerIndex, seen_at: sql`now()` as any })
-      .onConflict((c) => c.column("node_id").doUpdateSet({ seen_at: sql`now()` as any, worker_index: workerIndex }))
+      .values({ node_id: node, seen_at: sql`now()` as any })
+      .onConflict((c) => c.column("node_id").doUpdateSet({ seen_at: sql`now()` as any }))
       .execute();
     await this.kernel
       .deleteFrom("cluster_nodes")
@@ -150,10 +150,10 @@ export class SqlStore<DB extends KernelTables = KernelTables> implements Store<D
       .execute();
     const alive = await this.kernel
       .selectFrom("cluster_nodes")
-      .select("worker_index")
+      .select("node_id")
       .where("seen_at", ">", sql<Date>`now() - make_interval(secs => ${ttlSeconds})`)
       .execute();
-    return new Set(alive.map((r) => r.worker_index));
+    return new Set(alive.map((r) => r.node_id));
   }
 
   async leave(node: string): Promise<void> {

@@ -73,8 +73,11 @@ export interface Store<DB extends KernelTables = KernelTables> {
   /** Extend a lease we hold; false if it was taken over (we must stop serving the shard). */
   renewLease(lease: Lease, node: string, ttlSeconds: number): Promise<boolean>;
   releaseLease(lease: Lease, node: string): Promise<void>;
-  /** Record that this worker is alive; returns the worker indexes seen alive within `ttlSeconds`. */
-  heartbeat(node: string, workerIndex: number, ttlSeconds: number): Promise<Set<number>>;
+  /**
+   * Record that this worker is alive; returns the node ids of every worker seen alive within `ttlSeconds`, this one
+   * included (the cluster's membership: runtime/cluster.ts places shards on it).
+   */
+  heartbeat(node: string, ttlSeconds: number): Promise<Set<string>>;
   /** Forget this worker's heartbeat (graceful stop), so others take its released shards without waiting. */
   leave(node: string): Promise<void>;
   /** The leases `node` holds according to the store (for operators and tests; workers track their own). */

@@ -9,10 +9,14 @@
  * every channel the connection had (`autoResubscribe`); what was published meanwhile is lost, as the contract
  * allows. A PUBLISH cut off by a broken connection is not resent after the reconnect (it may have run already):
  * at most once.
+ *
+ * On a Redis Cluster, channels are sharded (SPUBLISH / SSUBSCRIBE): a channel lives on the master owning its
+ * name's slot, so every publish of a channel runs on one server, in order. Classic PUBLISH would go to any master
+ * and be relayed over the cluster bus, and two publishes by one node could arrive in either order.
  */
 import { randomUUID } from "node:crypto";
-import type { Redis } from "ioredis";
-import { connectRedis } from "./redis-connection.ts";
+import { Cluster } from "ioredis";
+import { connectRedis, type RedisClient } from "./redis-connection.ts";
 import { redisKeys, type Channel, type RedisKeys } from "./redis-keys.ts";
 import { reportTo, runHandler, type ErrorReport, type MessageHandler, type PubSub } from "./pubsub.ts";
 
@@ -29,8 +33,10 @@ export interface RedisPubSubOptions {
 export class RedisPubSub implements PubSub {
   private readonly keys: RedisKeys;
   private readonly onError: ErrorReport;
-  private readonly publisher: Redis;
-  private readonly subscriber: Redis;
+  private readonly publisher: RedisClient;
+  private readonly subscriber: RedisClient;
+  /** On a Redis Cluster: sharded channels (see above). */
+  private readonly sharded: boolean;
   /** Handlers by the channel's name on Redis. */
   private readonly handlers = new Map<string, Set<MessageHandler>>();
   private closing = false;
@@ -48,15 +54,17 @@ export class RedisPubSub implements PubSub {
       maxRetriesPerRequest: 1,
       commandTimeout: 5000,
     });
-    this.subscriber = connectRedis(options.url, `${name}:subscribe`, report("subscribe"), { autoResubscribe: true });
-    this.subscriber.on("message", (channel: string, message: string) => {
+    this.subscriber = connectRedis(options.url, `${name}:subscribe`, report("subscribe"), { autoResubscribe: true }, { shardedSubscribers: true });
+    this.sharded = this.subscriber instanceof Cluster;
+    this.subscriber.on(this.sharded ? "smessage" : "message", (channel: string, message: string) => {
       for (const handler of this.handlers.get(channel) ?? []) runHandler(handler, message, channel, this.onError);
     });
   }
 
   async publish(channel: Channel, message: string): Promise<void> {
     if (this.closing) return;
-    await this.publisher.publish(this.keys.channel(channel), message);
+    const name = this.keys.channel(channel);
+    await (this.sharded ? this.publisher.spublish(name, message) : this.publisher.publish(name, message));
   }
 
   async subscribe(channel: Channel, handler: MessageHandler): Promise<void> {
@@ -69,7 +77,7 @@ export class RedisPubSub implements PubSub {
     try {
       // Sent for every handler, even when the channel is subscribed already: it resolves once Redis confirmed,
       // after any SUBSCRIBE or UNSUBSCRIBE of the channel sent before it.
-      await this.subscriber.subscribe(name);
+      await (this.sharded ? this.subscriber.ssubscribe(name) : this.subscriber.subscribe(name));
     } catch (err) {
       if (added) subscribed.delete(handler);
       throw err;
@@ -83,7 +91,7 @@ export class RedisPubSub implements PubSub {
     this.handlers.delete(name);
     // Not awaited, so that a shutdown does not wait on a Redis that is down: the handler is gone already, and a
     // channel left subscribed on Redis only brings messages that no handler hears.
-    this.subscriber.unsubscribe(name).catch((err) => {
+    (this.sharded ? this.subscriber.sunsubscribe(name) : this.subscriber.unsubscribe(name)).catch((err: unknown) => {
       if (!this.closing) this.onError(err, `unsubscribing from ${name}`);
     });
   }

@@ -49,7 +49,7 @@
  * group's last-delivered id when nothing is pending there; entries below it are acknowledged by every group.
  */
 import { createHash, randomUUID } from "node:crypto";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./redis-connection.ts";
 import { connectRedis } from "./redis-connection.ts";
 import { redisKeys, type RedisKeys } from "./redis-keys.ts";
 import type { Entry, Reply, ReplyAddress, Transport, TransportHandlers } from "./transport.ts";
@@ -97,7 +97,7 @@ class LuaScript {
   ) {
     this.sha = createHash("sha1").update(source).digest("hex");
   }
-  async run(conn: Redis, keys: string[], args: (string | number)[]): Promise<unknown> {
+  async run(conn: RedisClient, keys: string[], args: (string | number)[]): Promise<unknown> {
     try {
       return await conn.call("EVALSHA", this.sha, keys.length, ...keys, ...args);
     } catch (err) {
@@ -204,10 +204,10 @@ class WatchdogTimeout extends Error {
  * a fresh one opened, so a read left hanging by a half-dead socket cannot stall the loop.
  */
 class LoopConnection {
-  private conn: Redis;
+  private conn: RedisClient;
   private stopped = false;
 
-  constructor(private readonly open: () => Redis) {
+  constructor(private readonly open: () => RedisClient) {
     this.conn = open();
   }
 
@@ -322,7 +322,7 @@ export class RedisStreamsTransport implements Transport {
   /** How often the reply loop refreshes its stream's TTL, and so checks that Redis still has it. */
   private readonly replyTouchMs: number;
 
-  private readonly cmd: Redis;
+  private readonly cmd: RedisClient;
   private handlers?: TransportHandlers;
   private readonly shards = new Map<number, ShardLoop>();
   private replyConn?: LoopConnection;
@@ -776,7 +776,7 @@ export class RedisStreamsTransport implements Transport {
 
   // ---- connections -------------------------------------------------------------------------------------------
 
-  private connect(role: string, blocking: boolean): Redis {
+  private connect(role: string, blocking: boolean): RedisClient {
     const onError = (err: unknown) => {
       if (!this.closing) this.onError(err, `connection ${role}`);
     };

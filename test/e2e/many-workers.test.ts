@@ -4,35 +4,15 @@
  * participants). After a change answered by one worker, every later request sees it, whichever worker serves it.
  * Before the transport's notices, the other worker served its cached copy for up to two seconds.
  */
-import http from "node:http";
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { startDistributed } from "../support/process.ts";
-import { api, createUser, readZuliprc, type TestServer } from "../support/server.ts";
-import { expectZulipResponse } from "../support/openapi.ts";
+import { api, createUser, meOnNewConnection as me, readZuliprc, type TestServer } from "../support/server.ts";
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => {});
 });
-
-/** GET /users/me on a connection of its own (no keep-alive), so successive calls land on either worker. */
-function me(port: number, auth: { email: string; key: string }): Promise<any> {
-  const authorization = `Basic ${Buffer.from(`${auth.email}:${auth.key}`).toString("base64")}`;
-  return new Promise((resolve, reject) => {
-    const req = http.get({ host: "127.0.0.1", port, path: "/api/v1/users/me", agent: false, headers: { authorization } }, (res) => {
-      let text = "";
-      res.on("data", (chunk) => (text += chunk));
-      res.on("end", () => {
-        const body = JSON.parse(text);
-        expect(res.statusCode).toBe(200);
-        expectZulipResponse("GET", "/users/me", 200, body);
-        resolve(body);
-      });
-    });
-    req.on("error", reject);
-  });
-}
 
 let deployment: Promise<{ port: number; target: { url: string }; owner: ReturnType<typeof readZuliprc> }> | undefined;
 /** One two-worker deployment for the tests of this file. */

@@ -4,11 +4,13 @@
  * Every test gets its own prefix, so nothing one test publishes reaches the next.
  */
 import { randomUUID } from "node:crypto";
-import { Redis } from "ioredis";
-import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { once } from "node:events";
+import { Cluster, type Redis } from "ioredis";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { MemoryPubSub } from "../../runtime/transport/memory-pubsub.ts";
 import type { PubSub } from "../../runtime/transport/pubsub.ts";
-import { deleteRedisKeys } from "../../runtime/transport/redis-connection.ts";
+import { connectRedis, deleteRedisKeys, type RedisClient } from "../../runtime/transport/redis-connection.ts";
+import { startPrivateRedisCluster, type PrivateRedisCluster } from "../support/private-services.ts";
 import { channels, redisKeys, type Channel } from "../../runtime/transport/redis-keys.ts";
 import { RedisPubSub } from "../../runtime/transport/redis-pubsub.ts";
 
@@ -16,12 +18,6 @@ const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const RUN_PREFIX = `chorus-test-${randomUUID().slice(0, 8)}`;
 const WAIT = { timeout: 3000, interval: 5 };
 const { notices, assistantRoomEvents } = channels;
-
-let admin: Redis | undefined;
-function redis(): Redis {
-  admin ??= new Redis(REDIS_URL, { protocol: 2, lazyConnect: false });
-  return admin;
-}
 
 interface Engine {
   name: string;
@@ -32,27 +28,65 @@ interface Engine {
   blip?(scope: string, name: string, subscribed: Channel[]): Promise<void>;
 }
 
-const engines: Engine[] = [
-  { name: "memory", distributed: false, make: (_scope, _name, onError) => new MemoryPubSub(onError) },
-  {
-    name: "redis",
+/** The Redis Cluster engine's servers: three masters of this suite's own, started before the suite. */
+let cluster: PrivateRedisCluster | undefined;
+beforeAll(async () => {
+  cluster = await startPrivateRedisCluster(3);
+}, 60_000);
+
+const admins: RedisClient[] = [];
+
+/** The Redis engine on the server `url()` names: one Redis, or a Redis Cluster (whose pub/sub spans its masters). */
+function redisEngine(name: string, url: () => string): Engine {
+  let admin: RedisClient | undefined;
+  /** Every server: a subscriber connection sits on one of them, and PUBSUB NUMSUB counts one server's. */
+  const serversOf = async (): Promise<Redis[]> => {
+    if (!admin) admins.push((admin = connectRedis(url(), "contract-admin", () => {})));
+    if (!(admin instanceof Cluster)) return [admin];
+    if (admin.status !== "ready") await once(admin, "ready");
+    return admin.nodes("master");
+  };
+  return {
+    name,
     distributed: true,
-    make: (scope, name, onError) => new RedisPubSub({ url: REDIS_URL, prefix: scope, name, onError }),
-    blip: async (scope, name, subscribed) => {
-      const list = String(await redis().call("CLIENT", "LIST"));
-      const ids = [...list.matchAll(/^id=(\d+) .*?name=(\S*)/gm)].filter(([, , n]) => n === `chorus:${name}:subscribe`).map(([, id]) => id!);
-      expect(ids).toHaveLength(1);
-      await redis().call("CLIENT", "KILL", "ID", ids[0]!);
+    make: (scope, node, onError) => new RedisPubSub({ url: url(), prefix: scope, name: node, onError }),
+    blip: async (scope, node, subscribed) => {
+      const servers = await serversOf();
+      // A cluster's sharded subscriber has a connection per master (each for the channels whose slots it owns).
+      const cluster = servers.length > 1;
+      let killed = 0;
+      for (const server of servers) {
+        const list = String(await server.call("CLIENT", "LIST"));
+        const ids = [...list.matchAll(/^id=(\d+) .*?name=(\S*)/gm)].filter(([, , n]) => n === `chorus:${node}:subscribe`).map(([, id]) => id!);
+        for (const id of ids) await server.call("CLIENT", "KILL", "ID", id);
+        killed += ids.length;
+      }
+      if (cluster) expect(killed).toBeGreaterThan(0);
+      else expect(killed).toBe(1);
       const names = subscribed.map((channel) => redisKeys(scope).channel(channel));
-      const counts = async () => ((await redis().call("PUBSUB", "NUMSUB", ...names)) as (string | number)[]).filter((_, i) => i % 2 === 1);
+      const counts = async () => {
+        const total = names.map(() => 0);
+        for (const server of await serversOf()) {
+          const reply = (await server.call("PUBSUB", cluster ? "SHARDNUMSUB" : "NUMSUB", ...names)) as (string | number)[];
+          reply.filter((_, i) => i % 2 === 1).forEach((n, i) => (total[i]! += Number(n)));
+        }
+        return total;
+      };
       await vi.waitFor(async () => expect(await counts()).toEqual(names.map(() => 1)), WAIT);
     },
-  },
+  };
+}
+
+const engines: Engine[] = [
+  { name: "memory", distributed: false, make: (_scope, _name, onError) => new MemoryPubSub(onError) },
+  redisEngine("redis", () => REDIS_URL),
+  redisEngine("redis on a 3-master Redis Cluster", () => cluster!.url),
 ];
 
 afterAll(async () => {
   await deleteRedisKeys(REDIS_URL, RUN_PREFIX);
-  admin?.disconnect();
+  for (const admin of admins) admin.disconnect();
+  await cluster?.stop();
 });
 
 /** A handler that records what it hears. */

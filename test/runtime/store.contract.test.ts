@@ -324,7 +324,7 @@ describe.each(engines)("Store on $name", (engineCase) => {
       const oldFence: Fence = { shard: s, epoch: old.epoch, node: "node-a" };
       expect(await store.acquireLease(s, "node-b", 1)).toBeUndefined();
       const hbKey = uniqueKey("hb");
-      expect(await store.heartbeat(`${hbKey}-old`, 90, 1)).toContain(90);
+      expect(await store.heartbeat(`${hbKey}-old`, 1)).toContain(`${hbKey}-old`);
       await sleep(1100); // the one wait of the suite: the lease and the heartbeat above are now older than 1 s
 
       const taken = await store.acquireLease(s, "node-b", 60);
@@ -343,25 +343,26 @@ describe.each(engines)("Store on $name", (engineCase) => {
       expect(await store.leasesHeldBy("node-b")).toContainEqual({ shard: s, epoch: taken!.epoch });
       expect(await store.leasesHeldBy("node-a")).not.toContainEqual(old);
 
-      const alive = await store.heartbeat(`${hbKey}-new`, 91, 1);
-      expect(alive.has(91)).toBe(true);
-      expect(alive.has(90)).toBe(false);
+      const alive = await store.heartbeat(`${hbKey}-new`, 1);
+      expect(alive.has(`${hbKey}-new`)).toBe(true);
+      expect(alive.has(`${hbKey}-old`)).toBe(false);
     });
   });
 
   describe("heartbeat", () => {
-    it("returns the set of worker indexes seen alive, including the caller's", async () => {
+    it("returns the node ids seen alive, the caller's included", async () => {
       const key = uniqueKey("hb-live");
-      const first = await store.heartbeat(`${key}-0`, 0, 60);
+      const first = await store.heartbeat(`${key}-0`, 60);
       expect(first).toBeInstanceOf(Set);
-      expect(first.has(0)).toBe(true);
-      await store.heartbeat(`${key}-1`, 1, 60);
-      const seen = await store.heartbeat(`${key}-2`, 2, 60);
-      for (const i of [0, 1, 2]) expect(seen.has(i)).toBe(true);
-      expect(seen.has(5)).toBe(false);
-      // A repeated heartbeat keeps one entry for the node.
-      const again = await store.heartbeat(`${key}-0`, 0, 60);
-      for (const i of [0, 1, 2]) expect(again.has(i)).toBe(true);
+      expect(first.has(`${key}-0`)).toBe(true);
+      await store.heartbeat(`${key}-1`, 60);
+      const seen = await store.heartbeat(`${key}-2`, 60);
+      for (const i of [0, 1, 2]) expect(seen.has(`${key}-${i}`)).toBe(true);
+      expect(seen.has(`${key}-5`)).toBe(false);
+      // A repeated heartbeat keeps one entry for the node; a node that left is no longer seen.
+      await store.leave(`${key}-1`);
+      const again = await store.heartbeat(`${key}-0`, 60);
+      expect([0, 1, 2].map((i) => again.has(`${key}-${i}`))).toEqual([true, false, true]);
       const rows = await store.db.selectFrom("cluster_nodes").select("node_id").where("node_id", "=", `${key}-0`).execute();
       expect(rows).toHaveLength(1);
     });

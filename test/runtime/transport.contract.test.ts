@@ -4,10 +4,12 @@
  * Every test gets its own key scope, so what one test leaves pending cannot leak into the next.
  */
 import { randomUUID } from "node:crypto";
-import { Redis } from "ioredis";
-import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { once } from "node:events";
+import { Cluster, type Redis } from "ioredis";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { MemoryTransport } from "../../runtime/transport/memory.ts";
-import { deleteRedisKeys } from "../../runtime/transport/redis-connection.ts";
+import { connectRedis, deleteRedisKeys, type RedisClient } from "../../runtime/transport/redis-connection.ts";
+import { startPrivateRedisCluster, type PrivateRedisCluster } from "../support/private-services.ts";
 import { redisKeys } from "../../runtime/transport/redis-keys.ts";
 import { GROUP, RedisStreamsTransport, type RedisStreamsOptions } from "../../runtime/transport/redis-streams.ts";
 import type { Entry, Reply, Transport, TransportHandlers } from "../../runtime/transport/transport.ts";
@@ -39,26 +41,37 @@ interface Engine {
   inspect?: Inspect;
 }
 
-let admin: Redis | undefined;
-function redis(): Redis {
-  admin ??= new Redis(REDIS_URL, { protocol: 2, lazyConnect: false });
-  return admin;
-}
+/** The Redis Cluster engine's servers: three masters of this suite's own, started before the suite. */
+let cluster: PrivateRedisCluster | undefined;
+beforeAll(async () => {
+  cluster = await startPrivateRedisCluster(3);
+}, 60_000);
 
-const engines: Engine[] = [
-  {
-    name: "memory",
-    distributed: false,
-    boundedDrain: false,
-    make: () => new MemoryTransport(),
-  },
-  {
-    name: "redis-streams",
+const admins: RedisClient[] = [];
+
+/**
+ * The Redis Streams engine on the server `url()` names (one Redis, or a Redis Cluster through any of its nodes),
+ * probed through an admin connection of the test's own.
+ */
+function redisStreamsEngine(name: string, url: () => string): Engine {
+  let admin: RedisClient | undefined;
+  const redis = () => {
+    if (!admin) admins.push((admin = connectRedis(url(), "contract-admin", () => {})));
+    return admin;
+  };
+  const servers = async (): Promise<Redis[]> => {
+    const conn = redis();
+    if (!(conn instanceof Cluster)) return [conn];
+    if (conn.status !== "ready") await once(conn, "ready");
+    return conn.nodes("master");
+  };
+  return {
+    name,
     distributed: true,
     boundedDrain: true,
     make: (scope, options) =>
       new RedisStreamsTransport({
-        url: REDIS_URL,
+        url: url(),
         prefix: scope,
         blockMs: 100,
         claimIdleMs: 60_000,
@@ -80,20 +93,36 @@ const engines: Engine[] = [
         Number(await redis().call("EXISTS", redisKeys(scope).reply(node))) === 1,
       loseReplyStream: async (scope, node) => void (await redis().call("DEL", redisKeys(scope).reply(node))),
       killConnections: async (node) => {
-        const list = String(await redis().call("CLIENT", "LIST"));
-        const ids = [...list.matchAll(/^id=(\d+) .*?name=(\S*)/gm)]
-          .filter(([, , name]) => name!.startsWith(`chorus:${node}:`))
-          .map(([, id]) => id!);
-        for (const id of ids) await redis().call("CLIENT", "KILL", "ID", id);
-        return ids.length;
+        let killed = 0;
+        for (const server of await servers()) {
+          const list = String(await server.call("CLIENT", "LIST"));
+          const ids = [...list.matchAll(/^id=(\d+) .*?name=(\S*)/gm)]
+            .filter(([, , name]) => name!.startsWith(`chorus:${node}:`))
+            .map(([, id]) => id!);
+          for (const id of ids) await server.call("CLIENT", "KILL", "ID", id);
+          killed += ids.length;
+        }
+        return killed;
       },
     },
+  };
+}
+
+const engines: Engine[] = [
+  {
+    name: "memory",
+    distributed: false,
+    boundedDrain: false,
+    make: () => new MemoryTransport(),
   },
+  redisStreamsEngine("redis-streams", () => REDIS_URL),
+  redisStreamsEngine("redis-streams on a 3-master Redis Cluster", () => cluster!.url),
 ];
 
 afterAll(async () => {
   await deleteRedisKeys(REDIS_URL, RUN_PREFIX);
-  admin?.disconnect();
+  for (const admin of admins) admin.disconnect();
+  await cluster?.stop();
 });
 
 /** Records what a node is handed; `hold` decides when each turn's promise settles (default: at once). */

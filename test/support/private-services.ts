@@ -43,16 +43,7 @@ export async function startPrivateRedis(opts: { aof: "always" | "everysec" | fal
   const args = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", ...persistence];
   let proc: ChildProcess;
   const start = async () => {
-    proc = spawn("redis-server", args, { stdio: "ignore" });
-    for (let i = 0; i < 100; i++) {
-      try {
-        if ((await execAsync("redis-cli", ["-p", String(port), "ping"])).stdout.trim() === "PONG") return;
-      } catch {
-        // not up yet
-      }
-      await sleep(50);
-    }
-    throw new Error(`private redis-server on port ${port} did not start`);
+    proc = await spawnRedisServer(port, args);
   };
   const kill = async () => {
     if (proc.exitCode !== null || proc.signalCode !== null) return;
@@ -73,6 +64,68 @@ export async function startPrivateRedis(opts: { aof: "always" | "everysec" | fal
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** redis-server with `args` (which name `port`), once it answers PING. */
+export async function spawnRedisServer(port: number, args: string[]): Promise<ChildProcess> {
+  const proc = spawn("redis-server", args, { stdio: "ignore" });
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await execAsync("redis-cli", ["-p", String(port), "ping"])).stdout.trim() === "PONG") return proc;
+    } catch {
+      // not up yet
+    }
+    await sleep(50);
+  }
+  proc.kill("SIGKILL");
+  throw new Error(`private redis-server on port ${port} did not start`);
+}
+
+export interface PrivateRedisCluster {
+  /** REDIS_URL for Chorus: the first master, with `?cluster=on`. */
+  url: string;
+  stop(): Promise<void>;
+}
+
+/** A Redis Cluster of `masters` redis-servers on free local ports, no replicas, every slot assigned. */
+export async function startPrivateRedisCluster(masters = 3): Promise<PrivateRedisCluster> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-redis-cluster-"));
+  const ports: number[] = [];
+  const procs: ChildProcess[] = [];
+  const stop = async () => {
+    for (const proc of procs) {
+      if (proc.exitCode !== null || proc.signalCode !== null) continue;
+      const exited = new Promise((r) => proc.once("exit", r));
+      proc.kill("SIGKILL");
+      await exited;
+    }
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    for (let i = 0; i < masters; i++) {
+      const port = await freePort();
+      ports.push(port);
+      const nodeDir = path.join(dir, String(port));
+      fs.mkdirSync(nodeDir);
+      procs.push(
+        await spawnRedisServer(port, ["--port", String(port), "--bind", "127.0.0.1", "--dir", nodeDir, "--save", "", "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]),
+      );
+    }
+    await execAsync("redis-cli", ["--cluster", "create", ...ports.map((p) => `127.0.0.1:${p}`), "--cluster-replicas", "0", "--cluster-yes"]);
+    // Every node must know every slot's owner before clients are pointed at it.
+    for (const port of ports) {
+      for (let i = 0; ; i++) {
+        const info = (await execAsync("redis-cli", ["-p", String(port), "cluster", "info"])).stdout;
+        if (info.includes("cluster_state:ok")) break;
+        if (i > 100) throw new Error(`redis cluster node ${port} not ready: ${info}`);
+        await sleep(100);
+      }
+    }
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { url: `redis://127.0.0.1:${ports[0]}/?cluster=on`, stop };
 }
 
 export interface PrivatePostgres {

@@ -9,6 +9,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import pg from "pg";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -70,8 +71,12 @@ export interface ChorusProcess {
   stop(): Promise<number | null>;
 }
 
-/** Start `tsx gateway/main.ts` (what `npm start` runs) and wait until it answers. */
-export async function startChorus(env: Record<string, string> = {}, dataDir?: string): Promise<ChorusProcess> {
+/**
+ * Start `tsx gateway/main.ts` (what `npm start` runs) and wait until it answers. `joins`: a process joining a
+ * deployment that exists (it creates no organization, so writes no zuliprc; a worker-only one answers only its
+ * probes): ready once `/ready` says so.
+ */
+export async function startChorus(env: Record<string, string> = {}, dataDir?: string, opts: { joins?: boolean } = {}): Promise<ChorusProcess> {
   const port = Number(env.PORT ?? (await freePort()));
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
   const proc = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["gateway/main.ts"], {
@@ -98,8 +103,12 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`chorus exited early:\n${log}`);
     try {
-      const res = await fetch(`http://127.0.0.1:${port}/api/v1/server_settings`);
-      if (res.ok && fs.existsSync(path.join(dir, "zuliprc"))) break;
+      if (opts.joins) {
+        if ((await fetch(`http://127.0.0.1:${port}/ready`)).ok) break;
+      } else {
+        const res = await fetch(`http://127.0.0.1:${port}/api/v1/server_settings`);
+        if (res.ok && fs.existsSync(path.join(dir, "zuliprc"))) break;
+      }
     } catch {
       // not listening yet
     }
@@ -130,12 +139,30 @@ export function workerPids(server: ChorusProcess): number[] {
   return [...server.output().matchAll(/listening on port \d+ \(pid (\d+)/g)].map((m) => Number(m[1]));
 }
 
+/** The pid of the worker whose cluster node id is `node`, from the workers' start-up lines. */
+export function workerPidOf(server: ChorusProcess, node: string): number | undefined {
+  for (const m of server.output().matchAll(/listening on port \d+ \(pid (\d+), node ([^,]+),/g)) if (m[2] === node) return Number(m[1]);
+  return undefined;
+}
+
+/** The node holding `shard`'s lease in the deployment's database (undefined while none does). */
+export async function shardHolder(databaseUrl: string, shard: number): Promise<string | undefined> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ owner: string | null }>("select owner from shard_leases where shard = $1 and expires_at > now()", [shard]);
+    return rows[0]?.owner ?? undefined;
+  } finally {
+    await client.end();
+  }
+}
+
 /**
  * Chorus on Redis Streams and Postgres with `WORKERS` processes (default 2), in a database and a key prefix of its
  * own; resolves once every worker listens. `cleanups` receives what stops it and drops its database, keys and data
  * directory, in the order to run them backwards.
  */
-export async function startDistributed(env: Record<string, string>, cleanups: Array<() => Promise<unknown>>): Promise<ChorusProcess & { databaseUrl: string }> {
+export async function startDistributed(env: Record<string, string>, cleanups: Array<() => Promise<unknown>>): Promise<ChorusProcess & { databaseUrl: string; redisPrefix: string }> {
   const db = await freshDatabase();
   const redis = freshRedisPrefix();
   cleanups.push(db.drop, redis.clean);
@@ -143,5 +170,5 @@ export async function startDistributed(env: Record<string, string>, cleanups: Ar
   const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: String(workers), ...env });
   cleanups.push(async () => fs.rmSync(server.dataDir, { recursive: true, force: true }), () => server.stop());
   for (let i = 0; i < 100 && workerPids(server).length < workers; i++) await new Promise((r) => setTimeout(r, 100));
-  return { ...server, databaseUrl: db.url };
+  return { ...server, databaseUrl: db.url, redisPrefix: redis.prefix };
 }

@@ -3,6 +3,7 @@
  * response against Zulip's OpenAPI description.
  */
 import fs from "node:fs";
+import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { loadConfig, type Config, type RateLimitRules } from "../../runtime/config.ts";
@@ -254,4 +255,28 @@ export async function eventQueue(server: TestServer, as: Credentials, eventTypes
       return res.body.events.filter((e: any) => e.type !== "heartbeat");
     },
   };
+}
+
+/**
+ * GET /users/me on a connection of its own (no keep-alive), so that successive calls land on either worker of a
+ * deployment (the kernel spreads new connections over the processes listening on the port). `expected`: the status
+ * the call must answer (200 by default, whose body is validated against Zulip's schema).
+ */
+export function meOnNewConnection(port: number, auth: { email: string; key: string }, expected = 200): Promise<any> {
+  const authorization = `Basic ${Buffer.from(`${auth.email}:${auth.key}`).toString("base64")}`;
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: "127.0.0.1", port, path: "/api/v1/users/me", agent: false, headers: { authorization } }, (res) => {
+      let text = "";
+      res.on("data", (chunk) => (text += chunk));
+      res.on("end", () => {
+        const body = JSON.parse(text);
+        if (res.statusCode !== expected) reject(new Error(`GET /users/me answered ${res.statusCode}, not ${expected}: ${text}`));
+        else {
+          if (expected === 200) expectZulipResponse("GET", "/users/me", expected, body);
+          resolve(body);
+        }
+      });
+    });
+    req.on("error", reject);
+  });
 }
