@@ -6,11 +6,11 @@
  * several users' queues are long-polled throughout. Every acknowledged message must reach every queue exactly once,
  * in order, and no queue may be lost (a shard's move carries its queues).
  */
-import { setMaxListeners } from "node:events";
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { shardHolder, startChorus, startDistributed, type ChorusProcess } from "../support/process.ts";
 import { api, readZuliprc, type Credentials } from "../support/server.ts";
+import { expectEveryMessageDelivered, followQueue, manyRequestsController, steadySenders, targetOf as target } from "../support/traffic.ts";
 import { REDIS_URL } from "../support/services.ts";
 import { shardOf } from "../../runtime/actor.ts";
 import { User } from "../../actors/chat/users/user.protocol.ts";
@@ -25,41 +25,11 @@ afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => {});
 });
 
-const target = (p: ChorusProcess) => ({ url: `http://127.0.0.1:${p.port}` });
-
 /** The node id a process printed when it started listening. */
 function nodeOf(p: ChorusProcess): string {
   const node = p.output().match(/\(pid \d+, node ([^,]+),/)?.[1];
   expect(node).toBeTruthy();
   return node!;
-}
-
-/** A queue's client: polls from its last event until `stop`, through whichever gateway `via()` names then. */
-function follow(user: Credentials, queueId: string, via: () => ChorusProcess, stop: AbortSignal) {
-  const state = { ids: [] as number[], lostQueue: false };
-  const done = (async () => {
-    let last = -1;
-    while (!stop.aborted) {
-      try {
-        const res = await api(target(via()), "GET", "/events", { as: user, params: { queue_id: queueId, last_event_id: last }, signal: stop, validate: false });
-        if (res.body.code === "BAD_EVENT_QUEUE_ID") {
-          state.lostQueue = true;
-          return;
-        }
-        if (res.status !== 200) {
-          await sleep(100);
-          continue;
-        }
-        for (const e of res.body.events) {
-          last = Math.max(last, e.id);
-          if (e.type === "message") state.ids.push(e.message.id);
-        }
-      } catch {
-        await sleep(100); // aborted, or a connection lost: ask again from the same point
-      }
-    }
-  })();
-  return { state, done };
 }
 
 it("grows by a worker, serves through a gateway-only process, shrinks again: every acknowledged message reaches every queue once, in order", async () => {
@@ -81,41 +51,15 @@ it("grows by a worker, serves through a gateway-only process, shrinks again: eve
   const userShards = users.map((u) => shardOf(User.id((u as Credentials & { id: number }).id), SHARDS));
 
   let gateways: ChorusProcess[] = [first];
-  const stopPolls = new AbortController();
-  // fetch leaves a listener on the signal per request made with it: thousands over the run.
-  setMaxListeners(0, stopPolls.signal);
+  const stopPolls = manyRequestsController();
   const followers = [];
   for (const [i, user] of users.entries()) {
     const registered = await api(target(first), "POST", "/register", { as: user, params: { event_types: ["message"] } });
     expect(registered.status).toBe(200);
-    followers.push(follow(user, registered.body.queue_id, () => gateways[i % gateways.length]!, stopPolls.signal));
+    followers.push(followQueue(user, registered.body.queue_id, () => gateways[i % gateways.length]!, stopPolls.signal));
   }
-
   // Sends, each retried under its key until acknowledged, alternating between the gateways.
-  const acknowledged = new Map<string, number[]>(CHANNELS.map((c) => [c, []]));
-  let sending = true;
-  let retries = 0;
-  const senders = CHANNELS.map(async (channel) => {
-    for (let i = 0; sending; i++) {
-      for (let attempt = 0; ; attempt++) {
-        const via = gateways[(i + attempt) % gateways.length]!;
-        const res = await api(target(via), "POST", "/messages", {
-          as: owner,
-          params: { type: "stream", to: channel, topic: "growth", content: `${channel} ${i}` },
-          headers: { "idempotency-key": `${channel}-${i}` },
-          validate: false,
-        }).catch(() => undefined);
-        if (res?.status === 200) {
-          acknowledged.get(channel)!.push(res.body.id);
-          break;
-        }
-        retries++;
-        expect(attempt).toBeLessThan(100);
-        await sleep(100);
-      }
-      await sleep(20);
-    }
-  });
+  const senders = steadySenders(owner, CHANNELS, (n) => gateways[n % gateways.length]!, "growth");
 
   await sleep(1_000);
   // A worker joins: it hosts actors only, and takes its share of the shards.
@@ -150,23 +94,10 @@ it("grows by a worker, serves through a gateway-only process, shrinks again: eve
   for (const shard of heldByWorker) expect(await shardHolder(first.databaseUrl, shard)).toBe(nodeOf(first));
 
   await sleep(1_000);
-  sending = false;
-  await Promise.all(senders);
-
-  const everyId = [...acknowledged.values()].flat().sort((a, b) => a - b);
-  expect(everyId.length).toBeGreaterThan(20);
-  for (let i = 0; i < 200 && followers.some((f) => f.state.ids.length < everyId.length && !f.state.lostQueue); i++) await sleep(100);
-  stopPolls.abort();
-  await Promise.all(followers.map((f) => f.done));
-
-  console.info(`membership: ${everyId.length} messages, ${retries} retried sends, worker held shards ${heldByWorker.join(",")}; users' shards ${userShards.join(",")}`);
-  for (const f of followers) {
-    expect(f.state.lostQueue).toBe(false);
-    // Exactly once; each channel's in the order they were stored.
-    expect([...f.state.ids].sort((a, b) => a - b)).toEqual(everyId);
-    for (const ids of acknowledged.values()) {
-      const inChannel = new Set(ids);
-      expect(f.state.ids.filter((id) => inChannel.has(id))).toEqual([...ids].sort((a, b) => a - b));
-    }
-  }
+  await senders.stop();
+  const repeated = await expectEveryMessageDelivered(followers, senders, stopPolls, false);
+  console.info(
+    `membership: ${[...senders.acknowledged.values()].flat().length} messages, ${senders.retries()} retried sends, ${repeated} repeated; ` +
+      `worker held shards ${heldByWorker.join(",")}; users' shards ${userShards.join(",")}`,
+  );
 }, 180_000);

@@ -9,6 +9,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { freePort } from "./process.ts";
+import { onHost, type ServicePlacement } from "./hosts.ts";
 
 const PG_BIN = process.env.PG_BIN ?? "/usr/lib/postgresql/15/bin";
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -25,6 +26,8 @@ export function privateServicesAvailable(): boolean {
   }
 }
 
+const LOOPBACK: ServicePlacement = { address: "127.0.0.1" };
+
 export interface PrivateRedis {
   url: string;
   /** SIGKILL, then start again on the same port (with its append-only file, when `aof`). */
@@ -36,14 +39,17 @@ export interface PrivateRedis {
  * redis-server on a free port. `aof`: with an append-only file fsynced before each write is answered (`always`)
  * or every second (`everysec`: a crash loses up to a second of writes); false: nothing survives a restart.
  */
-export async function startPrivateRedis(opts: { aof: "always" | "everysec" | false }): Promise<PrivateRedis> {
+export async function startPrivateRedis(opts: { aof: "always" | "everysec" | false; placement?: ServicePlacement }): Promise<PrivateRedis> {
+  const placement = opts.placement ?? LOOPBACK;
   const port = await freePort();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-redis-"));
   const persistence = opts.aof ? ["--appendonly", "yes", "--appendfsync", opts.aof] : ["--appendonly", "no"];
-  const args = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", ...persistence];
+  // Protected mode refuses every client but loopback's; on a host of its own, the other hosts are its clients.
+  const reachable = placement === LOOPBACK ? [] : ["--protected-mode", "no"];
+  const args = ["--port", String(port), "--bind", placement.address, "--dir", dir, "--save", "", ...persistence, ...reachable];
   let proc: ChildProcess;
   const start = async () => {
-    proc = await spawnRedisServer(port, args);
+    proc = await spawnRedisServer(port, args, placement);
   };
   const kill = async () => {
     if (proc.exitCode !== null || proc.signalCode !== null) return;
@@ -53,7 +59,7 @@ export async function startPrivateRedis(opts: { aof: "always" | "everysec" | fal
   };
   await start();
   return {
-    url: `redis://127.0.0.1:${port}`,
+    url: `redis://${placement.address}:${port}`,
     async restart(downMs) {
       await kill();
       await sleep(downMs);
@@ -67,11 +73,11 @@ export async function startPrivateRedis(opts: { aof: "always" | "everysec" | fal
 }
 
 /** redis-server with `args` (which name `port`), once it answers PING. */
-export async function spawnRedisServer(port: number, args: string[]): Promise<ChildProcess> {
-  const proc = spawn("redis-server", args, { stdio: "ignore" });
+export async function spawnRedisServer(port: number, args: string[], placement = LOOPBACK): Promise<ChildProcess> {
+  const proc = spawn(...onHost(placement, "redis-server", args), { stdio: "ignore" });
   for (let i = 0; i < 100; i++) {
     try {
-      if ((await execAsync("redis-cli", ["-p", String(port), "ping"])).stdout.trim() === "PONG") return proc;
+      if ((await execAsync(...onHost(placement, "redis-cli", ["-h", placement.address, "-p", String(port), "ping"]))).stdout.trim() === "PONG") return proc;
     } catch {
       // not up yet
     }
@@ -136,7 +142,7 @@ export interface PrivatePostgres {
 }
 
 /** A new Postgres cluster (initdb) on a free port, trust authentication, fsync off (a test's data is disposable). */
-export async function startPrivatePostgres(): Promise<PrivatePostgres> {
+export async function startPrivatePostgres(placement = LOOPBACK): Promise<PrivatePostgres> {
   const port = await freePort();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-pg-"));
   const data = path.join(dir, "data");
@@ -144,15 +150,17 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   if (asRoot) execFileSync("chown", ["postgres", dir]);
   const run = (bin: string, args: string[]) => {
     const cmd = path.join(PG_BIN, bin);
-    return asRoot ? execAsync("runuser", ["-u", "postgres", "--", cmd, ...args]) : execAsync(cmd, args);
+    return execAsync(...(asRoot ? onHost(placement, "runuser", ["-u", "postgres", "--", cmd, ...args]) : onHost(placement, cmd, args)));
   };
   await run("initdb", ["-D", data, "-U", "postgres", "--auth=trust", "--no-sync"]);
-  const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100`;
+  // initdb trusts loopback only; on a host of its own, the other hosts connect over their network.
+  if (placement !== LOOPBACK) fs.appendFileSync(path.join(data, "pg_hba.conf"), "host all all 0.0.0.0/0 trust\n");
+  const options = `-p ${port} -k ${dir} -c listen_addresses=${placement.address} -c fsync=off -c max_connections=100`;
   const start = () => run("pg_ctl", ["-D", data, "-o", options, "-l", path.join(dir, "log"), "-w", "start"]);
   const stopIt = (mode: string) => run("pg_ctl", ["-D", data, "-m", mode, "-w", "stop"]);
   await start();
   return {
-    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    url: `postgres://postgres@${placement.address}:${port}/postgres`,
     async restart(downMs, mode = "fast") {
       await stopIt(mode);
       await sleep(downMs);

@@ -11,6 +11,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
+import { onHost, type ServicePlacement } from "./hosts.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -63,6 +64,8 @@ function installExitHooks(): void {
 }
 
 export interface ChorusProcess {
+  /** Where it listens: 127.0.0.1, or its host's address (`opts.host`). */
+  address: string;
   port: number;
   dataDir: string;
   proc: ChildProcess;
@@ -74,14 +77,16 @@ export interface ChorusProcess {
 /**
  * Start `tsx gateway/main.ts` (what `npm start` runs) and wait until it answers. `joins`: a process joining a
  * deployment that exists (it creates no organization, so writes no zuliprc; a worker-only one answers only its
- * probes): ready once `/ready` says so.
+ * probes): ready once `/ready` says so. `host`: run inside that host's network namespace (test/support/hosts.ts),
+ * listening on its address.
  */
-export async function startChorus(env: Record<string, string> = {}, dataDir?: string, opts: { joins?: boolean } = {}): Promise<ChorusProcess> {
+export async function startChorus(env: Record<string, string> = {}, dataDir?: string, opts: { joins?: boolean; host?: ServicePlacement } = {}): Promise<ChorusProcess> {
+  const address = opts.host?.address ?? "127.0.0.1";
   const port = Number(env.PORT ?? (await freePort()));
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
-  const proc = spawn(path.join(ROOT, "node_modules/.bin/tsx"), ["gateway/main.ts"], {
+  const proc = spawn(...onHost(opts.host ?? { address }, path.join(ROOT, "node_modules/.bin/tsx"), ["gateway/main.ts"]), {
     cwd: ROOT,
-    env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: "127.0.0.1", CHORUS_SECRET: "e2e-secret", ...GENEROUS_RATE_LIMIT_ENV, ...env },
+    env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: address, CHORUS_SECRET: "e2e-secret", ...GENEROUS_RATE_LIMIT_ENV, ...env },
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,
   });
@@ -104,9 +109,9 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
     if (proc.exitCode !== null) throw new Error(`chorus exited early:\n${log}`);
     try {
       if (opts.joins) {
-        if ((await fetch(`http://127.0.0.1:${port}/ready`)).ok) break;
+        if ((await fetch(`http://${address}:${port}/ready`)).ok) break;
       } else {
-        const res = await fetch(`http://127.0.0.1:${port}/api/v1/server_settings`);
+        const res = await fetch(`http://${address}:${port}/api/v1/server_settings`);
         if (res.ok && fs.existsSync(path.join(dir, "zuliprc"))) break;
       }
     } catch {
@@ -119,6 +124,7 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
     await new Promise((r) => setTimeout(r, 200));
   }
   return {
+    address,
     port,
     dataDir: dir,
     proc,

@@ -1,0 +1,109 @@
+/**
+ * Several hosts: four network namespaces on a bridge of the test's own, each with its own address, so that what
+ * passes between them crosses a network as between machines. Redis and Postgres run on `db`; Chorus runs on `h1`
+ * and `h2` (one process each, hosting actors and serving HTTP), and `h3` joins later. Clients (this test process,
+ * on the bridge) send through every Chorus host and long-poll through every one. While messages flow, `h3` joins
+ * and `h2` is killed (SIGKILL, as a host lost): every acknowledged message must reach every queue, each channel's
+ * in order, and no queue may be lost. Measured and printed: the time from the kill until every shard is held by
+ * a live host again.
+ *
+ * Needs root (network namespaces) and the private services' binaries; skipped, with a note, where they are missing.
+ */
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { createNetwork, hostsAvailable, type TestNetwork } from "../support/hosts.ts";
+import { privateServicesAvailable, startPrivatePostgres, startPrivateRedis } from "../support/private-services.ts";
+import { shardHolder, startChorus, type ChorusProcess } from "../support/process.ts";
+import { api, readZuliprc, type Credentials } from "../support/server.ts";
+import { expectEveryMessageDelivered, followQueue, manyRequestsController, steadySenders, targetOf } from "../support/traffic.ts";
+
+const available = hostsAvailable() && privateServicesAvailable();
+if (!available) console.info("hosts.test: skipped (needs root, iproute2, redis-server and Postgres's binaries)");
+
+const SHARDS = 16;
+const CHANNELS = ["hosts-0", "hosts-1", "hosts-2", "hosts-3"];
+const USERS = 4;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+const cleanups: Array<() => Promise<unknown>> = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => {});
+});
+
+/** The node id a process printed when it started listening. */
+function nodeOf(p: ChorusProcess): string {
+  const node = p.output().match(/\(pid \d+, node ([^,]+),/)?.[1];
+  expect(node).toBeTruthy();
+  return node!;
+}
+
+describe.skipIf(!available)("several hosts", () => {
+  it("delivers every acknowledged message to every queue while a host joins and another is killed", async () => {
+    const net: TestNetwork = await createNetwork(["db", "h1", "h2", "h3"]);
+    cleanups.push(net.remove);
+    const redis = await startPrivateRedis({ aof: false, placement: net.hosts.db! });
+    cleanups.push(redis.stop);
+    const postgres = await startPrivatePostgres(net.hosts.db!);
+    cleanups.push(postgres.stop);
+    const env = { REDIS_URL: redis.url, DATABASE_URL: postgres.url, REDIS_PREFIX: "hosts", LEASE_SECONDS: "2", SHARDS: String(SHARDS) };
+
+    const h1 = await startChorus(env, undefined, { host: net.hosts.h1 });
+    cleanups.push(() => h1.stop());
+    const h2 = await startChorus(env, undefined, { host: net.hosts.h2, joins: true });
+    cleanups.push(() => h2.stop());
+    const owner = readZuliprc(path.join(h1.dataDir, "zuliprc"));
+    expect((await api(targetOf(h1), "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: CHANNELS.map((name) => ({ name })) } })).status).toBe(200);
+
+    let live: ChorusProcess[] = [h1, h2];
+    const stopPolls = manyRequestsController();
+    const followers = [];
+    for (let i = 0; i < USERS; i++) {
+      const email = `host-user-${i}@example.com`;
+      const via = live[i % live.length]!;
+      const created = await api(targetOf(via), "POST", "/users", { as: owner, params: { email, password: `pw-${email}`, full_name: `Host user ${i}` } });
+      expect(created.status).toBe(200);
+      const key = await api(targetOf(via), "POST", "/fetch_api_key", { params: { username: email, password: `pw-${email}` } });
+      const user: Credentials = { email, key: key.body.api_key };
+      expect((await api(targetOf(via), "POST", "/users/me/subscriptions", { as: user, params: { subscriptions: CHANNELS.map((name) => ({ name })) } })).status).toBe(200);
+      const registered = await api(targetOf(via), "POST", "/register", { as: user, params: { event_types: ["message"] } });
+      expect(registered.status).toBe(200);
+      followers.push(followQueue(user, registered.body.queue_id, () => live[i % live.length]!, stopPolls.signal));
+    }
+    const senders = steadySenders(owner, CHANNELS, (n) => live[n % live.length]!, "hosts");
+
+    await sleep(1_500);
+    const h3 = await startChorus(env, undefined, { host: net.hosts.h3, joins: true });
+    cleanups.push(() => h3.stop());
+    live = [h1, h2, h3];
+    await sleep(1_500);
+
+    // h2 is lost: its clients move to the other hosts; its shards move once their leases expire.
+    const lostNode = nodeOf(h2);
+    const lostShards = [];
+    for (let shard = 0; shard < SHARDS; shard++) if ((await shardHolder(postgres.url, shard)) === lostNode) lostShards.push(shard);
+    const killedAt = Date.now();
+    h2.proc.kill("SIGKILL");
+    // Its clients find out by their requests failing, and go on through the other hosts.
+    live = [h1, h3];
+    const liveNodes = [nodeOf(h1), nodeOf(h3)];
+    let servingAgainMs = -1;
+    for (let i = 0; i < 200; i++) {
+      const holders = await Promise.all(lostShards.map((shard) => shardHolder(postgres.url, shard)));
+      if (holders.every((h) => h !== undefined && liveNodes.includes(h))) {
+        servingAgainMs = Date.now() - killedAt;
+        break;
+      }
+      await sleep(50);
+    }
+    expect(servingAgainMs).toBeGreaterThanOrEqual(0);
+    await sleep(1_500);
+    await senders.stop();
+
+    const repeated = await expectEveryMessageDelivered(followers, senders, stopPolls, true);
+    const sent = [...senders.acknowledged.values()].flat().length;
+    console.info(
+      `hosts: ${sent} messages acknowledged, ${senders.retries()} attempts retried, ${repeated} message events repeated; ` +
+        `h2 held shards ${lostShards.join(",")}; every shard served again ${servingAgainMs} ms after the kill (LEASE_SECONDS=2)`,
+    );
+  }, 240_000);
+});
