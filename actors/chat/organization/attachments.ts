@@ -11,8 +11,9 @@ import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { User } from "../users/user.protocol.ts";
-import type { AttachmentsProtocol, DeleteAttachment, RecordUpload } from "./realm.protocol.ts";
+import type { AttachmentsProtocol, DeleteAttachment, RecordThumbnails, RecordUpload } from "./realm.protocol.ts";
 import type { Database } from "../../schema.ts";
+import { storedFormatName, thumbnailBlobKey, uploadPreview, type StoredThumbnail, type UploadPreview } from "../rendering/thumbnails.ts";
 
 type DB = Kysely<Database>;
 
@@ -86,6 +87,35 @@ export function attachmentByPath(db: DB, realmId: number, path: string) {
     .executeTakeFirst();
 }
 
+/**
+ * The image records of the uploads among `paths` (as a message links them: encoded or not), keyed by each way of
+ * writing the path, for rendering their previews.
+ */
+export async function uploadPreviews(db: DB, realmId: number, paths: string[]): Promise<Map<string, UploadPreview>> {
+  const out = new Map<string, UploadPreview>();
+  if (!paths.length) return out;
+  const decoded = paths.map((p) => {
+    try {
+      return decodeURIComponent(p);
+    } catch {
+      return p;
+    }
+  });
+  const rows = await db
+    .selectFrom("image_attachments as i")
+    .innerJoin("attachments as a", "a.id", "i.attachment_id")
+    .select(["a.url_path", "i.path_id", "i.original_width_px", "i.original_height_px", "i.frames", "i.content_type", "i.thumbnail_metadata"])
+    .where("a.realm_id", "=", realmId)
+    .where((eb) => eb.or([eb("a.url_path", "in", paths), eb("a.path_id", "in", [...paths, ...decoded])]))
+    .execute();
+  for (const row of rows) {
+    const preview = uploadPreview(row);
+    out.set(row.url_path, preview);
+    out.set(row.path_id, preview);
+  }
+  return out;
+}
+
 /** The messages linking a file. */
 export async function linkedMessageIds(db: DB, attachmentId: number): Promise<number[]> {
   const rows = await db.selectFrom("attachment_messages").select("message_id").where("attachment_id", "=", attachmentId).execute();
@@ -131,6 +161,7 @@ export class RealmAttachments {
   static readonly handlers: Handlers<AttachmentsProtocol, RealmAttachments> = {
     recordUpload: (attachments, msg) => attachments.record(msg),
     deleteAttachment: (attachments, msg) => attachments.delete(msg),
+    recordThumbnails: (attachments, msg) => attachments.recordThumbnails(msg),
   };
 
   private get db() {
@@ -147,8 +178,8 @@ export class RealmAttachments {
     if (quotaMib !== undefined && used + msg.size > quotaMib * 1024 * 1024) {
       throw new ChorusError("REALM_UPLOAD_QUOTA", "Upload would exceed your organization's upload quota.", 400);
     }
-    const row = await this.deps.store.write(this.ctx.fence(), (trx) =>
-      trx
+    const row = await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const inserted = await trx
         .insertInto("attachments")
         .values({
           realm_id: this.realmId,
@@ -162,27 +193,54 @@ export class RealmAttachments {
           create_time: Math.floor(Date.now() / 1000),
         })
         .returning("id")
-        .executeTakeFirstOrThrow(),
-    );
+        .executeTakeFirstOrThrow();
+      if (msg.image) {
+        await trx
+          .insertInto("image_attachments")
+          .values({
+            attachment_id: inserted.id,
+            realm_id: this.realmId,
+            path_id: msg.pathId,
+            original_width_px: msg.image.width,
+            original_height_px: msg.image.height,
+            frames: msg.image.frames,
+            content_type: msg.contentType,
+          })
+          .execute();
+      }
+      return inserted;
+    });
     const [attachment] = await attachmentObjects(this.db, { ids: [row.id] });
     await this.tellOwner(acting.id, { op: "add", attachment }, used + msg.size);
     return row;
   }
 
   /** Zulip's remove_attachment: only the owner may; the file stops being served even where messages link it. */
-  private async delete(msg: DeleteAttachment): Promise<{ blobKey: string }> {
+  private async delete(msg: DeleteAttachment): Promise<{ blobKeys: string[] }> {
     const acting = await this.realm.actingUser(msg.actingId);
     const row = await this.db
-      .selectFrom("attachments")
-      .select(["id", "blob_key"])
-      .where("id", "=", msg.attachmentId)
-      .where("realm_id", "=", this.realmId)
-      .where("owner_id", "=", acting.id)
+      .selectFrom("attachments as a")
+      .leftJoin("image_attachments as i", "i.attachment_id", "a.id")
+      .select(["a.id", "a.blob_key", "i.thumbnail_metadata"])
+      .where("a.id", "=", msg.attachmentId)
+      .where("a.realm_id", "=", this.realmId)
+      .where("a.owner_id", "=", acting.id)
       .executeTakeFirst();
     if (!row) throw errors.badRequest("Invalid attachment");
     await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("attachments").where("id", "=", row.id).execute());
     await this.tellOwner(acting.id, { op: "remove", attachment: { id: row.id } }, await uploadSpaceUsed(this.db, this.realmId));
-    return { blobKey: row.blob_key };
+    const thumbnails = (row.thumbnail_metadata ?? []) as StoredThumbnail[];
+    return { blobKeys: [row.blob_key, ...thumbnails.map((t) => thumbnailBlobKey(row.blob_key, storedFormatName(t)))] };
+  }
+
+  /** Zulip's ensure_thumbnails, its database half: the thumbnails made, or the image record dropped. */
+  private async recordThumbnails(msg: RecordThumbnails): Promise<Record<string, never>> {
+    await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const image = trx.updateTable("image_attachments").where("attachment_id", "=", msg.attachmentId).where("realm_id", "=", this.realmId);
+      if (msg.thumbnails) await image.set({ frames: msg.frames, thumbnail_metadata: JSON.stringify(msg.thumbnails) }).execute();
+      else await trx.deleteFrom("image_attachments").where("attachment_id", "=", msg.attachmentId).where("realm_id", "=", this.realmId).execute();
+    });
+    return {};
   }
 
   private tellOwner(ownerId: number, change: Record<string, unknown>, uploadSpaceUsed: number): Promise<void> {
