@@ -30,7 +30,7 @@ import { placeholderPaths, rewriteUploadPreviews } from "../rendering/thumbnails
 import type { SendToDm } from "./dm.protocol.ts";
 import { User, type DeliverMessage } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
-import { attachmentsOfMessage, detachedUploads, uploadPreviews } from "../organization/attachments.ts";
+import { attachmentsOfMessages, detachedUploads, notifyAttachmentUpdates, uploadPreviews } from "../organization/attachments.ts";
 
 export const invalidMessage = () => errors.badRequest("Invalid message(s)");
 
@@ -197,7 +197,9 @@ export abstract class Conversation implements Actor {
         if (observers.length) delivery.observers = observers;
         await this.deps.system().broadcast(User, [...recipients, ...observers], delivery);
         // The message is committed and delivered: a failure here costs a preview update, never the send.
-        if (storedId === id) await this.catchUpUploadPreviews(id, record.rendered_content).catch((err) => log.warn({ err }, "checking a new message's image previews failed"));
+        if (storedId === id && record.content.includes("/user_uploads/")) {
+          await this.afterUploadsLinked(id, record.rendered_content).catch((err) => log.warn({ err }, "telling of a new message's uploads failed"));
+        }
         reply.resolve({ id: storedId, ...(after ? await after(storedId, mentions) : {}) });
       })
       .catch((err) => reply.reject(ChorusError.wrap(err)))
@@ -318,7 +320,7 @@ export abstract class Conversation implements Actor {
     // flags follow the new content.
     const mentions = rendering ? await this.mentionFlags(msg.content!, rendering, move?.topic ?? row.topic, this.recipients(), row.sender_id) : undefined;
     // The files the old content linked: those the new content (or no other message) links no more are detached.
-    const linkedBefore = contentChanged ? await attachmentsOfMessage(db, row.id) : [];
+    const linkedBefore = contentChanged ? await attachmentsOfMessages(db, [row.id]) : [];
 
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       const entry: Record<string, unknown> = { user_id: msg.acting.id, timestamp: now };
@@ -372,6 +374,11 @@ export abstract class Conversation implements Actor {
       await this.deps.system().broadcast(User, [...losing], { op: "deliverEvent", event: gone });
     }
     if (move) await move.notices();
+    if (contentChanged && (linkedBefore.length || msg.content!.includes("/user_uploads/"))) {
+      const linkedAfter = await attachmentsOfMessages(db, [row.id]);
+      const changed = [...linkedBefore.filter((a) => !linkedAfter.includes(a)), ...linkedAfter.filter((a) => !linkedBefore.includes(a))];
+      await notifyAttachmentUpdates(db, this.deps.system(), changed);
+    }
     return { detached_uploads: await detachedUploads(db, msg.acting.id, linkedBefore) };
   }
 
@@ -412,6 +419,8 @@ export abstract class Conversation implements Actor {
    * flags and reactions, and tell the recipients in one event (Zulip's do_delete_messages).
    */
   protected async removeMessages(ids: number[], where: Pick<StoredMessage, "stream_id" | "topic">): Promise<void> {
+    // Their links to uploaded files go with them (the foreign key cascades): the files' owners hear of it after.
+    const linked = await attachmentsOfMessages(this.deps.store.db, ids);
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await trx.deleteFrom("reactions").where("message_id", "in", ids).execute();
       await this.deps.messageLog.expandRecipientLists(trx, ids);
@@ -423,6 +432,7 @@ export abstract class Conversation implements Actor {
     if (where.stream_id !== null) Object.assign(event, { message_type: "stream", stream_id: where.stream_id, topic: where.topic });
     else event.message_type = "private";
     await this.deps.system().broadcast(User, this.recipients(), { op: "deliverEvent", event });
+    await notifyAttachmentUpdates(this.deps.store.db, this.deps.system(), linked);
   }
 
   // ---- reactions ----------------------------------------------------------------------------------------------
@@ -476,12 +486,14 @@ export abstract class Conversation implements Actor {
   // ---- uploaded images' previews ------------------------------------------------------------------------------
 
   /**
-   * A message rendered with a placeholder commits after the render: its image's thumbnails may have been made in
+   * After a new message linking uploads commits: their owners hear of the link (Zulip's do_claim_attachments), and
+   * the placeholders it shows are checked once more. A message rendered with a placeholder commits after the render: its image's thumbnails may have been made in
    * between, when the thumbnail job could not yet find the message among the file's links. Whatever the records say
    * now is applied in a turn of its own (the job, which commits its records before looking for messages, handles
    * every message committed after that look).
    */
-  private async catchUpUploadPreviews(messageId: number, rendered: string): Promise<void> {
+  private async afterUploadsLinked(messageId: number, rendered: string): Promise<void> {
+    await notifyAttachmentUpdates(this.deps.store.db, this.deps.system(), await attachmentsOfMessages(this.deps.store.db, [messageId]));
     const paths = placeholderPaths(rendered);
     if (!paths.length) return;
     const previews = await uploadPreviews(this.deps.store.db, this.realmId, paths);

@@ -7,6 +7,7 @@
  */
 import type { Kysely } from "kysely";
 import type { ActorContext } from "../../../runtime/actor.ts";
+import type { ActorSystem } from "../../../runtime/system.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { ActorDeps } from "../../deps.ts";
@@ -122,10 +123,32 @@ export async function linkedMessageIds(db: DB, attachmentId: number): Promise<nu
   return rows.map((r) => Number(r.message_id));
 }
 
-/** The files linked from a message, by id (read before an edit, to find the detached ones after it). */
-export async function attachmentsOfMessage(db: DB, messageId: number): Promise<number[]> {
-  const rows = await db.selectFrom("attachment_messages").select("attachment_id").where("message_id", "=", messageId).execute();
+/** The files linked from messages, by id (read before an edit or a deletion, to compare with after it). */
+export async function attachmentsOfMessages(db: DB, messageIds: number[]): Promise<number[]> {
+  if (!messageIds.length) return [];
+  const rows = await db.selectFrom("attachment_messages").select("attachment_id").distinct().where("message_id", "in", messageIds).execute();
   return rows.map((r) => r.attachment_id);
+}
+
+/**
+ * The messages linking these files changed (a send, an edit, a deletion): each file's owner gets Zulip's `attachment`
+ * event with op `update` and the file's object as it is now (Zulip's notify_attachment_update). Zulip sends it to
+ * the sender of a message claiming the file, and only for claims; Chorus tells the owner, whose list
+ * (GET /attachments) it is, whenever a file's `messages` change.
+ */
+export async function notifyAttachmentUpdates(db: DB, system: ActorSystem, attachmentIds: number[]): Promise<void> {
+  if (!attachmentIds.length) return;
+  const owners = await db.selectFrom("attachments").select(["id", "owner_id", "realm_id"]).where("id", "in", attachmentIds).execute();
+  if (!owners.length) return;
+  const objects = new Map((await attachmentObjects(db, { ids: owners.map((o) => o.id) })).map((a) => [a.id, a]));
+  const used = new Map<number, number>();
+  for (const realmId of new Set(owners.map((o) => o.realm_id))) used.set(realmId, await uploadSpaceUsed(db, realmId));
+  await Promise.all(
+    owners.map((o) => {
+      const event = { type: "attachment", op: "update", attachment: objects.get(o.id), upload_space_used: used.get(o.realm_id) };
+      return system.broadcast(User, [o.owner_id], { op: "deliverEvent", event });
+    }),
+  );
 }
 
 /**
