@@ -2,13 +2,15 @@
  * Thumbnails of uploaded images, as Zulip 9+ has them, through a real listening server on both engines: register's
  * server_thumbnail_formats, the loading placeholder in a message sent before the thumbnails exist and the
  * rendering-only update_message that replaces it, the thumbnail URLs (access rule, format, made on demand), animated
- * images, and what gets no thumbnail (SVG, a corrupt image, one past the pixel limit) without failing anything.
+ * images, what gets no thumbnail (SVG, a corrupt image, one past the pixel limit) without failing anything, and the
+ * start-up sweep that makes the thumbnails a stopped process did not.
  */
 import fs from "node:fs";
 import path from "node:path";
 import sharp from "sharp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../../support/server.ts";
+import { api, createUser, engineConfig, ENGINES, readZuliprc, startTestServer, type Credentials, type TestServer } from "../../support/server.ts";
+import { startNode } from "../../../gateway/main.ts";
 import { eventually, messageApi, type User } from "../../support/messages.ts";
 
 /** An image of noise (it does not compress away, so it takes a real decode and resize). */
@@ -174,5 +176,42 @@ describe.each(ENGINES)("thumbnails on %s", (engine) => {
     expect(deleted.status).toBe(200);
     expect(fs.existsSync(path.join(dir, "thumbnail", blobKey, "840x560.webp"))).toBe(false);
     expect((await download(thumbnailUrl(url), alice)).status).toBe(404);
+  });
+});
+
+describe.each(ENGINES)("thumbnails across a restart on %s", (engine) => {
+  it("makes the thumbnails a stopped process did not get to, and updates the messages showing placeholders", async () => {
+    const { config, dataDir, release } = await engineConfig(engine);
+    let node = await startNode(config);
+    try {
+      const rc = readZuliprc(path.join(dataDir, "zuliprc"));
+      const owner = { email: rc.email, key: rc.key };
+      let server = { url: `http://127.0.0.1:${node.port}` };
+      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "general" }] } });
+      const url = (await api(server, "POST", "/user_uploads", { as: owner, files: [{ filename: "late.png", type: "image/png", data: await png(500, 400) }] })).body.url as string;
+      const sent = await api(server, "POST", "/messages", { as: owner, params: { type: "stream", to: "general", topic: "restart", content: `[late.png](${url})` } });
+      const id = sent.body.id as number;
+      const message = async () =>
+        (await api(server, "GET", `/messages/${id}`, { as: owner, template: "/messages/{message_id}" })).body.message.content as string;
+      const thumbnail = `src="/user_uploads/thumbnail/${url.slice("/user_uploads/".length)}/840x560.webp"`;
+      expect(await eventually(async () => (await message()).includes(thumbnail), 30_000)).toBe(true);
+      // As a process that stopped before its job ran leaves it: no thumbnails, the message showing the placeholder.
+      const db = node.store.db;
+      await db.updateTable("image_attachments").set({ thumbnail_metadata: "[]" }).execute();
+      const placeholder = `<img class="image-loading-placeholder" src="/static/images/loading/loader-black.svg" data-original-dimensions="500x400">`;
+      const content = (await message()).replace(/<img [^>]*>/, placeholder);
+      await db.updateTable("messages").set({ rendered_content: content }).where("id", "=", id).execute();
+      fs.rmSync(path.join(config.uploadsDir, "thumbnail"), { recursive: true, force: true });
+      await node.close();
+
+      node = await startNode(config);
+      server = { url: `http://127.0.0.1:${node.port}` };
+      // Nothing else asks for this image's thumbnails: only the start-up sweep can make them.
+      expect(await eventually(async () => (await message()).includes(thumbnail), 30_000)).toBe(true);
+      expect(fs.readdirSync(path.join(config.uploadsDir, "thumbnail"), { recursive: true })).toContain(path.join(url.split("/").slice(2, 5).join(path.sep), "840x560.webp"));
+    } finally {
+      await node.close();
+      await release();
+    }
   });
 });
