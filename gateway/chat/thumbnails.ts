@@ -20,6 +20,7 @@ import {
   formatsFor,
   MAX_ANIMATED_PIXELS,
   MAX_IMAGE_PIXELS,
+  storedFormatName,
   thumbnailBlobKey,
   THUMBNAIL_TYPES,
   uploadPreview,
@@ -108,6 +109,11 @@ async function ensureThumbnails(services: Services, attachmentId: number): Promi
   }
   const realm = services.system.ref(Realm, image.realm_id);
   await realm.ask({ op: "recordThumbnails", attachmentId, frames: made?.frames ?? image.frames, thumbnails: made?.thumbnails ?? null });
+  // Deleted while they were being made: its deletion could not know of these thumbnails.
+  if (made && !(await loadImage(services, attachmentId))) {
+    await Promise.all(made.thumbnails.map((t) => services.blobs.delete(thumbnailBlobKey(image.blob_key, storedFormatName(t)))));
+    return;
+  }
   const preview = made ? uploadPreview({ ...image, frames: made.frames, thumbnail_metadata: made.thumbnails }) : null;
   // After the record commits: a message committing later finds the thumbnails itself (conversation.ts).
   const linking = await services.store.db

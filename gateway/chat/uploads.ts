@@ -335,10 +335,13 @@ async function thumbnailOf(services: Services, attachmentId: number, name: strin
   const noImage = () => new ChorusError("BAD_REQUEST", "This file does not exist or has been deleted.", 404);
   if (!image || !THUMBNAIL_FORMATS.some((f) => formatName(f) === name)) throw noImage();
   if (!(image.thumbnail_metadata as unknown[]).length) {
-    await thumbnailSoon(services, attachmentId);
+    // A job that failed (not a bad image: that is a missing record) says so in the log; the client may retry.
+    await thumbnailSoon(services, attachmentId).catch((err) => log.warn({ err }, "making a thumbnail on demand failed"));
     image = await load();
   }
-  const stored = ((image?.thumbnail_metadata ?? []) as StoredThumbnail[]).find((t) => storedFormatName(t) === name);
+  const made = (image?.thumbnail_metadata ?? []) as StoredThumbnail[];
+  if (image && !made.length) throw new ChorusError("SERVICE_UNAVAILABLE", "The thumbnail is not ready; try again shortly", 503);
+  const stored = made.find((t) => storedFormatName(t) === name);
   if (!stored) throw noImage();
   return stored;
 }
