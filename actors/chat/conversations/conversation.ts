@@ -487,10 +487,10 @@ export abstract class Conversation implements Actor {
 
   /**
    * After a new message linking uploads commits: their owners hear of the link (Zulip's do_claim_attachments), and
-   * the placeholders it shows are checked once more. A message rendered with a placeholder commits after the render: its image's thumbnails may have been made in
-   * between, when the thumbnail job could not yet find the message among the file's links. Whatever the records say
-   * now is applied in a turn of its own (the job, which commits its records before looking for messages, handles
-   * every message committed after that look).
+   * the placeholders it shows are checked once more. It was rendered before it committed: its images' thumbnails
+   * may have been made in between, when the thumbnail job could not yet find the message among the files' links.
+   * Whatever the records say now is applied in a turn of its own (the job, which commits its records before looking
+   * for messages, handles every message committed before that look).
    */
   private async afterUploadsLinked(messageId: number, rendered: string): Promise<void> {
     await notifyAttachmentUpdates(this.deps.store.db, this.deps.system(), await attachmentsOfMessages(this.deps.store.db, [messageId]));
