@@ -86,7 +86,10 @@ describe.each(ENGINES)("thumbnails on %s", (engine) => {
     ]);
   });
 
-  it("shows a placeholder until the thumbnail is made, then updates the message in place", async () => {
+  /** For tests that wait on thumbnail jobs: CPU work that a loaded 2-core machine may stretch well past the default. */
+  const JOBS_TIMEOUT = 180_000;
+
+  it("shows a placeholder until the thumbnail is made, then updates the message in place", { timeout: JOBS_TIMEOUT }, async () => {
     const queue = await messages.register(alice, ["update_message"]);
     await queueSlowJobs(alice);
     const url = await uploadOne(alice, "photo.png", await png(1200, 900), "image/png");
@@ -95,7 +98,7 @@ describe.each(ENGINES)("thumbnails on %s", (engine) => {
     expect(await rendered(alice, id)).toBe(
       `${paragraph}<div class="message_inline_image"><a href="${url}" title="photo.png"><img class="image-loading-placeholder" src="/static/images/loading/loader-black.svg" data-original-dimensions="1200x900"></a></div>`,
     );
-    const update = await eventually(async () => (await messages.events(alice, queue)).find((e) => e.type === "update_message" && e.message_id === id), 60_000);
+    const update = await eventually(async () => (await messages.events(alice, queue)).find((e) => e.type === "update_message" && e.message_id === id), 120_000);
     const thumbnailed = `${paragraph}<div class="message_inline_image"><a href="${url}" title="photo.png"><img data-original-content-type="image/png" data-original-dimensions="1200x900" src="${thumbnailUrl(url)}"></a></div>`;
     expect(update).toMatchObject({ rendering_only: true, user_id: null, message_ids: [id], rendered_content: thumbnailed, content: `[photo.png](${url})` });
     expect(await rendered(alice, id)).toBe(thumbnailed);
@@ -141,7 +144,7 @@ describe.each(ENGINES)("thumbnails on %s", (engine) => {
     );
   });
 
-  it("makes no thumbnail of SVG, of an image past the pixel limit or of a corrupt one, and fails nothing", async () => {
+  it("makes no thumbnail of SVG, of an image past the pixel limit or of a corrupt one, and fails nothing", { timeout: JOBS_TIMEOUT }, async () => {
     const queue = await messages.register(alice, ["update_message"]);
     const svg = await uploadOne(alice, "drawing.svg", Buffer.from(`<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"/>`), "image/svg+xml");
     const huge = await uploadOne(alice, "huge.png", withClaimedSize(await png(10, 10), 20_000, 20_000), "image/png");
@@ -157,7 +160,7 @@ describe.each(ENGINES)("thumbnails on %s", (engine) => {
     const id = await messages.toChannel(alice, "photos", `broken: [corrupt.png](${corrupt})`);
     // The placeholder, then no preview at all once the job finds the image broken.
     expect(await rendered(alice, id)).toContain("image-loading-placeholder");
-    const update = await eventually(async () => (await messages.events(alice, queue)).find((e) => e.type === "update_message" && e.message_id === id), 60_000);
+    const update = await eventually(async () => (await messages.events(alice, queue)).find((e) => e.type === "update_message" && e.message_id === id), 120_000);
     expect(update.rendered_content).toBe(`<p>broken: <a href="${corrupt}">corrupt.png</a></p>`);
     expect(await rendered(alice, id)).toBe(update.rendered_content);
     expect((await download(thumbnailUrl(corrupt), alice)).status).toBe(404);
@@ -180,7 +183,7 @@ describe.each(ENGINES)("thumbnails on %s", (engine) => {
 });
 
 describe.each(ENGINES)("thumbnails across a restart on %s", (engine) => {
-  it("makes the thumbnails a stopped process did not get to, and updates the messages showing placeholders", async () => {
+  it("makes the thumbnails a stopped process did not get to, and updates the messages showing placeholders", { timeout: 180_000 }, async () => {
     const { config, dataDir, release } = await engineConfig(engine);
     let node = await startNode(config);
     try {
@@ -194,7 +197,7 @@ describe.each(ENGINES)("thumbnails across a restart on %s", (engine) => {
       const message = async () =>
         (await api(server, "GET", `/messages/${id}`, { as: owner, template: "/messages/{message_id}" })).body.message.content as string;
       const thumbnail = `src="/user_uploads/thumbnail/${url.slice("/user_uploads/".length)}/840x560.webp"`;
-      expect(await eventually(async () => (await message()).includes(thumbnail), 30_000)).toBe(true);
+      expect(await eventually(async () => (await message()).includes(thumbnail), 60_000)).toBe(true);
       // As a process that stopped before its job ran leaves it: no thumbnails, the message showing the placeholder.
       const db = node.store.db;
       await db.updateTable("image_attachments").set({ thumbnail_metadata: "[]" }).execute();
@@ -207,7 +210,7 @@ describe.each(ENGINES)("thumbnails across a restart on %s", (engine) => {
       node = await startNode(config);
       server = { url: `http://127.0.0.1:${node.port}` };
       // Nothing else asks for this image's thumbnails: only the start-up sweep can make them.
-      expect(await eventually(async () => (await message()).includes(thumbnail), 30_000)).toBe(true);
+      expect(await eventually(async () => (await message()).includes(thumbnail), 60_000)).toBe(true);
       expect(fs.readdirSync(path.join(config.uploadsDir, "thumbnail"), { recursive: true })).toContain(path.join(url.split("/").slice(2, 5).join(path.sep), "840x560.webp"));
     } finally {
       await node.close();
