@@ -40,6 +40,8 @@ export interface HttpResult {
   status: number;
   headers?: Record<string, string>;
   body: string | Buffer;
+  /** An answer to HEAD: no body, and this Content-Length (what GET would send) instead of the body's. */
+  headLength?: number;
 }
 
 /**
@@ -189,7 +191,8 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
         res.cork(() => {
           res.writeStatus(statusLine(result.status));
           if (result.headers) for (const k in result.headers) res.writeHeader(k, result.headers[k]!);
-          res.end(result.body, unread);
+          if (result.headLength !== undefined) res.endWithoutBody(result.headLength, unread);
+          else res.end(result.body, unread);
         });
         aborted = true; // the response is finished: nothing may touch it again
       };

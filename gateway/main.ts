@@ -64,6 +64,7 @@ import { emojiRoutes, isEmojiImagePath, serveEmojiImage } from "./chat/emoji.ts"
 import { linkifierRoutes } from "./chat/linkifiers.ts";
 import { userGroupRoutes } from "./chat/user-groups.ts";
 import { isUploadPath, isUploadRequest, serveUpload, uploadRoutes } from "./chat/uploads.ts";
+import { thumbnailPending } from "./chat/thumbnails.ts";
 import { LocalDirectoryBlobStore } from "../runtime/blobs/local-directory.ts";
 import { passwordResetRoutes } from "./chat/password-reset.ts";
 import { isPagePath, servePage, warmAssets } from "./pages/routes.ts";
@@ -204,6 +205,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   const mail = hostsActors && chat.smtpUrl ? new MailSender(store, { smtpUrl: chat.smtpUrl, from: chat.mailFrom }) : undefined;
   mail?.start();
   port = http.port;
+  // One worker looks for images a stopped process left without thumbnails (several would make them twice).
+  if (!opts.workerIndex) thumbnailPending(services).catch((err) => log.warn({ err }, "looking for images to thumbnail failed"));
 
   if (owner) {
     const file = path.join(config.dataDir, "zuliprc");

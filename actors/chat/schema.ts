@@ -485,6 +485,19 @@ export interface AttachmentMessageTable {
   message_id: number;
 }
 
+/** Zulip's ImageAttachment (migrations/2026-11-28T0010-image-attachments.ts): an upload that is an image to thumbnail. */
+export interface ImageAttachmentTable {
+  attachment_id: number;
+  realm_id: number;
+  path_id: string;
+  original_width_px: number;
+  original_height_px: number;
+  frames: number;
+  content_type: string;
+  /** The thumbnails made (rendering/thumbnails.ts StoredThumbnail), as JSON. */
+  thumbnail_metadata: ColumnType<unknown[], string | undefined, string>;
+}
+
 /** Chat's tables by name (part of actors/schema.ts's Database). */
 export interface ChatTables {
   realms: RealmTable;
@@ -526,5 +539,6 @@ export interface ChatTables {
   muted_users: MutedUserTable;
   attachments: AttachmentTable;
   attachment_messages: AttachmentMessageTable;
+  image_attachments: ImageAttachmentTable;
   send_attempts: SendAttemptTable;
 }

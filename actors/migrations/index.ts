@@ -34,6 +34,7 @@ import * as reminders from "../chat/migrations/2026-11-27T2110-reminders.ts";
 import * as sendAttempts from "../chat/migrations/2026-11-27T2120-send-attempts.ts";
 import * as documentSections from "../assistant/migrations/2026-11-27T2140-document-sections.ts";
 import * as passwordResets from "../chat/migrations/2026-11-27T2200-password-resets.ts";
+import * as imageAttachments from "../chat/migrations/2026-11-28T0010-image-attachments.ts";
 import * as clusterMembership from "./2026-11-28T0200-cluster-membership.ts";
 
 export const migrations: Record<string, Migration> = {
@@ -66,5 +67,6 @@ export const migrations: Record<string, Migration> = {
   "2026-11-27T2120-send-attempts": sendAttempts,
   "2026-11-27T2140-document-sections": documentSections,
   "2026-11-27T2200-password-resets": passwordResets,
+  "2026-11-28T0010-image-attachments": imageAttachments,
   "2026-11-28T0200-cluster-membership": clusterMembership,
 };

@@ -20,6 +20,8 @@ import { Id, Str } from "../params.ts";
 import { traced } from "../router.ts";
 import { askRealm, envelope, type RouteSpec, type Services } from "./app.ts";
 import { log } from "../../runtime/log.ts";
+import { formatName, storedFormatName, thumbnailBlobKey, THUMBNAIL_FORMATS, type StoredThumbnail } from "../../actors/chat/rendering/thumbnails.ts";
+import { probeImage, thumbnailSoon } from "./thumbnails.ts";
 
 const MIB = 1024 * 1024;
 /** What a multipart body may add around its one file (boundaries, part headers, a few fields) before it is refused unread. */
@@ -210,9 +212,11 @@ export const uploadRoutes: RouteSpec[] = [
       const upload = newUpload(user.realm_id);
       const received = await receiveOneFile(services, body, contentType, upload.blobKey, limitMib);
       const { pathId, urlPath } = upload.paths(received.fileName);
+      let recorded: { id: number; image: boolean };
       try {
         if (received.size === 0) throw errors.badRequest("Uploaded file is empty");
-        await askRealm(call, {
+        const image = await probeImage(services, received.blobKey, received.contentType, received.size);
+        const { id } = await askRealm(call, {
           op: "recordUpload",
           pathId,
           urlPath,
@@ -220,11 +224,15 @@ export const uploadRoutes: RouteSpec[] = [
           fileName: received.fileName,
           contentType: received.contentType,
           size: received.size,
+          ...(image ? { image } : {}),
         });
+        recorded = { id, image: image !== undefined };
       } catch (err) {
         await services.blobs.delete(received.blobKey);
         throw err;
       }
+      // Off the request path: the answer does not wait for the thumbnails.
+      if (recorded.image) thumbnailSoon(services, recorded.id).catch((err) => log.warn({ err, path_id: pathId }, "thumbnailing an upload failed"));
       const url = `/user_uploads/${urlPath}`;
       return { uri: url, url, filename: received.fileName };
     },
@@ -257,8 +265,8 @@ export const uploadRoutes: RouteSpec[] = [
     path: "/attachments/{attachment_id}",
     params: { type: "object", properties: { attachment_id: Id }, required: ["attachment_id"] },
     async handle(call) {
-      const { blobKey } = await askRealm(call, { op: "deleteAttachment", attachmentId: call.params.attachment_id });
-      await call.services.blobs.delete(blobKey);
+      const { blobKeys } = await askRealm(call, { op: "deleteAttachment", attachmentId: call.params.attachment_id });
+      await Promise.all(blobKeys.map((key) => call.services.blobs.delete(key)));
       return {};
     },
   },
@@ -279,7 +287,20 @@ export function serveUpload(services: Services, req: HttpRequest): Promise<HttpR
 }
 
 async function serve(services: Services, req: HttpRequest): Promise<HttpResult | HttpStream> {
-  if (req.method !== "GET") return { status: 405, headers: { allow: "GET", "content-type": "text/plain" }, body: "Method Not Allowed" };
+  if (req.method !== "GET" && req.method !== "HEAD") return { status: 405, headers: { allow: "GET, HEAD", "content-type": "text/plain" }, body: "Method Not Allowed" };
+  const thumbnail = /^\/user_uploads\/thumbnail\/(\d{1,9})\/(.+)\/([^/]+)$/.exec(req.path);
+  if (thumbnail) {
+    const user = await services.auth.authenticate(req.headers.authorization);
+    const attachment = await accessibleAttachment(services, user, Number(thumbnail[1]), thumbnail[2]!);
+    const stored = await thumbnailOf(services, attachment.id, thumbnail[3]!);
+    return sendBlob(services, req, {
+      blobKey: thumbnailBlobKey(attachment.blob_key, storedFormatName(stored)),
+      size: stored.byte_size,
+      contentType: stored.content_type,
+      fileName: storedFormatName(stored),
+      label: `thumbnail of ${attachment.path_id}`,
+    });
+  }
   const temporary = /^\/user_uploads\/temporary\/([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)\/[^/]+$/.exec(req.path);
   let attachment;
   if (temporary) {
@@ -295,18 +316,59 @@ async function serve(services: Services, req: HttpRequest): Promise<HttpResult |
     const user = await services.auth.authenticate(req.headers.authorization);
     attachment = await accessibleAttachment(services, user, Number(match[1]), match[2]!);
   }
-  const size = Number(attachment.size);
+  return sendBlob(services, req, {
+    blobKey: attachment.blob_key,
+    size: Number(attachment.size),
+    contentType: attachment.content_type,
+    fileName: attachment.file_name,
+    label: attachment.path_id,
+  });
+}
+
+/**
+ * Zulip's thumbnail serving: a format of server_thumbnail_formats, made now if the job has not got to it yet; a
+ * format name Zulip once made but this server does not is not found (Zulip serves the closest one it has).
+ */
+async function thumbnailOf(services: Services, attachmentId: number, name: string): Promise<StoredThumbnail> {
+  const load = () => services.store.db.selectFrom("image_attachments").select(["frames", "thumbnail_metadata"]).where("attachment_id", "=", attachmentId).executeTakeFirst();
+  let image = await load();
+  const noImage = () => new ChorusError("BAD_REQUEST", "This file does not exist or has been deleted.", 404);
+  if (!image || !THUMBNAIL_FORMATS.some((f) => formatName(f) === name)) throw noImage();
+  if (!(image.thumbnail_metadata as unknown[]).length) {
+    // A job that failed (not a bad image: that is a missing record) says so in the log; the client may retry.
+    await thumbnailSoon(services, attachmentId).catch((err) => log.warn({ err }, "making a thumbnail on demand failed"));
+    image = await load();
+  }
+  const made = (image?.thumbnail_metadata ?? []) as StoredThumbnail[];
+  if (image && !made.length) throw new ChorusError("SERVICE_UNAVAILABLE", "The thumbnail is not ready; try again shortly", 503);
+  const stored = made.find((t) => storedFormatName(t) === name);
+  if (!stored) throw noImage();
+  return stored;
+}
+
+interface BlobToSend {
+  blobKey: string;
+  size: number;
+  contentType: string;
+  fileName: string;
+  /** What the log calls it when reading fails. */
+  label: string;
+}
+
+/** A stored file as a response: safe type and disposition, one byte range, and HEAD (the headers alone). */
+function sendBlob(services: Services, req: HttpRequest, file: BlobToSend): HttpResult | HttpStream {
+  const size = file.size;
   const headers: Record<string, string> = {
     "accept-ranges": "bytes",
     // The URL names one file forever (a fresh random part per upload), but who may read it can change.
     "cache-control": "private, max-age=31536000, immutable",
     "x-content-type-options": "nosniff",
   };
-  const bare = attachment.content_type.split(";")[0]!.trim().toLowerCase();
-  const quoted = attachment.file_name.replace(/["\\\r\n]/g, "_");
-  const disposition = `filename="${quoted}"; filename*=UTF-8''${encodeURIComponent(attachment.file_name)}`;
+  const bare = file.contentType.split(";")[0]!.trim().toLowerCase();
+  const quoted = file.fileName.replace(/["\\\r\n]/g, "_");
+  const disposition = `filename="${quoted}"; filename*=UTF-8''${encodeURIComponent(file.fileName)}`;
   if (INLINE_TYPES.has(bare)) {
-    headers["content-type"] = attachment.content_type;
+    headers["content-type"] = file.contentType;
     headers["content-disposition"] = `inline; ${disposition}`;
   } else {
     headers["content-type"] = "application/octet-stream";
@@ -316,12 +378,15 @@ async function serve(services: Services, req: HttpRequest): Promise<HttpResult |
   const range = byteRange(req.headers.range, size);
   if (range === "unsatisfiable") return { status: 416, headers: { ...headers, "content-range": `bytes */${size}` }, body: "" };
   if (range) headers["content-range"] = `bytes ${range.start}-${range.end}/${size}`;
-  if (size === 0 || (range && range.end < range.start)) return { status: range ? 206 : 200, headers, body: "" };
-  const source = services.blobs.read(attachment.blob_key, range);
+  const status = range ? 206 : 200;
+  const length = range ? range.end - range.start + 1 : size;
+  if (req.method === "HEAD") return { status, headers, body: "", headLength: length };
+  if (length === 0) return { status, headers, body: "" };
+  const source = services.blobs.read(file.blobKey, range);
   return {
-    status: range ? 206 : 200,
+    status,
     headers,
-    length: range ? range.end - range.start + 1 : size,
+    length,
     start(sink) {
       sink.onClose(() => source.destroy());
       source.on("data", (chunk: Buffer) => {
@@ -332,7 +397,7 @@ async function serve(services: Services, req: HttpRequest): Promise<HttpResult |
       });
       source.on("end", () => sink.end());
       source.on("error", (err) => {
-        log.error({ err }, `serving ${attachment.path_id} failed`);
+        log.error({ err }, `serving ${file.label} failed`);
         sink.end();
       });
     },

@@ -1,10 +1,11 @@
 /**
  * What every conversation (a channel, a direct-message conversation) answers: sends, and edits, deletions and
- * reactions on its messages. Handlers: Conversation.conversationHandlers in conversation.ts (edit, delete,
- * react); sends in ChannelActor.handlers (channel.ts) and DmActor.handlers (dm.ts). The kinds are in
+ * reactions on its messages, and their uploaded images' previews. Handlers: Conversation.conversationHandlers in
+ * conversation.ts (edit, delete, react, refreshUploadPreview); sends in ChannelActor.handlers (channel.ts) and DmActor.handlers (dm.ts). The kinds are in
  * channel.protocol.ts and dm.protocol.ts.
  */
 import type { Empty, Op } from "../../../runtime/protocol.ts";
+import type { UploadPreview } from "../rendering/thumbnails.ts";
 
 export interface SendToChannel {
   op: "send";
@@ -93,8 +94,21 @@ export interface React {
   reaction: Reaction;
 }
 
+/**
+ * An uploaded image's thumbnails are made (or it did not decode: `preview` null): the messages of this conversation
+ * showing its placeholder show the thumbnail (or no preview), with a rendering-only update_message event.
+ */
+export interface RefreshUploadPreview {
+  op: "refreshUploadPreview";
+  messageIds: number[];
+  pathId: string;
+  urlPath: string;
+  preview: UploadPreview | null;
+}
+
 export type ConversationProtocol = {
   edit: Op<EditMessage, Edited>;
   delete: Op<DeleteMessage, Empty>;
   react: Op<React, Empty>;
+  refreshUploadPreview: Op<RefreshUploadPreview, Empty>;
 };

@@ -11,6 +11,7 @@ import { sql, type Transaction } from "kysely";
 import { PARKED, type Actor, type ActorContext } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
+import { log } from "../../../runtime/log.ts";
 import type { MessageTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
@@ -24,12 +25,12 @@ import { topicLinks } from "../rendering/linkifiers.ts";
 import { compiledLinkifiers } from "../organization/linkifiers.ts";
 import { usersMutingCache } from "../users/user-data.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
-import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, Sent } from "./conversation.protocol.ts";
+import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, RefreshUploadPreview, Sent } from "./conversation.protocol.ts";
+import { placeholderPaths, rewriteUploadPreviews } from "../rendering/thumbnails.ts";
 import type { SendToDm } from "./dm.protocol.ts";
 import { User, type DeliverMessage } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
-import { attachmentsOfMessage, detachedUploads } from "../organization/attachments.ts";
-import { log } from "../../../runtime/log.ts";
+import { attachmentsOfMessages, detachedUploads, notifyAttachmentUpdates, uploadPreviews } from "../organization/attachments.ts";
 
 export const invalidMessage = () => errors.badRequest("Invalid message(s)");
 
@@ -105,6 +106,7 @@ export abstract class Conversation implements Actor {
     edit: (conversation, msg) => conversation.edit(msg),
     delete: (conversation, msg) => conversation.delete(msg),
     react: (conversation, msg) => conversation.react(msg),
+    refreshUploadPreview: (conversation, msg) => conversation.refreshUploadPreview(msg),
   };
 
   abstract receive(msg: unknown): unknown;
@@ -200,6 +202,10 @@ export abstract class Conversation implements Actor {
         const observers = this.observers().filter((u) => !recipientSet.has(u));
         if (observers.length) delivery.observers = observers;
         await this.fanOut([...recipients, ...observers], delivery);
+        // The message is committed and delivered: a failure here costs a preview update, never the send.
+        if (storedId === id && record.content.includes("/user_uploads/")) {
+          await this.afterUploadsLinked(id, record.rendered_content).catch((err) => log.warn({ err }, "telling of a new message's uploads failed"));
+        }
         reply.resolve({ id: storedId, ...(after ? await after(storedId, mentions) : {}) });
       })
       .catch((err) => reply.reject(ChorusError.wrap(err)))
@@ -346,7 +352,7 @@ export abstract class Conversation implements Actor {
     // flags follow the new content.
     const mentions = rendering ? await this.mentionFlags(msg.content!, rendering, move?.topic ?? row.topic, this.recipients(), row.sender_id) : undefined;
     // The files the old content linked: those the new content (or no other message) links no more are detached.
-    const linkedBefore = contentChanged ? await attachmentsOfMessage(db, row.id) : [];
+    const linkedBefore = contentChanged ? await attachmentsOfMessages(db, [row.id]) : [];
 
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       const entry: Record<string, unknown> = { user_id: msg.acting.id, timestamp: now };
@@ -400,6 +406,11 @@ export abstract class Conversation implements Actor {
       await this.deps.system().broadcast(User, [...losing], { op: "deliverEvent", event: gone });
     }
     if (move) await move.notices();
+    if (contentChanged && (linkedBefore.length || msg.content!.includes("/user_uploads/"))) {
+      const linkedAfter = await attachmentsOfMessages(db, [row.id]);
+      const changed = [...linkedBefore.filter((a) => !linkedAfter.includes(a)), ...linkedAfter.filter((a) => !linkedBefore.includes(a))];
+      await notifyAttachmentUpdates(db, this.deps.system(), changed);
+    }
     return { detached_uploads: await detachedUploads(db, msg.acting.id, linkedBefore) };
   }
 
@@ -440,6 +451,8 @@ export abstract class Conversation implements Actor {
    * flags and reactions, and tell the recipients in one event (Zulip's do_delete_messages).
    */
   protected async removeMessages(ids: number[], where: Pick<StoredMessage, "stream_id" | "topic">): Promise<void> {
+    // Their links to uploaded files go with them (the foreign key cascades): the files' owners hear of it after.
+    const linked = await attachmentsOfMessages(this.deps.store.db, ids);
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       await trx.deleteFrom("reactions").where("message_id", "in", ids).execute();
       await this.deps.messageLog.expandRecipientLists(trx, ids);
@@ -451,6 +464,7 @@ export abstract class Conversation implements Actor {
     if (where.stream_id !== null) Object.assign(event, { message_type: "stream", stream_id: where.stream_id, topic: where.topic });
     else event.message_type = "private";
     await this.deps.system().broadcast(User, this.recipients(), { op: "deliverEvent", event });
+    await notifyAttachmentUpdates(this.deps.store.db, this.deps.system(), linked);
   }
 
   // ---- reactions ----------------------------------------------------------------------------------------------
@@ -500,6 +514,63 @@ export abstract class Conversation implements Actor {
 
   /** What else adding a reaction does (channels: Zulip's automatic topic policies). */
   protected async afterReaction(_acting: Acting, _row: StoredMessage): Promise<void> {}
+
+  // ---- uploaded images' previews ------------------------------------------------------------------------------
+
+  /**
+   * After a new message linking uploads commits: their owners hear of the link (Zulip's do_claim_attachments), and
+   * the placeholders it shows are checked once more. It was rendered before it committed: its images' thumbnails
+   * may have been made in between, when the thumbnail job could not yet find the message among the files' links.
+   * Whatever the records say now is applied in a turn of its own (the job, which commits its records before looking
+   * for messages, handles every message committed before that look).
+   */
+  private async afterUploadsLinked(messageId: number, rendered: string): Promise<void> {
+    await notifyAttachmentUpdates(this.deps.store.db, this.deps.system(), await attachmentsOfMessages(this.deps.store.db, [messageId]));
+    const paths = placeholderPaths(rendered);
+    if (!paths.length) return;
+    const previews = await uploadPreviews(this.deps.store.db, this.realmId, paths);
+    for (const path of paths) {
+      const preview = previews.get(path);
+      if (preview && !preview.url) continue;
+      const refresh: RefreshUploadPreview = { op: "refreshUploadPreview", messageIds: [messageId], pathId: path, urlPath: path, preview: preview ?? null };
+      this.ctx.schedule(0, refresh);
+    }
+  }
+
+  /**
+   * Zulip's update_message_rendered_content after its thumbnail worker: a turn here, so it serialises with edits
+   * (an edit since then rendered with what the records said, and has no placeholder left to replace). Messages
+   * moved to another conversation meanwhile are not here: their new owner rendered nothing new, so they keep
+   * the placeholder (rare; a later edit renders the thumbnail).
+   */
+  private async refreshUploadPreview(msg: RefreshUploadPreview): Promise<Record<string, never>> {
+    const db = this.deps.store.db;
+    if (!msg.messageIds.length) return {};
+    const rows = await db
+      .selectFrom("messages")
+      .select(["id", "content", "rendered_content"])
+      .where("id", "in", msg.messageIds)
+      .where("recipient_id", "=", this.recipientId)
+      .execute();
+    for (const row of rows) {
+      const rendered = rewriteUploadPreviews(row.rendered_content, msg, msg.preview);
+      if (rendered === undefined) continue;
+      await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("messages").set({ rendered_content: rendered }).where("id", "=", row.id).execute());
+      // Zulip's do_update_embedded_data: no author, no edit history.
+      const event = {
+        type: "update_message",
+        user_id: null,
+        edit_timestamp: Math.floor(Date.now() / 1000),
+        message_id: Number(row.id),
+        message_ids: [Number(row.id)],
+        content: row.content,
+        rendered_content: rendered,
+        rendering_only: true,
+      };
+      await this.deliverWithFlags(this.recipients(), Number(row.id), event);
+    }
+    return {};
+  }
 
   // ---- events -------------------------------------------------------------------------------------------------
 

@@ -7,12 +7,14 @@
  */
 import type { Kysely } from "kysely";
 import type { ActorContext } from "../../../runtime/actor.ts";
+import type { ActorSystem } from "../../../runtime/system.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { User } from "../users/user.protocol.ts";
-import type { AttachmentsProtocol, DeleteAttachment, RecordUpload } from "./realm.protocol.ts";
+import type { AttachmentsProtocol, DeleteAttachment, RecordThumbnails, RecordUpload } from "./realm.protocol.ts";
 import type { Database } from "../../schema.ts";
+import { storedFormatName, thumbnailBlobKey, uploadPreview, type StoredThumbnail, type UploadPreview } from "../rendering/thumbnails.ts";
 
 type DB = Kysely<Database>;
 
@@ -86,16 +88,67 @@ export function attachmentByPath(db: DB, realmId: number, path: string) {
     .executeTakeFirst();
 }
 
+/**
+ * The image records of the uploads among `paths` (as a message links them: encoded or not), keyed by each way of
+ * writing the path, for rendering their previews.
+ */
+export async function uploadPreviews(db: DB, realmId: number, paths: string[]): Promise<Map<string, UploadPreview>> {
+  const out = new Map<string, UploadPreview>();
+  if (!paths.length) return out;
+  const decoded = paths.map((p) => {
+    try {
+      return decodeURIComponent(p);
+    } catch {
+      return p;
+    }
+  });
+  const rows = await db
+    .selectFrom("image_attachments as i")
+    .innerJoin("attachments as a", "a.id", "i.attachment_id")
+    .select(["a.url_path", "i.path_id", "i.original_width_px", "i.original_height_px", "i.frames", "i.content_type", "i.thumbnail_metadata"])
+    .where("a.realm_id", "=", realmId)
+    .where((eb) => eb.or([eb("a.url_path", "in", paths), eb("a.path_id", "in", [...paths, ...decoded])]))
+    .execute();
+  for (const row of rows) {
+    const preview = uploadPreview(row);
+    out.set(row.url_path, preview);
+    out.set(row.path_id, preview);
+  }
+  return out;
+}
+
 /** The messages linking a file. */
 export async function linkedMessageIds(db: DB, attachmentId: number): Promise<number[]> {
   const rows = await db.selectFrom("attachment_messages").select("message_id").where("attachment_id", "=", attachmentId).execute();
   return rows.map((r) => Number(r.message_id));
 }
 
-/** The files linked from a message, by id (read before an edit, to find the detached ones after it). */
-export async function attachmentsOfMessage(db: DB, messageId: number): Promise<number[]> {
-  const rows = await db.selectFrom("attachment_messages").select("attachment_id").where("message_id", "=", messageId).execute();
+/** The files linked from messages, by id (read before an edit or a deletion, to compare with after it). */
+export async function attachmentsOfMessages(db: DB, messageIds: number[]): Promise<number[]> {
+  if (!messageIds.length) return [];
+  const rows = await db.selectFrom("attachment_messages").select("attachment_id").distinct().where("message_id", "in", messageIds).execute();
   return rows.map((r) => r.attachment_id);
+}
+
+/**
+ * The messages linking these files changed (a send, an edit, a deletion): each file's owner gets Zulip's `attachment`
+ * event with op `update` and the file's object as it is now (Zulip's notify_attachment_update). Zulip sends it to
+ * the sender of a message claiming the file, and only for claims; Chorus tells the owner, whose list
+ * (GET /attachments) it is, whenever a file's `messages` change.
+ */
+export async function notifyAttachmentUpdates(db: DB, system: ActorSystem, attachmentIds: number[]): Promise<void> {
+  if (!attachmentIds.length) return;
+  const owners = await db.selectFrom("attachments").select(["id", "owner_id", "realm_id"]).where("id", "in", attachmentIds).execute();
+  if (!owners.length) return;
+  const objects = new Map((await attachmentObjects(db, { ids: owners.map((o) => o.id) })).map((a) => [a.id, a]));
+  const used = new Map<number, number>();
+  for (const realmId of new Set(owners.map((o) => o.realm_id))) used.set(realmId, await uploadSpaceUsed(db, realmId));
+  await Promise.all(
+    owners.map((o) => {
+      const event = { type: "attachment", op: "update", attachment: objects.get(o.id), upload_space_used: used.get(o.realm_id) };
+      return system.broadcast(User, [o.owner_id], { op: "deliverEvent", event });
+    }),
+  );
 }
 
 /**
@@ -131,6 +184,7 @@ export class RealmAttachments {
   static readonly handlers: Handlers<AttachmentsProtocol, RealmAttachments> = {
     recordUpload: (attachments, msg) => attachments.record(msg),
     deleteAttachment: (attachments, msg) => attachments.delete(msg),
+    recordThumbnails: (attachments, msg) => attachments.recordThumbnails(msg),
   };
 
   private get db() {
@@ -147,8 +201,8 @@ export class RealmAttachments {
     if (quotaMib !== undefined && used + msg.size > quotaMib * 1024 * 1024) {
       throw new ChorusError("REALM_UPLOAD_QUOTA", "Upload would exceed your organization's upload quota.", 400);
     }
-    const row = await this.deps.store.write(this.ctx.fence(), (trx) =>
-      trx
+    const row = await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const inserted = await trx
         .insertInto("attachments")
         .values({
           realm_id: this.realmId,
@@ -162,27 +216,54 @@ export class RealmAttachments {
           create_time: Math.floor(Date.now() / 1000),
         })
         .returning("id")
-        .executeTakeFirstOrThrow(),
-    );
+        .executeTakeFirstOrThrow();
+      if (msg.image) {
+        await trx
+          .insertInto("image_attachments")
+          .values({
+            attachment_id: inserted.id,
+            realm_id: this.realmId,
+            path_id: msg.pathId,
+            original_width_px: msg.image.width,
+            original_height_px: msg.image.height,
+            frames: msg.image.frames,
+            content_type: msg.contentType,
+          })
+          .execute();
+      }
+      return inserted;
+    });
     const [attachment] = await attachmentObjects(this.db, { ids: [row.id] });
     await this.tellOwner(acting.id, { op: "add", attachment }, used + msg.size);
     return row;
   }
 
   /** Zulip's remove_attachment: only the owner may; the file stops being served even where messages link it. */
-  private async delete(msg: DeleteAttachment): Promise<{ blobKey: string }> {
+  private async delete(msg: DeleteAttachment): Promise<{ blobKeys: string[] }> {
     const acting = await this.realm.actingUser(msg.actingId);
     const row = await this.db
-      .selectFrom("attachments")
-      .select(["id", "blob_key"])
-      .where("id", "=", msg.attachmentId)
-      .where("realm_id", "=", this.realmId)
-      .where("owner_id", "=", acting.id)
+      .selectFrom("attachments as a")
+      .leftJoin("image_attachments as i", "i.attachment_id", "a.id")
+      .select(["a.id", "a.blob_key", "i.thumbnail_metadata"])
+      .where("a.id", "=", msg.attachmentId)
+      .where("a.realm_id", "=", this.realmId)
+      .where("a.owner_id", "=", acting.id)
       .executeTakeFirst();
     if (!row) throw errors.badRequest("Invalid attachment");
     await this.deps.store.write(this.ctx.fence(), (trx) => trx.deleteFrom("attachments").where("id", "=", row.id).execute());
     await this.tellOwner(acting.id, { op: "remove", attachment: { id: row.id } }, await uploadSpaceUsed(this.db, this.realmId));
-    return { blobKey: row.blob_key };
+    const thumbnails = (row.thumbnail_metadata ?? []) as StoredThumbnail[];
+    return { blobKeys: [row.blob_key, ...thumbnails.map((t) => thumbnailBlobKey(row.blob_key, storedFormatName(t)))] };
+  }
+
+  /** Zulip's ensure_thumbnails, its database half: the thumbnails made, or the image record dropped. */
+  private async recordThumbnails(msg: RecordThumbnails): Promise<Record<string, never>> {
+    await this.deps.store.write(this.ctx.fence(), async (trx) => {
+      const image = trx.updateTable("image_attachments").where("attachment_id", "=", msg.attachmentId).where("realm_id", "=", this.realmId);
+      if (msg.thumbnails) await image.set({ frames: msg.frames, thumbnail_metadata: JSON.stringify(msg.thumbnails) }).execute();
+      else await trx.deleteFrom("image_attachments").where("attachment_id", "=", msg.attachmentId).where("realm_id", "=", this.realmId).execute();
+    });
+    return {};
   }
 
   private tellOwner(ownerId: number, change: Record<string, unknown>, uploadSpaceUsed: number): Promise<void> {

@@ -8,6 +8,7 @@
  * (linkifiers.ts), RealmPlaygrounds.handlers (realm-playgrounds.ts), ChannelFolders.handlers (channel-folders.ts) and
  * GroupChanges.handlers (group-changes.ts).
  */
+import type { StoredThumbnail } from "../rendering/thumbnails.ts";
 import { actorKind, type Empty, type Op } from "../../../runtime/protocol.ts";
 
 export interface CreateUser {
@@ -312,13 +313,29 @@ export interface RecordUpload {
   fileName: string;
   contentType: string;
   size: number;
+  /** The file's header read as an image to thumbnail: its image record (rendering/thumbnails.ts). */
+  image?: { width: number; height: number; frames: number };
 }
 
-/** DELETE /attachments/{attachment_id}: the owner only. Answers the blob to delete once the row is gone. */
+/**
+ * DELETE /attachments/{attachment_id}: the owner only. Answers the blobs to delete (the file's and its thumbnails')
+ * once the row is gone.
+ */
 export interface DeleteAttachment {
   op: "deleteAttachment";
   actingId: number;
   attachmentId: number;
+}
+
+/**
+ * The thumbnail job's outcome for an uploaded image (no acting user: a background job): the thumbnails made and the
+ * frames counted, or, with `thumbnails` null, that the image did not decode (its record goes, as in Zulip).
+ */
+export interface RecordThumbnails {
+  op: "recordThumbnails";
+  attachmentId: number;
+  frames: number;
+  thumbnails: StoredThumbnail[] | null;
 }
 
 // Linkifiers (linkifiers.ts) and code playgrounds (realm-playgrounds.ts): administrators only.
@@ -499,7 +516,8 @@ export type ProfileFieldsProtocol = {
 /** Uploaded files (attachments.ts). */
 export type AttachmentsProtocol = {
   recordUpload: Op<RecordUpload, { id: number }>;
-  deleteAttachment: Op<DeleteAttachment, { blobKey: string }>;
+  deleteAttachment: Op<DeleteAttachment, { blobKeys: string[] }>;
+  recordThumbnails: Op<RecordThumbnails, Empty>;
 };
 
 /** Custom emoji (realm-emoji.ts). */

@@ -13,6 +13,7 @@ import { gravatarUrl } from "../rendering/message-format.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
 import { userObjectsFor, type UserRow } from "./users.ts";
 import { MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH, MAX_CHANNEL_FOLDER_NAME_LENGTH } from "../organization/channel-folders.ts";
+import { serverThumbnailFormats } from "../rendering/thumbnails.ts";
 
 /** When this process started: Zulip's server_generation (clients put it in error reports). */
 const SERVER_GENERATION = Math.floor(Date.now() / 1000);
@@ -101,7 +102,7 @@ export function serverRealmState(siteUrl: string): Record<string, unknown> {
     max_avatar_file_size_mib: 0,
     server_inline_image_preview: true,
     server_inline_url_embed_preview: false,
-    server_thumbnail_formats: [],
+    server_thumbnail_formats: serverThumbnailFormats(),
     server_avatar_changes_disabled: false,
     server_name_changes_disabled: false,
     server_needs_upgrade: false,

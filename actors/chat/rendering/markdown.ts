@@ -19,7 +19,7 @@
  * Messages (not descriptions) get Zulip's inline image, video and audio previews (previews.ts).
  *
  * Not done (Chorus knowingly differs): syntax highlighting (code is escaped, not coloured; no npm package
- * produces Pygments' markup), previews that need fetching or uploads' records,
+ * produces Pygments' markup), previews that need fetching,
  * `#**channel>topic@id**` message links, and a few Python-Markdown quirks; test/actors/chat/rendering/markdown.test.ts
  * names each corpus case we do not match, with the reason.
  */
@@ -31,6 +31,7 @@ import { escapeAttribute, escapeCode, escapeText } from "./escape.ts";
 import { linkifierMatches, type CompiledLinkifier } from "./linkifiers.ts";
 import { addInlinePreviews, audioPlayer } from "./previews.ts";
 import { renderTex } from "./tex.ts";
+import type { UploadPreview } from "./thumbnails.ts";
 import { parseTimestamp } from "./timestamps.ts";
 
 export interface MentionableUser {
@@ -55,6 +56,8 @@ export interface MarkdownContext {
   inlinePreviews?: boolean;
   /** Zulip's camo proxy (CAMO_URI, ending in `/`, and CAMO_KEY), which previews of external media load through. */
   camo?: { url: string; key: string };
+  /** Uploaded images' records, by the path after `/user_uploads/` as linked (thumbnails.ts). */
+  uploadPreview?(path: string): UploadPreview | undefined;
   /** The realm's linkifiers, in their order (linkifiers.ts). */
   linkifiers?: CompiledLinkifier[];
 }

@@ -3,12 +3,15 @@
  * (which also gets inline media previews, as Zulip's messages do).
  * markdown.ts asks synchronously, so the candidates are fetched first: only names and ids the content could
  * mention (a loose scan; markdown decides what really is a mention, e.g. not inside code), and the realm's active
- * custom emoji (cached per realm) only when the content has some `:name:`, and the realm's linkifiers (cached).
+ * custom emoji (cached per realm) only when the content has some `:name:`, the realm's linkifiers (cached), and the
+ * image records of the uploads it links.
  */
 import { sql, type Kysely } from "kysely";
 import type { MarkdownContext, MentionableUser } from "./markdown.ts";
 import { activeRealmEmojiByName } from "../organization/realm-emoji.ts";
 import { compiledLinkifiers } from "../organization/linkifiers.ts";
+import { uploadPreviews } from "../organization/attachments.ts";
+import { linkedUploadPaths } from "./thumbnails.ts";
 import type { Database } from "../../schema.ts";
 
 const USER_MENTION = /@_?\*\*([^*|]+?)(?:\|(\d{1,15}))?\*\*/g;
@@ -20,8 +23,16 @@ const EMOJI_SYNTAX = /:[\p{L}\p{N}_+-]+:/u;
 const MESSAGE: MarkdownContext = Object.freeze({ inlinePreviews: true });
 
 export async function markdownContext(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {
-  const [context, linkifiers] = await Promise.all([lookups(db, realmId, content), compiledLinkifiers.get(db, realmId)]);
-  return linkifiers.length ? Object.assign({}, context, { linkifiers }) : context;
+  const uploads = linkedUploadPaths(content);
+  const [context, linkifiers, previews] = await Promise.all([
+    lookups(db, realmId, content),
+    compiledLinkifiers.get(db, realmId),
+    uploads.length ? uploadPreviews(db, realmId, uploads) : undefined,
+  ]);
+  const extra: Partial<MarkdownContext> = {};
+  if (linkifiers.length) extra.linkifiers = linkifiers;
+  if (previews?.size) extra.uploadPreview = (path: string) => previews.get(path);
+  return Object.keys(extra).length ? Object.assign({}, context, extra) : context;
 }
 
 async function lookups(db: Kysely<Database>, realmId: number, content: string): Promise<MarkdownContext> {

@@ -10,17 +10,23 @@
  * list item previews at the end of the item; a link anywhere else (heading, table cell, inside emphasis) previews
  * at the end of the message. A named link (`[text](url)`) keeps its text as the preview's title.
  *
- * Not done, because they need what rendering has not: previews of uploaded files (Zulip reads their thumbnail
- * records), and the previews that fetch the page (website embeds, Vimeo and YouTube titles, Dropbox, tweets).
+ * An uploaded image (a link to `/user_uploads/…` whose file has an image record) previews as its thumbnail, or as
+ * Zulip's loading placeholder until the thumbnail is made (thumbnails.ts).
+ *
+ * Not done, because they need what rendering has not: the previews that fetch the page (website embeds, Vimeo and
+ * YouTube titles, Dropbox, tweets).
  */
 import crypto from "node:crypto";
 import type { StateCore, StateInline, Token } from "markdown-it";
 import { escapeAttribute } from "./escape.ts";
+import { uploadImageTag, type UploadPreview } from "./thumbnails.ts";
 
 export interface PreviewSettings {
   realmUrl?: string;
   /** Zulip's CAMO_URI (ending in `/`) and CAMO_KEY. */
   camo?: { url: string; key: string };
+  /** The image record of an uploaded file, by its path after `/user_uploads/` (as linked); undefined for none. */
+  uploadPreview?(path: string): UploadPreview | undefined;
 }
 
 /** Zulip previews nothing in a message with more distinct link targets than this. */
@@ -45,11 +51,20 @@ function mediaSource(url: string, settings: PreviewSettings): string {
   return `${camo.url}${digest}/${Buffer.from(url).toString("hex")}`;
 }
 
-function isImage(url: string): boolean {
+const UPLOAD_PREFIX = "/user_uploads/";
+
+/** An uploaded file's image record, for a link to it (relative, as clients link uploads). */
+function uploadOf(url: string, settings: PreviewSettings): UploadPreview | undefined {
+  return url.startsWith(UPLOAD_PREFIX) ? settings.uploadPreview?.(url.slice(UPLOAD_PREFIX.length)) : undefined;
+}
+
+function isImage(url: string, settings: PreviewSettings): boolean {
+  // Zulip's rule for uploads: an image is a file whose header read as one (it has an image record), whatever its name.
+  if (url.startsWith(UPLOAD_PREFIX)) return uploadOf(url, settings) !== undefined;
   const host = hostOf(url);
   const path = url.replace(SCHEME_AND_HOST, "").replace(/[?#].*$/s, "");
-  // Uploads preview from their thumbnail records, which rendering does not have; pasteboard.co pages end in `.png`.
-  if (host === "" || host === "pasteboard.co" || path.startsWith("/user_uploads/")) return false;
+  // pasteboard.co pages end in `.png`.
+  if (host === "" || host === "pasteboard.co" || path.startsWith(UPLOAD_PREFIX)) return false;
   return IMAGE_PATH.test(path);
 }
 
@@ -60,7 +75,9 @@ function previewHtml(url: string, title: string | undefined, settings: PreviewSe
     const video = `<video preload="metadata" src="${escapeAttribute(mediaSource(url, settings))}"></video>`;
     return `<div class="message_inline_image message_inline_video">${link}${video}</a></div>`;
   }
-  if (!isImage(url)) return undefined;
+  const upload = uploadOf(url, settings);
+  if (upload) return `<div class="message_inline_image">${link}${uploadImageTag(upload)}</a></div>`;
+  if (!isImage(url, settings)) return undefined;
   // A GitHub file page previews as the raw file.
   const blob = GITHUB_BLOB.exec(url);
   const image = blob ? `https://raw.githubusercontent.com${blob[1]}${blob[2]}` : url;
@@ -154,7 +171,7 @@ function findLinks(tokens: Token[]): { links: FoundLink[]; closeOf: Map<number, 
 export function addInlinePreviews(state: StateCore, settings: PreviewSettings): void {
   const { links, closeOf } = findLinks(state.tokens);
   // Most links are to pages: nothing to do.
-  if (!links.some((link) => !link.inQuote && (VIDEO_URL.test(link.url) || isImage(link.url)))) return;
+  if (!links.some((link) => !link.inQuote && (VIDEO_URL.test(link.url) || isImage(link.url, settings)))) return;
   const previewable = new Set(links.filter((link) => !link.inQuote).map((link) => link.url));
   if (previewable.size > PREVIEW_LIMIT) return;
 

@@ -254,11 +254,76 @@ describe.each(ENGINES)("uploads on %s", (engine) => {
 
     const events = await eventually(async () => {
       const all = (await messages.events(alice, queue)).filter((e) => e.type === "attachment");
-      return all.length >= 2 ? all : undefined;
+      return all.length >= 3 ? all : undefined;
     });
+    expect(events!.map((e) => e.op)).toEqual(["add", "update", "remove"]);
     expect(events![0]).toMatchObject({ op: "add", attachment: { id: mine.id, name: "listed.txt" } });
-    expect(events![1]).toMatchObject({ op: "remove", attachment: { id: mine.id } });
-    expect(typeof events![1].upload_space_used).toBe("number");
+    expect(events![1]).toMatchObject({ op: "update", attachment: { id: mine.id, messages: [{ id: messageId }] } });
+    expect(events![2]).toMatchObject({ op: "remove", attachment: { id: mine.id } });
+    expect(typeof events![2].upload_space_used).toBe("number");
+  });
+
+  it("tells the owner each time the messages linking a file change", async () => {
+    const queue = await messages.register(alice, ["attachment"]);
+    const body = await uploadOne(alice, "shared.txt", "shared");
+    const updates = async (count: number) => {
+      const found = await eventually(async () => {
+        const all = (await messages.events(alice, queue)).filter((e) => e.type === "attachment" && e.op === "update");
+        return all.length >= count ? all : undefined;
+      });
+      expect(found, `${count} attachment updates`).toBeDefined();
+      return found!.map((e) => e.attachment.messages.map((m: any) => m.id));
+    };
+    const first = await messages.toChannel(alice, "files", `[shared](${body.url})`);
+    expect(await updates(1)).toEqual([[first]]);
+    // Bob read it there: his message links it too, and the owner hears of it.
+    const second = await messages.toChannel(bob, "files", `again [shared](${body.url})`);
+    expect((await updates(2))[1]).toEqual([first, second]);
+    expect((await messages.patch(alice, first, { content: "no file any more" })).status).toBe(200);
+    expect((await updates(3))[2]).toEqual([second]);
+    // An edit that leaves the links as they were changes nothing to tell.
+    expect((await messages.patch(bob, second, { content: `still [shared](${body.url})` })).status).toBe(200);
+    expect((await api(server, "DELETE", `/messages/${second}`, { as: owner, template: "/messages/{message_id}" })).status).toBe(200);
+    const all = await updates(4);
+    expect(all).toHaveLength(4);
+    expect(all[3]).toEqual([]);
+    const events = (await messages.events(alice, queue)).filter((e) => e.type === "attachment" && e.op === "update");
+    expect(events[3]).toMatchObject({ attachment: { name: "shared.txt", size: 6 } });
+    expect(typeof events[3].upload_space_used).toBe("number");
+  });
+
+  it("answers HEAD on file URLs with GET's headers and no body", async () => {
+    const body = await uploadOne(alice, "head.txt", "0123456789");
+    const get = await download(body.url, alice);
+    const head = await fetch(new URL(body.url, server.url), { method: "HEAD", headers: { authorization: basic(alice) } });
+    expect(head.status).toBe(200);
+    for (const name of ["content-type", "content-disposition", "content-length", "cache-control", "accept-ranges", "x-content-type-options"]) {
+      expect(head.headers.get(name), name).toBe(get.headers.get(name));
+    }
+    expect(head.headers.get("content-length")).toBe("10");
+    expect(await head.text()).toBe("");
+    const ranged = await fetch(new URL(body.url, server.url), { method: "HEAD", headers: { authorization: basic(alice), range: "bytes=2-4" } });
+    expect([ranged.status, ranged.headers.get("content-length"), ranged.headers.get("content-range")]).toEqual([206, "3", "bytes 2-4/10"]);
+    expect((await fetch(new URL(body.url, server.url), { method: "HEAD", headers: { authorization: basic(bob) } })).status).toBe(403);
+    // The connection still serves requests after a HEAD.
+    expect(await (await download(body.url, alice)).text()).toBe("0123456789");
+    const refused = await fetch(new URL(body.url, server.url), { method: "DELETE", headers: { authorization: basic(alice) } });
+    expect([refused.status, refused.headers.get("allow")]).toEqual([405, "GET, HEAD"]);
+  });
+
+  it("deleting a linked file's record removes the file for everyone, and the message keeps its link", async () => {
+    const body = await uploadOne(alice, "linked.txt", "linked");
+    const id = await messages.toChannel(alice, "files", `[linked](${body.url})`);
+    expect((await download(body.url, bob)).status).toBe(200);
+    const mine = (await api(server, "GET", "/attachments", { as: alice })).body.attachments.find((a: any) => body.url.endsWith(a.path_id));
+    expect(mine.messages.map((m: any) => m.id)).toEqual([id]);
+    expect((await api(server, "DELETE", `/attachments/${mine.id}`, { as: alice, template: "/attachments/{attachment_id}" })).status).toBe(200);
+    expect((await download(body.url, bob)).status).toBe(404);
+    expect((await download(body.url, alice)).status).toBe(404);
+    const message = await api(server, "GET", `/messages/${id}`, { as: bob, template: "/messages/{message_id}" });
+    expect(message.body.message.content).toContain(body.url);
+    // Nothing of it stays on disk.
+    expect(storedFiles().some((f) => body.url.includes(f.split(path.sep).slice(0, 3).join("/")))).toBe(false);
   });
 
   it("an edit that removes the only link reports the upload as detached", async () => {

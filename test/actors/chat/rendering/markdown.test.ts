@@ -9,6 +9,7 @@ import fs from "node:fs";
 import { describe, expect, it } from "vitest";
 import { hasZulipReference, zulipReferencePath } from "../../../support/zulip-reference.ts";
 import { isPlainLine, renderMarkdown, renderWithMarkdownIt, type MarkdownContext, type MentionableUser } from "../../../../actors/chat/rendering/markdown.ts";
+import { rewriteUploadPreviews, type UploadPreview } from "../../../../actors/chat/rendering/thumbnails.ts";
 
 interface CorpusCase {
   name: string;
@@ -311,6 +312,29 @@ describe("inline previews", () => {
     none("https://a.com/v.mp4?t=1");
     none(Array.from({ length: 25 }, (_, i) => `https://a.com/${i}.png`).join(" "));
     expect(render(Array.from({ length: 24 }, (_, i) => `https://a.com/${i}.png`).join(" "))).toContain(image("https://a.com/23.png"));
+  });
+
+  it("preview an uploaded image by its record: a placeholder until its thumbnail is made, then the thumbnail", () => {
+    const url = "/user_uploads/1/ab/Zx/photo.png";
+    const pending: UploadPreview = { width: 1200, height: 900, contentType: "image/png", animated: false };
+    const made: UploadPreview = { ...pending, url: "/user_uploads/thumbnail/1/ab/Zx/photo.png/840x560.webp" };
+    const uploadPreview = (preview: UploadPreview) => (path: string) => (path === "1/ab/Zx/photo.png" ? preview : undefined);
+    const paragraph = `<p><a href="${url}">photo.png</a></p>\n`;
+    const placeholder = `<img class="image-loading-placeholder" src="/static/images/loading/loader-black.svg" data-original-dimensions="1200x900">`;
+    const thumbnail = `<img data-original-content-type="image/png" data-original-dimensions="1200x900" src="${made.url}">`;
+    const preview = (img: string) => `<div class="message_inline_image"><a href="${url}" title="photo.png">${img}</a></div>`;
+    const sent = render(`[photo.png](${url})`, { uploadPreview: uploadPreview(pending) });
+    expect(sent).toBe(paragraph + preview(placeholder));
+    expect(render(`[photo.png](${url})`, { uploadPreview: uploadPreview(made) })).toBe(paragraph + preview(thumbnail));
+    // The job's rewrite gives what rendering with the thumbnail gives; other uploads' placeholders stay.
+    expect(rewriteUploadPreviews(sent, { pathId: "1/ab/Zx/photo.png", urlPath: "1/ab/Zx/photo.png" }, made)).toBe(paragraph + preview(thumbnail));
+    expect(rewriteUploadPreviews(sent, { pathId: "1/cd/Yy/other.png", urlPath: "1/cd/Yy/other.png" }, made)).toBeUndefined();
+    // An image that did not decode loses its preview, and the line break before it.
+    expect(rewriteUploadPreviews(sent, { pathId: "1/ab/Zx/photo.png", urlPath: "1/ab/Zx/photo.png" }, null)).toBe(paragraph.trim());
+    const animated = render(`[a](${url})`, { uploadPreview: uploadPreview({ ...made, animated: true, url: made.url!.replace("840x560", "840x560-anim") }) });
+    expect(animated).toContain(`<img data-animated="true" data-original-content-type="image/png"`);
+    // A file without an image record is a link, whatever its name says.
+    expect(render(`[photo.png](${url})`)).toBe(paragraph.trim());
   });
 
   it("preview a GitHub file page as the raw file", () => {
