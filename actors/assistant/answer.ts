@@ -175,19 +175,10 @@ export async function answerExtractive(
   settings: AnswerSettings,
   onSentence?: (delta: string) => Promise<void> | void,
 ): Promise<Answer> {
-  const weights = termWeights(terms);
-  const total = [...weights.values()].reduce((sum, w) => sum + (w.counted ? w.weight : 0), 0);
-  if (!chunks.length || !total) return { text: DONT_KNOW, sources: [], score: 0 };
+  const covered = coverageOf(terms);
+  if (!chunks.length || !covered.total) return { text: DONT_KNOW, sources: [], score: 0 };
   const byChunk = await sentencesOf(db, index, chunks);
   const topRank = chunks[0]!.rank || 1;
-  const covered = (lexemes: Iterable<string>) => {
-    let sum = 0;
-    for (const l of lexemes) {
-      const w = weights.get(l);
-      if (w?.counted) sum += w.weight;
-    }
-    return sum / total;
-  };
   const quantity = QUANTITY_QUESTION.test(question);
   const scored = (chunk: RetrievedChunk, sentences: Sentence[]): Candidate[] =>
     sentences.map((s, position) => ({
@@ -259,20 +250,37 @@ export async function answerExtractive(
   return { text: ordered.map((p) => p.text).join(" "), sources: sectionSources(ordered.map((p) => ({ chunk: p.chunk, snippet: p.text, score: p.score }))), score: round(coverage) };
 }
 
-/** Each term's weight (its IDF times its query weight); a lexeme matched by prefix or typo stands for its term. */
-function termWeights(terms: MatchedTerm[]): Map<string, { weight: number; counted: boolean }> {
-  const weights = new Map<string, { weight: number; counted: boolean }>();
-  for (const t of terms) {
-    const weight = t.idf * t.weight;
-    for (const lexeme of t.matches.length ? t.matches.map((m) => m.lexeme) : [t.lexeme]) {
-      const known = weights.get(lexeme);
-      if (!known || known.weight < weight) weights.set(lexeme, { weight, counted: t.counted });
+/**
+ * The coverage of a set of lexemes: the share of the question's weight (each counted term's IDF times its query
+ * weight) they hold. A term found only through a lexeme it matched by prefix or typo counts at that match's discount
+ * (a near word is weaker evidence: "accent" is not "accept"), and once however many of its matches are present.
+ */
+function coverageOf(terms: MatchedTerm[]): ((lexemes: Iterable<string>) => number) & { total: number } {
+  const counted = terms.filter((t) => t.counted);
+  const total = counted.reduce((sum, t) => sum + t.idf * t.weight, 0);
+  const byLexeme = new Map<string, Array<{ term: number; weight: number }>>();
+  counted.forEach((t, term) => {
+    const matches = t.matches.length ? t.matches : [{ lexeme: t.lexeme, factor: 1 }];
+    for (const { lexeme, factor } of matches) {
+      const list = byLexeme.get(lexeme) ?? [];
+      list.push({ term, weight: t.idf * t.weight * factor });
+      byLexeme.set(lexeme, list);
     }
-  }
-  return weights;
+  });
+  const covered = (lexemes: Iterable<string>) => {
+    const held = new Map<number, number>();
+    for (const lexeme of lexemes) for (const { term, weight } of byLexeme.get(lexeme) ?? []) held.set(term, Math.max(held.get(term) ?? 0, weight));
+    let sum = 0;
+    for (const weight of held.values()) sum += weight;
+    return total ? sum / total : 0;
+  };
+  return Object.assign(covered, { total });
 }
 
-/** Add the sentence `c` depends on (the one before it, when `c` continues it or it ends with a colon) and the one after a colon. */
+/**
+ * Add the sentence `c` depends on (the one before it, when `c` continues it or it ends with a colon), and the one
+ * after it that continues it ("This form of the command…", or what a colon introduces).
+ */
 function withDependencies(c: Candidate, all: Candidate[], picked: Set<Candidate>, maxChars: number): void {
   const length = () => [...picked].reduce((n, p) => n + p.text.length + 1, 0);
   const same = all.filter((x) => x.chunk === c.chunk);
@@ -280,7 +288,7 @@ function withDependencies(c: Candidate, all: Candidate[], picked: Set<Candidate>
   const after = same.find((x) => x.position === c.position + 1);
   const room = (x: Candidate) => length() + x.text.length + 1 <= maxChars * 1.5;
   if (before && !picked.has(before) && (DEPENDENT_OPENING.test(c.text) || /:$/.test(before.text)) && room(before)) picked.add(before);
-  if (after && !picked.has(after) && /:$/.test(c.text) && room(after)) picked.add(after);
+  if (after && !picked.has(after) && (/:$/.test(c.text) || DEPENDENT_OPENING.test(after.text)) && room(after)) picked.add(after);
 }
 
 const SNIPPET_CHARS = 200;

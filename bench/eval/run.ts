@@ -12,6 +12,8 @@
  * - latency p50/p99 of the HTTP answers, and of retrieval alone;
  * - the same for a plain BM25 baseline over the same chunks (unstemmed words, its top chunk as the answer, never
  *   declining), computed here.
+ * `--failures` lists each split's questions not answered right (grade, coverage, the pages ranked first), for the
+ * failure analysis once the test split has been run.
  * `--settings JSON` publishes the version with those settings (min_score, max_sentences, max_chars). With `--verbose`, each dev question's answer; the coverage sweep (how many dev questions each threshold would
  * decline) is always printed for dev, where the threshold is chosen. `--scale N` then times retrieval over a
  * version of about N chunks (the corpus published again and again).
@@ -31,6 +33,7 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
 const engine = args.includes("--postgres") ? "redis+postgres" : "embedded";
 const verbose = args.includes("--verbose");
+const failures = args.includes("--failures");
 const scale = args.includes("--scale") ? Number(args[args.indexOf("--scale") + 1]) : 0;
 /** The version's settings (`--settings '{"min_score": 0.4}'`), to try other answer settings. */
 const settings = args.includes("--settings") ? (JSON.parse(args[args.indexOf("--settings") + 1]!) as Record<string, unknown>) : {};
@@ -191,6 +194,11 @@ async function main() {
         .map((t) => `${t}: ${dev.filter((o) => !o.q.document && o.coverage < t).length}/${dev.filter((o) => o.q.document && o.coverage < t).length}`)
         .join("  "),
     );
+    if (failures) {
+      for (const o of ours.filter((o) => o.grade !== "right" && o.grade !== "declined-right")) {
+        console.log(`${o.q.split} ${o.q.id} ${o.grade} cov ${o.coverage.toFixed(2)} top ${o.top.join(",")} | ${o.q.question}`);
+      }
+    }
     if (verbose) {
       for (const o of dev) console.log(`\n[${o.q.id} ${o.grade} cov ${o.coverage.toFixed(2)} top ${o.top.join(",")}] ${o.q.question}\n  ${o.answer}`);
     }

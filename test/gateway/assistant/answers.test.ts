@@ -138,6 +138,12 @@ describe.each(ENGINES)("answers on %s", (engine) => {
     expect(answer.indexOf("controlled by the pg_hba.conf file")).toBeLessThan(answer.indexOf("It is stored in the data directory"));
   });
 
+  it("brings the sentence that continues a picked one, even past max_sentences", async () => {
+    const single = await publish(DOCUMENTS, { max_sentences: 1 });
+    const res = await ask({ question: "What does vacuum reclaim?" }, single);
+    expect(res.body.answer).toBe("Vacuum reclaims the space of deleted rows. This keeps tables small.");
+  });
+
   it("says it does not know what the knowledge does not cover, without sources", async () => {
     const res = await ask({ question: "How do I bake sourdough bread with rye flour?" });
     expect(res.body).toMatchObject({ answer: DONT_KNOW, sources: [] });
