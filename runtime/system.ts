@@ -14,6 +14,7 @@ import { channels } from "./transport/redis-keys.ts";
 import { ActorRef, type ActorKind, type MessageFor, type ProtocolShape, type Sender } from "./protocol.ts";
 import type { Entry, Reply, ReplyAddress, Transport } from "./transport/transport.ts";
 import { log } from "./log.ts";
+import { gauges, metrics, secondsSince } from "./metrics.ts";
 
 const tracer = trace.getTracer("chorus.runtime");
 
@@ -88,6 +89,8 @@ export class ActorSystem {
   };
   private sweeper?: NodeJS.Timeout;
   private closing = false;
+  /** The gauges this system feeds at scrape (removed at close). */
+  private readonly unsample: Array<() => void> = [];
 
   constructor(private readonly opts: SystemOptions) {
     this.nodeId = opts.transport.nodeId;
@@ -113,6 +116,19 @@ export class ActorSystem {
     const idleMs = this.opts.idleMs ?? 5 * 60_000;
     this.sweeper = setInterval(() => void this.passivateIdle(idleMs), Math.min(idleMs, 60_000));
     this.sweeper.unref();
+    this.unsample.push(
+      gauges.actorsActive.add(() => this.activations.size),
+      gauges.mailboxDepth.add(() => {
+        let waiting = 0;
+        for (const a of this.activations.values()) waiting += a.queue.length;
+        return waiting;
+      }),
+    );
+  }
+
+  /** The actors of `kind` active in this process, for figures sampled at scrape (an actor's own gauges). */
+  *actorsOf(kind: string): Iterable<Actor> {
+    for (const a of this.activations.values()) if (a.ctx.kind === kind && a.ready) yield a.actor;
   }
 
   // ---- the asking side -------------------------------------------------------------------------------------
@@ -350,6 +366,7 @@ export class ActorSystem {
     } else {
       activation.actor = factory(activation.ctx);
     }
+    metrics().activations(kind).inc();
     this.activations.set(id, activation);
     return activation;
   }
@@ -434,6 +451,7 @@ export class ActorSystem {
         a.lastUsed = Date.now();
         // A span only for a turn whose sender traced it (entries carry no trace context when tracing is off).
         const span = turn.parent && tracer.startSpan(`turn ${a.ctx.kind}`, undefined, turn.parent);
+        const started = performance.now();
         try {
           a.completion = undefined;
           a.held = undefined;
@@ -456,6 +474,7 @@ export class ActorSystem {
           a.completion = undefined;
           a.held = undefined;
           span?.end();
+          metrics().turnSeconds(a.ctx.kind).observe(secondsSince(started));
         }
       }
     } finally {
@@ -496,6 +515,7 @@ export class ActorSystem {
   async close(): Promise<void> {
     this.closing = true;
     if (this.sweeper) clearInterval(this.sweeper);
+    for (const remove of this.unsample.splice(0)) remove();
     await this.opts.pubsub.unsubscribe(channels.notices, this.hearNotice);
     await this.opts.pubsub.unsubscribe(channels.shardHolders, this.hearShardHolder);
     for (const shard of this.heldShards()) await this.dropShard(shard);
