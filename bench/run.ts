@@ -48,6 +48,7 @@ import {
   type AfterFigures,
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
+import { setMetricsEnabled } from "../runtime/metrics.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
 
 /** The chat's HTTP scenarios, then the assistant's. */
@@ -85,7 +86,7 @@ const USAGE = `usage: npm run bench -- [options]
                                             engines to run (default both: embedded and redis+postgres; all adds
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send10,send1000,
-                                            presence,assistant,subscribe,upload,download,wake,fanout,register,queues;
+                                            send-unmetered,presence,assistant,subscribe,upload,download,wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -691,13 +692,15 @@ async function main(): Promise<number> {
           if (interrupted) break;
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
           const context = (await scenario.prepare(engine, { history: opts.history, population })) ?? undefined;
-          const m: Measurement = {
-            name: scenario.name,
-            engine: name,
-            describe: scenario.describe,
-            context,
-            ...(await measure(load, opts, engine.node.port, scenario.target(engine), engine.serviceStats, opts.cpuProf ? `${name}-${scenario.name}` : undefined)),
-          };
+          // A scenario may run with the metrics switched off (METRICS=off's no-op instruments), to show what they cost.
+          setMetricsEnabled(scenario.metrics ?? true);
+          let measured: Awaited<ReturnType<typeof measure>>;
+          try {
+            measured = await measure(load, opts, engine.node.port, scenario.target(engine), engine.serviceStats, opts.cpuProf ? `${name}-${scenario.name}` : undefined);
+          } finally {
+            setMetricsEnabled(true);
+          }
+          const m: Measurement = { name: scenario.name, engine: name, describe: scenario.describe, context, ...measured };
           if (scenario.verify) {
             const runs = [m.warmup, m.load]
               .filter((r): r is LoadFigures => r !== undefined)

@@ -505,6 +505,8 @@ export interface Scenario {
   verify?(engine: Engine, runs: RunCounts[]): Promise<Verification>;
   /** After the measured run: figures autocannon cannot take (e.g. streams), given the ceiling measured in this run. */
   after?(engine: Engine, ceiling: { latencyP50Ms?: number }): Promise<AfterFigures>;
+  /** false: measured with the metrics switched off (runtime/metrics.ts), beside the same scenario with them on. */
+  metrics?: boolean;
 }
 
 export interface AfterFigures {
@@ -589,6 +591,8 @@ function sendScenario(name: string, channel: string, subscribers: number): Scena
 }
 
 export const send = sendScenario("send", CHANNEL, 1);
+/** `send` without metrics: the difference is what counting costs a send (HTTP histogram, turns, commits, counters). */
+export const sendUnmetered: Scenario = { ...sendScenario("send-unmetered", CHANNEL, 1), metrics: false };
 export const send10 = sendScenario("send10", "bench-10", 10);
 export const send1000 = sendScenario("send1000", "bench-1000", 1000);
 
@@ -726,7 +730,7 @@ export const presence: Scenario = {
 };
 
 /** In the order they run against each engine. */
-export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, send10, send1000, presence];
+export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, sendUnmetered, send10, send1000, presence];
 
 // ---------------------------------------------------------------------------------------------------------------
 // Timed scenarios: operations too heavy, or changing too much state, to repeat under autocannon. Each measured

@@ -9,7 +9,7 @@
  */
 import http from "node:http";
 import { AggregatorRegistry } from "prom-client";
-import { metrics, registry, secondsSince } from "../runtime/metrics.ts";
+import { metrics, metricsEnabled, registry, secondsSince } from "../runtime/metrics.ts";
 import { isStream, type HttpHandler, type HttpRequest, type HttpResult, type HttpStream, type StreamSink } from "./http.ts";
 import { statusOf, watched } from "./observe.ts";
 import { log } from "../runtime/log.ts";
@@ -24,13 +24,15 @@ export const routeLabel = (req: HttpRequest): string => req.route ?? "unmatched"
 
 /** Count each answer in the HTTP histogram, and each server-sent event stream while it is open. */
 export function withMetrics(handler: HttpHandler): HttpHandler {
-  return watched(handler, (req) => {
+  const counted = watched(handler, (req) => {
     const started = performance.now();
     return (answer) => {
       metrics().http(methodLabel(req.method), routeLabel(req), statusOf(answer)).observe(secondsSince(started));
       if (answer && isStream(answer) && answer.headers?.["content-type"]?.startsWith("text/event-stream")) return countedWhileOpen(answer);
     };
   });
+  // Switched off at run time (the benchmark's unmetered scenarios): not even watched.
+  return (req) => (metricsEnabled() ? counted(req) : handler(req));
 }
 
 function countedWhileOpen(stream: HttpStream): HttpStream {
