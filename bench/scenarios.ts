@@ -184,7 +184,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
     let workers = 1;
     if (name === "embedded") {
       // Explicit undefineds: DATABASE_URL / REDIS_URL in the environment must not leak into the embedded engine.
-      config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1, rateLimits: UNLIMITED });
+      config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1, rateLimits: UNLIMITED, accessLog: false });
       describe = "memory transport + PGlite (temp DATA_DIR), one process";
     } else {
       const database = await freshDatabase();
@@ -201,6 +201,8 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
         redisPrefix: redis.prefix,
         workers,
         rateLimits: UNLIMITED,
+        // A line per request to the terminal would be measured as the server's work (and drown the report).
+        accessLog: false,
       });
       describe = `Redis Streams transport (${REDIS_URL}) + Postgres (fresh database), ${workers === 1 ? "one process" : `${workers} worker nodes in one process`}`;
       const info = new Redis(REDIS_URL, { protocol: 2, maxRetriesPerRequest: 1, lazyConnect: true });
