@@ -6,7 +6,7 @@
  * Messages are plain JSON values. On the memory transport they are passed by reference: neither side may mutate a
  * message after sending or receiving it.
  */
-import { context, propagation, trace, SpanStatusCode, type Context } from "@opentelemetry/api";
+import { context, propagation, trace, SpanKind, SpanStatusCode, type Context } from "@opentelemetry/api";
 import { PARKED, parseActorId, shardOf, type Actor, type ActorContext, type ActorFactory, type ActorId, type Deferred, type Fence } from "./actor.ts";
 import { ChorusError, errors } from "./errors.ts";
 import type { PubSub } from "./transport/pubsub.ts";
@@ -235,7 +235,8 @@ export class ActorSystem {
 
   /** `transient`: an askTransient (queued here when this process holds the shard; sent again by resendTransient). */
   private request<T>(shard: number, targets: ActorId[], body: unknown, timeoutMs: number, spanName: string, transient = false): Promise<T> {
-    return tracer.startActiveSpan(spanName, (span) => {
+    // An ask is a remote call (RPC's CLIENT kind) whose turn, on whichever process holds the actor, is its SERVER side.
+    return tracer.startActiveSpan(spanName, { kind: SpanKind.CLIENT }, (span) => {
       const corr = `${++this.corr}`;
       const result = new Promise<T>((resolve, reject) => {
         const waiting: PendingAsk = {
@@ -450,7 +451,7 @@ export class ActorSystem {
         a.parked = false;
         a.lastUsed = Date.now();
         // A span only for a turn whose sender traced it (entries carry no trace context when tracing is off).
-        const span = turn.parent && tracer.startSpan(`turn ${a.ctx.kind}`, undefined, turn.parent);
+        const span = turn.parent && tracer.startSpan(`turn ${a.ctx.kind}`, { kind: SpanKind.SERVER }, turn.parent);
         const started = performance.now();
         try {
           a.completion = undefined;
