@@ -186,7 +186,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   // Innermost first: the access line and the histogram see the same answer, inside the request's span (whose trace id
   // the access line then carries).
   const counted = config.metrics ? withMetrics(handler) : handler;
-  const logged = withServerSpan(config.accessLog ? withAccessLog(counted, opts.workerIndex ?? 0) : counted);
+  const observed = withServerSpan(config.accessLog ? withAccessLog(counted, opts.workerIndex ?? 0) : counted);
   setMetricsEnabled(config.metrics);
   const unsample = [sampleEventQueues(system)];
   if (transport instanceof RedisStreamsTransport) {
@@ -200,8 +200,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
-    // Probes first: load balancers call them every few seconds, and their lines would drown the access log.
-    handler: (req) => probes.handle(req) ?? (config.metrics ? serveMetrics(req) : undefined) ?? logged(req),
+    // Probes and /metrics first: they are called every few seconds, and their lines would drown the access log.
+    handler: (req) => probes.handle(req) ?? (config.metrics ? serveMetrics(req) : undefined) ?? observed(req),
     streamedBody: isUploadRequest,
     refusal: (path, status, message) => {
       const error = new ChorusError("BAD_REQUEST", message, status);
