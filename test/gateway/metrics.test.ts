@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, ENGINES, startTestServer, type TestServer } from "../support/server.ts";
 import { freePort, startDistributed } from "../support/process.ts";
+import { call, operatorKey, publishedAgent } from "./assistant/support.ts";
 
 interface Sample {
   name: string;
@@ -93,6 +94,35 @@ describe.each(ENGINES)("GET /metrics on %s", (engine) => {
     expect(total(after, "process_cpu_seconds_total")).toBeGreaterThan(0);
     expect(after.some((s) => s.name === "nodejs_heap_size_used_bytes")).toBe(true);
     expect(after.every((s) => s.labels.worker === "0")).toBe(true);
+  });
+
+  it("counts the assistant's answers and retrievals, and server-sent event streams while they are open", async () => {
+    const before = await scrape(server.url);
+    const agent = await publishedAgent(server, await operatorKey(server));
+    const asked = await call(server, "POST", `/api/embed/${agent.agent_key}`, { body: { question: "How long do refunds take?" } });
+    expect(asked.status).toBe(200);
+
+    const registered = await api(server, "POST", "/register", { as: server.owner, params: { event_types: ["message"] } });
+    const aborted = new AbortController();
+    const stream = await fetch(`${server.url}/api/v1/events/stream?queue_id=${registered.body.queue_id}`, {
+      headers: { authorization: `Basic ${Buffer.from(`${server.owner.email}:${server.owner.key}`).toString("base64")}` },
+      signal: aborted.signal,
+    });
+    expect(stream.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    const open = await scrape(server.url);
+    aborted.abort();
+    let closed = await scrape(server.url);
+    for (let i = 0; i < 50 && total(closed, "chorus_sse_streams") > total(before, "chorus_sse_streams"); i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      closed = await scrape(server.url);
+    }
+
+    const grew = (samples: Sample[], name: string, labels: Record<string, string> = {}) => total(samples, name, labels) - total(before, name, labels);
+    expect(grew(open, "chorus_assistant_answers_total", { mode: "json" })).toBe(1);
+    expect(grew(open, "chorus_assistant_retrieval_seconds_count")).toBe(1);
+    expect(grew(open, "chorus_sse_streams")).toBe(1);
+    expect(grew(closed, "chorus_sse_streams")).toBe(0);
+    expect(grew(open, "http_server_request_duration_seconds_count", { http_route: "/api/embed/{agentKey}", http_response_status_code: "200" })).toBe(1);
   });
 });
 
