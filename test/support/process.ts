@@ -144,7 +144,9 @@ export async function startDistributed(env: Record<string, string>, cleanups: Ar
   const redis = freshRedisPrefix();
   cleanups.push(db.drop, redis.clean);
   const workers = Number(env.WORKERS ?? 2);
-  const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: String(workers), ...env });
+  // A metrics port of its own: the primary's default (9464) would be taken by another file's cluster running alongside.
+  const metricsPort = String(await freePort());
+  const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: String(workers), METRICS_PORT: metricsPort, ...env });
   cleanups.push(async () => fs.rmSync(server.dataDir, { recursive: true, force: true }), () => server.stop());
   for (let i = 0; i < 100 && workerPids(server).length < workers; i++) await new Promise((r) => setTimeout(r, 100));
   return { ...server, databaseUrl: db.url };
