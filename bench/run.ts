@@ -48,6 +48,7 @@ import {
   type AfterFigures,
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
+import { setMetricsEnabled } from "../runtime/metrics.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
 
 /** The chat's HTTP scenarios, then the assistant's. */
@@ -84,8 +85,8 @@ const USAGE = `usage: npm run bench -- [options]
   --engine <embedded|redis+postgres|two-workers|both|all>
                                             engines to run (default both: embedded and redis+postgres; all adds
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
-  --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send-limited,send10,send1000,
-                                            presence,assistant,subscribe,upload,download,wake,fanout,register,queues;
+  --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send-limited,send-unmetered,
+                                            send10,send1000,presence,assistant,subscribe,upload,download,wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -693,13 +694,15 @@ async function main(): Promise<number> {
           let m: Measurement;
           try {
             const context = (await scenario.prepare(engine, { history: opts.history, population })) ?? undefined;
-            m = {
-              name: scenario.name,
-              engine: name,
-              describe: scenario.describe,
-              context,
-              ...(await measure(load, opts, engine.node.port, scenario.target(engine), engine.serviceStats, opts.cpuProf ? `${name}-${scenario.name}` : undefined)),
-            };
+            // A scenario may run with the metrics switched off (METRICS=off's no-op instruments), to show what they cost.
+            setMetricsEnabled(scenario.metrics ?? true);
+            let measured: Awaited<ReturnType<typeof measure>>;
+            try {
+              measured = await measure(load, opts, engine.node.port, scenario.target(engine), engine.serviceStats, opts.cpuProf ? `${name}-${scenario.name}` : undefined);
+            } finally {
+              setMetricsEnabled(true);
+            }
+            m = { name: scenario.name, engine: name, describe: scenario.describe, context, ...measured };
           } finally {
             await scenario.finish?.(engine);
           }

@@ -184,7 +184,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
     let workers = 1;
     if (name === "embedded") {
       // Explicit undefineds: DATABASE_URL / REDIS_URL in the environment must not leak into the embedded engine.
-      config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1, rateLimits: { ...UNLIMITED } });
+      config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1, rateLimits: { ...UNLIMITED }, accessLog: false });
       describe = "memory transport + PGlite (temp DATA_DIR), one process";
     } else {
       const database = await freshDatabase();
@@ -201,6 +201,8 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
         redisPrefix: redis.prefix,
         workers,
         rateLimits: { ...UNLIMITED }, // a copy per node: send-limited turns a rule on and off in it
+        // A line per request to the terminal would be measured as the server's work (and drown the report).
+        accessLog: false,
       });
       describe = `Redis Streams transport (${REDIS_URL}) + Postgres (fresh database), ${workers === 1 ? "one process" : `${workers} worker nodes in one process`}`;
       const info = new Redis(REDIS_URL, { protocol: 2, maxRetriesPerRequest: 1, lazyConnect: true });
@@ -507,6 +509,8 @@ export interface Scenario {
   after?(engine: Engine, ceiling: { latencyP50Ms?: number }): Promise<AfterFigures>;
   /** Last, whatever happened: undo what prepare changed in the node for this scenario alone. */
   finish?(engine: Engine): Promise<void>;
+  /** false: measured with the metrics switched off (runtime/metrics.ts), beside the same scenario with them on. */
+  metrics?: boolean;
 }
 
 export interface AfterFigures {
@@ -614,6 +618,9 @@ export const sendLimited: Scenario = (() => {
     },
   };
 })();
+
+/** `send` without metrics: the difference is what counting costs a send (HTTP histogram, turns, commits, counters). */
+export const sendUnmetered: Scenario = { ...sendScenario("send-unmetered", CHANNEL, 1), metrics: false };
 export const send10 = sendScenario("send10", "bench-10", 10);
 export const send1000 = sendScenario("send1000", "bench-1000", 1000);
 
@@ -751,7 +758,7 @@ export const presence: Scenario = {
 };
 
 /** In the order they run against each engine. */
-export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, sendLimited, send10, send1000, presence];
+export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, sendLimited, sendUnmetered, send10, send1000, presence];
 
 // ---------------------------------------------------------------------------------------------------------------
 // Timed scenarios: operations too heavy, or changing too much state, to repeat under autocannon. Each measured

@@ -7,34 +7,20 @@
  * worker's own counter.
  */
 import { log } from "../runtime/log.ts";
-import type { HttpHandler, HttpRequest, HttpResult, HttpStream } from "./http.ts";
+import type { HttpHandler, HttpRequest } from "./http.ts";
+import { statusOf, watched } from "./observe.ts";
 
 const CLIENT_REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
 const TRACEPARENT = /^[\da-f]{2}-([\da-f]{32})-[\da-f]{16}-[\da-f]{2}$/;
 
 export function withAccessLog(handler: HttpHandler, worker: number): HttpHandler {
   let counter = 0;
-  return (req) => {
+  return watched(handler, (req) => {
     const started = performance.now();
     const supplied = req.headers["x-request-id"];
     const id = supplied && CLIENT_REQUEST_ID.test(supplied) ? supplied : `${worker}-${(++counter).toString(36)}`;
-    const written = (answer: HttpResult | HttpStream) => {
-      line(req, id, answer.status, started);
-      return answer;
-    };
-    let answer: ReturnType<HttpHandler>;
-    try {
-      answer = handler(req);
-    } catch (err) {
-      line(req, id, 500, started);
-      throw err;
-    }
-    if (!(answer instanceof Promise)) return written(answer);
-    return answer.then(written, (err: unknown) => {
-      line(req, id, 500, started);
-      throw err;
-    });
-  };
+    return (answer) => line(req, id, statusOf(answer), started);
+  });
 }
 
 function line(req: HttpRequest, id: string, status: number, started: number): void {

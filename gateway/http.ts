@@ -34,6 +34,11 @@ export interface HttpRequest {
   /** True once the client went away; register with onAbort to hear of it. */
   readonly aborted: boolean;
   onAbort(cb: () => void): void;
+  /**
+   * The route template that took the request (`/api/v1/messages/{message_id}`), set by whoever routed it: what
+   * metrics and traces name the request by, since a raw path's values are unbounded.
+   */
+  route?: string;
 }
 
 export interface HttpResult {
@@ -125,6 +130,7 @@ const STREAM_HIGH_WATER = 64 * 1024;
  */
 class UwsRequest implements HttpRequest {
   private address: string | undefined;
+  route: string | undefined = undefined;
   constructor(
     readonly method: string,
     readonly path: string,

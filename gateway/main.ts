@@ -35,6 +35,10 @@ import { ChorusError } from "../runtime/errors.ts";
 import { Authenticator } from "./auth.ts";
 import { startHttpServer, type HttpHandler } from "./http.ts";
 import { withAccessLog } from "./access-log.ts";
+import { answerPrimaryForMetrics, serveClusterMetrics, serveMetrics, withMetrics } from "./metrics.ts";
+import { withServerSpan } from "./tracing.ts";
+import { gauges, setMetricsEnabled } from "../runtime/metrics.ts";
+import { sampleEventQueues } from "../actors/chat/users/user.ts";
 import { log } from "../runtime/log.ts";
 import { healthProbes } from "./health.ts";
 import { RateLimiter } from "./rate-limiter.ts";
@@ -175,24 +179,38 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes, ...passwordResetRoutes);
   const probes = healthProbes({ store, shards, redisUrl: config.redisUrl });
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub, rateLimiter });
-  const handler: HttpHandler = (req) =>
-    isZulipPath(req.path)
-      ? app.handle(req)
-      : isEmojiImagePath(req.path)
-        ? serveEmojiImage(store, req)
-        : isUploadPath(req.path)
-          ? serveUpload(services, req)
-          : isPagePath(req.path)
-            ? servePage(services, req)
-            : assistant.app.handle(req);
-  const logged = config.accessLog ? withAccessLog(handler, opts.workerIndex ?? 0) : handler;
+  const handler: HttpHandler = (req) => {
+    if (isZulipPath(req.path)) return app.handle(req);
+    if (isEmojiImagePath(req.path)) {
+      req.route = "/user_avatars/{path}";
+      return serveEmojiImage(store, req);
+    }
+    if (isUploadPath(req.path)) {
+      req.route = "/user_uploads/{path}";
+      return serveUpload(services, req);
+    }
+    return isPagePath(req.path) ? servePage(services, req) : assistant.app.handle(req);
+  };
+  // Innermost first: the access line and the histogram see the same answer, inside the request's span (whose trace id
+  // the access line then carries).
+  const counted = config.metrics ? withMetrics(handler) : handler;
+  const observed = withServerSpan(config.accessLog ? withAccessLog(counted, opts.workerIndex ?? 0) : counted);
+  setMetricsEnabled(config.metrics);
+  const unsample = [sampleEventQueues(system)];
+  if (transport instanceof RedisStreamsTransport) {
+    const streams = transport;
+    unsample.push(
+      gauges.streamPending.add(async () => (await streams.backlog()).pending),
+      gauges.streamLag.add(async () => (await streams.backlog()).lag),
+    );
+  }
   const http = await startHttpServer({
     host: config.host,
     port: config.port,
     maxBodyBytes: config.maxBodyBytes,
-    // Probes first: load balancers call them every few seconds, and their lines would drown the access log. A
+    // Probes and /metrics first: they are called every few seconds, and their lines would drown the access log. A
     // worker-only process answers nothing else: its actors are reached through the transport.
-    handler: (req) => probes.handle(req) ?? (config.role === "worker" ? notServedHere(req.path) : logged(req)),
+    handler: (req) => probes.handle(req) ?? (config.metrics ? serveMetrics(req) : undefined) ?? (config.role === "worker" ? notServedHere(req.path) : observed(req)),
     streamedBody: isUploadRequest,
     refusal: (path, status, message) => {
       const error = new ChorusError("BAD_REQUEST", message, status);
@@ -230,6 +248,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         await assistant.close();
         await rateLimiter.close();
         probes.close();
+        for (const remove of unsample) remove();
         await shards?.stop();
         await system.close();
         await transport.close();
@@ -267,8 +286,11 @@ async function main(): Promise<void> {
       log.info(`created the organization; the owner's credentials are in ${file}`);
     }
     let stopping = false;
+    // The workers' metrics, gathered (see gateway/metrics.ts); closed with them, or the primary would not exit.
+    const stopMetrics = config.metrics ? serveClusterMetrics(config.host, config.metricsPort) : () => {};
     const stop = () => {
       stopping = true;
+      stopMetrics();
       for (const w of Object.values(cluster.workers ?? {})) w?.process.kill("SIGTERM");
     };
     // Consecutive failed starts per worker: a worker that never came up is retried with back-off, then given up on
@@ -305,6 +327,7 @@ async function main(): Promise<void> {
     return;
   }
   const workerIndex = Number(process.env.WORKER_INDEX ?? 0);
+  if (cluster.isWorker && config.metrics) answerPrimaryForMetrics();
   // Bundled at start-up here (tests build on the first page asked for), so a broken page script shows at once.
   await warmAssets();
   const node = await startNode(config, { workerIndex, prepared: cluster.isWorker });

@@ -1,7 +1,7 @@
 /**
  * Routing shared by both faces (Zulip's /api/v1 and the assistant's): method + path templates, matched as Django
- * matches Zulip's urls.py (the path decoded, then each pattern's converters), 405 detection, and the request span
- * with its error mapping.
+ * matches Zulip's urls.py (the path decoded, then each pattern's converters), 405 detection, and the
+ * mapping of errors to each face's envelope.
  *
  * A template's `{name}` segment is one of Django's converters: `int` (digits only, as Zulip's `<int:…>` ids),
  * `str` (one non-empty segment without `/`) or `path` (one or more segments, slashes included, as Zulip's
@@ -11,12 +11,9 @@
  * lacks (Zulip declares GET on both `users/<int:user_id>` and `users/<email>`; Chorus serves both with the broader
  * one); a 405 lists the most specific template's methods, so a path is never answered with a broader pattern's.
  */
-import { context, trace, SpanStatusCode } from "@opentelemetry/api";
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { HttpRequest, HttpResult, HttpStream } from "./http.ts";
 import { log } from "../runtime/log.ts";
-
-const tracer = trace.getTracer("chorus.gateway");
 
 /** How a `{name}` segment matches: Django's path converters, in Zulip's urls.py. */
 export type Converter = "int" | "str" | "path";
@@ -152,25 +149,20 @@ function decodeSegment(segment: string): string | undefined {
 }
 
 /**
- * Run a request inside its span; a thrown error becomes `toResult(error)` (each face has its own envelope), and
- * unexpected failures are logged without reaching the client.
+ * Run a request's handling; a thrown error becomes `toResult(error)` (each face has its own envelope), and
+ * unexpected failures are logged without reaching the client. (Its span is the server span around the whole
+ * handler: gateway/tracing.ts.)
  */
-export async function traced(
+export async function answerErrors(
   req: HttpRequest,
   run: () => Promise<HttpResult | HttpStream>,
   toResult: (error: ChorusError) => HttpResult,
 ): Promise<HttpResult | HttpStream> {
-  const span = tracer.startSpan(`${req.method} ${req.path}`);
   try {
-    return await context.with(trace.setSpan(context.active(), span), run);
+    return await run();
   } catch (err) {
     const error = ChorusError.wrap(err);
-    if (error.status >= 500) {
-      span.setStatus({ code: SpanStatusCode.ERROR, message: error.code });
-      if (error.code === "INTERNAL_SERVER_ERROR") log.error({ err: error.cause ?? error }, `${req.method} ${req.path} failed`);
-    }
+    if (error.code === "INTERNAL_SERVER_ERROR") log.error({ err: error.cause ?? error }, `${req.method} ${req.path} failed`);
     return toResult(error);
-  } finally {
-    span.end();
   }
 }

@@ -44,6 +44,10 @@ export interface Config {
   rateLimits: RateLimitRules;
   /** One log line per request (ACCESS_LOG=off turns it off). */
   accessLog: boolean;
+  /** Prometheus metrics counted and served at GET /metrics (METRICS=off turns both off). */
+  metrics: boolean;
+  /** With WORKERS > 1, the primary serves every worker's metrics, gathered, at GET /metrics on this port. */
+  metricsPort: number;
 }
 
 export type Role = "all" | "gateway" | "worker";
@@ -152,6 +156,8 @@ const kernelSettings = {
   ASK_TIMEOUT_MS: nonNegativeInt({ default: 10_000 }),
   CHORUS_SECRET: str({ default: "" }),
   ACCESS_LOG: str({ choices: ["on", "off"], default: "on" }),
+  METRICS: str({ choices: ["on", "off"], default: "on" }),
+  METRICS_PORT: nonNegativeInt({ default: 9464 }),
   LOG_LEVEL: str({ choices: ["trace", "debug", "info", "warn", "error", "fatal", "silent"], default: "info" }),
 };
 
@@ -194,6 +200,8 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     askTimeoutMs: env.ASK_TIMEOUT_MS,
     secret: env.CHORUS_SECRET || undefined,
     accessLog: env.ACCESS_LOG !== "off",
+    metrics: env.METRICS !== "off",
+    metricsPort: env.METRICS_PORT,
     trustedProxies: collect(trustedProxies, []),
     rateLimits: {
       apiByUser: collect(() => rateRules("RATE_LIMIT_API_BY_USER", ZULIP_RATE_LIMITS.apiByUser), []),
@@ -204,6 +212,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     ...overrides,
   };
   if (config.port > 65535) problems.push(`PORT must be at most 65535, got ${config.port}`);
+  if (config.metricsPort > 65535) problems.push(`METRICS_PORT must be at most 65535, got ${config.metricsPort}`);
   if (config.workers > 1 && (!config.redisUrl || !config.databaseUrl)) {
     problems.push(`WORKERS=${config.workers} needs REDIS_URL and DATABASE_URL: the embedded engines (memory transport, PGlite) serve one process`);
   }

@@ -6,7 +6,7 @@
  * Messages are plain JSON values. On the memory transport they are passed by reference: neither side may mutate a
  * message after sending or receiving it.
  */
-import { context, propagation, trace, SpanStatusCode, type Context } from "@opentelemetry/api";
+import { context, propagation, trace, SpanKind, SpanStatusCode, type Context } from "@opentelemetry/api";
 import { PARKED, parseActorId, shardOf, type Actor, type ActorContext, type ActorFactory, type ActorId, type Deferred, type Fence } from "./actor.ts";
 import { ChorusError, errors } from "./errors.ts";
 import type { PubSub } from "./transport/pubsub.ts";
@@ -14,6 +14,7 @@ import { channels } from "./transport/redis-keys.ts";
 import { ActorRef, type ActorKind, type MessageFor, type ProtocolShape, type Sender } from "./protocol.ts";
 import type { Entry, Reply, ReplyAddress, Transport } from "./transport/transport.ts";
 import { log } from "./log.ts";
+import { gauges, metrics, secondsSince } from "./metrics.ts";
 
 const tracer = trace.getTracer("chorus.runtime");
 
@@ -91,6 +92,8 @@ export class ActorSystem {
   };
   private sweeper?: NodeJS.Timeout;
   private closing = false;
+  /** The gauges this system feeds at scrape (removed at close). */
+  private readonly unsample: Array<() => void> = [];
 
   constructor(private readonly opts: SystemOptions) {
     this.nodeId = opts.transport.nodeId;
@@ -120,6 +123,19 @@ export class ActorSystem {
     const idleMs = this.opts.idleMs ?? 5 * 60_000;
     this.sweeper = setInterval(() => void this.passivateIdle(idleMs), Math.min(idleMs, 60_000));
     this.sweeper.unref();
+    this.unsample.push(
+      gauges.actorsActive.add(() => this.activations.size),
+      gauges.mailboxDepth.add(() => {
+        let waiting = 0;
+        for (const a of this.activations.values()) waiting += a.queue.length;
+        return waiting;
+      }),
+    );
+  }
+
+  /** The actors of `kind` active in this process, for figures sampled at scrape (an actor's own gauges). */
+  *actorsOf(kind: string): Iterable<Actor> {
+    for (const a of this.activations.values()) if (a.ctx.kind === kind && a.ready) yield a.actor;
   }
 
   // ---- the asking side -------------------------------------------------------------------------------------
@@ -240,7 +256,8 @@ export class ActorSystem {
 
   /** `transient`: an askTransient (queued here when this process holds the shard; sent again by resendTransient). */
   private request<T>(shard: number, targets: ActorId[], body: unknown, timeoutMs: number, spanName: string, transient = false): Promise<T> {
-    return tracer.startActiveSpan(spanName, (span) => {
+    // An ask is a remote call (RPC's CLIENT kind) whose turn, on whichever process holds the actor, is its SERVER side.
+    return tracer.startActiveSpan(spanName, { kind: SpanKind.CLIENT }, (span) => {
       const corr = `${++this.corr}`;
       const result = new Promise<T>((resolve, reject) => {
         const waiting: PendingAsk = {
@@ -371,6 +388,7 @@ export class ActorSystem {
     } else {
       activation.actor = factory(activation.ctx);
     }
+    metrics().activations(kind).inc();
     this.activations.set(id, activation);
     return activation;
   }
@@ -454,7 +472,8 @@ export class ActorSystem {
         a.parked = false;
         a.lastUsed = Date.now();
         // A span only for a turn whose sender traced it (entries carry no trace context when tracing is off).
-        const span = turn.parent && tracer.startSpan(`turn ${a.ctx.kind}`, undefined, turn.parent);
+        const span = turn.parent && tracer.startSpan(`turn ${a.ctx.kind}`, { kind: SpanKind.SERVER }, turn.parent);
+        const started = performance.now();
         try {
           a.completion = undefined;
           a.held = undefined;
@@ -477,6 +496,7 @@ export class ActorSystem {
           a.completion = undefined;
           a.held = undefined;
           span?.end();
+          metrics().turnSeconds(a.ctx.kind).observe(secondsSince(started));
         }
       }
     } finally {
@@ -517,6 +537,7 @@ export class ActorSystem {
   async close(): Promise<void> {
     this.closing = true;
     if (this.sweeper) clearInterval(this.sweeper);
+    for (const remove of this.unsample.splice(0)) remove();
     await this.opts.pubsub.unsubscribe(channels.notices, this.hearNotice);
     await this.opts.pubsub.unsubscribe(channels.shardHolders, this.hearShardHolder);
     for (const shard of this.heldShards()) await this.dropShard(shard);

@@ -25,6 +25,7 @@ import type { AgentSessionProtocol, Answered, AskQuestion, PrepareAnswer, Prepar
 import { Agent, type AgentRuntime } from "./agent.protocol.ts";
 import { enqueueEvents } from "./webhooks.ts";
 import type { Database } from "../schema.ts";
+import { metrics } from "../../runtime/metrics.ts";
 
 interface SessionState {
   agentId: string;
@@ -129,7 +130,9 @@ export class AgentSessionActor implements Actor {
     const settings = answerSettings(runtime.settings);
     const retrieved = await retrieve(db, runtime.version_id, msg.question, settings.chunks, state.previous);
     const answer = await answerExtractive(db, retrieved, settings);
-    return this.commitExchange(state, creating, Object.assign({}, msg, { answer: answer.text, sources: answer.sources }));
+    const answered = await this.commitExchange(state, creating, Object.assign({}, msg, { answer: answer.text, sources: answer.sources }));
+    metrics().answers("json").inc();
+    return answered;
   }
 
   private async prepare(msg: PrepareAnswer): Promise<Prepared> {
@@ -157,7 +160,9 @@ export class AgentSessionActor implements Actor {
   /** A new session is created here, with its first exchange (prepare wrote nothing). */
   private async record(msg: RecordAnswer): Promise<Answered> {
     const { state, creating } = this.stateFor(msg);
-    return this.commitExchange(state, creating, msg);
+    const answered = await this.commitExchange(state, creating, msg);
+    metrics().answers("stream").inc();
+    return answered;
   }
 
   /**

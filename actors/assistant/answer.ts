@@ -22,6 +22,7 @@ import type { Source } from "./agent-session.protocol.ts";
 import type { Database } from "../schema.ts";
 import { chunkSections, documentSections, splitSentences, type DocumentFormat } from "./ingest.ts";
 import { knowledgeIndex, textLexemes, type IndexedChunk, type KnowledgeIndex, type MatchedTerm, type QueryTerm } from "./knowledge-index.ts";
+import { metrics, secondsSince } from "../../runtime/metrics.ts";
 
 export const DONT_KNOW = "I don't know the answer to that from the information I have.";
 
@@ -97,6 +98,15 @@ export function isFollowUp(question: string): boolean {
 }
 
 export async function retrieve(db: DB, versionId: string, question: string, limit: number, previous?: PreviousTurn): Promise<Retrieval> {
+  const started = performance.now();
+  try {
+    return await retrieveRanked(db, versionId, question, limit, previous);
+  } finally {
+    metrics().retrievalSeconds.observe(secondsSince(started));
+  }
+}
+
+async function retrieveRanked(db: DB, versionId: string, question: string, limit: number, previous?: PreviousTurn): Promise<Retrieval> {
   const [index, own] = await Promise.all([knowledgeIndex(db, versionId), textLexemes(db, question.slice(0, 4000))]);
   const terms = new Map<string, QueryTerm>();
   const add = (lexeme: string, weight: number, positions: number[], counted: boolean) => {

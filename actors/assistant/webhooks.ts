@@ -28,6 +28,7 @@ import type { Keyring } from "../../runtime/secrets.ts";
 import type { Store } from "../../runtime/store/store.ts";
 import type { Database } from "../schema.ts";
 import { log } from "../../runtime/log.ts";
+import { gauges } from "../../runtime/metrics.ts";
 
 export const WEBHOOK_EVENTS = ["conversation.created", "message.received", "message.sent"] as const;
 export const MANIFEST_EVENT = "agent.runtime_manifest";
@@ -235,6 +236,7 @@ export class WebhookDelivery {
   private timer?: NodeJS.Timeout;
   private running?: Promise<void>;
   private again = false;
+  private unsample?: () => void;
 
   constructor(
     private readonly store: Store<Database>,
@@ -244,6 +246,10 @@ export class WebhookDelivery {
 
   start(): void {
     this.schedule(0);
+    this.unsample = gauges.webhookOutbox.add(async () => {
+      const row = await this.store.db.selectFrom("webhook_outbox").select((eb) => eb.fn.countAll<string>().as("n")).where("status", "=", "pending").executeTakeFirst();
+      return Number(row?.n ?? 0);
+    });
   }
 
   /** Look for due deliveries now (called after an enqueue on this node). */
@@ -376,6 +382,7 @@ export class WebhookDelivery {
 
   async close(): Promise<void> {
     this.closing = true;
+    this.unsample?.();
     if (this.timer) clearTimeout(this.timer);
     await this.running;
   }

@@ -29,6 +29,7 @@ import type { Database } from "../schema.ts";
 import { DEFAULT_EVENT_WRITE_DELAY_MS, DEFAULT_RECIPIENT_LIST_ABOVE, DEFAULT_RECIPIENT_LIST_DELAY_MS, type ChatConfig } from "./config.ts";
 import type { MessageTable } from "./schema.ts";
 import { log } from "../../runtime/log.ts";
+import { metrics } from "../../runtime/metrics.ts";
 
 const tracer = trace.getTracer("chorus.store");
 
@@ -156,7 +157,13 @@ export class MessageLog implements StoreComponent {
    * request's own id (see abandonAttempt); refused with NOT_SENT when it was abandoned first.
    */
   appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[], attempt?: string): Promise<number> {
-    return new Promise((resolve, reject) => this.messages.add({ message, recipients, attempt, fence, resolve, reject }));
+    return new Promise((resolve, reject) => {
+      const committed = (id: number) => {
+        metrics().messagesSent.inc();
+        resolve(id);
+      };
+      this.messages.add({ message, recipients, attempt, fence, resolve: committed, reject });
+    });
   }
 
   /**

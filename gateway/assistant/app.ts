@@ -13,7 +13,7 @@ import type { Store } from "../../runtime/store/store.ts";
 import type { ActorSystem } from "../../runtime/system.ts";
 import { type HttpRequest, type HttpResult, type HttpStream } from "../http.ts";
 import { ajv, containsNul } from "../validate.ts";
-import { Router, traced } from "../router.ts";
+import { Router, answerErrors } from "../router.ts";
 import type { MobileCaller, OperatorAuth, Operator } from "./auth.ts";
 import type { RateLimits } from "./limits.ts";
 import type { Database } from "../../actors/schema.ts";
@@ -113,7 +113,7 @@ export class AssistantApp {
     }
   }
 
-  handle = (req: HttpRequest): Promise<HttpResult | HttpStream> => traced(req, () => this.dispatch(req), (error) => errorResult(error));
+  handle = (req: HttpRequest): Promise<HttpResult | HttpStream> => answerErrors(req, () => this.dispatch(req), (error) => errorResult(error));
 
   private async dispatch(req: HttpRequest): Promise<HttpResult | HttpStream> {
     const path = req.path.replace(/\/+$/, "") || "/";
@@ -124,6 +124,7 @@ export class AssistantApp {
       }
       throw new ChorusError("NOT_FOUND", `No endpoint ${req.method} ${path}`, 404);
     }
+    req.route = route.path;
     const spec = route.spec;
     const operators = this.services.operators;
     const operator = spec.auth === "operator" ? await operators.authenticate(req) : (undefined as unknown as Operator);

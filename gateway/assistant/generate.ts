@@ -16,6 +16,7 @@ import { AgentSession, type Answered, type Prepared, type RecordAnswer, type Sou
 import type { AssistantConfig } from "../../actors/assistant/config.ts";
 import type { AssistantServices } from "./app.ts";
 import { answerPieces } from "./sse.ts";
+import { SseDataReader } from "../sse-events.ts";
 import { log } from "../../runtime/log.ts";
 
 type Llm = NonNullable<AssistantConfig["llm"]>;
@@ -35,19 +36,9 @@ export async function* chatCompletionDeltas(llm: Llm, messages: ChatMessage[], s
   });
   if (!res.ok || !res.body) throw new Error(`generator answered ${res.status}`);
   const decoder = new TextDecoder();
-  let buffer = "";
+  const events = new SseDataReader();
   for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    buffer += decoder.decode(chunk, { stream: true });
-    let end: number;
-    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
-      const event = buffer.slice(0, end);
-      buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
-      const data = event
-        .split(/\r?\n/)
-        .filter((l) => l.startsWith("data:"))
-        .map((l) => l.slice(5).trimStart())
-        .join("\n");
-      if (!data) continue;
+    for (const data of events.push(decoder.decode(chunk, { stream: true }))) {
       if (data === "[DONE]") return;
       const parsed = JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }> };
       const delta = parsed.choices?.[0]?.delta?.content;

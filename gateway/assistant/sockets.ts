@@ -24,6 +24,7 @@ import { isUuid } from "./app.ts";
 import { callerMayUse, type MobileCaller } from "./auth.ts";
 import { answerPieces } from "./sse.ts";
 import { log } from "../../runtime/log.ts";
+import { gauges } from "../../runtime/metrics.ts";
 
 
 const room = (sessionId: string) => `session:${sessionId}`;
@@ -134,6 +135,7 @@ export function attachSockets(app: HttpServer["app"], services: AssistantService
     pubsub.publish(channels.assistantRoomEvents, JSON.stringify(event)).catch((err) => log.error({ err }, "sockets: publishing a room event failed"));
   };
 
+  const unsample = gauges.sockets.add(() => io.engine.clientsCount);
   return {
     typing: (sessionId) => publish({ kind: "typing", sessionId }),
     publishAnswer: (answered) => publish({ kind: "answer", answered }),
@@ -141,6 +143,7 @@ export function attachSockets(app: HttpServer["app"], services: AssistantService
     publishComplete: (answered) => publish({ kind: "complete", answered }),
     close: () =>
       new Promise<void>((resolve) => {
+        unsample();
         void pubsub.unsubscribe(channels.assistantRoomEvents, relay);
         io.close(() => resolve());
         // io.close waits for the HTTP server it does not have under attachApp; do not hang on it

@@ -14,7 +14,7 @@ import type { BlobStore } from "../../runtime/blobs/blob-store.ts";
 import { basicCredentials, type Authenticator, type AuthUser } from "../auth.ts";
 import { isStream, requestBody, type HttpRequest, type HttpResult, type HttpStream, type UploadedFile } from "../http.ts";
 import { compileParams, decodeParams, type CompiledParams, type ParamsSchema } from "../params.ts";
-import { Router, traced, type Converter } from "../router.ts";
+import { Router, answerErrors, type Converter } from "../router.ts";
 import { clientAddress } from "../rate-limiter.ts";
 import type { ChatRateLimits } from "./rate-limits.ts";
 import type { Database } from "../../actors/schema.ts";
@@ -100,7 +100,7 @@ export class App {
     }
   }
 
-  handle = (req: HttpRequest): Promise<HttpResult | HttpStream> => traced(req, () => this.dispatch(req), envelope);
+  handle = (req: HttpRequest): Promise<HttpResult | HttpStream> => answerErrors(req, () => this.dispatch(req), envelope);
 
   private async dispatch(req: HttpRequest): Promise<HttpResult | HttpStream> {
     const prefix = "/api/v1";
@@ -119,6 +119,7 @@ export class App {
       const body = { result: "error", msg: "Method Not Allowed", allowed_methods: methods };
       return { status: 405, headers: { ...JSON_HEADERS, allow: methods.join(", ") }, body: JSON.stringify(body) };
     }
+    req.route = prefix + route.path;
     const spec = route.spec;
     const user = spec.auth === false ? (undefined as unknown as AuthUser) : await this.authenticate(req);
     const limits = this.services.rateLimits;

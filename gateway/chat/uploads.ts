@@ -17,7 +17,7 @@ import { readableMessages } from "../../actors/chat/reads/messages.ts";
 import type { AuthUser } from "../auth.ts";
 import type { HttpRequest, HttpResult, HttpStream } from "../http.ts";
 import { Id, Str } from "../params.ts";
-import { traced } from "../router.ts";
+import { answerErrors } from "../router.ts";
 import { askRealm, envelope, type RouteSpec, type Services } from "./app.ts";
 import { log } from "../../runtime/log.ts";
 import { formatName, storedFormatName, thumbnailBlobKey, THUMBNAIL_FORMATS, type StoredThumbnail } from "../../actors/chat/rendering/thumbnails.ts";
@@ -283,7 +283,7 @@ export function isUploadPath(path: string): boolean {
 
 /** GET /user_uploads/{realm_id}/{path} (with the API key) and /user_uploads/temporary/{token}/{name} (without). */
 export function serveUpload(services: Services, req: HttpRequest): Promise<HttpResult | HttpStream> {
-  return traced(req, () => serve(services, req), envelope);
+  return answerErrors(req, () => serve(services, req), envelope);
 }
 
 async function serve(services: Services, req: HttpRequest): Promise<HttpResult | HttpStream> {

@@ -113,6 +113,7 @@ export async function servePage(services: Services, req: HttpRequest): Promise<H
   }
   const script = scripts.get(req.path);
   if (script) {
+    req.route = req.path; // one of a few fixed paths
     return serveAsset(assets.get(script.asset)!, req, {
       "cache-control": script.cacheControl,
       // Any site may include it: the embed endpoint's own origin rules say who may ask.
@@ -121,13 +122,15 @@ export async function servePage(services: Services, req: HttpRequest): Promise<H
     });
   }
   if (req.path.startsWith("/static/")) {
+    req.route = "/static/{file}";
     const fileName = req.path.slice("/static/".length);
     const asset = [...assets.values()].find((a) => a.fileName === fileName);
     if (!asset) return { status: 404, headers: TEXT, body: "Not Found" };
     return serveAsset(asset, req, { "cache-control": "public, max-age=31536000, immutable" });
   }
   const { route, pathParams } = router.match("GET", req.path);
-  if (!route) {
+  if (route) req.route = route.path;
+  else {
     const slashed = withSlash(req.path);
     if (slashed) return { status: 301, headers: { ...TEXT, location: slashed + (req.query ? `?${req.query}` : "") }, body: "" };
     return { status: 404, headers: TEXT, body: "Not Found" };

@@ -7,6 +7,7 @@
 import { trace } from "@opentelemetry/api";
 import type { Fence } from "../actor.ts";
 import { errors } from "../errors.ts";
+import { metrics, secondsSince } from "../metrics.ts";
 
 const tracer = trace.getTracer("chorus.store");
 
@@ -80,6 +81,7 @@ export class GroupCommit<P extends { fence: Fence; resolve(value: never): void; 
         if (!this.pending.length) this.due = false;
         await tracer.startActiveSpan(`store.commit ${this.name}`, async (span) => {
           span.setAttribute("chorus.batch_size", batch.length);
+          const started = performance.now();
           try {
             const outcome = await this.commit(batch);
             for (const p of batch) {
@@ -91,6 +93,9 @@ export class GroupCommit<P extends { fence: Fence; resolve(value: never): void; 
             for (const p of batch) p.reject(err);
           } finally {
             span.end();
+            const count = metrics();
+            count.commitBatch(this.name).observe(batch.length);
+            count.commitSeconds(this.name).observe(secondsSince(started));
           }
         });
       }

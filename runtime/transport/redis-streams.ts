@@ -406,6 +406,26 @@ export class RedisStreamsTransport implements Transport {
     await replyIfAlive.run(this.cmd, [this.keys.reply(to.node)], [this.replyMaxLen, JSON.stringify(reply)]);
   }
 
+  /**
+   * Over the shards held here: entries read but not acknowledged (`pending`) and entries not yet read by the group
+   * (`lag`, as XINFO GROUPS tells it: Redis 7.0 or later). For metrics at scrape: one command per held shard.
+   */
+  async backlog(): Promise<{ pending: number; lag: number }> {
+    const replies = await Promise.all([...this.shards.values()].map((s) => this.cmd.call("XINFO", "GROUPS", s.key) as Promise<unknown[][]>));
+    let pending = 0;
+    let lag = 0;
+    for (const groups of replies) {
+      for (const fields of groups) {
+        const group = new Map<string, unknown>();
+        for (let i = 0; i + 1 < fields.length; i += 2) group.set(String(fields[i]), fields[i + 1]);
+        if (group.get("name") !== GROUP) continue;
+        pending += Number(group.get("pending") ?? 0);
+        lag += Number(group.get("lag") ?? 0);
+      }
+    }
+    return { pending, lag };
+  }
+
   async acquire(shard: number): Promise<void> {
     if (this.closing) throw new Error("transport closed");
     if (!this.handlers) throw new Error("start() the transport before acquiring shards");

@@ -75,16 +75,18 @@ export interface ChorusProcess {
 }
 
 /**
- * Start `tsx gateway/main.ts` (what `npm start` runs) and wait until it answers. `joins`: a process joining a
- * deployment that exists (it creates no organization, so writes no zuliprc; a worker-only one answers only its
- * probes): ready once `/ready` says so. `host`: run inside that host's network namespace (test/support/hosts.ts),
- * listening on its address.
+ * Start what `npm start` runs (`node --import tsx gateway/main.ts`, no npm in between) and wait until it answers.
+ * Not the tsx command: it relays a signal to its child and, when the child has not said it got it within 30 ms (a
+ * loaded machine), sends it again, and the server, which handles one SIGTERM, died of the second (exit 143).
+ * `joins`: a process joining a deployment that exists (it creates no organization, so writes no zuliprc; a
+ * worker-only one answers only its probes): ready once `/ready` says so. `host`: run inside that host's network
+ * namespace (test/support/hosts.ts), listening on its address.
  */
 export async function startChorus(env: Record<string, string> = {}, dataDir?: string, opts: { joins?: boolean; host?: ServicePlacement } = {}): Promise<ChorusProcess> {
   const address = opts.host?.address ?? "127.0.0.1";
   const port = Number(env.PORT ?? (await freePort()));
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
-  const proc = spawn(...onHost(opts.host ?? { address }, path.join(ROOT, "node_modules/.bin/tsx"), ["gateway/main.ts"]), {
+  const proc = spawn(...onHost(opts.host ?? { address }, process.execPath, ["--max-semi-space-size=64", "--import", "tsx", "gateway/main.ts"]), {
     cwd: ROOT,
     env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: address, CHORUS_SECRET: "e2e-secret", ...GENEROUS_RATE_LIMIT_ENV, ...env },
     stdio: ["ignore", "pipe", "pipe"],
@@ -173,7 +175,9 @@ export async function startDistributed(env: Record<string, string>, cleanups: Ar
   const redis = freshRedisPrefix();
   cleanups.push(db.drop, redis.clean);
   const workers = Number(env.WORKERS ?? 2);
-  const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: String(workers), ...env });
+  // A metrics port of its own: the primary's default (9464) would be taken by another file's cluster running alongside.
+  const metricsPort = String(await freePort());
+  const server = await startChorus({ REDIS_URL, DATABASE_URL: db.url, REDIS_PREFIX: redis.prefix, WORKERS: String(workers), METRICS_PORT: metricsPort, ...env });
   cleanups.push(async () => fs.rmSync(server.dataDir, { recursive: true, force: true }), () => server.stop());
   for (let i = 0; i < 100 && workerPids(server).length < workers; i++) await new Promise((r) => setTimeout(r, 100));
   return { ...server, databaseUrl: db.url, redisPrefix: redis.prefix };

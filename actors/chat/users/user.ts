@@ -46,6 +46,8 @@ import type { ActorDeps } from "../../deps.ts";
 import { USER_SETTINGS, USER_SETTINGS_DEFAULTS, type UserSettings } from "./settings.ts";
 import { accessibleUsers, apiEmail, avatarUpdate, deliveryEmailVisibleTo } from "../organization/accounts.ts";
 import { log } from "../../../runtime/log.ts";
+import { gauges, metrics } from "../../../runtime/metrics.ts";
+import type { ActorSystem } from "../../../runtime/system.ts";
 
 /** An event as a queue holds it: queue-independent (each queue renders it with its own options). */
 type StoredEvent =
@@ -317,8 +319,16 @@ export class UserActor implements Actor {
 
   private deliverMessage(msg: DeliverMessage): Promise<void> | undefined {
     if (this.recentMessages?.has(msg.message.id)) return;
+    metrics().deliveries.inc();
     if (this.queues.size) (this.recentMessages ??= new RecentIds()).add(msg.message.id);
     return this.deliver(messageEvent(msg, this.userId), true);
+  }
+
+  /** Its queues, and those with a poll waiting (sampled at scrape: sampleEventQueues). */
+  get queueFigures(): { queues: number; parked: number } {
+    let parked = 0;
+    for (const q of this.queues.values()) if (q.poll) parked++;
+    return { queues: this.queues.size, parked };
   }
 
   private makeQueue(spec: QueueSpec): EventQueue {
@@ -879,4 +889,15 @@ function presenceEvent(spec: QueueSpec, e: Record<string, any>): Record<string, 
   if (spec.clientCapabilities.simplified_presence_events) return { type: "presence", presences: { [e.user_id]: e.modern } };
   const { aggregated, ...perClient } = e.legacy;
   return { type: "presence", user_id: e.user_id, email: e.email, server_timestamp: e.server_timestamp, presence: perClient };
+}
+
+/** Feed the event queue gauges from this system's user actors, at scrape; returns the removal. */
+export function sampleEventQueues(system: ActorSystem): () => void {
+  const sum = (figure: "queues" | "parked") => {
+    let total = 0;
+    for (const actor of system.actorsOf(User.name)) total += (actor as UserActor).queueFigures[figure];
+    return total;
+  };
+  const removals = [gauges.eventQueues.add(() => sum("queues")), gauges.parkedPolls.add(() => sum("parked"))];
+  return () => removals.forEach((remove) => remove());
 }

@@ -3,6 +3,7 @@
  * from the server-sent events of the response body (fetch, since EventSource cannot POST). Every failure becomes a
  * kind (what the caller may do about it) and a sentence a visitor understands.
  */
+import { SseDataReader } from "../../../sse-events.ts";
 
 export interface EmbedSource {
   title: string;
@@ -61,23 +62,13 @@ export async function ask(req: AskRequest): Promise<AskResult> {
   if (!res.ok || !res.body) return failed(res);
 
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
+  const events = new SseDataReader();
   let text = "";
   try {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      buffer += value;
-      let end: number;
-      while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
-        const event = buffer.slice(0, end);
-        buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
-        const data = event
-          .split(/\r?\n/)
-          .filter((line) => line.startsWith("data:"))
-          .map((line) => line.slice(5).replace(/^ /, ""))
-          .join("\n");
-        if (!data) continue; // a `: ping` comment
+      for (const data of events.push(value)) {
         const piece = JSON.parse(data) as { answer?: string; done?: boolean; session_id?: string; sources?: EmbedSource[]; error?: { message?: string } };
         if (piece.answer) {
           text += piece.answer;
