@@ -54,7 +54,7 @@ describe("supported Node versions", () => {
 
   it("accepts this Node 20 and refuses an older Node whose ABI uWS does build for", () => {
     expect(unsupportedNode()).toBeUndefined();
-    expect(unsupportedNode({ ...process.versions, node: "18.20.4", modules: "108" })).toBe("chorus: Node 18.20.4 is not supported; run Chorus on Node 20 (>=20.6 <21)");
+    expect(unsupportedNode({ ...process.versions, node: "18.20.4", modules: "108" })).toBe("chorus: Node 18.20.4 is not supported; run Chorus on Node 20 (>=20.9 <21)");
     expect(unsupportedNode({ ...process.versions, node: "20.5.0", modules: "115" })).toMatch(/not supported/);
   });
 });
