@@ -49,7 +49,7 @@ describe("supported Node versions", () => {
     );
     expect(started.code).toBe(1);
     expect(started.stdout).toBe("");
-    expect(started.stderr).toMatch(/^chorus: Node 22\.\d+\.\d+ is not supported: uWebSockets\.js has no native build for it \(uws_linux_x64_127\.node\); run Chorus on Node 20 \(>=20\.6 <21\)\n$/);
+    expect(started.stderr).toMatch(/^chorus: Node 22\.\d+\.\d+ is not supported: uWebSockets\.js has no native build for it \(uws_linux_x64_127\.node\); run Chorus on Node 20 \(>=20\.9 <21\)\n$/);
   }, 60_000);
 
   it("accepts this Node 20 and refuses an older Node whose ABI uWS does build for", () => {
