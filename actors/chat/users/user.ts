@@ -148,6 +148,8 @@ export async function usersFollowingPublicChannels(db: ActorDeps["store"]["db"],
 
 /** Sequence numbers reserved per snapshot write: one write per this many events a user receives. */
 const SEQ_BLOCK = 1024;
+/** How long deactivating waits for the rows still being written behind. */
+const DEACTIVATE_WRITES_WAIT_MS = 5_000;
 /** The first wait before a failed write-behind is tried again; it doubles up to the second. */
 const WRITE_BEHIND_RETRY_MS = 50;
 const WRITE_BEHIND_RETRY_MAX_MS = 5_000;
@@ -224,8 +226,8 @@ export class UserActor implements Actor {
   private typingWanted?: boolean;
   /** The user's realm and role, as seesUser last read them. */
   private viewer?: { realm_id: number; role: number; until: number };
-  /** Sequence numbers handed out whose events are still committing (pruning must not pass them). */
-  private readonly inFlight = new Set<number>();
+  /** Sequence numbers handed out whose events are still committing (pruning must not pass them), and their writes. */
+  private readonly inFlight = new Map<number, Promise<unknown>>();
 
   constructor(
     private readonly ctx: ActorContext,
@@ -277,6 +279,11 @@ export class UserActor implements Actor {
 
   async deactivate(): Promise<void> {
     await this.saving; // a reservation ahead, written while the shard is still ours
+    // Rows written behind, committed while the shard is still ours: a poll may have handed their events out already,
+    // and a row lost to the lease's release would have the shard's next holder queue the redelivered event again,
+    // under a new id (a repeat the client sees). A shard handed over gracefully repeats nothing. Bounded: a store
+    // that does not answer must not hold the hand-over (nor a shutdown) forever.
+    await Promise.race([Promise.allSettled(this.inFlight.values()), new Promise((r) => setTimeout(r, DEACTIVATE_WRITES_WAIT_MS).unref())]);
     // The queues live on in the store; an empty answer sends the client straight back to poll the new owner.
     for (const q of this.queues.values()) if (q.poll) this.finishPoll(q, { events: [] });
     const unwritten = new Map<number, QueuedEvent>();
@@ -770,8 +777,8 @@ export class UserActor implements Actor {
     // The turn ends while the row commits, so the next deliveries join the same group commit.
     const row: UserEvent = { user_id: this.userId, seq, payload: persisted(event) };
     const written = behind ? this.writeBehind(row) : this.deps.messageLog.appendUserEvent(row, this.ctx.fence());
-    this.inFlight.add(seq);
     const settled = written.finally(() => this.inFlight.delete(seq));
+    this.inFlight.set(seq, settled);
     if (!behind) return this.ctx.completeWhen(settled);
     this.ctx.holdAcknowledgement(settled);
     settled.catch(() => {}); // only FENCED: the shard's next owner restores the queue and gets the entry again
@@ -854,7 +861,7 @@ export class UserActor implements Actor {
       }
     }
     const held = [...this.queues.values()].map((q) => (q.items[0] ? q.items[0].seq - 1 : this.nextSeq - 1));
-    const settled = Math.min(this.nextSeq - 1, ...held, ...[...this.inFlight].map((seq) => seq - 1));
+    const settled = Math.min(this.nextSeq - 1, ...held, ...[...this.inFlight.keys()].map((seq) => seq - 1));
     if (settled >= this.seqFloor) {
       // The floor goes into the snapshot before the rows go: ids never repeat, even after a crash in between.
       this.seqFloor = settled + 1;
