@@ -13,7 +13,7 @@ declare module "autocannon" {
     body?: string;
     title?: string;
     /** Requests each connection cycles through; setupRequest may change a request before it is sent. */
-    requests?: Array<{ setupRequest?: (request: { headers: Record<string, string> }, context: object) => { headers: Record<string, string> } }>;
+    requests?: Array<{ setupRequest?: (request: { headers: Record<string, string>; body?: string }, context: object) => { headers: Record<string, string>; body?: string } }>;
   }
 
   /** Percentiles autocannon reports (hdr-histogram-percentiles-obj). */

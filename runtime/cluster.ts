@@ -95,9 +95,12 @@ export class ShardManager {
     try {
       this.place(await this.store.heartbeat(node, leaseSeconds));
       let reclaimed = false;
+      // One statement for every lease held: a tick's round trips are what a busy worker waits on, and a tick that
+      // takes longer than the lease's slack loses shards that were never in doubt.
+      const renewing = Date.now();
+      const renewed = await this.store.renewLeases([...this.held.values()], node, leaseSeconds);
       for (const [shard, lease] of [...this.held]) {
-        const renewing = Date.now();
-        if (!(await this.store.renewLease(lease, node, leaseSeconds))) {
+        if (!renewed.has(shard)) {
           this.held.delete(shard);
           this.renewedAt.delete(shard);
           await this.system.dropShard(shard);

@@ -128,6 +128,18 @@ export class SqlStore<DB extends KernelTables = KernelTables> implements Store<D
     return result.numUpdatedRows > 0n;
   }
 
+  async renewLeases(leases: Lease[], node: string, ttlSeconds: number): Promise<Set<number>> {
+    if (leases.length === 0) return new Set();
+    const rows = await this.kernel
+      .updateTable("shard_leases")
+      .set({ expires_at: sql`now() + make_interval(secs => ${ttlSeconds})` })
+      .where("owner", "=", node)
+      .where((eb) => eb.or(leases.map((l) => eb.and([eb("shard", "=", l.shard), eb("epoch", "=", l.epoch)]))))
+      .returning("shard")
+      .execute();
+    return new Set(rows.map((r) => r.shard));
+  }
+
   async releaseLease(lease: Lease, node: string): Promise<void> {
     await this.kernel
       .updateTable("shard_leases")

@@ -72,6 +72,8 @@ export interface Store<DB extends KernelTables = KernelTables> {
   acquireLease(shard: number, node: string, ttlSeconds: number, force?: boolean): Promise<Lease | undefined>;
   /** Extend a lease we hold; false if it was taken over (we must stop serving the shard). */
   renewLease(lease: Lease, node: string, ttlSeconds: number): Promise<boolean>;
+  /** `renewLease` for many leases in one statement; answers the shards renewed (the others were taken over). */
+  renewLeases(leases: Lease[], node: string, ttlSeconds: number): Promise<Set<number>>;
   releaseLease(lease: Lease, node: string): Promise<void>;
   /**
    * Record that this worker is alive; returns the node ids of every worker seen alive within `ttlSeconds`, this one

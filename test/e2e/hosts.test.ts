@@ -13,7 +13,7 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { createNetwork, hostsAvailable, type TestNetwork } from "../support/hosts.ts";
 import { privateServicesAvailable, startPrivatePostgres, startPrivateRedis } from "../support/private-services.ts";
-import { shardHolder, startChorus, type ChorusProcess } from "../support/process.ts";
+import { nodeIdOf as nodeOf, shardHolder, startChorus, type ChorusProcess } from "../support/process.ts";
 import { api, readZuliprc, type Credentials } from "../support/server.ts";
 import { expectEveryMessageDelivered, followQueue, manyRequestsController, steadySenders, targetOf } from "../support/traffic.ts";
 
@@ -29,13 +29,6 @@ const cleanups: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => {});
 });
-
-/** The node id a process printed when it started listening. */
-function nodeOf(p: ChorusProcess): string {
-  const node = p.output().match(/\(pid \d+, node ([^,]+),/)?.[1];
-  expect(node).toBeTruthy();
-  return node!;
-}
 
 describe.skipIf(!available)("several hosts", () => {
   it("delivers every acknowledged message to every queue while a host joins and another is killed", async () => {

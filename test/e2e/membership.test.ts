@@ -8,7 +8,7 @@
  */
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
-import { shardHolder, startChorus, startDistributed, type ChorusProcess } from "../support/process.ts";
+import { nodeIdOf as nodeOf, shardHolder, startChorus, startDistributed, type ChorusProcess } from "../support/process.ts";
 import { api, readZuliprc, type Credentials } from "../support/server.ts";
 import { expectEveryMessageDelivered, followQueue, manyRequestsController, steadySenders, targetOf as target } from "../support/traffic.ts";
 import { REDIS_URL } from "../support/services.ts";
@@ -24,13 +24,6 @@ const cleanups: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => {});
 });
-
-/** The node id a process printed when it started listening. */
-function nodeOf(p: ChorusProcess): string {
-  const node = p.output().match(/\(pid \d+, node ([^,]+),/)?.[1];
-  expect(node).toBeTruthy();
-  return node!;
-}
 
 it("grows by a worker, serves through a gateway-only process, shrinks again: every acknowledged message reaches every queue once, in order", async () => {
   const first = await startDistributed({ WORKERS: "1", LEASE_SECONDS: "2" }, cleanups);

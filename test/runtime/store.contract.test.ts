@@ -292,6 +292,12 @@ describe.each(engines)("Store on $name", (engineCase) => {
       expect(await store.renewLease(lease, "node-a", 60)).toBe(true);
       expect(await store.renewLease(lease, "node-b", 60)).toBe(false);
       expect(await store.renewLease({ ...lease, epoch: lease.epoch + 1 }, "node-a", 60)).toBe(false);
+      // Many at once: only those held by the node at their epoch.
+      const other = (await store.acquireLease(shard(), "node-a", 60))!;
+      const foreign = (await store.acquireLease(shard(), "node-b", 60))!;
+      const renewed = await store.renewLeases([lease, { ...other, epoch: other.epoch + 1 }, foreign], "node-a", 60);
+      expect([...renewed]).toEqual([lease.shard]);
+      expect(await store.renewLeases([], "node-a", 60)).toEqual(new Set());
       // Releasing as someone else, or with a wrong epoch, does nothing.
       await store.releaseLease(lease, "node-b");
       await store.releaseLease({ ...lease, epoch: lease.epoch + 1 }, "node-a");

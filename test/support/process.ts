@@ -153,6 +153,13 @@ export function workerPidOf(server: ChorusProcess, node: string): number | undef
   return undefined;
 }
 
+/** The cluster node id a process printed when it started listening (one process: one node). */
+export function nodeIdOf(server: ChorusProcess): string {
+  const node = server.output().match(/\(pid \d+, node ([^,]+),/)?.[1];
+  if (!node) throw new Error(`no node id in the output:\n${server.output()}`);
+  return node;
+}
+
 /** The node holding `shard`'s lease in the deployment's database (undefined while none does). */
 export async function shardHolder(databaseUrl: string, shard: number): Promise<string | undefined> {
   const client = new pg.Client({ connectionString: databaseUrl });
