@@ -51,6 +51,10 @@ export interface FanoutCell {
   messages: number;
   summary: string;
   problems: string[];
+  /** Whether every delivery checked out (each acknowledged send to each member once, in order). */
+  checked: boolean;
+  /** The sender fell behind the asked rate: the server (or the machine) could not keep up. */
+  saturated: boolean;
   deliveries: number;
   expectedDeliveries: number;
   deliveriesPerSec: number;
@@ -163,7 +167,9 @@ export async function runFanoutCell(
   if (check.duplicates) problems.push(`${fmt(check.duplicates)} deliveries arrived twice`);
   if (check.outOfOrder) problems.push(`${fmt(check.outOfOrder)} events arrived out of order`);
   if (check.failedMembers) problems.push(`${check.failedMembers} members' clients failed: ${check.errorSamples.join("; ")}`);
-  if (sent.achievedRate < rate * 0.95) problems.push(`saturated: the sender achieved ${fmt(sent.achievedRate)} msg/s of the ${fmt(rate)} asked`);
+  const checked = problems.length === 0 && check.complete;
+  const saturated = sent.achievedRate < rate * 0.95;
+  if (saturated) problems.push(`saturated: the sender achieved ${fmt(sent.achievedRate)} msg/s of the ${fmt(rate)} asked`);
 
   const nodeMicros = server.serverCpuMs * 1000;
   const servicesMicros = server.servicesCores === undefined ? undefined : server.servicesCores * server.wallMs * 1000;
@@ -187,6 +193,8 @@ export async function runFanoutCell(
       `${cpuPerDeliveryMicros.services === undefined ? "" : `, pg+redis ${fmt(cpuPerDeliveryMicros.services, 1)}`}); clients ${fmt(server.clientCores, 2)} cores; ` +
       `checked ${fmt(deliveries)}/${fmt(expectedDeliveries)} deliveries${problems.length ? "" : ": all once, in order"}`,
     problems,
+    checked,
+    saturated,
     deliveries,
     expectedDeliveries,
     deliveriesPerSec,
@@ -210,7 +218,7 @@ export function fanoutChart(cells: FanoutCell[], title: string): string {
   const rowH = 26;
   const left = 250;
   const barW = 420;
-  const right = 330;
+  const right = 360;
   const top = 60;
   const width = left + barW + right;
   const height = top + rowH * cells.length + 50;
@@ -222,7 +230,7 @@ export function fanoutChart(cells: FanoutCell[], title: string): string {
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="100%" height="100%" fill="white"/>`,
     `<text x="10" y="20" font-size="14" font-weight="bold">${esc(title)}</text>`,
-    `<text x="10" y="40" fill="#444">send→receipt latency (log scale): p50 <tspan fill="#3b7dd8">■</tspan>, p99 <tspan fill="#e8a33d">■</tspan>, max |; right: deliveries/s, server CPU µs per delivery (node + pg/redis)</text>`,
+    `<text x="10" y="40" fill="#444">send→receipt latency (log scale): p50 <tspan fill="#3b7dd8">■</tspan>, p99 <tspan fill="#e8a33d">■</tspan>, max |; right: p50 / p99, deliveries/s, server CPU µs per delivery (node + pg/redis); red: a check failed</text>`,
   ];
   for (let d = 0; d <= decades; d++) {
     const ms = minMs * 10 ** d;
@@ -232,7 +240,7 @@ export function fanoutChart(cells: FanoutCell[], title: string): string {
   }
   cells.forEach((c, i) => {
     const y = top + i * rowH;
-    const bad = c.problems.length > 0;
+    const bad = !c.checked;
     out.push(`<text x="${left - 8}" y="${y + 16}" text-anchor="end"${bad ? ' fill="#c00"' : ""}>${esc(`${c.engine} ${c.name.slice(7)} ${c.members}×${c.rate}`)}</text>`);
     out.push(`<rect x="${left}" y="${y + 3}" width="${x(c.latencyMs.p99) - left}" height="18" fill="#e8a33d"/>`);
     out.push(`<rect x="${left}" y="${y + 7}" width="${x(c.latencyMs.p50) - left}" height="10" fill="#3b7dd8"/>`);
@@ -240,7 +248,8 @@ export function fanoutChart(cells: FanoutCell[], title: string): string {
     const cpu = c.cpuPerDeliveryMicros;
     out.push(
       `<text x="${left + barW + 10}" y="${y + 16}">${esc(
-        `${fmt(c.latencyMs.p50, 1)} / ${fmt(c.latencyMs.p99, 1)} ms; ${fmt(c.deliveriesPerSec)}/s; ${fmt(cpu.node, 1)}${cpu.services === undefined ? "" : ` + ${fmt(cpu.services, 1)}`} µs${bad ? "; PROBLEMS" : ""}`,
+        `${fmt(c.latencyMs.p50, 1)} / ${fmt(c.latencyMs.p99, 1)} ms; ${fmt(c.deliveriesPerSec)}/s; ${fmt(cpu.node, 1)}${cpu.services === undefined ? "" : ` + ${fmt(cpu.services, 1)}`} µs` +
+          `${bad ? "; CHECK FAILED" : c.saturated ? "; saturated" : ""}`,
       )}</text>`,
     );
   });

@@ -9,7 +9,9 @@
  *    first event), then
  *    the transfers of bench/transfer.ts (upload, download: MiB/s against a raw uWS server's), then
  *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
- *    own child process (bench/event-client.ts).
+ *    own child process (bench/event-client.ts), then the fan-out family of bench/fanout.ts (fanout-lp, fanout-sse:
+ *    N members each on its own connection, a sender at a fixed rate), whose sender and members run in child
+ *    processes (bench/fanout-client.ts); its cells also go to an SVG chart beside the JSON.
  *
  * Every measurement is a warm-up autocannon run (discarded) followed by the measured run, with the same fixed
  * flags everywhere. autocannon runs in a child process (bench/load.ts) so it neither shares the server's event
