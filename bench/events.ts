@@ -104,13 +104,17 @@ export interface EventMeasurement {
 // ---------------------------------------------------------------------------------------------------------------
 // The client child
 
-export class EventClient {
+/** A client child process (bench/event-client.ts unless told otherwise), asked one request at a time over IPC. */
+export class EventClient<Request extends object = ClientRequest> {
   private child?: ChildProcess;
+
+  constructor(private readonly script = "event-client.ts") {}
+
   private nextId = 1;
   private pending = new Map<number, { resolve(v: { result: unknown; cpuMicros: number }): void; reject(e: Error): void }>();
 
   async start(): Promise<void> {
-    const child = fork(path.join(HERE, "event-client.ts"), [], {
+    const child = fork(path.join(HERE, this.script), [], {
       cwd: ROOT,
       execArgv: ["--import", "tsx"],
       stdio: ["ignore", "inherit", "inherit", "ipc"],
@@ -138,7 +142,7 @@ export class EventClient {
     });
   }
 
-  call<T>(req: ClientRequest): Promise<{ result: T; cpuMicros: number }> {
+  call<T>(req: Request): Promise<{ result: T; cpuMicros: number }> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       if (!this.child?.connected) return reject(new Error("event client is not running"));
@@ -180,7 +184,7 @@ export class EventWorld extends Population {
 // ---------------------------------------------------------------------------------------------------------------
 // Measuring the server side
 
-async function observed<T>(engine: Engine, fn: () => Promise<{ result: T; cpuMicros: number }>): Promise<{ result: T; server: ServerSide }> {
+export async function observed<T>(engine: Engine, fn: () => Promise<{ result: T; cpuMicros: number }>): Promise<{ result: T; server: ServerSide }> {
   const s0 = await engine.serviceStats().catch(() => undefined);
   const cpu0 = process.cpuUsage();
   const machine0 = machineCpuMs();

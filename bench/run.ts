@@ -9,7 +9,9 @@
  *    subscribe) and the assistant's (bench/assistant.ts: embed JSON answers/s, then SSE time to first event), then
  *    the transfers of bench/transfer.ts (upload, download: MiB/s against a raw uWS server's), then
  *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
- *    own child process (bench/event-client.ts).
+ *    own child process (bench/event-client.ts), then the fan-out family of bench/fanout.ts (fanout-lp, fanout-sse:
+ *    N members each on its own connection, a sender at a fixed rate), whose sender and members run in child
+ *    processes (bench/fanout-client.ts); its cells also go to an SVG chart beside the JSON.
  *
  * Every measurement is a warm-up autocannon run (discarded) followed by the measured run, with the same fixed
  * flags everywhere. autocannon runs in a child process (bench/load.ts) so it neither shares the server's event
@@ -49,6 +51,7 @@ import {
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
 import { setMetricsEnabled } from "../runtime/metrics.ts";
+import { FANOUT_MEMBERS, FANOUT_SCENARIOS, FANOUT_TARGETS, FanoutClients, runFanoutCell, writeFanoutChart, type FanoutCell } from "./fanout.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
 
 /** The chat's HTTP scenarios, then the assistant's. */
@@ -79,6 +82,11 @@ interface Options {
   subscribers: number;
   repeat: number;
   queues: number;
+  /** Fan-out family: channel sizes; the send rate when asked (else 20,000 / members); messages per cell when asked. */
+  members: number[];
+  fanoutRate?: number;
+  messages?: number;
+  clients: number;
 }
 
 const USAGE = `usage: npm run bench -- [options]
@@ -86,7 +94,8 @@ const USAGE = `usage: npm run bench -- [options]
                                             engines to run (default both: embedded and redis+postgres; all adds
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send-limited,send-unmetered,
-                                            send10,send1000,presence,assistant,subscribe,upload,download,wake,fanout,register,queues;
+                                            send10,send1000,presence,assistant,subscribe,upload,download,wake,fanout,register,queues,
+                                            fanout-lp,fanout-sse;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -100,6 +109,13 @@ const USAGE = `usage: npm run bench -- [options]
                                             register runs over the same users
   --repeat <n>                              fanout: measured sends, after one discarded (default 5)
   --queues <n>                              queues: idle queues for memory per queue (default 100000)
+  --members <list>                          fanout-lp / fanout-sse: channel sizes, each a cell (default 100,500,2000);
+                                            every member a client of its own (long-poll or SSE)
+  --rate <n>                                fanout-lp / fanout-sse: when given, the send rate of every cell (else
+                                            20,000 / members: 20,000 deliveries/s offered)
+  --messages <n>                            fanout-lp / fanout-sse: messages per cell (default 5 s of sending)
+  --clients <n>                             fanout-lp / fanout-sse: processes holding the members (default 1; the
+                                            sender has a process of its own)
   --no-ceiling                              skip the ceiling runs (ratios are then left out)
   --cpu-prof                                V8 CPU profile of the server over each measured run, saved beside the
                                             results (open in Chrome DevTools); the top functions are printed.
@@ -121,6 +137,9 @@ function parseOptions(argv: string[]): Options {
     subscribers: env.BENCH_SUBSCRIBERS,
     repeat: env.BENCH_REPEAT,
     queues: env.BENCH_QUEUES,
+    members: env.BENCH_MEMBERS,
+    messages: env.BENCH_MESSAGES,
+    clients: env.BENCH_CLIENTS,
   };
   let ceiling = true;
   let cpuProf = false;
@@ -175,7 +194,9 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS];
+  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS, ...FANOUT_SCENARIOS];
+  const members = raw.members ? raw.members.split(",").map((m) => Number(m.trim())) : FANOUT_MEMBERS;
+  if (members.some((m) => !Number.isInteger(m) || m < 1)) throw new Error(`--members: expected a list of positive integers, got ${raw.members}`);
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
   for (const s of scenarios) if (!known.includes(s)) throw new Error(`--scenario: unknown ${s} (known: ${known.join(", ")})`);
   return {
@@ -194,6 +215,10 @@ function parseOptions(argv: string[]): Options {
     subscribers: Math.round(num("subscribers", 10_000, 1)),
     repeat: Math.round(num("repeat", 5, 1)),
     queues: Math.round(num("queues", 100_000, 1)),
+    members,
+    fanoutRate: raw.rate ? num("rate", 1000, 0.1) : undefined,
+    messages: raw.messages ? Math.round(num("messages", 0, 1)) : undefined,
+    clients: Math.round(num("clients", 1, 1)),
   };
 }
 
@@ -575,6 +600,7 @@ async function main(): Promise<number> {
   const stops = new Set<() => Promise<void>>();
   const load = new LoadGenerator();
   const eventClient = new EventClient();
+  const fanoutClients = new FanoutClients(opts.clients);
   let eventClientStarted = false;
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
@@ -585,6 +611,7 @@ async function main(): Promise<number> {
     load.abort();
     void (async () => {
       await eventClient.stop().catch(() => {});
+      await fanoutClients.stop();
       for (const stop of stops) await stop();
       await load.stop().catch(() => {});
       process.exit(130);
@@ -606,6 +633,10 @@ async function main(): Promise<number> {
     subscribers: opts.subscribers,
     repeat: opts.repeat,
     queues: opts.queues,
+    members: opts.members,
+    fanoutRate: opts.fanoutRate,
+    messages: opts.messages,
+    clients: opts.clients,
   };
   const cpus = os.cpus();
   const machine = {
@@ -626,6 +657,7 @@ async function main(): Promise<number> {
 
   const results: Measurement[] = [];
   const eventResults: Array<EventMeasurement & { serverLog: LoggedErrors }> = [];
+  const fanoutResults: Array<FanoutCell & { serverLog: LoggedErrors }> = [];
   const timedResults: TimedMeasurement[] = [];
   const profiled = async <T>(name: string, fn: () => Promise<T>): Promise<{ value: T; profile?: Measurement["profile"] }> => {
     if (!opts.cpuProf) return { value: await fn() };
@@ -779,6 +811,37 @@ async function main(): Promise<number> {
             }
           }
         }
+        const fanoutNames = FANOUT_SCENARIOS.filter((s) => opts.scenarios.includes(s));
+        if (fanoutNames.length && !interrupted) {
+          await fanoutClients.start();
+          const world = new Population(engine);
+          for (const members of opts.members) {
+            for (const scenario of fanoutNames) {
+              if (interrupted) break;
+              process.stdout.write(`measuring ${name} / ${scenario} ${members} members … `);
+              const t0 = performance.now();
+              logged = { count: 0, samples: [] };
+              try {
+                const cell = await runFanoutCell(scenario, members, world, fanoutClients, {
+                  members: opts.members,
+                  rate: opts.fanoutRate,
+                  messages: opts.messages,
+                  clientProcs: opts.clients,
+                  uwsReqPerSec: uws?.load.reqPerSec,
+                  profiled,
+                });
+                fanoutResults.push({ ...cell, serverLog: logged });
+                console.log(`${cell.summary} [${fmt((performance.now() - t0) / 1000, 1)} s with setup]`);
+                for (const p of cell.problems) failures.push(`${name} / ${scenario} ${members}: ${p}`);
+              } catch (err) {
+                if (interrupted) break;
+                console.log("failed");
+                failures.push(`${name} / ${scenario} ${members}: ${(err as Error).stack ?? err}`);
+                originalError(`bench: ${name} / ${scenario} ${members} failed:`, err);
+              }
+            }
+          }
+        }
       } catch (err) {
         if (interrupted) break; // the signal handler is tearing things down: errors from that are expected
         failures.push(`${name}: ${(err as Error).stack ?? err}`);
@@ -793,6 +856,7 @@ async function main(): Promise<number> {
     }
   } finally {
     await eventClient.stop().catch(() => {});
+    await fanoutClients.stop();
     for (const stop of stops) await stop();
     await load.stop().catch(() => {});
     payload?.remove();
@@ -877,7 +941,23 @@ async function main(): Promise<number> {
         "queues / mean time. queues: (after − before) / queues of the server process, each after a forced full GC.",
     );
   }
-  const profiledEvents = eventResults.filter((m) => m.profile) as Array<EventMeasurement & { profile: NonNullable<Measurement["profile"]> }>;
+  if (fanoutResults.length) {
+    console.log(
+      `\nfan-out (targets: p99 ≤ ${FANOUT_TARGETS.p99Ms["100x200"]} ms at 100 members × 200 msg/s, ≤ ${FANOUT_TARGETS.p99Ms["500x40"]} ms at 500 × 40; ` +
+        `≤ ${FANOUT_TARGETS.cpuPerDeliveryMicros} µs server CPU per delivery, Node + Postgres + Redis)`,
+    );
+    for (const c of fanoutResults) {
+      console.log(`${c.engine} / ${c.name}: ${c.summary}`);
+      const side = [describeServer(c.server), c.serverLog.count ? `the server logged ${c.serverLog.count} error/warn lines` : ""].filter(Boolean).join("; ");
+      if (side) console.log(`    ${side}`);
+    }
+    console.log(
+      "fan-out: latency = a member's receipt of the message − the start of its POST /messages (wall clock, sender and members\n" +
+        "in child processes); the first tenth of each cell's messages are checked, not timed. deliveries/s: received / (last\n" +
+        "receipt − first send). µs/delivery: CPU time of the server process, and of its Postgres backends + Redis, over the cell.",
+    );
+  }
+  const profiledEvents = [...eventResults, ...fanoutResults.map((c) => ({ ...c, name: `${c.name} ${c.members}` }))].filter((m) => m.profile) as Array<{ engine: string; name: string; profile: NonNullable<Measurement["profile"]> }>;
   for (const m of profiledEvents) {
     console.log(`\n${m.engine} / ${m.name}: top self time in the server (${m.profile.file})`);
     for (const t of m.profile.top.slice(0, 12)) console.log(`  ${t.percent.toFixed(1).padStart(5)}%  ${fmt(t.selfMs).padStart(6)} ms  ${t.fn}`);
@@ -905,6 +985,7 @@ async function main(): Promise<number> {
     ceiling: { uws: uws?.load.reqPerSec, adapter: adapter?.load.reqPerSec },
     results,
     events: eventResults,
+    fanout: fanoutResults,
     timed: timedResults,
     transfers: transferResults,
     failures,
@@ -914,6 +995,11 @@ async function main(): Promise<number> {
   const file = path.join(dir, `${resultStamp}.json`);
   fs.writeFileSync(file, JSON.stringify(out, null, 2) + "\n");
   console.log(`\nresults: ${path.relative(process.cwd(), file)}`);
+  if (fanoutResults.length) {
+    const chart = path.join(dir, `${resultStamp}-fanout.svg`);
+    writeFanoutChart(chart, fanoutResults, `Chorus fan-out, ${started.toISOString().slice(0, 16)}Z, ${machine.commit ?? ""} (${machine.cpus} cores, load ${machine.loadAverageAtStart.map((l) => l.toFixed(1)).join(" ")})`);
+    console.log(`fan-out chart: ${path.relative(process.cwd(), chart)}`);
+  }
   return failures.length ? 1 : 0;
 }
 

@@ -57,7 +57,15 @@ export interface RouteSpec {
   auth?: boolean;
   params: ParamsSchema;
   /** The success body (the envelope is added), or a stream (server-sent events) that answers on its own. */
-  handle(call: Call): Promise<Record<string, unknown> | HttpStream> | Record<string, unknown> | HttpStream;
+  handle(call: Call): Promise<Record<string, unknown> | SerializedFields | HttpStream> | Record<string, unknown> | SerializedFields | HttpStream;
+}
+
+/**
+ * A success body's fields already serialized (JSON object members, without the braces), for answers built from
+ * parts that many requests share (GET /events: one message's JSON for every member of its channel).
+ */
+export class SerializedFields {
+  constructor(readonly json: string) {}
 }
 
 interface CompiledRoute {
@@ -132,6 +140,10 @@ export class App {
     const result = await spec.handle({ params, user, req, files: sent.files, services: this.services });
     if (head) return { status: isStream(result) ? result.status : 200, headers: isStream(result) ? result.headers : JSON_HEADERS, body: "" };
     if (isStream(result)) return result;
+    if (result instanceof SerializedFields) {
+      const extra = ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(ignored)}` : "";
+      return { status: 200, headers: { ...JSON_HEADERS, ...rateHeaders }, body: `{"result":"success","msg":""${result.json ? `,${result.json}` : ""}${extra}}` };
+    }
     const body: Record<string, unknown> = { result: "success", msg: "", ...result };
     if (ignored.length) body.ignored_parameters_unsupported = ignored;
     return { status: 200, headers: { ...JSON_HEADERS, ...rateHeaders }, body: JSON.stringify(body) };

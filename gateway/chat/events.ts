@@ -13,7 +13,7 @@ import { maxMessageId } from "../../actors/chat/reads/messages.ts";
 import { realmNameAndDate } from "../../actors/chat/reads/realms.ts";
 import { userTopicsOf } from "../../actors/chat/reads/topics.ts";
 import { CUSTOM_PROFILE_FIELD_TYPES, profileFieldObjects } from "../../actors/chat/organization/profile-fields.ts";
-import type { RouteSpec, Services } from "./app.ts";
+import { SerializedFields, type RouteSpec, type Services } from "./app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";
 import { ROLE, userGroupObjects } from "../../actors/chat/organization/groups.ts";
@@ -269,7 +269,7 @@ export const eventRoutes: RouteSpec[] = [
       req.onAbort(() => void poll(true).catch(() => {}));
       const polled = await poll(params.dont_block);
       if (req.aborted) return { events: [] }; // nobody to tell; the events stay queued until acknowledged
-      return { events: polled.events, queue_id: params.queue_id };
+      return new SerializedFields(`"events":[${polled.events.map(eventJson).join(",")}],"queue_id":${JSON.stringify(params.queue_id)}`);
     },
   },
   {
@@ -328,7 +328,7 @@ async function streamQueue(
     while (!sink.closed) {
       if (events.length) {
         let open = true;
-        for (const event of events) open = sink.write(`id: ${event.id}\ndata: ${JSON.stringify(event)}\n\n`);
+        for (const event of events) open = sink.write(`id: ${event.id}\ndata: ${eventJson(event)}\n\n`);
         const previous = written;
         written = Number(events.at(-1)!.id);
         acknowledged = previous;
@@ -343,3 +343,20 @@ async function streamQueue(
     sink.end();
   }
 }
+
+/** A message object's JSON, by the object: the user actors share one per message and format (formatSharedMessage). */
+const messageJson = new WeakMap<object, string>();
+
+/**
+ * An event as JSON. A message event's message is the same object for every member who takes it in the same
+ * format, so it is serialized once for all of them; the event's own fields (id, flags) are per member.
+ */
+function eventJson(event: Polled["events"][number]): string {
+  const message = event.type === "message" ? event.message : undefined;
+  if (!message || typeof message !== "object") return JSON.stringify(event);
+  let json = messageJson.get(message);
+  if (json === undefined) messageJson.set(message, (json = JSON.stringify(message)));
+  const { message: _message, ...own } = event;
+  return `${JSON.stringify(own).slice(0, -1)},"message":${json}}`;
+}
+

@@ -69,3 +69,19 @@ export function formatMessage(m: MessageRecord, opts: FormatOptions) {
   if (m.stream_id !== null) message.stream_id = m.stream_id;
   return message;
 }
+
+const shared = new WeakMap<MessageRecord, Array<Record<string, unknown> | undefined>>();
+
+/**
+ * formatMessage for a message event: one object per message record and format, shared by every queue that takes
+ * the message in that format. A delivery to a channel's members hands each of their actors the same record (one
+ * transport entry per shard), so the message is built once per shard rather than per member, and the gateway can
+ * serialize it once (gateway/chat/events.ts). Nobody may change the object.
+ */
+export function formatSharedMessage(m: MessageRecord, opts: FormatOptions): Record<string, unknown> {
+  let formats = shared.get(m);
+  if (!formats) shared.set(m, (formats = []));
+  const slot = (opts.applyMarkdown ? 2 : 0) + (opts.clientGravatar ? 1 : 0);
+  return (formats[slot] ??= formatMessage(m, opts));
+}
+

@@ -33,7 +33,7 @@ import { PARKED, type Actor, type ActorContext, type Deferred } from "../../../r
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
 import type { UserEvent } from "../message-log.ts";
-import { formatMessage, type MessageRecord } from "../rendering/message-format.ts";
+import { formatSharedMessage, type MessageRecord } from "../rendering/message-format.ts";
 import { matchesNarrow } from "../reads/narrow.ts";
 import { messageRecords } from "../reads/messages.ts";
 import { dispatch, type Handlers, type MessageOf, type Op } from "../../../runtime/protocol.ts";
@@ -832,7 +832,7 @@ export class UserActor implements Actor {
       const rendered: Record<string, unknown> = {
         type: "message",
         id: seq,
-        message: formatMessage(event.message, q.spec),
+        message: formatSharedMessage(event.message, q.spec),
         flags: event.flags,
       };
       if (event.localId !== undefined && event.queueId === q.spec.id) rendered.local_message_id = event.localId;

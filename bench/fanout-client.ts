@@ -1,0 +1,349 @@
+/**
+ * The fan-out bench's clients (bench/fanout.ts), run in child processes so that neither the members' nor the
+ * sender's work shares the server's event loop or counts in its CPU time. One process sends; one or more hold the
+ * channel's members, each a real client on its own keep-alive connection: a long-poll loop on GET /events, or one
+ * GET /events/stream (SSE) per member.
+ *
+ * Latency crosses processes: the sender writes the wall-clock time it started each POST into the message's content
+ * (`fo <index> <epoch ms>`), and a member takes its receipt time on the same clock (performance.timeOrigin +
+ * performance.now(): both processes read the machine's one clock, at sub-millisecond resolution).
+ *
+ * Every delivery is checked per member: each acknowledged send arrives once (a bitmap of indices), message ids and
+ * event ids only increase (Zulip delivers a queue's events in order).
+ */
+import http from "node:http";
+import type { QueueRef } from "./event-client.ts";
+import { agent, describeError, figures, request, sleep, type Answer } from "./http-client.ts";
+import type { LatencyFigures } from "./event-client.ts";
+import { emptyHistogram, record, type Histogram } from "./histogram.ts";
+
+export type FanoutTransport = "lp" | "sse";
+
+export type FanoutRequest =
+  /** Start every member's client (a first dont_block poll activates its queue, then the long-poll or the stream). */
+  | { op: "open"; base: string; transport: FanoutTransport; members: QueueRef[]; messages: number; concurrency: number }
+  /** Send `messages` messages at `rate` per second, at most `maxInFlight` unanswered. */
+  | { op: "send"; base: string; sender: string; channel: string; rate: number; messages: number; maxInFlight: number }
+  /** Wait until every member has every index in `acked` (or `timeoutMs` passes), then report; `warmup`: indices below are checked, not timed. */
+  | { op: "collect"; acked: number[]; warmup: number; timeoutMs: number }
+  /** Stop every member's client. */
+  | { op: "close" }
+  /** This process's CPU time so far (µs). */
+  | { op: "cpu" };
+
+export type FanoutReply = { id: number; ok: true; result: unknown } | { id: number; ok: false; error: string };
+
+export interface SendFigures {
+  /** Indices of the sends answered with success. */
+  acked: number[];
+  errors: number;
+  errorSamples: string[];
+  sendLatency: LatencyFigures;
+  /** Wall-clock time (epoch ms) the first send started. */
+  firstSendAt: number;
+  askedRate: number;
+  achievedRate: number;
+  /** How far the schedule fell behind at most (the in-flight cap was reached), ms. */
+  maxScheduleLagMs: number;
+}
+
+export interface MemberFigures {
+  members: number;
+  /** Messages received (checked ones, warm-up included). */
+  deliveries: number;
+  /** Acknowledged sends some member never got (summed over members). */
+  missing: number;
+  duplicates: number;
+  /** A message id or event id that did not increase. */
+  outOfOrder: number;
+  /** Members whose client failed (a poll or stream error), and a sample of why. */
+  failedMembers: number;
+  errorSamples: string[];
+  latency: Histogram;
+  /** Wall-clock time (epoch ms) of the last receipt. */
+  lastReceiptAt: number;
+  /** Whether every member had everything before the timeout. */
+  complete: boolean;
+}
+
+const now = () => performance.timeOrigin + performance.now();
+
+// ---- members ----------------------------------------------------------------------------------------------------
+
+class Member {
+  private seen: Uint8Array;
+  private lastMessageId = -1;
+  lastEventId = -1;
+  received = 0;
+  duplicates = 0;
+  outOfOrder = 0;
+  failed?: string;
+  /** Set when stopping: the loop ends and in-flight requests are destroyed. */
+  request?: http.ClientRequest;
+
+  constructor(
+    readonly ref: QueueRef,
+    messages: number,
+    private readonly stats: { latency: Histogram; warmup: number; lastReceiptAt: number; onProgress(): void },
+  ) {
+    this.seen = new Uint8Array(messages);
+  }
+
+  has(index: number): boolean {
+    return this.seen[index] === 1;
+  }
+
+  /** One event from the server, received at `at` (epoch ms). */
+  take(event: { id: number; type: string; message?: { id: number; content: string } }, at: number): void {
+    if (event.id <= this.lastEventId) this.outOfOrder++;
+    this.lastEventId = Math.max(this.lastEventId, event.id);
+    if (event.type !== "message" || !event.message) return;
+    const m = /^fo (\d+) ([\d.]+)$/.exec(event.message.content);
+    if (!m) return;
+    if (event.message.id <= this.lastMessageId) this.outOfOrder++;
+    this.lastMessageId = Math.max(this.lastMessageId, event.message.id);
+    const index = Number(m[1]);
+    if (this.seen[index]) {
+      this.duplicates++;
+      return;
+    }
+    this.seen[index] = 1;
+    this.received++;
+    if (index >= this.stats.warmup) record(this.stats.latency, at - Number(m[2]));
+    this.stats.lastReceiptAt = Math.max(this.stats.lastReceiptAt, at);
+    this.stats.onProgress();
+  }
+}
+
+let members: Member[] = [];
+let stopped = false;
+const stats = { latency: emptyHistogram(), warmup: 0, lastReceiptAt: 0, onProgress: () => {} };
+
+async function longPoll(base: string, member: Member): Promise<void> {
+  while (!stopped) {
+    const url = new URL(`/api/v1/events?queue_id=${encodeURIComponent(member.ref.queueId)}&last_event_id=${member.lastEventId}`, base);
+    let a: Answer;
+    try {
+      a = await request(url, "GET", member.ref.auth, undefined, (r) => (member.request = r));
+    } catch (err) {
+      if (!stopped) member.failed = describeError(err);
+      return;
+    }
+    if (stopped) return;
+    if (a.status !== 200) {
+      member.failed = describeError(a);
+      return;
+    }
+    const at = performance.timeOrigin + a.end;
+    for (const e of a.body.events) member.take(e, at);
+  }
+}
+
+/** The stream is open once its first comment (`: connected`) arrived. */
+function stream(base: string, member: Member): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const url = new URL(`/api/v1/events/stream?queue_id=${encodeURIComponent(member.ref.queueId)}&last_event_id=${member.lastEventId}`, base);
+    const r = http.get({ host: url.hostname, port: url.port, path: url.pathname + url.search, headers: { authorization: member.ref.auth }, agent: false }, (res) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        return reject(new Error(`GET /events/stream: ${res.statusCode}`));
+      }
+      res.setEncoding("utf8");
+      let pending = "";
+      res.on("data", (chunk: string) => {
+        resolve();
+        const at = now();
+        pending += chunk;
+        let end: number;
+        while ((end = pending.indexOf("\n\n")) >= 0) {
+          const block = pending.slice(0, end);
+          pending = pending.slice(end + 2);
+          const data = block.indexOf("data: ");
+          if (data < 0) continue;
+          const event = JSON.parse(block.slice(data + 6));
+          if (event.result === "error") member.failed = `stream error: ${event.msg}`;
+          else member.take(event, at);
+        }
+      });
+      res.on("error", (err) => {
+        if (!stopped) member.failed = String(err);
+      });
+      res.on("end", () => {
+        if (!stopped) member.failed ??= "stream ended";
+      });
+    });
+    r.on("error", (err) => {
+      if (!stopped) member.failed = String(err);
+      reject(err);
+    });
+    member.request = r;
+  });
+}
+
+async function open(req: Extract<FanoutRequest, { op: "open" }>): Promise<{ open: number; failed: number; errorSamples: string[] }> {
+  stopped = false;
+  Object.assign(stats, { latency: emptyHistogram(), warmup: 0, lastReceiptAt: 0 });
+  members = req.members.map((ref) => new Member(ref, req.messages, stats));
+  const errorSamples: string[] = [];
+  let failed = 0;
+  let next = 0;
+  const worker = async () => {
+    while (next < members.length) {
+      const member = members[next++]!;
+      try {
+        // Activates the member's user actor (its queue comes from the seeded snapshot), as a client's first poll.
+        const url = new URL(`/api/v1/events?queue_id=${encodeURIComponent(member.ref.queueId)}&last_event_id=-1&dont_block=true`, req.base);
+        const a = await request(url, "GET", member.ref.auth);
+        if (a.status !== 200) throw a;
+        for (const e of a.body.events) member.lastEventId = Math.max(member.lastEventId, e.id);
+        if (req.transport === "sse") await stream(req.base, member);
+        else void longPoll(req.base, member);
+      } catch (err) {
+        failed++;
+        member.failed = describeError(err);
+        if (errorSamples.length < 5) errorSamples.push(member.failed);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: req.concurrency }, worker));
+  // The long-polls are on the wire; give the server a moment to park them all.
+  await sleep(500);
+  return { open: members.length - failed, failed, errorSamples };
+}
+
+async function collect(req: Extract<FanoutRequest, { op: "collect" }>): Promise<MemberFigures> {
+  const done = () => members.every((m) => m.failed !== undefined || req.acked.every((i) => m.has(i)));
+  let complete = done();
+  if (!complete) {
+    complete = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), req.timeoutMs);
+      let checked = 0;
+      // Checked at most once per received batch's turn, not per event.
+      stats.onProgress = () => {
+        if (checked++) return;
+        setImmediate(() => {
+          checked = 0;
+          if (done()) {
+            clearTimeout(timer);
+            resolve(true);
+          }
+        });
+      };
+    });
+    stats.onProgress = () => {};
+  }
+  let missing = 0;
+  for (const m of members) for (const i of req.acked) if (!m.has(i)) missing++;
+  const failedMembers = members.filter((m) => m.failed !== undefined);
+  return {
+    members: members.length,
+    deliveries: members.reduce((n, m) => n + m.received, 0),
+    missing,
+    duplicates: members.reduce((n, m) => n + m.duplicates, 0),
+    outOfOrder: members.reduce((n, m) => n + m.outOfOrder, 0),
+    failedMembers: failedMembers.length,
+    errorSamples: failedMembers.slice(0, 5).map((m) => m.failed!),
+    latency: stats.latency,
+    lastReceiptAt: stats.lastReceiptAt,
+    complete,
+  };
+}
+
+function close(): number {
+  stopped = true;
+  for (const m of members) m.request?.destroy();
+  const n = members.length;
+  members = [];
+  return n;
+}
+
+// ---- the sender -------------------------------------------------------------------------------------------------
+
+async function send(req: Extract<FanoutRequest, { op: "send" }>): Promise<SendFigures> {
+  const url = new URL("/api/v1/messages", req.base);
+  const prefix = `type=stream&to=${encodeURIComponent(req.channel)}&topic=t&content=`;
+  const acked: number[] = [];
+  const latencies: number[] = [];
+  const errorSamples: string[] = [];
+  let errors = 0;
+  let inFlight = 0;
+  let maxLag = 0;
+  let lastAnswer = 0;
+  let freed: (() => void) | undefined;
+  const answered: Array<Promise<void>> = [];
+  const t0 = performance.now();
+  const firstSendAt = performance.timeOrigin + t0;
+  for (let i = 0; i < req.messages; i++) {
+    const due = t0 + (i * 1000) / req.rate;
+    const wait = due - performance.now();
+    if (wait > 1) await sleep(wait);
+    while (inFlight >= req.maxInFlight) await new Promise<void>((r) => (freed = r));
+    maxLag = Math.max(maxLag, performance.now() - due);
+    const start = performance.now();
+    inFlight++;
+    answered.push(
+      request(url, "POST", req.sender, prefix + encodeURIComponent(`fo ${i} ${(performance.timeOrigin + start).toFixed(3)}`))
+        .then((a) => {
+          if (a.status !== 200 || a.body?.result !== "success") throw a;
+          acked.push(i);
+          latencies.push(a.end - start);
+          lastAnswer = Math.max(lastAnswer, a.end);
+        })
+        .catch((err) => {
+          errors++;
+          if (errorSamples.length < 5) errorSamples.push(describeError(err));
+        })
+        .finally(() => {
+          inFlight--;
+          freed?.();
+          freed = undefined;
+        }),
+    );
+  }
+  await Promise.all(answered);
+  return {
+    acked: acked.sort((a, b) => a - b),
+    errors,
+    errorSamples,
+    sendLatency: figures(latencies),
+    firstSendAt,
+    askedRate: req.rate,
+    achievedRate: acked.length / (Math.max(1, lastAnswer - t0) / 1000),
+    maxScheduleLagMs: maxLag,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+async function handle(msg: FanoutRequest): Promise<unknown> {
+  switch (msg.op) {
+    case "open":
+      return open(msg);
+    case "send":
+      return send(msg);
+    case "collect":
+      return collect(msg);
+    case "close":
+      return close();
+    case "cpu": {
+      const used = process.cpuUsage();
+      return used.user + used.system;
+    }
+  }
+}
+
+process.on("message", (msg: FanoutRequest & { id: number; exit?: true }) => {
+  if (msg.exit) {
+    close();
+    agent.destroy();
+    return process.disconnect();
+  }
+  handle(msg).then(
+    (result) => process.send!({ id: msg.id, ok: true, result } satisfies FanoutReply),
+    (err: unknown) => process.send!({ id: msg.id, ok: false, error: String((err as Error)?.stack ?? err) } satisfies FanoutReply),
+  );
+});
+process.on("disconnect", () => process.exit(0));
+process.on("SIGINT", () => {});
+process.on("SIGTERM", () => {});
+process.send!({ ready: true });
