@@ -16,6 +16,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
+import { searchCondition, searchHighlights, searchOperand } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
@@ -171,8 +172,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
         }[String(term.operand)];
         break;
       case "search":
-        // Postgres full-text search over topic and content; an operand with no searchable word matches nothing.
-        cond = sql<SqlBool>`${SEARCH_VECTOR} @@ plainto_tsquery(${SEARCH_CONFIG}::regconfig, ${String(term.operand)})`;
+        // The positive operands search together (as Zulip joins them), once; each negated one on its own.
+        if (term.negated) cond = searchCondition(String(term.operand));
+        else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) cond = searchCondition(searchOperand(narrow));
         break;
       case "has":
         cond = {
@@ -191,32 +193,6 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
   return { conds, names };
 }
 
-/** The text search configuration and document of a message (Zulip searches topic and content together). */
-const SEARCH_CONFIG = "english";
-const SEARCH_VECTOR = sql`to_tsvector(${SEARCH_CONFIG}::regconfig, m.topic || ' ' || m.content)`;
-const HIGHLIGHT = 'StartSel="<span class=""highlight"">", StopSel=</span>, HighlightAll=TRUE';
-
-/**
- * Zulip's `match_content` / `match_subject` for a search: the rendered content and the topic with the matched
- * words wrapped in `<span class="highlight">`.
- */
-async function searchHighlights(db: DB, ids: number[], search: string): Promise<Map<number, { match_content: string; match_subject: string }>> {
-  const { rows } = await sql<{ id: number; match_content: string; match_subject: string }>`
-    select m.id,
-      ts_headline(${SEARCH_CONFIG}::regconfig, m.rendered_content, plainto_tsquery(${SEARCH_CONFIG}::regconfig, ${search}), ${HIGHLIGHT}) as match_content,
-      ts_headline(${SEARCH_CONFIG}::regconfig, replace(replace(replace(m.topic, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), plainto_tsquery(${SEARCH_CONFIG}::regconfig, ${search}), ${HIGHLIGHT}) as match_subject
-    from messages m where m.id in (${sql.join(ids)})`.execute(db);
-  return new Map(rows.map((r) => [Number(r.id), r]));
-}
-
-/** The words a narrow searches for ("" without a search term). */
-function searchTermsOf(narrow: Narrow): string {
-  return narrow
-    .filter((t) => t.operator === "search" && !t.negated)
-    .map((t) => String(t.operand))
-    .join(" ");
-}
-
 /**
  * GET /messages/matches_narrow (Zulip's messages_in_narrow_backend): which of these messages, among those the user
  * received, match the narrow, each with its `match_content` (the rendered content) and `match_subject` (the
@@ -230,7 +206,7 @@ export async function messagesMatchingNarrow(db: DB, user: UserRow, ids: number[
     .where("m.id", "in", ids)
     .orderBy("m.id")
     .execute();
-  const search = searchTermsOf(narrow);
+  const search = searchOperand(narrow);
   const highlights = search && rows.length ? await searchHighlights(db, rows.map((r) => r.id), search) : undefined;
   const matches: Record<string, { match_content: string; match_subject: string }> = {};
   for (const r of rows) {
@@ -422,7 +398,7 @@ export async function messageRecords(db: DB, ids: number[]): Promise<Map<number,
 async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName" | "narrow">, known: Map<number, string>) {
   if (!rows.length) return [];
   const ids = rows.map((r) => r.id);
-  const search = searchTermsOf(q.narrow);
+  const search = searchOperand(q.narrow);
   const [records, highlights, reactions, linkifiers] = await Promise.all([
     messageRecordsOf(db, rows, user.realm_str, known),
     search ? searchHighlights(db, ids, search) : undefined,
