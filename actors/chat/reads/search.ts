@@ -64,19 +64,24 @@ export function searchOperand(narrow: Narrow): string {
     .join(" ");
 }
 
+/**
+ * Zulip's `match_content` / `match_subject` for a search, as columns of a select over messages `m`: the rendered
+ * content and the HTML-escaped topic with the matched words wrapped in `<span class="highlight">`. Postgres computes
+ * them for the rows a page returns only (after its sort and limit).
+ */
+export function highlightColumns(operand: string) {
+  const query = tsquery(operand);
+  return [
+    sql<string | null>`ts_headline(${CONFIG}, m.rendered_content, ${query}, ${HIGHLIGHT})`.as("match_content"),
+    sql<string | null>`ts_headline(${CONFIG}, replace(replace(replace(m.topic, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), ${query}, ${HIGHLIGHT})`.as("match_subject"),
+  ] as const;
+}
+
 export type Highlights = Map<number, { match_content: string; match_subject: string }>;
 
-/**
- * Zulip's `match_content` / `match_subject` for a search: the rendered content and the HTML-escaped topic with the
- * matched words wrapped in `<span class="highlight">`.
- */
+/** The highlighted matches of a search in these messages, by id. */
 export async function searchHighlights(db: Kysely<Database>, ids: number[], operand: string): Promise<Highlights> {
   if (!ids.length) return new Map();
-  const query = tsquery(operand);
-  const { rows } = await sql<{ id: number; match_content: string; match_subject: string }>`
-    select m.id,
-      ts_headline(${CONFIG}, m.rendered_content, q.query, ${HIGHLIGHT}) as match_content,
-      ts_headline(${CONFIG}, replace(replace(replace(m.topic, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), q.query, ${HIGHLIGHT}) as match_subject
-    from messages m, (select ${query} as query) q where m.id in (${sql.join(ids)})`.execute(db);
-  return new Map(rows.map((r) => [Number(r.id), r]));
+  const rows = await db.selectFrom("messages as m").select(["m.id", ...highlightColumns(operand)]).where("m.id", "in", ids).execute();
+  return new Map(rows.map((r) => [Number(r.id), { match_content: r.match_content ?? "", match_subject: r.match_subject ?? "" }]));
 }

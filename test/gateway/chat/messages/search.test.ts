@@ -11,7 +11,9 @@ import { ids, messageApi, type User } from "../../../support/messages.ts";
 import { migrations } from "../../../../actors/migrations/index.ts";
 import { searchCondition } from "../../../../actors/chat/reads/search.ts";
 
-const SEARCH_MIGRATION = "2026-11-28T0100-message-search";
+/** The migrations of issue 28, the last ones applied, and the indexes they make. */
+const READ_MIGRATIONS = ["2026-11-28T0100-message-search", "2026-11-28T0110-message-read-indexes"];
+const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted"];
 
 describe.each(ENGINES)("search on %s", (engine) => {
   let server: TestServer;
@@ -129,9 +131,9 @@ describe.each(ENGINES)("search on %s", (engine) => {
 
   it("builds the index over the messages a store already holds", async () => {
     const db = server.node.store.db;
-    // The store as it was before the migration: no index, the migration not applied.
-    await sql`drop index messages_search`.execute(db);
-    await sql`delete from kysely_migration where name = ${SEARCH_MIGRATION}`.execute(db);
+    // The store as it was before the migrations: no index, the migrations not applied.
+    for (const index of READ_INDEXES) await sql`drop index ${sql.id(index)}`.execute(db);
+    await sql`delete from kysely_migration where name in (${sql.join(READ_MIGRATIONS)})`.execute(db);
     await server.node.store.migrate(migrations);
     const { rows } = await sql<{ indexdef: string }>`select indexdef from pg_indexes where indexname = 'messages_search'`.execute(db);
     expect(rows[0]?.indexdef).toContain("gin");
