@@ -70,50 +70,55 @@ async function narrowUsers(db: DB, user: UserRow, refs: Array<number | string>):
  */
 async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<CompiledNarrow> {
   const conds: Cond[] = [];
-  /** Names of the channels the access rule reaches: display_recipient without another query. */
-  const names = new Map<number, string>();
   const positive = (op: string) => narrow.find((t) => t.operator === op && !t.negated);
   const channelTerm = positive("channel");
   const publicTerm = narrow.find((t) => t.operator === "channels");
   if (publicTerm?.negated) throw badNarrow("Invalid narrow operator: negated channels:public is not supported");
   const isGuest = user.role === ROLE.guest;
-  // One round trip for both halves of the access rule: subscribed channels, and the user's conversations.
-  const reachable = await db
+  const channelRef = channelTerm && (typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) });
+  // One round trip for the access rule: subscribed channels, the user's conversations, and the channel named.
+  const kindColumn = (kind: "subscribed" | "dm" | "named") => sql<string>`${sql.lit(kind)}`.as("kind");
+  let reachableQuery = db
     .selectFrom("subscriptions")
     .innerJoin("streams", "streams.id", "subscriptions.stream_id")
-    .select([sql<number | null>`streams.id`.as("id"), "streams.name", "streams.invite_only", "streams.history_public_to_subscribers", sql<number | null>`null::int`.as("dm")])
+    .select([kindColumn("subscribed"), "streams.id", "streams.invite_only", "streams.is_web_public", "streams.history_public_to_subscribers"])
     .where("subscriptions.user_id", "=", user.id)
     .where("subscriptions.active", "=", true)
     .unionAll(
       db
         .selectFrom("recipient_members")
-        .select([sql<number | null>`null::int`.as("id"), sql<string>`''`.as("name"), sql<boolean>`false`.as("invite_only"), sql<boolean>`true`.as("history_public_to_subscribers"), sql<number | null>`recipient_id`.as("dm")])
+        .select([kindColumn("dm"), "recipient_id as id", sql<boolean>`false`.as("invite_only"), sql<boolean>`false`.as("is_web_public"), sql<boolean>`true`.as("history_public_to_subscribers")])
         .where("user_id", "=", user.id),
-    )
-    .execute();
-  const subscribed = reachable.filter((r) => r.id !== null).map((r) => ({ ...r, id: r.id! }));
-  const dms = reachable.filter((r) => r.dm !== null).map((r) => r.dm!);
-  for (const s of subscribed) names.set(s.id, s.name);
+    );
+  if (channelRef) {
+    reachableQuery = reachableQuery.unionAll(
+      db
+        .selectFrom("streams")
+        .select([kindColumn("named"), "id", "invite_only", "is_web_public", "history_public_to_subscribers"])
+        .where("realm_id", "=", user.realm_id)
+        .where(channelRef.id !== undefined ? sql<SqlBool>`id = ${channelRef.id}` : sql<SqlBool>`lower(name) = ${channelRef.name!.toLowerCase()}`),
+    );
+  }
+  const reachable = await reachableQuery.execute();
+  const subscribed = reachable.filter((r) => r.kind === "subscribed");
+  const dms = reachable.filter((r) => r.kind === "dm").map((r) => r.id);
   const dmAccess = dms.length ? sql<SqlBool>`(m.stream_id is null and m.recipient_id in (${sql.join(dms)}))` : undefined;
   let open: number[] = [];
   let received: number[] = [];
   let withDms = !channelTerm && !publicTerm;
   if (channelTerm) {
-    const ref = typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) };
-    const stream = await findStream(db, user.realm_id, ref);
-    const sub = stream && subscribed.find((s) => s.id === stream.id);
-    if (!stream) throw badNarrow("Invalid narrow operator: unknown channel");
-    names.set(stream.id, stream.name);
+    const named = reachable.find((r) => r.kind === "named");
+    if (!named) throw badNarrow("Invalid narrow operator: unknown channel");
+    const sub = subscribed.find((s) => s.id === named.id);
     // Without access to its history (Zulip's can_access_stream_history), a channel still shows what the user
     // received in it, like Zulip's search of the user's own messages.
-    const history = stream.is_web_public || (!stream.invite_only && !isGuest) || (sub && stream.history_public_to_subscribers);
-    if (history) open = [stream.id];
-    else received = [stream.id];
+    const history = named.is_web_public || (!named.invite_only && !isGuest) || (sub && named.history_public_to_subscribers);
+    if (history) open = [named.id];
+    else received = [named.id];
   } else if (publicTerm) {
     if (isGuest) throw badNarrow("Invalid narrow operator: guests cannot search all public channels");
-    const rows = await db.selectFrom("streams").select(["id", "name"]).where("realm_id", "=", user.realm_id).where("invite_only", "=", false).execute();
+    const rows = await db.selectFrom("streams").select("id").where("realm_id", "=", user.realm_id).where("invite_only", "=", false).execute();
     open = rows.map((r) => r.id);
-    for (const r of rows) names.set(r.id, r.name);
   } else {
     open = subscribed.filter((s) => s.history_public_to_subscribers).map((s) => s.id);
     received = subscribed.filter((s) => !s.history_public_to_subscribers).map((s) => s.id);
@@ -191,7 +196,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   // A dm operator reaches the conversation even with a channel operator beside it (which then matches nothing).
   if (withDms && dmAccess && (channelTerm || publicTerm)) conds[0] = sql<SqlBool>`(${conds[0]} or ${dmAccess})`;
   const byFlag = narrow.some((t) => t.operator === "is" && !t.negated && FLAG_OPERANDS.has(String(t.operand)));
-  return { conds, names, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages" };
+  return { conds, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages" };
 }
 
 /**
@@ -205,8 +210,6 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
 type Walk = "messages" | "flags" | "matches";
 interface CompiledNarrow {
   conds: Cond[];
-  /** Names of the channels the access rule reaches: display_recipient without another query. */
-  names: Map<number, string>;
   walk: Walk;
 }
 
@@ -369,7 +372,7 @@ export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) 
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange & { narrow: Narrow }, { conds, walk }: Pick<CompiledNarrow, "conds" | "walk">) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, walk }: CompiledNarrow) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread flag rows (user_messages_unread), whatever the narrow's own walk.
@@ -424,12 +427,12 @@ function recordOf(
 }
 
 /**
- * The reader-independent part of messages (sender, conversation, raw topic), for a page of rows: one query per
- * kind of thing looked up. `known`: channel names the caller already has.
+ * The reader-independent part of messages (sender, conversation, raw topic), for rows read without the page's
+ * subqueries (message events rebuilt from their references): one query per kind of thing looked up.
  */
-async function messageRecordsOf(db: DB, rows: Parameters<typeof recordOf>[0][], realmStr: string, known = new Map<number, string>()): Promise<MessageRecord[]> {
+async function messageRecordsOf(db: DB, rows: Parameters<typeof recordOf>[0][], realmStr: string): Promise<MessageRecord[]> {
   if (!rows.length) return [];
-  const streamIds = [...new Set(rows.map((r) => r.stream_id).filter((s): s is number => s !== null && !known.has(s)))];
+  const streamIds = [...new Set(rows.map((r) => r.stream_id).filter((s): s is number => s !== null))];
   const dmRecipients = [...new Set(rows.filter((r) => r.stream_id === null).map((r) => r.recipient_id))];
   const [streams, members] = await Promise.all([
     streamIds.length ? db.selectFrom("streams").select(["id", "name"]).where("id", "in", streamIds).execute() : [],
@@ -441,7 +444,7 @@ async function messageRecordsOf(db: DB, rows: Parameters<typeof recordOf>[0][], 
   const users = new Map(
     (await db.selectFrom("users").select(["id", "email", "full_name"]).where("id", "in", userIds).execute()).map((u) => [u.id, u]),
   );
-  const streamNames = new Map([...known, ...streams.map((s): [number, string] => [s.id, s.name])]);
+  const streamNames = new Map(streams.map((s): [number, string] => [s.id, s.name]));
   const people = new Map<number, Person[]>();
   for (const m of members) {
     const u = users.get(m.user_id);
