@@ -48,10 +48,11 @@ import {
   type AfterFigures,
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
+import { READ_SCENARIOS } from "./reads.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
 
-/** The chat's HTTP scenarios, then the assistant's. */
-const HTTP_SCENARIOS = [...SCENARIOS, assistantScenario];
+/** The chat's HTTP scenarios, the reads of a generated organization, then the assistant's. */
+const HTTP_SCENARIOS = [...SCENARIOS, ...READ_SCENARIOS, assistantScenario];
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, "..");
@@ -85,7 +86,8 @@ const USAGE = `usage: npm run bench -- [options]
                                             engines to run (default both: embedded and redis+postgres; all adds
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send10,send1000,
-                                            presence,assistant,subscribe,upload,download,wake,fanout,register,queues;
+                                            presence,reads-fetch,reads-search,reads-register,reads-register-heavy,
+                                            assistant,subscribe,upload,download,wake,fanout,register,queues;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)

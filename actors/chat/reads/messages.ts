@@ -279,7 +279,13 @@ function topicPolicy(userId: number, policy: number): Cond {
 function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messages") {
   const where = sql<SqlBool>`${sql.join(conds, sql` and `)}`;
   if (walk === "flags") {
-    return db.selectFrom("user_messages as um").innerJoin("messages as m", "m.id", "um.message_id").where("um.user_id", "=", user.id).where(where);
+    // `+ 0`: the join must not make m.id and um.message_id one ordering, or the planner merge-joins the flag rows
+    // with every message newest first (1.3 s for a starred page of 1,000,000 messages) instead of looking each up.
+    return db
+      .selectFrom("user_messages as um")
+      .innerJoin("messages as m", (j) => j.on(sql<SqlBool>`m.id = um.message_id + 0`))
+      .where("um.user_id", "=", user.id)
+      .where(where);
   }
   return db
     .selectFrom("messages as m")
