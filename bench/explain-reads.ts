@@ -1,12 +1,10 @@
 /**
- * `npx tsx bench/explain-reads.ts [--messages N]`: the plan of every statement GET /messages runs for each common
+ * `npx tsx bench/explain-reads.ts [--messages N] [--embedded] [--keep]`: the plan of every statement GET /messages runs for each common
  * narrow, and of the register's unread state, on a generated organization (bench/organization.ts) in a fresh
- * Postgres database, with EXPLAIN ANALYZE. What docs/reads.md records. The statements are the read functions' own,
+ * Postgres database (or PGlite with --embedded), with EXPLAIN ANALYZE. What docs/reads.md records. The statements are the read functions' own,
  * taken from kysely's query log as they run.
  */
-import { Kysely, PostgresDialect, type CompiledQuery } from "kysely";
-import pg from "pg";
-import type { Database } from "../actors/schema.ts";
+import { CompiledQuery, type KyselyPlugin } from "kysely";
 import { fetchMessages, type MessageQuery } from "../actors/chat/reads/messages.ts";
 import { unreadMessages } from "../actors/chat/reads/unreads.ts";
 import { findUserById } from "../actors/chat/reads/users.ts";
@@ -25,18 +23,24 @@ const stops: Array<() => Promise<void>> = [];
 const janitor: Janitor = { watch: () => {}, release: () => {} };
 let engine: Engine | undefined;
 try {
-  engine = await startEngine("redis+postgres", (stop) => stops.push(stop), janitor);
+  engine = await startEngine(process.argv.includes("--embedded") ? "embedded" : "redis+postgres", (stop) => stops.push(stop), janitor);
   const population = new Population(engine);
   const [ordinary, heavy] = await population.users("readers", 2);
   const org = await generateOrganization(engine.node.store.db, { ordinary: ordinary!.id, heavy: heavy!.id }, size);
   console.log(`generated ${org.messages.toLocaleString("en")} messages in ${org.seconds} s`);
 
+  // Every statement the reads run, compiled as they run them (a plugin sees each query before it is sent).
+  const db = engine.node.store.db;
   const captured: CompiledQuery[] = [];
-  const pool = new pg.Pool({ connectionString: engine.node.config.databaseUrl, max: 2 });
-  const logged = new Kysely<Database>({ dialect: new PostgresDialect({ pool }), log: (event) => void captured.push(event.query) });
+  const capture: KyselyPlugin = {
+    transformQuery: (args) => (captured.push(db.getExecutor().compileQuery(args.node, args.queryId)), args.node),
+    transformResult: async (args) => args.result,
+  };
+  const logged = db.withPlugin(capture);
+  const query = async (text: string, values: unknown[] = []) => (await db.executeQuery(CompiledQuery.raw(text, values))).rows as Array<Record<string, any>>;
   const reader = (await findUserById(logged, org.realmId, ordinary!.id))!;
   const heavyReader = (await findUserById(logged, org.realmId, heavy!.id))!;
-  const { rows: dmPeer } = await pool.query(`select user_id from recipient_members where recipient_id in (select recipient_id from recipient_members where user_id = $1) and user_id <> $1 limit 1`, [reader.id]);
+  const dmPeer = await query(`select user_id from recipient_members where recipient_id in (select recipient_id from recipient_members where user_id = $1) and user_id <> $1 limit 1`, [reader.id]);
   const base: Omit<MessageQuery, "narrow"> = { anchor: "newest", numBefore: 20, numAfter: 0, includeAnchor: true, format: { applyMarkdown: true, clientGravatar: true }, allowEmptyTopicName: false };
   const channel = { operator: "channel", operand: channelName(7), negated: false };
   const cases: Array<[string, MessageQuery["narrow"], Partial<MessageQuery>?]> = [
@@ -63,7 +67,7 @@ try {
     const ms = performance.now() - t0;
     console.log(`\n### ${title}: ${captured.length} statement(s), ${ms.toFixed(1)} ms in all`);
     for (const q of [...captured]) {
-      const { rows } = await pool.query({ text: `explain (analyze, costs off, timing off, summary on) ${q.sql}`, values: q.parameters as unknown[] });
+      const rows = await query(`explain (analyze, costs off, timing off, summary on) ${q.sql}`, [...q.parameters]);
       const lines = rows.map((r) => r["QUERY PLAN"] as string);
       console.log("```");
       console.log(q.sql.length > 300 ? q.sql.slice(0, 300) + " …" : q.sql);
@@ -75,7 +79,6 @@ try {
   for (const [title, narrow, more] of cases) await explain(title, () => fetchMessages(logged, reader, { ...base, ...more, narrow }));
   await explain("register: unread_msgs of the heavy reader", () => unreadMessages(logged, heavyReader.id, { emptyTopicName: false }));
   await explain("register: unread_msgs of the ordinary reader", () => unreadMessages(logged, reader.id, { emptyTopicName: false }));
-  await logged.destroy();
 } finally {
   // --keep: leave the database for a closer look (its URL is printed; drop it by hand).
   if (process.argv.includes("--keep")) {
