@@ -8,7 +8,7 @@
  * what the heavy reader's channels hold).
  */
 import { channelName, DEFAULT_SIZE, generateOrganization, type OrganizationSize } from "./organization.ts";
-import type { Engine, EngineName, Scenario } from "./scenarios.ts";
+import { Population, type Engine, type EngineName, type Scenario, type TimedScenario } from "./scenarios.ts";
 
 function sizeFor(engine: Engine): OrganizationSize {
   const env = (name: string, fallback: number) => (process.env[name] ? Number(process.env[name]) : fallback);
@@ -24,7 +24,7 @@ function sizeFor(engine: Engine): OrganizationSize {
 /** The readers' Authorization headers, by engine, once their organization exists. */
 const readers = new Map<EngineName, { ordinary: string; heavy: string; figures: Record<string, unknown> }>();
 
-async function prepareOrganization(engine: Engine, population: import("./scenarios.ts").Population) {
+async function prepareOrganization(engine: Engine, population: Population) {
   const known = readers.get(engine.name);
   if (known) return known.figures;
   const [ordinary, heavy] = await population.users("readers", 2);
@@ -69,11 +69,39 @@ export const READ_SCENARIOS: Scenario[] = [
     { method: "GET", path: `/api/v1/messages?anchor=newest&num_before=20&num_after=0&narrow=${SEARCH_NARROW}` },
     "ordinary",
   ),
-  readScenario("reads-register", "POST /api/v1/register (every event type) as the ordinary reader", { method: "POST", path: "/api/v1/register", body: REGISTER_BODY }, "ordinary"),
-  readScenario(
+];
+
+/**
+ * POST /register, one request at a time (a register costs tens to hundreds of milliseconds: 50 at once under
+ * autocannon only measure the queue). Each request registers a queue and deletes it, so that queues do not pile up.
+ */
+function registerScenario(name: string, as: "ordinary" | "heavy", describe: string): TimedScenario {
+  return {
+    name,
+    describe,
+    rounds: 10,
+    prepare: (engine) => prepareOrganization(engine, new Population(engine)),
+    async once(engine) {
+      const auth = readers.get(engine.name)![as];
+      const registered = await asReader(engine, auth, "POST", "/api/v1/register", REGISTER_BODY);
+      if (!registered.unread_msgs || typeof registered.queue_id !== "string") throw new Error(`${name}: no unread_msgs or queue in the answer`);
+      await asReader(engine, auth, "DELETE", `/api/v1/events?queue_id=${encodeURIComponent(registered.queue_id)}`);
+    },
+  };
+}
+
+async function asReader(engine: Engine, authorization: string, method: string, path: string, body?: string): Promise<Record<string, any>> {
+  const res = await fetch(engine.baseUrl + path, { method, headers: { authorization, "content-type": "application/x-www-form-urlencoded" }, body });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${method} ${path} → ${res.status}: ${text.slice(0, 300)}`);
+  return JSON.parse(text) as Record<string, any>;
+}
+
+export const READ_TIMED_SCENARIOS: TimedScenario[] = [
+  registerScenario("reads-register", "ordinary", "POST /api/v1/register (every event type) as the ordinary reader (50 channels, 50 unread), one at a time"),
+  registerScenario(
     "reads-register-heavy",
-    "POST /api/v1/register (every event type) as the heavy reader (500 channels, the newest 100,000 of their messages unread)",
-    { method: "POST", path: "/api/v1/register", body: REGISTER_BODY },
     "heavy",
+    "POST /api/v1/register (every event type) as the heavy reader (500 channels, the newest 100,000 of their messages unread), one at a time",
   ),
 ];

@@ -48,11 +48,13 @@ import {
   type AfterFigures,
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
-import { READ_SCENARIOS } from "./reads.ts";
+import { READ_SCENARIOS, READ_TIMED_SCENARIOS } from "./reads.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
 
 /** The chat's HTTP scenarios, the reads of a generated organization, then the assistant's. */
 const HTTP_SCENARIOS = [...SCENARIOS, ...READ_SCENARIOS, assistantScenario];
+/** Operations timed one at a time: the chat's, then the reads'. */
+const ALL_TIMED_SCENARIOS = [...TIMED_SCENARIOS, ...READ_TIMED_SCENARIOS];
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, "..");
@@ -176,7 +178,7 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS];
+  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...ALL_TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS];
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
   for (const s of scenarios) if (!known.includes(s)) throw new Error(`--scenario: unknown ${s} (known: ${known.join(", ")})`);
   return {
@@ -723,7 +725,7 @@ async function main(): Promise<number> {
           }
           results.push(m);
         }
-        for (const scenario of TIMED_SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
+        for (const scenario of ALL_TIMED_SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
           if (interrupted) break;
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
           const m = await measureTimed(scenario, engine);
