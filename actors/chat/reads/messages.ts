@@ -332,10 +332,13 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
 /**
  * What a fetch reads of each message: the message object's fields, the reader's flags, and what the message object
  * takes from other tables (sender, channel name or conversation members, reactions), as subqueries of the page's
- * own statement: Postgres evaluates them for the rows of the page only, and the page is one round trip.
+ * own statement: Postgres evaluates them for the rows of the page only, and the page is one round trip. Without
+ * `related`, those columns are null: for a caller that wants the ids alone (up to 5,000 of them).
  */
-function pageColumns(search: string) {
-  const [matchContent, matchSubject] = search ? highlightColumns(search) : [sql<string | null>`null`.as("match_content"), sql<string | null>`null`.as("match_subject")];
+function pageColumns(search: string, related = true) {
+  const [matchContent, matchSubject] =
+    search && related ? highlightColumns(search) : [sql<string | null>`null`.as("match_content"), sql<string | null>`null`.as("match_subject")];
+  const ifRelated = <T>(expression: RawBuilder<T>) => (related ? expression : sql<T>`null`);
   return [
     "m.id",
     "m.sender_id",
@@ -350,14 +353,14 @@ function pageColumns(search: string) {
     "m.last_edit_time",
     "m.last_moved_time",
     "um.flags",
-    sql<[string, string] | null>`(select json_build_array(u.email, u.full_name) from users u where u.id = m.sender_id)`.as("sender"),
-    sql<string | null>`(select s.name from streams s where s.id = m.stream_id)`.as("stream_name"),
-    sql<Person[] | null>`case when m.stream_id is null then (
+    ifRelated(sql<[string, string] | null>`(select json_build_array(u.email, u.full_name) from users u where u.id = m.sender_id)`).as("sender"),
+    ifRelated(sql<string | null>`(select s.name from streams s where s.id = m.stream_id)`).as("stream_name"),
+    ifRelated(sql<Person[] | null>`case when m.stream_id is null then (
       select json_agg(json_build_object('id', u.id, 'email', u.email, 'full_name', u.full_name, 'is_mirror_dummy', false) order by u.id)
-      from recipient_members rm join users u on u.id = rm.user_id where rm.recipient_id = m.recipient_id) end`.as("people"),
-    sql<unknown[] | null>`(
+      from recipient_members rm join users u on u.id = rm.user_id where rm.recipient_id = m.recipient_id) end`).as("people"),
+    ifRelated(sql<unknown[] | null>`(
       select json_agg(json_build_object('emoji_name', r.emoji_name, 'emoji_code', r.emoji_code, 'reaction_type', r.reaction_type, 'user_id', r.user_id) order by r.created)
-      from reactions r where r.message_id = m.id)`.as("reactions"),
+      from reactions r where r.message_id = m.id)`).as("reactions"),
     matchContent,
     matchSubject,
   ] as const;
@@ -373,12 +376,12 @@ export type MessageRange = Pick<MessageQuery, "anchor" | "numBefore" | "numAfter
  * the messages POST /messages/flags/narrow updates (Zulip's fetch_messages, as GET /messages reads them).
  */
 export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) {
-  const w = await messageWindow(db, user, q, await compileNarrow(db, user, q.narrow));
+  const w = await messageWindow(db, user, q, await compileNarrow(db, user, q.narrow), false);
   return { ids: w.rows.map((r) => r.id), found_oldest: w.found_oldest, found_newest: w.found_newest };
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, walk }: CompiledNarrow) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, walk }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread flag rows (user_messages_unread), whatever the narrow's own walk.
@@ -390,7 +393,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, wa
     anchor = first?.id ?? LARGER_THAN_MAX_MESSAGE_ID;
   } else anchor = q.anchor === "newest" ? LARGER_THAN_MAX_MESSAGE_ID : q.anchor === "oldest" ? 0 : q.anchor;
   const order = ORDER[walk];
-  const columns = pageColumns(searchOperand(q.narrow));
+  const columns = pageColumns(searchOperand(q.narrow), related);
   // Nothing is at or above "newest", nothing below "oldest": those sides need no query.
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0 || (op === ">=" && anchor === LARGER_THAN_MAX_MESSAGE_ID) || (op === "<" && anchor === 0)
