@@ -52,10 +52,13 @@ import {
 import { assistantScenario } from "./assistant.ts";
 import { setMetricsEnabled } from "../runtime/metrics.ts";
 import { FANOUT_MEMBERS, FANOUT_SCENARIOS, FANOUT_TARGETS, FanoutClients, runFanoutCell, writeFanoutChart, type FanoutCell } from "./fanout.ts";
+import { READ_SCENARIOS, READ_TIMED_SCENARIOS } from "./reads.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
 
-/** The chat's HTTP scenarios, then the assistant's. */
-const HTTP_SCENARIOS = [...SCENARIOS, assistantScenario];
+/** The chat's HTTP scenarios, the reads of a generated organization, then the assistant's. */
+const HTTP_SCENARIOS = [...SCENARIOS, ...READ_SCENARIOS, assistantScenario];
+/** Operations timed one at a time: the chat's, then the reads'. */
+const ALL_TIMED_SCENARIOS = [...TIMED_SCENARIOS, ...READ_TIMED_SCENARIOS];
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, "..");
@@ -94,8 +97,8 @@ const USAGE = `usage: npm run bench -- [options]
                                             engines to run (default both: embedded and redis+postgres; all adds
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send-limited,send-unmetered,
-                                            send10,send1000,presence,assistant,subscribe,upload,download,wake,fanout,register,queues,
-                                            fanout-lp,fanout-sse;
+                                            send10,send1000,presence,reads-fetch,reads-search,reads-register,reads-register-heavy,
+                                            assistant,subscribe,upload,download,wake,fanout,register,queues,fanout-lp,fanout-sse;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -194,7 +197,7 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS, ...FANOUT_SCENARIOS];
+  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...ALL_TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS, ...FANOUT_SCENARIOS];
   const members = raw.members ? raw.members.split(",").map((m) => Number(m.trim())) : FANOUT_MEMBERS;
   if (members.some((m) => !Number.isInteger(m) || m < 1)) throw new Error(`--members: expected a list of positive integers, got ${raw.members}`);
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
@@ -761,7 +764,7 @@ async function main(): Promise<number> {
           }
           results.push(m);
         }
-        for (const scenario of TIMED_SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
+        for (const scenario of ALL_TIMED_SCENARIOS.filter((s) => opts.scenarios.includes(s.name))) {
           if (interrupted) break;
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
           const m = await measureTimed(scenario, engine);

@@ -16,6 +16,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
+import { highlightColumns, searchCondition, searchHighlights, searchOperand } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
@@ -67,52 +68,57 @@ async function narrowUsers(db: DB, user: UserRow, refs: Array<number | string>):
  * `channels:public`: every public channel; otherwise the channels they are subscribed to), only what they
  * received in channels with protected history, and the direct-message conversations they take part in.
  */
-async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ conds: Cond[]; names: Map<number, string> }> {
+async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<CompiledNarrow> {
   const conds: Cond[] = [];
-  /** Names of the channels the access rule reaches: display_recipient without another query. */
-  const names = new Map<number, string>();
   const positive = (op: string) => narrow.find((t) => t.operator === op && !t.negated);
   const channelTerm = positive("channel");
   const publicTerm = narrow.find((t) => t.operator === "channels");
   if (publicTerm?.negated) throw badNarrow("Invalid narrow operator: negated channels:public is not supported");
   const isGuest = user.role === ROLE.guest;
-  // One round trip for both halves of the access rule: subscribed channels, and the user's conversations.
-  const reachable = await db
+  const channelRef = channelTerm && (typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) });
+  // One round trip for the access rule: subscribed channels, the user's conversations, and the channel named.
+  const kindColumn = (kind: "subscribed" | "dm" | "named") => sql<string>`${sql.lit(kind)}`.as("kind");
+  let reachableQuery = db
     .selectFrom("subscriptions")
     .innerJoin("streams", "streams.id", "subscriptions.stream_id")
-    .select([sql<number | null>`streams.id`.as("id"), "streams.name", "streams.invite_only", "streams.history_public_to_subscribers", sql<number | null>`null::int`.as("dm")])
+    .select([kindColumn("subscribed"), "streams.id", "streams.invite_only", "streams.is_web_public", "streams.history_public_to_subscribers"])
     .where("subscriptions.user_id", "=", user.id)
     .where("subscriptions.active", "=", true)
     .unionAll(
       db
         .selectFrom("recipient_members")
-        .select([sql<number | null>`null::int`.as("id"), sql<string>`''`.as("name"), sql<boolean>`false`.as("invite_only"), sql<boolean>`true`.as("history_public_to_subscribers"), sql<number | null>`recipient_id`.as("dm")])
+        .select([kindColumn("dm"), "recipient_id as id", sql<boolean>`false`.as("invite_only"), sql<boolean>`false`.as("is_web_public"), sql<boolean>`true`.as("history_public_to_subscribers")])
         .where("user_id", "=", user.id),
-    )
-    .execute();
-  const subscribed = reachable.filter((r) => r.id !== null).map((r) => ({ ...r, id: r.id! }));
-  const dms = reachable.filter((r) => r.dm !== null).map((r) => r.dm!);
-  for (const s of subscribed) names.set(s.id, s.name);
+    );
+  if (channelRef) {
+    reachableQuery = reachableQuery.unionAll(
+      db
+        .selectFrom("streams")
+        .select([kindColumn("named"), "id", "invite_only", "is_web_public", "history_public_to_subscribers"])
+        .where("realm_id", "=", user.realm_id)
+        .where(channelRef.id !== undefined ? sql<SqlBool>`id = ${channelRef.id}` : sql<SqlBool>`lower(name) = ${channelRef.name!.toLowerCase()}`),
+    );
+  }
+  const reachable = await reachableQuery.execute();
+  const subscribed = reachable.filter((r) => r.kind === "subscribed");
+  const dms = reachable.filter((r) => r.kind === "dm").map((r) => r.id);
   const dmAccess = dms.length ? sql<SqlBool>`(m.stream_id is null and m.recipient_id in (${sql.join(dms)}))` : undefined;
   let open: number[] = [];
   let received: number[] = [];
   let withDms = !channelTerm && !publicTerm;
   if (channelTerm) {
-    const ref = typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) };
-    const stream = await findStream(db, user.realm_id, ref);
-    const sub = stream && subscribed.find((s) => s.id === stream.id);
-    if (!stream) throw badNarrow("Invalid narrow operator: unknown channel");
-    names.set(stream.id, stream.name);
+    const named = reachable.find((r) => r.kind === "named");
+    if (!named) throw badNarrow("Invalid narrow operator: unknown channel");
+    const sub = subscribed.find((s) => s.id === named.id);
     // Without access to its history (Zulip's can_access_stream_history), a channel still shows what the user
     // received in it, like Zulip's search of the user's own messages.
-    const history = stream.is_web_public || (!stream.invite_only && !isGuest) || (sub && stream.history_public_to_subscribers);
-    if (history) open = [stream.id];
-    else received = [stream.id];
+    const history = named.is_web_public || (!named.invite_only && !isGuest) || (sub && named.history_public_to_subscribers);
+    if (history) open = [named.id];
+    else received = [named.id];
   } else if (publicTerm) {
     if (isGuest) throw badNarrow("Invalid narrow operator: guests cannot search all public channels");
-    const rows = await db.selectFrom("streams").select(["id", "name"]).where("realm_id", "=", user.realm_id).where("invite_only", "=", false).execute();
+    const rows = await db.selectFrom("streams").select("id").where("realm_id", "=", user.realm_id).where("invite_only", "=", false).execute();
     open = rows.map((r) => r.id);
-    for (const r of rows) names.set(r.id, r.name);
   } else {
     open = subscribed.filter((s) => s.history_public_to_subscribers).map((s) => s.id);
     received = subscribed.filter((s) => !s.history_public_to_subscribers).map((s) => s.id);
@@ -160,10 +166,10 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
       case "is":
         cond = {
           dm: sql<SqlBool>`m.stream_id is null`,
-          starred: sql<SqlBool>`coalesce(um.flags & ${FLAG_BITS.starred}, 0) <> 0`,
-          unread: sql<SqlBool>`(um.flags is not null and (um.flags & ${FLAG_BITS.read}) = 0)`,
-          mentioned: sql<SqlBool>`coalesce(um.flags & ${MENTION_FLAGS}, 0) <> 0`,
-          alerted: sql<SqlBool>`coalesce(um.flags & ${FLAG_BITS.has_alert_word}, 0) <> 0`,
+          starred: flagSet(FLAG_BITS.starred, term.negated),
+          unread: sql<SqlBool>`(um.flags is not null and (um.flags & ${sql.lit(FLAG_BITS.read)}) = 0)`,
+          mentioned: flagSet(MENTION_FLAGS, term.negated),
+          alerted: flagSet(FLAG_BITS.has_alert_word, term.negated),
           resolved: sql<SqlBool>`m.topic like ${RESOLVED_TOPIC_PREFIX + "%"}`,
           followed: sql<SqlBool>`${topicPolicy(user.id, VISIBILITY.followed)}`,
           // Zulip's is:muted: a muted topic, or a muted channel's topic the user has not unmuted or followed.
@@ -171,8 +177,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
         }[String(term.operand)];
         break;
       case "search":
-        // Postgres full-text search over topic and content; an operand with no searchable word matches nothing.
-        cond = sql<SqlBool>`${SEARCH_VECTOR} @@ plainto_tsquery(${SEARCH_CONFIG}::regconfig, ${String(term.operand)})`;
+        // The positive operands search together (as Zulip joins them), once; each negated one on its own.
+        if (term.negated) cond = searchCondition(String(term.operand));
+        else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) cond = searchCondition(searchOperand(narrow));
         break;
       case "has":
         cond = {
@@ -188,33 +195,35 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<{ c
   }
   // A dm operator reaches the conversation even with a channel operator beside it (which then matches nothing).
   if (withDms && dmAccess && (channelTerm || publicTerm)) conds[0] = sql<SqlBool>`(${conds[0]} or ${dmAccess})`;
-  return { conds, names };
+  const byFlag = narrow.some((t) => t.operator === "is" && !t.negated && FLAG_OPERANDS.has(String(t.operand)));
+  return { conds, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages" };
 }
-
-/** The text search configuration and document of a message (Zulip searches topic and content together). */
-const SEARCH_CONFIG = "english";
-const SEARCH_VECTOR = sql`to_tsvector(${SEARCH_CONFIG}::regconfig, m.topic || ' ' || m.content)`;
-const HIGHLIGHT = 'StartSel="<span class=""highlight"">", StopSel=</span>, HighlightAll=TRUE';
 
 /**
- * Zulip's `match_content` / `match_subject` for a search: the rendered content and the topic with the matched
- * words wrapped in `<span class="highlight">`.
+ * How a narrow's page is found. `messages`: newest (or oldest) first along an index of messages (the primary key,
+ * or the channel's, topic's, conversation's or sender's), each checked against the narrow. `flags`: along the
+ * reader's flag rows that have the flag (partial indexes), each joined to its message: a starred page would
+ * otherwise check every message the reader can read. `matches`: every match of the search from the full-text index,
+ * then the page of them: walking messages newest first computed the document of each (3.6 s to find none of
+ * 1,000,000).
  */
-async function searchHighlights(db: DB, ids: number[], search: string): Promise<Map<number, { match_content: string; match_subject: string }>> {
-  const { rows } = await sql<{ id: number; match_content: string; match_subject: string }>`
-    select m.id,
-      ts_headline(${SEARCH_CONFIG}::regconfig, m.rendered_content, plainto_tsquery(${SEARCH_CONFIG}::regconfig, ${search}), ${HIGHLIGHT}) as match_content,
-      ts_headline(${SEARCH_CONFIG}::regconfig, replace(replace(replace(m.topic, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), plainto_tsquery(${SEARCH_CONFIG}::regconfig, ${search}), ${HIGHLIGHT}) as match_subject
-    from messages m where m.id in (${sql.join(ids)})`.execute(db);
-  return new Map(rows.map((r) => [Number(r.id), r]));
+type Walk = "messages" | "flags" | "matches";
+interface CompiledNarrow {
+  conds: Cond[];
+  walk: Walk;
 }
 
-/** The words a narrow searches for ("" without a search term). */
-function searchTermsOf(narrow: Narrow): string {
-  return narrow
-    .filter((t) => t.operator === "search" && !t.negated)
-    .map((t) => String(t.operand))
-    .join(" ");
+/** The `is:` operands read from the reader's flags, which a page walks the flag rows for. */
+const FLAG_OPERANDS = new Set(["starred", "mentioned", "alerted", "unread"]);
+
+/**
+ * The reader has one of these flags on the message. Spelled as the partial indexes of
+ * 2026-11-28T0110-message-read-indexes spell their predicates, with the bits as constants, so that a flag-row walk
+ * uses them. The form to negate treats a message never received (no flag row) as having no flag set, so that its
+ * negation keeps it.
+ */
+function flagSet(bits: number, negated = false): Cond {
+  return negated ? sql<SqlBool>`coalesce((um.flags & ${sql.lit(bits)}) <> 0, false)` : sql<SqlBool>`(um.flags & ${sql.lit(bits)}) <> 0`;
 }
 
 /**
@@ -230,7 +239,7 @@ export async function messagesMatchingNarrow(db: DB, user: UserRow, ids: number[
     .where("m.id", "in", ids)
     .orderBy("m.id")
     .execute();
-  const search = searchTermsOf(narrow);
+  const search = searchOperand(narrow);
   const highlights = search && rows.length ? await searchHighlights(db, rows.map((r) => r.id), search) : undefined;
   const matches: Record<string, { match_content: string; match_subject: string }> = {};
   for (const r of rows) {
@@ -267,12 +276,33 @@ function topicPolicy(userId: number, policy: number): Cond {
   return sql<SqlBool>`exists (select 1 from user_topics ut where ut.user_id = ${userId} and ut.stream_id = m.stream_id and ut.topic_key = lower(m.topic) and ut.visibility_policy = ${policy})`;
 }
 
-function messagesWhere(db: DB, user: UserRow, conds: Cond[]) {
+function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messages") {
+  const where = sql<SqlBool>`${sql.join(conds, sql` and `)}`;
+  if (walk === "flags") {
+    // `+ 0`: the join must not make m.id and um.message_id one ordering, or the planner merge-joins the flag rows
+    // with every message newest first (1.3 s for a starred page of 1,000,000 messages) instead of looking each up.
+    return db
+      .selectFrom("user_messages as um")
+      .innerJoin("messages as m", (j) => j.on(sql<SqlBool>`m.id = um.message_id + 0`))
+      .where("um.user_id", "=", user.id)
+      .where(where);
+  }
   return db
     .selectFrom("messages as m")
     .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
-    .where(sql<SqlBool>`${sql.join(conds, sql` and `)}`);
+    .where(where);
 }
+
+/**
+ * What a page is ordered by, for each walk: the flag rows' message ids (their index's order), or, for the matches
+ * of a search, an expression no index is ordered by (`m.id + 0`), so that the planner gathers the matches from the
+ * full-text index and sorts them, rather than walking every message newest first to test it.
+ */
+const ORDER: Record<Walk, RawBuilder<number>> = {
+  messages: sql<number>`m.id`,
+  flags: sql<number>`um.message_id`,
+  matches: sql<number>`m.id + 0`,
+};
 
 /**
  * Messages the user can read around an anchor, with Zulip's found_* flags, or the ones named by `messageIds`.
@@ -280,40 +310,63 @@ function messagesWhere(db: DB, user: UserRow, conds: Cond[]) {
  * looked up for the page only.
  */
 export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
-  const { conds, names } = await compileNarrow(db, user, q.narrow);
+  const compiled = await compileNarrow(db, user, q.narrow);
+  const { conds } = compiled;
   if (q.messageIds) {
     const rows = q.messageIds.length
-      ? await messagesWhere(db, user, conds).select(MESSAGE_COLUMNS).where("m.id", "in", q.messageIds).orderBy("m.id").execute()
+      ? await messagesWhere(db, user, conds).select(pageColumns(searchOperand(q.narrow))).where("m.id", "in", q.messageIds).orderBy("m.id").execute()
       : [];
-    return { messages: await buildMessages(db, user, rows, q, names), history_limited: false };
+    return { messages: await buildMessages(db, user, rows, q), history_limited: false };
   }
-  const w = await messageWindow(db, user, q, conds);
+  const w = await messageWindow(db, user, q, compiled);
   return {
     anchor: w.anchor,
     found_anchor: w.found_anchor,
     found_oldest: w.found_oldest,
     found_newest: w.found_newest,
     history_limited: false,
-    messages: await buildMessages(db, user, w.rows, q, names),
+    messages: await buildMessages(db, user, w.rows, q),
   };
 }
 
-/** What a fetch reads of each message: the message object's fields and the reader's flags. */
-const MESSAGE_COLUMNS = [
-  "m.id",
-  "m.sender_id",
-  "m.recipient_id",
-  "m.stream_id",
-  "m.topic",
-  "m.content",
-  "m.rendered_content",
-  "m.date_sent",
-  "m.sending_client",
-  "m.edit_history",
-  "m.last_edit_time",
-  "m.last_moved_time",
-  "um.flags",
-] as const;
+/**
+ * What a fetch reads of each message: the message object's fields, the reader's flags, and what the message object
+ * takes from other tables (sender, channel name or conversation members, reactions), as subqueries of the page's
+ * own statement: Postgres evaluates them for the rows of the page only, and the page is one round trip. Without
+ * `related`, those columns are null: for a caller that wants the ids alone (up to 5,000 of them).
+ */
+function pageColumns(search: string, related = true) {
+  const [matchContent, matchSubject] =
+    search && related ? highlightColumns(search) : [sql<string | null>`null`.as("match_content"), sql<string | null>`null`.as("match_subject")];
+  const ifRelated = <T>(expression: RawBuilder<T>) => (related ? expression : sql<T>`null`);
+  return [
+    "m.id",
+    "m.sender_id",
+    "m.recipient_id",
+    "m.stream_id",
+    "m.topic",
+    "m.content",
+    "m.rendered_content",
+    "m.date_sent",
+    "m.sending_client",
+    "m.edit_history",
+    "m.last_edit_time",
+    "m.last_moved_time",
+    "um.flags",
+    ifRelated(sql<[string, string] | null>`(select json_build_array(u.email, u.full_name) from users u where u.id = m.sender_id)`).as("sender"),
+    ifRelated(sql<string | null>`(select s.name from streams s where s.id = m.stream_id)`).as("stream_name"),
+    ifRelated(sql<Person[] | null>`case when m.stream_id is null then (
+      select json_agg(json_build_object('id', u.id, 'email', u.email, 'full_name', u.full_name, 'is_mirror_dummy', false) order by u.id)
+      from recipient_members rm join users u on u.id = rm.user_id where rm.recipient_id = m.recipient_id) end`).as("people"),
+    ifRelated(sql<unknown[] | null>`(
+      select json_agg(json_build_object('emoji_name', r.emoji_name, 'emoji_code', r.emoji_code, 'reaction_type', r.reaction_type, 'user_id', r.user_id) order by r.created)
+      from reactions r where r.message_id = m.id)`).as("reactions"),
+    matchContent,
+    matchSubject,
+  ] as const;
+}
+
+type Person = { id: number; email: string; full_name: string; is_mirror_dummy: boolean };
 
 /** The range of a narrow GET /messages and POST /messages/flags/narrow both act on. */
 export type MessageRange = Pick<MessageQuery, "anchor" | "numBefore" | "numAfter" | "includeAnchor" | "narrow">;
@@ -323,23 +376,29 @@ export type MessageRange = Pick<MessageQuery, "anchor" | "numBefore" | "numAfter
  * the messages POST /messages/flags/narrow updates (Zulip's fetch_messages, as GET /messages reads them).
  */
 export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) {
-  const { conds } = await compileNarrow(db, user, q.narrow);
-  const w = await messageWindow(db, user, q, conds);
+  const w = await messageWindow(db, user, q, await compileNarrow(db, user, q.narrow), false);
   return { ids: w.rows.map((r) => r.id), found_oldest: w.found_oldest, found_newest: w.found_newest };
 }
 
-/** The rows of a range of the narrow (`conds`, compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, conds: Cond[]) {
+/** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, walk }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
-    const first = await messagesWhere(db, user, [...conds, sql<SqlBool>`(um.flags is not null and (um.flags & ${FLAG_BITS.read}) = 0)`])
-      .select((eb) => eb.fn.min("m.id").as("id"))
+    // Along the reader's unread flag rows (user_messages_unread), whatever the narrow's own walk.
+    const first = await messagesWhere(db, user, [...conds, sql<SqlBool>`(um.flags & ${sql.lit(FLAG_BITS.read)}) = 0`], "flags")
+      .select("um.message_id as id")
+      .orderBy("um.message_id")
+      .limit(1)
       .executeTakeFirst();
     anchor = first?.id ?? LARGER_THAN_MAX_MESSAGE_ID;
   } else anchor = q.anchor === "newest" ? LARGER_THAN_MAX_MESSAGE_ID : q.anchor === "oldest" ? 0 : q.anchor;
+  const order = ORDER[walk];
+  const columns = pageColumns(searchOperand(q.narrow), related);
   // Nothing is at or above "newest", nothing below "oldest": those sides need no query.
-  const side = (op: "<" | ">=", order: "asc" | "desc", limit: number) =>
-    limit <= 0 || (op === ">=" && anchor === LARGER_THAN_MAX_MESSAGE_ID) || (op === "<" && anchor === 0) ? Promise.resolve([]) : messagesWhere(db, user, conds).select(MESSAGE_COLUMNS).where("m.id", op, anchor).orderBy("m.id", order).limit(limit).execute();
+  const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
+    limit <= 0 || (op === ">=" && anchor === LARGER_THAN_MAX_MESSAGE_ID) || (op === "<" && anchor === 0)
+      ? Promise.resolve([])
+      : messagesWhere(db, user, conds, walk).select(columns).where(sql<number>`${ORDER[walk === "flags" ? "flags" : "messages"]}`, op, anchor).orderBy(order, direction).limit(limit).execute();
   // One extra row on each side tells whether the oldest / newest match was reached.
   const [before, atAndAfter] = await Promise.all([side("<", "desc", q.numBefore + 1), side(">=", "asc", q.numAfter + 2)]);
   const anchorRow = atAndAfter[0]?.id === anchor ? atAndAfter[0] : undefined;
@@ -349,18 +408,40 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, conds: Cond
 }
 
 /** A message row as a fetch reads it, with the reader's flags (null: a message the reader never received). */
-type MessageRow = Pick<
-  Selectable<MessageTable & MessageEditColumns>,
-  "id" | "sender_id" | "recipient_id" | "stream_id" | "topic" | "content" | "rendered_content" | "date_sent" | "sending_client" | "edit_history" | "last_edit_time" | "last_moved_time"
-> & { flags: number | null };
+type MessageRow = Awaited<ReturnType<typeof messageWindow>>["rows"][number];
+
+/** The message record of a row: Zulip's message fields that do not depend on the reader. */
+function recordOf(
+  r: Pick<MessageRow, "id" | "sender_id" | "recipient_id" | "stream_id" | "topic" | "content" | "rendered_content" | "date_sent" | "sending_client">,
+  realmStr: string,
+  sender: { email: string; full_name: string } | undefined,
+  displayRecipient: string | Person[],
+): MessageRecord {
+  return {
+    id: r.id,
+    type: r.stream_id !== null ? "stream" : "private",
+    sender_id: r.sender_id,
+    sender_email: sender?.email ?? "",
+    sender_full_name: sender?.full_name ?? "",
+    sender_realm_str: realmStr,
+    recipient_id: r.recipient_id,
+    stream_id: r.stream_id,
+    display_recipient: displayRecipient,
+    subject: r.topic,
+    content: r.content,
+    rendered_content: r.rendered_content,
+    timestamp: r.date_sent,
+    client: r.sending_client,
+  };
+}
 
 /**
- * The reader-independent part of messages (sender, conversation, raw topic), for a page of rows: one query per
- * kind of thing looked up. `known`: channel names the caller already has.
+ * The reader-independent part of messages (sender, conversation, raw topic), for rows read without the page's
+ * subqueries (message events rebuilt from their references): one query per kind of thing looked up.
  */
-async function messageRecordsOf(db: DB, rows: Omit<MessageRow, "flags" | "edit_history" | "last_edit_time" | "last_moved_time">[], realmStr: string, known = new Map<number, string>()): Promise<MessageRecord[]> {
+async function messageRecordsOf(db: DB, rows: Parameters<typeof recordOf>[0][], realmStr: string): Promise<MessageRecord[]> {
   if (!rows.length) return [];
-  const streamIds = [...new Set(rows.map((r) => r.stream_id).filter((s): s is number => s !== null && !known.has(s)))];
+  const streamIds = [...new Set(rows.map((r) => r.stream_id).filter((s): s is number => s !== null))];
   const dmRecipients = [...new Set(rows.filter((r) => r.stream_id === null).map((r) => r.recipient_id))];
   const [streams, members] = await Promise.all([
     streamIds.length ? db.selectFrom("streams").select(["id", "name"]).where("id", "in", streamIds).execute() : [],
@@ -372,32 +453,15 @@ async function messageRecordsOf(db: DB, rows: Omit<MessageRow, "flags" | "edit_h
   const users = new Map(
     (await db.selectFrom("users").select(["id", "email", "full_name"]).where("id", "in", userIds).execute()).map((u) => [u.id, u]),
   );
-  const streamNames = new Map([...known, ...streams.map((s): [number, string] => [s.id, s.name])]);
-  const people = new Map<number, Array<{ id: number; email: string; full_name: string; is_mirror_dummy: boolean }>>();
+  const streamNames = new Map(streams.map((s): [number, string] => [s.id, s.name]));
+  const people = new Map<number, Person[]>();
   for (const m of members) {
     const u = users.get(m.user_id);
     if (u) people.set(m.recipient_id, [...(people.get(m.recipient_id) ?? []), { id: u.id, email: u.email, full_name: u.full_name, is_mirror_dummy: false }]);
   }
-  return rows.map((r) => {
-    const sender = users.get(r.sender_id);
-    const isStream = r.stream_id !== null;
-    return {
-      id: r.id,
-      type: isStream ? "stream" : "private",
-      sender_id: r.sender_id,
-      sender_email: sender?.email ?? "",
-      sender_full_name: sender?.full_name ?? "",
-      sender_realm_str: realmStr,
-      recipient_id: r.recipient_id,
-      stream_id: r.stream_id,
-      display_recipient: isStream ? (streamNames.get(r.stream_id!) ?? "") : (people.get(r.recipient_id) ?? []),
-      subject: r.topic,
-      content: r.content,
-      rendered_content: r.rendered_content,
-      timestamp: r.date_sent,
-      client: r.sending_client,
-    };
-  });
+  return rows.map((r) =>
+    recordOf(r, realmStr, users.get(r.sender_id), r.stream_id !== null ? (streamNames.get(r.stream_id) ?? "") : (people.get(r.recipient_id) ?? [])),
+  );
 }
 
 /**
@@ -419,32 +483,20 @@ export async function messageRecords(db: DB, ids: number[]): Promise<Map<number,
 }
 
 /** Zulip's message objects for a page of rows, with the reader's flags. */
-async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName" | "narrow">, known: Map<number, string>) {
+async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName">) {
   if (!rows.length) return [];
-  const ids = rows.map((r) => r.id);
-  const search = searchTermsOf(q.narrow);
-  const [records, highlights, reactions, linkifiers] = await Promise.all([
-    messageRecordsOf(db, rows, user.realm_str, known),
-    search ? searchHighlights(db, ids, search) : undefined,
-    db.selectFrom("reactions").select(["message_id", "user_id", "emoji_name", "emoji_code", "reaction_type"]).where("message_id", "in", ids).orderBy("created").execute(),
-    compiledLinkifiers.get(db, user.realm_id),
-  ]);
-  const reactionsOf = new Map<number, unknown[]>();
-  for (const r of reactions) {
-    const reaction = { emoji_name: r.emoji_name, emoji_code: r.emoji_code, reaction_type: r.reaction_type, user_id: r.user_id };
-    reactionsOf.set(Number(r.message_id), [...(reactionsOf.get(Number(r.message_id)) ?? []), reaction]);
-  }
-  return rows.map((r, i) => {
-    const record = records[i]!;
+  const linkifiers = await compiledLinkifiers.get(db, user.realm_id);
+  return rows.map((r) => {
+    const sender = r.sender ? { email: r.sender[0], full_name: r.sender[1] } : undefined;
+    const record = recordOf(r, user.realm_str, sender, r.stream_id !== null ? (r.stream_name ?? "") : (r.people ?? []));
     if (record.type === "stream") record.topic_links = topicLinks(linkifiers, r.topic);
     if (record.type === "stream" && r.topic === "" && !q.allowEmptyTopicName) record.subject = EMPTY_TOPIC_DISPLAY_NAME;
     const message: Record<string, unknown> = {
       ...formatMessage(record, q.format),
-      reactions: reactionsOf.get(r.id) ?? [],
+      reactions: r.reactions ?? [],
       flags: r.flags === null ? HISTORICAL_FLAGS : flagList(r.flags),
     };
-    const match = highlights?.get(r.id);
-    if (match) Object.assign(message, match);
+    if (r.match_content !== null) Object.assign(message, { match_content: r.match_content, match_subject: r.match_subject });
     if (r.edit_history) message.edit_history = r.edit_history;
     if (r.last_edit_time !== null) message.last_edit_timestamp = r.last_edit_time;
     if (r.last_moved_time !== null) message.last_moved_timestamp = r.last_moved_time;

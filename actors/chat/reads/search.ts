@@ -1,0 +1,87 @@
+/**
+ * `search:` narrows (Zulip's search in zerver/lib/narrow.py, on Postgres full-text search): the words of every
+ * positive search operand together, each word stemmed by the English configuration and stop words dropped, a
+ * quoted phrase matched as a phrase (its words in order), and the last word as a prefix as well (a query typed so
+ * far finds what it starts to spell). Matched against a message's topic and Markdown content through the GIN index
+ * of actors/chat/migrations/2026-11-28T0100-message-search.ts; highlighted in the rendered content and topic
+ * (`match_content`, `match_subject`).
+ */
+import { sql, type Kysely, type RawBuilder, type SqlBool } from "kysely";
+import type { Database } from "../../schema.ts";
+import type { Narrow } from "../users/user.protocol.ts";
+
+/** The text search configuration, as a literal: the index's expression has it as a constant, and so must a query. */
+const CONFIG = sql.raw("'english'::regconfig");
+/** The indexed document, spelled as the index spells it (the planner matches expressions, not meanings). */
+const SEARCH_DOCUMENT = sql`to_tsvector(${CONFIG}, m.topic || ' ' || m.content)`;
+const HIGHLIGHT = 'StartSel="<span class=""highlight"">", StopSel=</span>, HighlightAll=TRUE';
+/** A lexeme of a tsquery's text form: quoted, an inner quote doubled. */
+const QUOTED_LEXEME = "'(?:[^']|'')*'";
+
+/** What a search operand asks for: its words, its quoted phrases, and the word typed last (matched as a prefix). */
+export interface SearchTerms {
+  words: string[];
+  phrases: string[];
+  last?: string;
+}
+
+export function searchTerms(operand: string): SearchTerms {
+  const terms: SearchTerms = { words: [], phrases: [] };
+  const tokens = [...operand.matchAll(/"([^"]+)"|(\S+)/g)];
+  tokens.forEach((t, i) => {
+    if (t[1] !== undefined) terms.phrases.push(t[1]);
+    else if (i === tokens.length - 1) terms.last = t[2]!;
+    else terms.words.push(t[2]!);
+  });
+  return terms;
+}
+
+/**
+ * The tsquery of a search operand. Each part goes through Postgres's own parser (plainto_tsquery,
+ * phraseto_tsquery), so a word is split and stemmed exactly as the indexed document was; the last word's lexemes
+ * are then marked as prefixes. A query without a searchable word (only stop words) is empty, and matches nothing.
+ */
+export function tsquery(operand: string): RawBuilder<unknown> {
+  const { words, phrases, last } = searchTerms(operand);
+  const parts = [
+    sql`plainto_tsquery(${CONFIG}, ${words.join(" ")})`,
+    ...phrases.map((p) => sql`phraseto_tsquery(${CONFIG}, ${p})`),
+    ...(last === undefined ? [] : [sql`regexp_replace(plainto_tsquery(${CONFIG}, ${last})::text, ${QUOTED_LEXEME}, '\\&:*', 'g')::tsquery`]),
+  ];
+  return sql`(${sql.join(parts, sql` && `)})`;
+}
+
+/** Whether message `m` matches a search operand. */
+export function searchCondition(operand: string): RawBuilder<SqlBool> {
+  return sql<SqlBool>`${SEARCH_DOCUMENT} @@ ${tsquery(operand)}`;
+}
+
+/** The operand the narrow's positive search terms make together ("" without one), as Zulip joins them. */
+export function searchOperand(narrow: Narrow): string {
+  return narrow
+    .filter((t) => t.operator === "search" && !t.negated)
+    .map((t) => String(t.operand))
+    .join(" ");
+}
+
+/**
+ * Zulip's `match_content` / `match_subject` for a search, as columns of a select over messages `m`: the rendered
+ * content and the HTML-escaped topic with the matched words wrapped in `<span class="highlight">`. Postgres computes
+ * them for the rows a page returns only (after its sort and limit).
+ */
+export function highlightColumns(operand: string) {
+  const query = tsquery(operand);
+  return [
+    sql<string | null>`ts_headline(${CONFIG}, m.rendered_content, ${query}, ${HIGHLIGHT})`.as("match_content"),
+    sql<string | null>`ts_headline(${CONFIG}, replace(replace(replace(m.topic, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), ${query}, ${HIGHLIGHT})`.as("match_subject"),
+  ] as const;
+}
+
+export type Highlights = Map<number, { match_content: string; match_subject: string }>;
+
+/** The highlighted matches of a search in these messages, by id. */
+export async function searchHighlights(db: Kysely<Database>, ids: number[], operand: string): Promise<Highlights> {
+  if (!ids.length) return new Map();
+  const rows = await db.selectFrom("messages as m").select(["m.id", ...highlightColumns(operand)]).where("m.id", "in", ids).execute();
+  return new Map(rows.map((r) => [Number(r.id), { match_content: r.match_content ?? "", match_subject: r.match_subject ?? "" }]));
+}

@@ -1,0 +1,90 @@
+/**
+ * `npx tsx bench/explain-reads.ts [--messages N] [--embedded] [--keep]`: the plan of every statement GET /messages runs for each common
+ * narrow, and of the register's unread state, on a generated organization (bench/organization.ts) in a fresh
+ * Postgres database (or PGlite with --embedded), with EXPLAIN ANALYZE. What docs/reads.md records. The statements are the read functions' own,
+ * taken from kysely's query log as they run.
+ */
+import { CompiledQuery, type KyselyPlugin } from "kysely";
+import { fetchMessages, type MessageQuery } from "../actors/chat/reads/messages.ts";
+import { unreadMessages } from "../actors/chat/reads/unreads.ts";
+import { findUserById } from "../actors/chat/reads/users.ts";
+import type { Janitor } from "./janitor.ts";
+import { Population, startEngine, type Engine } from "./scenarios.ts";
+import { channelName, DEFAULT_SIZE, generateOrganization } from "./organization.ts";
+
+const arg = (name: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : undefined;
+};
+const size = { ...DEFAULT_SIZE, messages: arg("messages") ?? DEFAULT_SIZE.messages, users: arg("users") ?? DEFAULT_SIZE.users };
+
+const stops: Array<() => Promise<void>> = [];
+// Cleaned up in this process alone (no janitor child): an interrupted run may leave its database behind.
+const janitor: Janitor = { watch: () => {}, release: () => {} };
+let engine: Engine | undefined;
+try {
+  engine = await startEngine(process.argv.includes("--embedded") ? "embedded" : "redis+postgres", (stop) => stops.push(stop), janitor);
+  const population = new Population(engine);
+  const [ordinary, heavy] = await population.users("readers", 2);
+  const org = await generateOrganization(engine.node.store.db, { ordinary: ordinary!.id, heavy: heavy!.id }, size);
+  console.log(`generated ${org.messages.toLocaleString("en")} messages in ${org.seconds} s`);
+
+  // Every statement the reads run, compiled as they run them (a plugin sees each query before it is sent).
+  const db = engine.node.store.db;
+  const captured: CompiledQuery[] = [];
+  const capture: KyselyPlugin = {
+    transformQuery: (args) => (captured.push(db.getExecutor().compileQuery(args.node, args.queryId)), args.node),
+    transformResult: async (args) => args.result,
+  };
+  const logged = db.withPlugin(capture);
+  const query = async (text: string, values: unknown[] = []) => (await db.executeQuery(CompiledQuery.raw(text, values))).rows as Array<Record<string, any>>;
+  const reader = (await findUserById(logged, org.realmId, ordinary!.id))!;
+  const heavyReader = (await findUserById(logged, org.realmId, heavy!.id))!;
+  const dmPeer = await query(`select user_id from recipient_members where recipient_id in (select recipient_id from recipient_members where user_id = $1) and user_id <> $1 limit 1`, [reader.id]);
+  const base: Omit<MessageQuery, "narrow"> = { anchor: "newest", numBefore: 20, numAfter: 0, includeAnchor: true, format: { applyMarkdown: true, clientGravatar: true }, allowEmptyTopicName: false };
+  const channel = { operator: "channel", operand: channelName(7), negated: false };
+  const cases: Array<[string, MessageQuery["narrow"], Partial<MessageQuery>?]> = [
+    ["all messages, newest 20", []],
+    ["channel, newest 20", [channel]],
+    ["topic, newest 20", [channel, { operator: "topic", operand: "topic 3", negated: false }]],
+    ["dm, newest 20", [{ operator: "dm", operand: [dmPeer[0].user_id], negated: false }]],
+    ["is:dm, newest 20", [{ operator: "is", operand: "dm", negated: false }]],
+    ["sender, newest 20", [{ operator: "sender", operand: dmPeer[0].user_id, negated: false }]],
+    ["is:starred, newest 20", [{ operator: "is", operand: "starred", negated: false }]],
+    ["is:mentioned, newest 20", [{ operator: "is", operand: "mentioned", negated: false }]],
+    ["is:unread, newest 20", [{ operator: "is", operand: "unread", negated: false }]],
+    ["channel, first_unread anchor, 10 before and after", [channel], { anchor: "first_unread", numBefore: 10, numAfter: 10 }],
+    ["channel, oldest 20", [channel], { anchor: "oldest", numBefore: 0, numAfter: 20 }],
+    ["search, common word", [{ operator: "search", operand: "budget", negated: false }]],
+    ["search, two words", [{ operator: "search", operand: "budget coffee", negated: false }]],
+    ["search, rare word (no match)", [{ operator: "search", operand: "zanzibar", negated: false }]],
+    ["channel + search, prefix", [channel, { operator: "search", operand: "datab", negated: false }]],
+  ];
+  const explain = async (title: string, run: () => Promise<unknown>) => {
+    captured.length = 0;
+    const t0 = performance.now();
+    await run();
+    const ms = performance.now() - t0;
+    // The plugin also sees the branches of a union as they are built: keep the statements sent.
+    const sent = captured.filter((q) => !captured.some((other) => other !== q && other.sql.includes(q.sql)));
+    console.log(`\n### ${title}: ${sent.length} statement(s), ${ms.toFixed(1)} ms in all`);
+    for (const q of sent) {
+      const rows = await query(`explain (analyze, costs off, timing off, summary on) ${q.sql}`, [...q.parameters]);
+      const lines = rows.map((r) => r["QUERY PLAN"] as string);
+      console.log("```");
+      console.log(q.sql.length > 300 ? q.sql.slice(0, 300) + " …" : q.sql);
+      console.log("--");
+      console.log(lines.join("\n"));
+      console.log("```");
+    }
+  };
+  for (const [title, narrow, more] of cases) await explain(title, () => fetchMessages(logged, reader, { ...base, ...more, narrow }));
+  await explain("register: unread_msgs of the heavy reader", () => unreadMessages(logged, heavyReader.id, { emptyTopicName: false }));
+  await explain("register: unread_msgs of the ordinary reader", () => unreadMessages(logged, reader.id, { emptyTopicName: false }));
+} finally {
+  // --keep: leave the database for a closer look (its URL is printed; drop it by hand), and the Redis keys with it.
+  if (process.argv.includes("--keep")) {
+    console.log(`kept: ${engine?.node.config.databaseUrl}`);
+    await engine?.node.close();
+  } else for (const stop of stops.reverse()) await stop();
+}

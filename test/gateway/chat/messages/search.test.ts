@@ -1,0 +1,145 @@
+/**
+ * `search:` narrows through a real server on both engines (issue 28): Zulip's semantics (every word, stemmed;
+ * quoted phrases in order; the last word as a prefix; stop words ignored), the highlighting HTML, every other
+ * operator beside a search, the access rules, and the full-text index: used by the query, and built by its
+ * migration over a store that already holds messages.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sql } from "kysely";
+import { api, createUser, ENGINES, startTestServer, type TestServer } from "../../../support/server.ts";
+import { ids, messageApi, type User } from "../../../support/messages.ts";
+import { migrations } from "../../../../actors/migrations/index.ts";
+import { searchCondition } from "../../../../actors/chat/reads/search.ts";
+
+/** The migrations of issue 28, the last ones applied, and the indexes they make. */
+const READ_MIGRATIONS = ["2026-11-28T0100-message-search", "2026-11-28T0110-message-read-indexes"];
+const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted"];
+
+describe.each(ENGINES)("search on %s", (engine) => {
+  let server: TestServer;
+  let alice: User;
+  let bob: User;
+  let carol: User;
+  const { send, toChannel, get, subscribe } = messageApi(() => server);
+  const search = (as: User, operand: string, more: unknown[] = [], params: Record<string, unknown> = {}) =>
+    get(as, { narrow: [...more, { operator: "search", operand }], ...params });
+  const m: Record<string, number> = {};
+
+  beforeAll(async () => {
+    server = await startTestServer(engine);
+    alice = await createUser(server, "alice@example.com", "Alice");
+    bob = await createUser(server, "bob@example.com", "Bob");
+    carol = await createUser(server, "carol@example.com", "Carol");
+    await subscribe(alice, ["kitchen", "garden"], { principals: [alice.id, bob.id] });
+    await subscribe(alice, ["secret"], { principals: [alice.id], invite_only: true });
+    m.walked = await toChannel(alice, "walks", "We walked the dog yesterday", "kitchen");
+    m.walking = await toChannel(bob, "plans", "Walking to the development meeting", "kitchen");
+    m.york = await toChannel(alice, "travel", "Flights to New York are cheap", "garden");
+    m.yorkNew = await toChannel(bob, "travel", "york is not new", "garden");
+    m.ovens = await toChannel(alice, "Ovens & <grills>", "The **ovens** were cleaned", "kitchen");
+    m.secret = await toChannel(alice, "hidden", "the secret development plan", "secret");
+    m.dm = (await send(alice, { type: "direct", to: JSON.stringify([bob.id]), content: "development of the oven" })).body.id;
+  });
+  afterAll(async () => server?.close());
+
+  it("finds every word, stemmed, in topic or content", async () => {
+    // walked, walking and the topic "walks" share the stem walk.
+    expect(ids(await search(bob, "walk"))).toEqual([m.walked, m.walking]);
+    expect(ids(await search(bob, "walks dog"))).toEqual([m.walked]);
+    expect(ids(await search(bob, "travel cheap"))).toEqual([m.york]);
+    // Every word must match: one missing word drops the message.
+    expect(ids(await search(bob, "walked dog cat"))).toEqual([]);
+  });
+
+  it("matches a quoted phrase in order, and the last word as a prefix", async () => {
+    expect(ids(await search(bob, '"new york"'))).toEqual([m.york]);
+    expect(ids(await search(bob, "york new"))).toEqual([m.york, m.yorkNew]);
+    expect(ids(await search(bob, '"york new"'))).toEqual([]);
+    // "deve" starts "development" as the last word typed; a word before the last must match whole.
+    expect(ids(await search(bob, "deve"))).toEqual([m.walking, m.dm]);
+    expect(ids(await search(bob, "deve meeting"))).toEqual([]);
+    expect(ids(await search(bob, "meeting deve"))).toEqual([m.walking]);
+    // Stop words alone search for nothing, and find nothing; beside a word they are ignored.
+    expect(ids(await search(bob, "the"))).toEqual([]);
+    expect(ids(await search(bob, "the dog"))).toEqual([m.walked]);
+    // Search terms of one narrow search together.
+    const two = await get(bob, { narrow: [{ operator: "search", operand: "walked" }, { operator: "search", operand: "dog" }] });
+    expect(ids(two)).toEqual([m.walked]);
+  });
+
+  it("highlights the matches in the rendered content and the escaped topic", async () => {
+    const res = await search(bob, "oven", [{ operator: "channel", operand: "kitchen" }], { apply_markdown: true });
+    expect(ids(res)).toEqual([m.ovens]);
+    const [message] = res.body.messages;
+    expect(message.match_content).toBe('<p>The <strong><span class="highlight">ovens</span></strong> were cleaned</p>');
+    expect(message.match_subject).toBe('<span class="highlight">Ovens</span> &amp; &lt;grills&gt;');
+    const phrase = (await search(bob, '"new york" fli', [], { apply_markdown: true })).body.messages[0];
+    expect(phrase.match_content).toBe('<p><span class="highlight">Flights</span> to <span class="highlight">New</span> <span class="highlight">York</span> are cheap</p>');
+    expect(phrase.match_subject).toBe("travel");
+    // GET /messages/matches_narrow highlights the same way.
+    const matches = await api(server, "GET", "/messages/matches_narrow", { as: bob, params: { msg_ids: [m.walked, m.york], narrow: [{ operator: "search", operand: "dogs" }] } });
+    expect(matches.body.messages).toEqual({ [m.walked]: { match_content: '<p>We walked the <span class="highlight">dog</span> yesterday</p>', match_subject: "walks" } });
+  });
+
+  it("combines with every other operator, negation included", async () => {
+    const narrowed = async (more: unknown[], operand = "development") => ids(await search(bob, operand, more));
+    expect(await narrowed([])).toEqual([m.walking, m.dm]);
+    expect(await narrowed([{ operator: "channel", operand: "kitchen" }])).toEqual([m.walking]);
+    expect(await narrowed([{ operator: "channel", operand: "kitchen" }, { operator: "topic", operand: "plans" }])).toEqual([m.walking]);
+    expect(await narrowed([{ operator: "channel", operand: "kitchen" }, { operator: "topic", operand: "walks" }])).toEqual([]);
+    expect(await narrowed([{ operator: "sender", operand: alice.id }])).toEqual([m.dm]);
+    expect(await narrowed([{ operator: "sender", operand: alice.id, negated: true }])).toEqual([m.walking]);
+    expect(await narrowed([{ operator: "dm", operand: [alice.id] }])).toEqual([m.dm]);
+    expect(await narrowed([{ operator: "is", operand: "dm" }])).toEqual([m.dm]);
+    expect(await narrowed([{ operator: "dm-including", operand: alice.id }])).toEqual([m.dm]);
+    expect(await narrowed([{ operator: "id", operand: m.walking }])).toEqual([m.walking]);
+    expect(await narrowed([{ operator: "has", operand: "link" }])).toEqual([]);
+    expect(await narrowed([{ operator: "search", operand: "meeting", negated: true }])).toEqual([m.dm]);
+    expect(await narrowed([{ operator: "channels", operand: "public" }])).toEqual([m.walking]);
+    // Flags: bob received the DM unread; starring the channel message makes it the starred one.
+    expect(await narrowed([{ operator: "is", operand: "unread" }])).toContain(m.dm);
+    const star = await api(server, "POST", "/messages/flags", { as: bob, params: { messages: [m.walking], op: "add", flag: "starred" } });
+    expect(star.status).toBe(200);
+    expect(await narrowed([{ operator: "is", operand: "starred" }])).toEqual([m.walking]);
+    expect(await narrowed([{ operator: "is", operand: "starred", negated: true }])).toEqual([m.dm]);
+    // Anchored fetches page through the matches alone.
+    const page = await get(bob, { narrow: [{ operator: "search", operand: "development" }], anchor: m.walking, num_before: 0, num_after: 1, include_anchor: false });
+    expect(ids(page)).toEqual([m.dm]);
+    expect(page.body).toMatchObject({ found_newest: true, found_anchor: true });
+  });
+
+  it("finds only what the reader may read", async () => {
+    expect(ids(await search(alice, "secret"))).toEqual([m.secret]);
+    expect(ids(await search(bob, "secret"))).toEqual([]);
+    expect(ids(await search(bob, "secret", [{ operator: "channels", operand: "public" }]))).toEqual([]);
+    expect((await search(bob, "secret", [{ operator: "channel", operand: "secret" }])).body.messages).toEqual([]);
+    // Carol is in no channel and no conversation: only channels:public reaches the public history.
+    expect(ids(await search(carol, "development"))).toEqual([]);
+    expect(ids(await search(carol, "development", [{ operator: "channels", operand: "public" }]))).toEqual([m.walking]);
+  });
+
+  it("answers a search through the full-text index", async () => {
+    const db = server.node.store.db;
+    const plan = await db.transaction().execute(async (trx) => {
+      // On a table this small a sequential scan is cheaper; forbidding it shows whether the index can serve the query.
+      await sql`set local enable_seqscan = off`.execute(trx);
+      const { rows } = await sql<{ "QUERY PLAN": string }>`explain select m.id from messages m where ${searchCondition('walking "new york" deve')}`.execute(trx);
+      return rows.map((r) => r["QUERY PLAN"]).join("\n");
+    });
+    expect(plan).toContain("messages_search");
+  });
+
+  it("builds the index over the messages a store already holds", async () => {
+    const db = server.node.store.db;
+    // The store as it was before the migrations: no index, the migrations not applied.
+    for (const index of READ_INDEXES) await sql`drop index ${sql.id(index)}`.execute(db);
+    await sql`delete from kysely_migration where name in (${sql.join(READ_MIGRATIONS)})`.execute(db);
+    await server.node.store.migrate(migrations);
+    const { rows } = await sql<{ indexdef: string }>`select indexdef from pg_indexes where indexname = 'messages_search'`.execute(db);
+    expect(rows[0]?.indexdef).toContain("gin");
+    expect(ids(await search(bob, "walk"))).toEqual([m.walked, m.walking]);
+    // A message sent after the migration is indexed as it commits.
+    const later = await toChannel(alice, "walks", "walking again", "kitchen");
+    expect(ids(await search(bob, "walk"))).toEqual([m.walked, m.walking, later]);
+  });
+});
