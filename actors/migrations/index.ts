@@ -35,9 +35,9 @@ import * as sendAttempts from "../chat/migrations/2026-11-27T2120-send-attempts.
 import * as documentSections from "../assistant/migrations/2026-11-27T2140-document-sections.ts";
 import * as passwordResets from "../chat/migrations/2026-11-27T2200-password-resets.ts";
 import * as imageAttachments from "../chat/migrations/2026-11-28T0010-image-attachments.ts";
+import * as clusterMembership from "./2026-11-28T0050-cluster-membership.ts";
 import * as messageSearch from "../chat/migrations/2026-11-28T0100-message-search.ts";
 import * as messageReadIndexes from "../chat/migrations/2026-11-28T0110-message-read-indexes.ts";
-import * as clusterMembership from "./2026-11-28T0200-cluster-membership.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -70,7 +70,7 @@ export const migrations: Record<string, Migration> = {
   "2026-11-27T2140-document-sections": documentSections,
   "2026-11-27T2200-password-resets": passwordResets,
   "2026-11-28T0010-image-attachments": imageAttachments,
+  "2026-11-28T0050-cluster-membership": clusterMembership,
   "2026-11-28T0100-message-search": messageSearch,
   "2026-11-28T0110-message-read-indexes": messageReadIndexes,
-  "2026-11-28T0200-cluster-membership": clusterMembership,
 };
