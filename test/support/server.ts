@@ -84,15 +84,20 @@ export async function engineConfig(engine: EngineName, overrides: Partial<Config
   };
 }
 
+/** The organization owner's credentials, from the zuliprc a node writes into its data directory on first start. */
+export function ownerCredentials(dataDir: string): Credentials {
+  const rc = readZuliprc(path.join(dataDir, "zuliprc"));
+  return { email: rc.email, key: rc.key };
+}
+
 /** `overrides` may set chat's settings (actors/chat/config.ts) beside the node's. */
 export async function startTestServer(engine: EngineName, overrides: Partial<Config & ChatConfig> = {}): Promise<TestServer> {
   const { config, dataDir, release } = await engineConfig(engine, overrides);
   const node = await startNode(config, { chat: loadChatConfig(overrides) });
-  const rc = readZuliprc(path.join(dataDir, "zuliprc"));
   return {
     url: `http://127.0.0.1:${node.port}`,
     node,
-    owner: { email: rc.email, key: rc.key },
+    owner: ownerCredentials(dataDir),
     dataDir,
     close: async () => {
       await node.close();

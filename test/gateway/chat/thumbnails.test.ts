@@ -9,7 +9,7 @@ import fs from "node:fs";
 import path from "node:path";
 import sharp from "sharp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { api, createUser, engineConfig, ENGINES, readZuliprc, startTestServer, type Credentials, type TestServer } from "../../support/server.ts";
+import { api, createUser, engineConfig, ENGINES, ownerCredentials, startTestServer, type Credentials, type TestServer } from "../../support/server.ts";
 import { startNode } from "../../../gateway/main.ts";
 import { eventually, messageApi, type User } from "../../support/messages.ts";
 
@@ -187,8 +187,7 @@ describe.each(ENGINES)("thumbnails across a restart on %s", (engine) => {
     const { config, dataDir, release } = await engineConfig(engine);
     let node = await startNode(config);
     try {
-      const rc = readZuliprc(path.join(dataDir, "zuliprc"));
-      const owner = { email: rc.email, key: rc.key };
+      const owner = ownerCredentials(dataDir);
       let server = { url: `http://127.0.0.1:${node.port}` };
       await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "general" }] } });
       const url = (await api(server, "POST", "/user_uploads", { as: owner, files: [{ filename: "late.png", type: "image/png", data: await png(500, 400) }] })).body.url as string;

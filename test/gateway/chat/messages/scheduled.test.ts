@@ -2,10 +2,9 @@
  * Scheduled messages on both engines: the CRUD surface with Zulip's errors and events, delivery at the time, and
  * delivery after a restart (the schedule lives in the store, not in a timer).
  */
-import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startNode } from "../../../../gateway/main.ts";
-import { api, createUser, engineConfig, ENGINES, readZuliprc, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
+import { api, createUser, engineConfig, ENGINES, ownerCredentials, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
 import { eventually } from "../../../support/messages.ts";
 
 const now = () => Math.floor(Date.now() / 1000);
@@ -86,8 +85,7 @@ describe.each(ENGINES)("scheduled messages across a restart on %s", (engine) => 
     const { config, dataDir, release } = await engineConfig(engine);
     let node = await startNode(config);
     try {
-      const rc = readZuliprc(path.join(dataDir, "zuliprc"));
-      const owner = { email: rc.email, key: rc.key };
+      const owner = ownerCredentials(dataDir);
       let server = { url: `http://127.0.0.1:${node.port}` };
       await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "general" }] } });
       const created = await api(server, "POST", "/scheduled_messages", {
