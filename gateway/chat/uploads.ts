@@ -86,6 +86,40 @@ function storedType(declared: string, fileName: string): string {
   return mimeTypes.lookup(fileName) || "application/octet-stream";
 }
 
+/** How far into a body the file part's headers are looked for (Zulip's clients send the file first). */
+const PART_HEADER_SCAN_LIMIT = MULTIPART_OVERHEAD;
+
+/**
+ * Watches a multipart body for the header block of its first file part and tells whether that part declared a
+ * Content-Type. Busboy reports RFC 7578's default, text/plain, for a part that declares none, where Django (which
+ * reads Zulip's uploads) reports none and Zulip then types the file from its name: python-zulip-api's
+ * `upload_file` declares none, so its PNG must be stored as image/png, not text/plain. Undefined until the block
+ * has been seen (or when it was not within the scan limit).
+ */
+function watchFilePartTypeDeclared(body: Readable, contentType: string): () => boolean | undefined {
+  const boundary = /boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
+  if (!boundary) return () => undefined;
+  const delimiter = Buffer.from(`--${boundary[1] ?? boundary[2]}\r\n`);
+  let head = Buffer.alloc(0);
+  let declared: boolean | undefined;
+  const onData = (chunk: Buffer) => {
+    head = Buffer.concat([head, chunk]);
+    for (let at = head.indexOf(delimiter); at !== -1; at = head.indexOf(delimiter, at + delimiter.length)) {
+      const headersStart = at + delimiter.length;
+      const headersEnd = head.indexOf("\r\n\r\n", headersStart);
+      if (headersEnd === -1) break; // the rest of this block comes with the next chunk
+      const lines = head.toString("latin1", headersStart, headersEnd).split("\r\n");
+      const isFile = lines.some((line) => /^content-disposition:.*\bfilename\*?=/i.test(line));
+      if (!isFile) continue;
+      declared = lines.some((line) => /^content-type:/i.test(line));
+      break;
+    }
+    if (declared !== undefined || head.length > PART_HEADER_SCAN_LIMIT) body.off("data", onData);
+  };
+  body.on("data", onData);
+  return () => declared;
+}
+
 interface ReceivedFile {
   fileName: string;
   contentType: string;
@@ -107,6 +141,8 @@ function receiveOneFile(services: Services, body: Readable, contentType: string,
   } catch {
     return Promise.reject(errors.badRequest("Invalid request body: send the file as multipart/form-data"));
   }
+  // Listening before the parser pipes: each chunk is seen here before busboy parses it.
+  const typeDeclared = watchFilePartTypeDeclared(body, contentType);
   const received = new Promise<ReceivedFile>((resolve, reject) => {
     let failed = false;
     let file: Readable | undefined;
@@ -129,7 +165,7 @@ function receiveOneFile(services: Services, body: Readable, contentType: string,
       file = stream;
       const fileName = decodeURIComponentSafely(name).replaceAll("\u0000", "");
       saving = blobs.put(blobKey, stream, { limit: limitMib * MIB }).then(
-        ({ size }) => ({ fileName, contentType: storedType(mimeType, fileName), blobKey, size }),
+        ({ size }) => ({ fileName, contentType: storedType(typeDeclared() === false ? "" : mimeType, fileName), blobKey, size }),
         (err) => {
           throw err instanceof BlobTooLarge ? tooLarge(limitMib) : err;
         },

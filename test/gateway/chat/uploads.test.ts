@@ -7,6 +7,7 @@
 import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
+import sharp from "sharp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../../support/server.ts";
 import { eventually, messageApi, type User } from "../../support/messages.ts";
@@ -89,6 +90,34 @@ describe.each(ENGINES)("uploads on %s", (engine) => {
     expect(await (await download(answer.url, alice)).text()).toBe("summer");
     // The decoded path finds the file too.
     expect((await download(decodeURIComponent(answer.url), alice)).status).toBe(200);
+  });
+
+  it("types a file part that declares no Content-Type from its name, as python-zulip-api's upload_file sends it", async () => {
+    // requests writes `files=[(f.name, f)]` as a part with a Content-Disposition and no Content-Type; Django reads
+    // that as no type and Zulip guesses one from the name. A PNG so sent is an image: served as one, previewed.
+    const image = await sharp({ create: { width: 64, height: 48, channels: 3, background: { r: 200, g: 50, b: 90 } } }).png().toBuffer();
+    const boundary = "0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+    const send = (name: string, data: Buffer, partType?: string) =>
+      fetch(new URL("/api/v1/user_uploads", server.url), {
+        method: "POST",
+        headers: { authorization: basic(alice), "content-type": `multipart/form-data; boundary=${boundary}` },
+        body: Buffer.concat([
+          Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="/tmp/${name}"; filename="${name}"\r\n${partType ? `Content-Type: ${partType}\r\n` : ""}\r\n`),
+          data,
+          Buffer.from(`\r\n--${boundary}--\r\n`),
+        ]),
+      }).then(async (res) => {
+        expect(res.status).toBe(200);
+        return ((await res.json()) as { url: string }).url;
+      });
+    const picture = await send("pic.png", image);
+    expect((await download(picture, alice)).headers.get("content-type")).toBe("image/png");
+    const id = await messages.toChannel(alice, "python", `py upload [pic](${picture})`);
+    const res = await api(server, "GET", `/messages/${id}`, { as: alice, params: { apply_markdown: true }, template: "/messages/{message_id}" });
+    expect(res.body.message.content).toContain(`<div class="message_inline_image"><a href="${picture}" title="pic">`);
+    // A name that tells nothing is an octet stream; a type the part does declare is kept, even text/plain.
+    expect((await download(await send("README", Buffer.from("notes")), alice)).headers.get("content-type")).toBe("application/octet-stream");
+    expect((await download(await send("data.png", Buffer.from("plain words"), "text/plain"), alice)).headers.get("content-type")).toBe("text/plain");
   });
 
   it("sanitises the stored name as Zulip does and answers the name as uploaded", async () => {
