@@ -17,7 +17,7 @@ import type { ActorDeps } from "../../deps.ts";
 import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
 import { inGroupSetting, type GroupSettingValue } from "../organization/groups.ts";
 import { contentEditRefusal, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
-import type { MessageRecord } from "../rendering/message-format.ts";
+import { isMeMessage, type MessageRecord } from "../rendering/message-format.ts";
 import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
 import { markdownContext } from "../rendering/mentions.ts";
 import { usersAlertedBy } from "../users/alert-words.ts";
@@ -389,7 +389,7 @@ export abstract class Conversation implements Actor {
         orig_rendered_content: row.rendered_content,
         content: msg.content,
         rendered_content: rendered,
-        is_me_message: msg.content!.startsWith("/me "),
+        is_me_message: isMeMessage(msg.content!),
       });
     }
     if (move) {
@@ -556,7 +556,10 @@ export abstract class Conversation implements Actor {
       const rendered = rewriteUploadPreviews(row.rendered_content, msg, msg.preview);
       if (rendered === undefined) continue;
       await this.deps.store.write(this.ctx.fence(), (trx) => trx.updateTable("messages").set({ rendered_content: rendered }).where("id", "=", row.id).execute());
-      // Zulip's do_update_embedded_data: no author, no edit history.
+      // Zulip's do_update_embedded_data: no author, no edit history. Zulip leaves is_me_message out of it, but
+      // zulip-terminal reads is_me_message from every update_message that has rendered_content (a KeyError that
+      // ends its event loop: no live messages after someone posts an image): it is documented for the event, and
+      // it did not change.
       const event = {
         type: "update_message",
         user_id: null,
@@ -565,6 +568,7 @@ export abstract class Conversation implements Actor {
         message_ids: [Number(row.id)],
         content: row.content,
         rendered_content: rendered,
+        is_me_message: isMeMessage(row.content),
         rendering_only: true,
       };
       await this.deliverWithFlags(this.recipients(), Number(row.id), event);

@@ -45,6 +45,11 @@ export function gravatarUrl(email: string): string {
   return `https://secure.gravatar.com/avatar/${hash}?d=identicon&version=1`;
 }
 
+/** Zulip's /me status message: content starting with "/me " (Message.is_status_message). */
+export function isMeMessage(content: string): boolean {
+  return content.startsWith("/me ");
+}
+
 export function formatMessage(m: MessageRecord, opts: FormatOptions) {
   const message: Record<string, unknown> = {
     id: m.id,
@@ -61,7 +66,7 @@ export function formatMessage(m: MessageRecord, opts: FormatOptions) {
     content_type: opts.applyMarkdown ? "text/html" : "text/x-markdown",
     timestamp: m.timestamp,
     client: m.client,
-    is_me_message: m.content.startsWith("/me "),
+    is_me_message: isMeMessage(m.content),
     reactions: [],
     submessages: [],
     topic_links: m.topic_links ?? [],

@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, engineConfig, ENGINES, ownerCredentials, startTestServer, type Credentials, type TestServer } from "../../support/server.ts";
 import { startNode } from "../../../gateway/main.ts";
 import { eventually, messageApi, type User } from "../../support/messages.ts";
+import { expectZulipResponse } from "../../support/openapi.ts";
 
 /** An image of noise (it does not compress away, so it takes a real decode and resize). */
 function noise(width: number, height: number, channels: 3 | 4 = 3, seed = 1): Buffer {
@@ -100,7 +101,10 @@ describe.each(ENGINES)("thumbnails on %s", (engine) => {
     );
     const update = await eventually(async () => (await messages.events(alice, queue)).find((e) => e.type === "update_message" && e.message_id === id), 120_000);
     const thumbnailed = `${paragraph}<div class="message_inline_image"><a href="${url}" title="photo.png"><img data-original-content-type="image/png" data-original-dimensions="1200x900" src="${thumbnailUrl(url)}"></a></div>`;
-    expect(update).toMatchObject({ rendering_only: true, user_id: null, message_ids: [id], rendered_content: thumbnailed, content: `[photo.png](${url})` });
+    // is_me_message too: zulip-terminal reads it from every update_message with rendered_content (its event loop
+    // died on the KeyError, and it received nothing more).
+    expect(update).toMatchObject({ rendering_only: true, user_id: null, message_ids: [id], rendered_content: thumbnailed, content: `[photo.png](${url})`, is_me_message: false });
+    expectZulipResponse("GET", "/events", 200, { result: "success", msg: "", events: [update] });
     expect(await rendered(alice, id)).toBe(thumbnailed);
     // Edit history is for people's edits, not renderings.
     expect((await api(server, "GET", `/messages/${id}/history`, { as: alice, template: "/messages/{message_id}/history" })).body.message_history).toHaveLength(1);
