@@ -114,7 +114,10 @@ function watchFilePartTypeDeclared(body: Readable, contentType: string): () => b
       declared = lines.some((line) => /^content-type:/i.test(line));
       break;
     }
-    if (declared !== undefined || head.length > PART_HEADER_SCAN_LIMIT) body.off("data", onData);
+    if (declared !== undefined || head.length > PART_HEADER_SCAN_LIMIT) {
+      body.off("data", onData);
+      head = Buffer.alloc(0); // the answer outlives the scan: the bytes need not
+    }
   };
   body.on("data", onData);
   return () => declared;
