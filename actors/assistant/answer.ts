@@ -6,7 +6,7 @@
  * option") in a session is asked together with the previous exchange: the previous question's words at a lower
  * weight, the previous answer's lower still, so "what does that option cost?" finds what "that option" was. Its
  * coverage is that of both questions, the previous question's words counting as covered where the passage or the
- * previous answer holds them.
+ * previous answer holds them, unless the follow-up has a word the documents lack (see CONTEXT_QUESTION_SHARE).
  *
  * The answer is plain text (no markup: documents are ingested as text, see ingest.ts) made of whole sentences of
  * the best chunks. A sentence scores by the share of the question's weight (IDF) it holds, plus a little of its
