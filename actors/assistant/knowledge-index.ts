@@ -37,8 +37,11 @@ export interface QueryTerm {
   weight: number;
   /** Positions in the question, for the phrase bonus. */
   positions: number[];
-  /** Counted in the question's coverage (the question's own words and the previous question's). */
-  counted: boolean;
+  /**
+   * Its weight in the question's coverage, before IDF: the question's own words as in ranking; a follow-up's
+   * previous question's words more than in ranking (see answer.ts); 0 for words that only help find the place.
+   */
+  share: number;
 }
 
 /** A query term as matched in the index: the lexemes that stand for it, with their discounts. */

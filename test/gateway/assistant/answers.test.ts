@@ -157,6 +157,32 @@ describe.each(ENGINES)("answers on %s", (engine) => {
     expect(next.body.sources[0]).toMatchObject({ title: "Backups", heading: "Vacuum" });
   });
 
+  it("answers a follow-up whose own words the passage lacks (the previous question's words count, as the previous answer held them), not one about what the documents lack", async () => {
+    // "every kind of archive" is not the manual's wording (its words are elsewhere in the documents); the follow-up is
+    // still about the parallel restore the previous answer was about, and the passage that answers it ("only the
+    // custom and directory formats") is found.
+    const restoring = await publish([
+      ...DOCUMENTS,
+      { title: "Numbering", text: "Every note has a number." },
+      { title: "Files", text: "Each kind of note is a file." },
+      {
+        title: "Restoring",
+        format: "markdown",
+        text: `# Restoring\n\n## Parallel restore\n\nUse the jobs option for a faster restore.\n\n## Formats\n\nOnly the custom and directory archive formats work with the jobs option.\n`,
+      },
+    ]);
+    const first = await ask({ question: "How do I make a restore faster?" }, restoring);
+    expect(first.body.answer).toBe("Use the jobs option for a faster restore.");
+    const next = await ask({ question: "Does that work with every kind of archive?", session_id: first.body.session_id }, restoring);
+    expect(next.body.answer).toContain("custom and directory");
+    const alone = await ask({ question: "Does that work with every kind of archive?" }, restoring);
+    expect(alone.body.answer).toBe(DONT_KNOW);
+    // A follow-up about what the documents never mention is declined, however well the previous question was answered.
+    const again = await ask({ question: "How do I make a restore faster?" }, restoring);
+    const other = await ask({ question: "And MySQL?", session_id: again.body.session_id }, restoring);
+    expect(other.body).toMatchObject({ answer: DONT_KNOW, sources: [] });
+  });
+
   it("keeps answers within max_chars by whole sentences, and streams the same plain text as JSON", async () => {
     const bounded = await publish(DOCUMENTS, { max_chars: 100 });
     const res = await ask({ question: "What does vacuum do to tables?" }, bounded);
