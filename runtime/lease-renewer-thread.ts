@@ -18,6 +18,8 @@ const held = new Map<number, Lease>();
 const leaseMs = data.leaseSeconds * 1000;
 const periodMs = Math.max(200, leaseMs / 3);
 let stopping = false;
+/** Told once per stall, not at every round of it. */
+let stalled = false;
 let wake: (() => void) | undefined;
 
 const tell = (message: FromRenewer) => port.postMessage(message);
@@ -36,9 +38,11 @@ const store = new SqlStore(await openDatabase({ databaseUrl: data.databaseUrl, d
 async function round(): Promise<void> {
   const stalledMs = Date.now() - cells.checkIn();
   if (stalledMs > data.stallSeconds * 1000) {
-    tell({ type: "stalled", sinceMs: stalledMs });
+    if (!stalled) tell({ type: "stalled", sinceMs: stalledMs });
+    stalled = true;
     return;
   }
+  stalled = false;
   const members = await store.heartbeat(data.node, data.leaseSeconds);
   const leases = [...held.values()];
   const renewing = Date.now();
