@@ -5,7 +5,9 @@
  * event loop has not checked in for `stallSeconds`: a wedged worker must lose its shards, not keep them forever.
  */
 import { parentPort, workerData } from "node:worker_threads";
-import { openDatabase } from "./store/db.ts";
+import { Kysely, PostgresDialect } from "kysely";
+import pg from "pg";
+import type { KernelTables } from "./store/schema.ts";
 import { SqlStore } from "./store/sql-store.ts";
 import type { Lease } from "./store/store.ts";
 import { sharedCells, type FromRenewer, type RenewerData, type ToRenewer } from "./lease-keeper.ts";
@@ -33,7 +35,15 @@ port.on("message", (message: ToRenewer) => {
   }
 });
 
-const store = new SqlStore(await openDatabase({ databaseUrl: data.databaseUrl, dataDir: "unused", poolSize: 1 }));
+// One connection, and not through openDatabase: that module brings the embedded engine along, which this thread
+// never uses (its memory is the thread's main cost). The store's lease statements read no bigint column.
+const pool = new pg.Pool({ connectionString: data.databaseUrl, max: 1 });
+pool.on("error", (err) => log.error(`postgres: the lease renewer's idle connection was lost (${err.message})`));
+const store = new SqlStore({
+  db: new Kysely<KernelTables>({ dialect: new PostgresDialect({ pool }) }),
+  engine: "postgres",
+  prepared: () => Promise.reject(new Error("the lease renewer runs no prepared statements")),
+});
 
 async function round(): Promise<void> {
   const stalledMs = Date.now() - cells.checkIn();
