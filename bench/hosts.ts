@@ -97,8 +97,25 @@ async function writesOf(databaseUrl: string): Promise<{ commits: number; rows: n
   }
 }
 
-/** What the measured run cost: CPU µs per acknowledged send by host and command, commits per send, rows per commit. */
+/** Cores each host's processes use with no traffic (timers, blocked reads, lease renewals), over `seconds`. */
+async function idleCores(net: TestNetwork, seconds: number): Promise<Record<string, number>> {
+  const before = await cpuByHost(net);
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  const after = await cpuByHost(net);
+  const cores: Record<string, number> = {};
+  for (const [key, used] of after) {
+    const share = (used - (before.get(key) ?? 0)) / seconds;
+    if (share > 0) cores[key] = Number(share.toFixed(3));
+  }
+  return cores;
+}
+
+/**
+ * What the measured run cost: CPU µs per acknowledged send by host and command, commits per send, rows per commit;
+ * and, first, what the hosts use idle.
+ */
 async function costs(net: TestNetwork, databaseUrl: string, run: () => Promise<{ sendsPerSecond: number }>) {
+  const idle = await idleCores(net, 5);
   const cpuBefore = await cpuByHost(net);
   const writesBefore = await writesOf(databaseUrl);
   const result = await run();
@@ -115,6 +132,7 @@ async function costs(net: TestNetwork, databaseUrl: string, run: () => Promise<{
   const commits = writesAfter.commits - writesBefore.commits;
   return {
     ...result,
+    idleCores: idle,
     cpuMicrosPerSend,
     commitsPerSend: Number((commits / sends).toFixed(2)),
     rowsPerCommit: Number(((writesAfter.rows - writesBefore.rows) / commits).toFixed(2)),
