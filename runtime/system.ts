@@ -326,14 +326,16 @@ export class ActorSystem {
    * Writes are fenced by the store; what the guard keeps from happening twice is the rest of a turn (a delivery to an
    * event queue in memory, an answer). An entry that arrives while the lease is in doubt is held back, unacknowledged:
    * it runs once a renewal confirms the lease (leasesConfirmed), or stays pending for the next holder if the shard is
-   * dropped.
+   * dropped. Only on a transport that gives a dropped shard's unacknowledged entries to its next holder: on the
+   * memory transport there is no other process to take a shard, nor to give held-back entries to.
    */
   guardShards(leaseSure: (shard: number) => boolean): void {
-    this.leaseSure = leaseSure;
+    if (this.opts.transport.redeliversAfterCrash) this.leaseSure = leaseSure;
   }
 
   /** A renewal confirmed leases: run the entries held back on the shards now surely held, in their order. */
   leasesConfirmed(): void {
+    if (!this.heldBack.size) return;
     for (const shard of [...this.heldBack.keys()]) if (this.epochs.has(shard) && this.leaseSure!(shard)) this.runHeldBack(shard);
   }
 
