@@ -6,7 +6,9 @@
  * another live worker (one that joined, or came back). Each take-over increments the shard's fencing epoch in the
  * store, so a worker that lost its lease (paused, partitioned) has every later write refused. Leases, not the
  * membership, are what keep two workers from serving one shard: a worker that misses heartbeats keeps its shards
- * until their leases expire.
+ * until their leases expire. Heartbeats and renewals are a LeaseKeeper's (lease-keeper.ts): on Postgres a thread of
+ * their own, so a stalled event loop keeps its shards for up to a bound; the manager acts on a shard only while the
+ * keeper says its lease is surely held.
  */
 import type { ActorSystem } from "./system.ts";
 import { placeShards } from "./placement.ts";
