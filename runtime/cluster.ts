@@ -110,11 +110,18 @@ export class ShardManager {
     try {
       this.place(await this.leases.refresh());
       let reclaimed = false;
-      // A lease not renewed within its lifetime may have been taken over (this worker stalled past the bound, or
-      // its renewals failed): dropped at once, all together (each drop waits for the shard's turns in flight).
+      // A lease not renewed within its lifetime (the renewer was late, or stopped while this loop stalled past the
+      // bound) is still ours unless another worker took it over: renewed here, or dropped if it was taken, all
+      // together (each drop waits for the shard's turns in flight).
       const now = Date.now();
-      const lost = [...this.held.keys()].filter((shard) => this.leases.validUntil(shard) <= now);
-      await Promise.all(lost.map((shard) => this.drop(shard)));
+      const doubtful = [...this.held.values()].filter((lease) => this.leases.validUntil(lease.shard) <= now);
+      if (doubtful.length) {
+        const renewing = Date.now();
+        const renewed = await this.store.renewLeases(doubtful, node, leaseSeconds);
+        for (const lease of doubtful) if (renewed.has(lease.shard)) this.leases.hold(lease, renewing);
+        await Promise.all(doubtful.filter((lease) => !renewed.has(lease.shard)).map((lease) => this.drop(lease.shard)));
+        if (renewed.size) this.system.leasesConfirmed();
+      }
       for (const [shard, lease] of [...this.held]) {
         if (this.homes[shard] !== node) await this.handBack(shard, lease);
       }
