@@ -156,10 +156,15 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
     thread.on("error", (err) => log.error({ err }, "lease renewer thread failed"));
     thread.on("exit", () => {
       if (this.stopping) return;
-      // Its leases lapse unless someone renews them: a new thread takes them on.
+      // Its leases lapse unless someone renews them: a new thread takes them on (the tick renews meanwhile), after a
+      // pause, so that a thread failing at start does not restart in a tight loop.
       log.error("lease renewer thread exited; starting another");
-      this.spawn();
-      for (const lease of this.held.values()) this.post({ type: "hold", shard: lease.shard, epoch: lease.epoch });
+      const restart = setTimeout(() => {
+        if (this.stopping) return;
+        this.spawn();
+        for (const lease of this.held.values()) this.post({ type: "hold", shard: lease.shard, epoch: lease.epoch });
+      }, 1000);
+      restart.unref();
     });
     this.thread = thread;
   }
