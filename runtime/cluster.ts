@@ -119,7 +119,9 @@ export class ShardManager {
         const renewing = Date.now();
         const renewed = await this.store.renewLeases(doubtful, node, leaseSeconds);
         for (const lease of doubtful) if (renewed.has(lease.shard)) this.leases.hold(lease, renewing);
-        await Promise.all(doubtful.filter((lease) => !renewed.has(lease.shard)).map((lease) => this.drop(lease.shard)));
+        const lost = doubtful.filter((lease) => !renewed.has(lease.shard));
+        if (lost.length) log.warn(`leases taken over by another worker: shards ${lost.map((lease) => lease.shard).join(",")}`);
+        await Promise.all(lost.map((lease) => this.drop(lease.shard)));
         if (renewed.size) this.system.leasesConfirmed();
       }
       for (const [shard, lease] of [...this.held]) {
