@@ -3,8 +3,11 @@
  * (test/support/hosts.ts), Redis and Postgres on a host of their own, one Chorus process (ROLE=all) per Chorus host.
  * For each count, POST /messages through every host at once (autocannon here, one instance per host, each request
  * to the next of 64 channels so that the sends spread over the shards), for `--duration` seconds: acknowledged sends
- * a second, latency, and errors. All hosts share this machine's cores: the figures show what crossing hosts costs and
- * how the placement spreads work, not what separate machines would add.
+ * a second, latency, and errors; and what each send cost: CPU per send of each host's processes (counted by network
+ * namespace from /proc: Chorus on each Chorus host, Postgres and Redis apart on `db`), Postgres commits per send and
+ * rows written per commit (pg_stat_database). All hosts share this machine's cores: the throughput shows what crossing
+ * hosts costs and how the placement spreads work, not what separate machines would add; the CPU per send is what
+ * the capacity model (docs/capacity.md) scales.
  *
  *   npx tsx bench/hosts.ts [--duration 10] [--connections 16]      (root: it makes network namespaces)
  */
@@ -13,7 +16,9 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import autocannon from "autocannon";
 import pg from "pg";
-import { createNetwork } from "../test/support/hosts.ts";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { createNetwork, type TestNetwork } from "../test/support/hosts.ts";
 import { startPrivatePostgres, startPrivateRedis } from "../test/support/private-services.ts";
 import { startChorus, type ChorusProcess } from "../test/support/process.ts";
 import { readZuliprc } from "../test/support/server.ts";
@@ -52,6 +57,88 @@ async function sendLoad(hosts: ChorusProcess[], authorization: string) {
   };
 }
 
+const execAsync = promisify(execFile);
+/** Clock ticks per second of /proc's CPU times (USER_HZ: 100 on Linux). */
+const TICKS = 100;
+
+/** CPU seconds used so far by the live processes of each host, by command name (`node`, `postgres`, `redis-server`). */
+async function cpuByHost(net: TestNetwork): Promise<Map<string, number>> {
+  const cpu = new Map<string, number>();
+  for (const host of Object.values(net.hosts)) {
+    const { stdout } = await execAsync("ip", ["netns", "pids", host.namespace]);
+    for (const pid of stdout.split("\n").filter(Boolean)) {
+      try {
+        const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+        const command = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+        // Fields after the command: state is the 3rd of the line, utime the 14th and stime the 15th.
+        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        const seconds = (Number(fields[11]) + Number(fields[12])) / TICKS;
+        const key = `${host.name} ${command}`;
+        cpu.set(key, (cpu.get(key) ?? 0) + seconds);
+      } catch {
+        // exited meanwhile
+      }
+    }
+  }
+  return cpu;
+}
+
+/** This database's commits and rows written so far (Postgres publishes its counters with a delay: see pg_stat_force_next_flush). */
+async function writesOf(databaseUrl: string): Promise<{ commits: number; rows: number }> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const { rows } = await client.query(
+      "select xact_commit::float8 as commits, (tup_inserted + tup_updated + tup_deleted)::float8 as rows from pg_stat_database where datname = current_database()",
+    );
+    return rows[0];
+  } finally {
+    await client.end();
+  }
+}
+
+/** Cores each host's processes use with no traffic (timers, blocked reads, lease renewals), over `seconds`. */
+async function idleCores(net: TestNetwork, seconds: number): Promise<Record<string, number>> {
+  const before = await cpuByHost(net);
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  const after = await cpuByHost(net);
+  const cores: Record<string, number> = {};
+  for (const [key, used] of after) {
+    const share = (used - (before.get(key) ?? 0)) / seconds;
+    if (share > 0) cores[key] = Number(share.toFixed(3));
+  }
+  return cores;
+}
+
+/**
+ * What the measured run cost: CPU µs per acknowledged send by host and command, commits per send, rows per commit;
+ * and, first, what the hosts use idle.
+ */
+async function costs(net: TestNetwork, databaseUrl: string, run: () => Promise<{ sendsPerSecond: number }>) {
+  const idle = await idleCores(net, 5);
+  const cpuBefore = await cpuByHost(net);
+  const writesBefore = await writesOf(databaseUrl);
+  const result = await run();
+  // Postgres's statistics reach pg_stat_database up to a second after the commits.
+  await new Promise((r) => setTimeout(r, 1500));
+  const writesAfter = await writesOf(databaseUrl);
+  const cpuAfter = await cpuByHost(net);
+  const sends = result.sendsPerSecond * DURATION;
+  const cpuMicrosPerSend: Record<string, number> = {};
+  for (const [key, seconds] of cpuAfter) {
+    const used = seconds - (cpuBefore.get(key) ?? 0);
+    if (used > 0) cpuMicrosPerSend[key] = Math.round((used * 1e6) / sends);
+  }
+  const commits = writesAfter.commits - writesBefore.commits;
+  return {
+    ...result,
+    idleCores: idle,
+    cpuMicrosPerSend,
+    commitsPerSend: Number((commits / sends).toFixed(2)),
+    rowsPerCommit: Number(((writesAfter.rows - writesBefore.rows) / commits).toFixed(2)),
+  };
+}
+
 async function main(): Promise<void> {
   const net = await createNetwork(["db", "h1", "h2", "h3"]);
   const stops: Array<() => Promise<unknown>> = [net.remove];
@@ -83,7 +170,7 @@ async function main(): Promise<void> {
         });
         if (!subscribe.ok) throw new Error(`subscribing failed: ${subscribe.status} ${await subscribe.text()}`);
         await sendLoad(hosts, authorization); // warm-up: the channels' actors, the connections, the JIT
-        const row = { hosts: count, ...(await sendLoad(hosts, authorization)) };
+        const row = { hosts: count, ...(await costs(net, databaseUrl, () => sendLoad(hosts, authorization))) };
         console.log(JSON.stringify(row));
         rows.push(row);
       } finally {

@@ -1,10 +1,12 @@
 /**
- * `npm run bench:memory [-- --queues N --streams N --users N --rounds N]`: does the server's memory come back?
+ * `npm run bench:memory [-- --queues N --streams N --polls N --users N --rounds N]`: does the server's memory come
+ * back, and what does a parked long-poll hold?
  * One node on Redis Streams + Postgres (a fresh database and key prefix, removed afterwards) started in this
  * process; its clients in a child process (bench/event-client.ts), so that only the server's memory is measured.
  * Each round registers `--queues` queues (POST /register, round-robin over `--users` users) and deletes them, then
  * registers `--streams` queues, opens GET /events/stream on each, closes every stream (the client goes away) and
- * deletes those queues. After a warm-up round a tenth the size (code paths compiled, pools filled), the process's
+ * deletes those queues, then parks `--polls` long-polls (GET /events on as many new queues), unparks them and
+ * deletes those queues (what parked polls cost is the capacity model's figure: docs/capacity.md). After a warm-up round a tenth the size (code paths compiled, pools filled), the process's
  * RSS and its heap after full GCs are printed at each step; a round that leaks ends above the one before.
  */
 import { EventClient, EventWorld, REGISTER_BODY, settledMemory } from "./events.ts";
@@ -14,17 +16,18 @@ import { startEngine, type Engine } from "./scenarios.ts";
 interface Options {
   queues: number;
   streams: number;
+  polls: number;
   users: number;
   rounds: number;
   concurrency: number;
 }
 
 function parseOptions(argv: string[]): Options {
-  const opts: Options = { queues: 10_000, streams: 2_000, users: 100, rounds: 2, concurrency: 32 };
+  const opts: Options = { queues: 10_000, streams: 2_000, polls: 2_000, users: 100, rounds: 2, concurrency: 32 };
   for (let i = 0; i < argv.length; i += 2) {
     const name = argv[i]!.replace(/^--/, "") as keyof Options;
     const value = Number(argv[i + 1]);
-    if (!(name in opts) || !Number.isInteger(value) || value < 1) throw new Error(`usage: --queues N --streams N --users N --rounds N --concurrency N (got ${argv[i]} ${argv[i + 1]})`);
+    if (!(name in opts) || !Number.isInteger(value) || value < 1) throw new Error(`usage: --queues N --streams N --polls N --users N --rounds N --concurrency N (got ${argv[i]} ${argv[i + 1]})`);
     opts[name] = value;
   }
   return opts;
@@ -63,7 +66,7 @@ async function main(): Promise<void> {
     };
     const deleteAll = async (queues: QueueRef[]) => check("delete", (await client.call<CountResult>({ op: "deleteQueues", base, queues, concurrency: opts.concurrency })).result);
 
-    const round = async (label: string, queueCount: number, streamCount: number, measured: boolean) => {
+    const round = async (label: string, queueCount: number, streamCount: number, pollCount: number, measured: boolean) => {
       const step = async (what: string) => void (measured && (await measure(`${label}: ${what}`)));
       const registered = await register(queueCount);
       await step(`${queueCount} queues registered`);
@@ -77,12 +80,20 @@ async function main(): Promise<void> {
       await step(`… closed`);
       await deleteAll(queues);
       await step(`… and their queues deleted`);
+      const polled = await register(pollCount);
+      await step(`${pollCount} queues registered for polls`);
+      await client.call<{ parked: number }>({ op: "park", base, queues: polled });
+      await step(`${pollCount} long-polls parked`);
+      await client.call({ op: "unpark" });
+      await new Promise((r) => setTimeout(r, 1000)); // the server notices the aborted polls
+      await deleteAll(polled);
+      await step(`… unparked, and their queues deleted`);
     };
 
     console.log(`bench:memory: ${engine.describe}; ${opts.users} users, ${opts.concurrency} requests at a time`);
-    await round("warm-up", Math.ceil(opts.queues / 10), Math.ceil(opts.streams / 10), false);
+    await round("warm-up", Math.ceil(opts.queues / 10), Math.ceil(opts.streams / 10), Math.ceil(opts.polls / 10), false);
     await measure("baseline (after a warm-up round a tenth the size)");
-    for (let r = 1; r <= opts.rounds; r++) await round(`round ${r}`, opts.queues, opts.streams, true);
+    for (let r = 1; r <= opts.rounds; r++) await round(`round ${r}`, opts.queues, opts.streams, opts.polls, true);
     const first = rows[0]!;
     const last = rows.at(-1)!;
     console.log(

@@ -13,6 +13,7 @@ import { Redis } from "ioredis";
 import { sql } from "kysely";
 import uws from "uWebSockets.js";
 import { loadConfig, ZULIP_RATE_LIMITS, type RateLimitRules } from "../runtime/config.ts";
+import { placeShards } from "../runtime/placement.ts";
 import { Keyring } from "../runtime/secrets.ts";
 import { ROLE } from "../actors/chat/organization/realm.ts";
 import { User } from "../actors/chat/users/user.protocol.ts";
@@ -244,7 +245,8 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
     }
     // The first node takes every shard until the others start; measure once each holds only its home shards.
     const nodes = [running, ...others];
-    const settled = () => nodes.every((n, i) => n.system.heldShards().every((shard) => shard % workers === i));
+    const homes = placeShards(config.shards, nodes.map((n) => n.system.nodeId));
+    const settled = () => nodes.every((n) => n.system.heldShards().every((shard) => homes[shard] === n.system.nodeId));
     for (const deadline = Date.now() + 4 * config.leaseSeconds * 1000; !settled(); ) {
       if (Date.now() > deadline) throw new Error("the worker nodes did not settle on their home shards");
       await new Promise((r) => setTimeout(r, 100));

@@ -148,6 +148,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         shards: config.shards,
         leaseSeconds: config.leaseSeconds,
         takeOverAtStart: !config.redisUrl,
+        renewer: config.databaseUrl ? { databaseUrl: config.databaseUrl, stallSeconds: config.leaseStallSeconds } : undefined,
       })
     : undefined;
   await shards?.start();

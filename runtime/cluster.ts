@@ -6,12 +6,15 @@
  * another live worker (one that joined, or came back). Each take-over increments the shard's fencing epoch in the
  * store, so a worker that lost its lease (paused, partitioned) has every later write refused. Leases, not the
  * membership, are what keep two workers from serving one shard: a worker that misses heartbeats keeps its shards
- * until their leases expire.
+ * until their leases expire. Heartbeats and renewals are a LeaseKeeper's (lease-keeper.ts): on Postgres a thread of
+ * their own, so a stalled event loop keeps its shards for up to a bound; the manager acts on a shard only while the
+ * keeper says its lease is surely held.
  */
 import type { ActorSystem } from "./system.ts";
 import { placeShards } from "./placement.ts";
 import type { Lease, Store } from "./store/store.ts";
 import { log } from "./log.ts";
+import { LoopLeaseKeeper, ThreadLeaseKeeper, type LeaseKeeper } from "./lease-keeper.ts";
 
 export interface ShardManagerOptions {
   node: string;
@@ -19,13 +22,17 @@ export interface ShardManagerOptions {
   leaseSeconds: number;
   /** Single-process deployments take their shards at start even if a crashed predecessor's lease is live. */
   takeOverAtStart?: boolean;
+  /**
+   * Renew leases from a thread of their own on this Postgres database (ThreadLeaseKeeper), keeping them while the
+   * event loop stalls for up to `stallSeconds`. Without it, leases are renewed at each tick, on the event loop.
+   */
+  renewer?: { databaseUrl: string; stallSeconds: number };
 }
 
 export class ShardManager {
   private readonly held = new Map<number, Lease>();
+  private readonly leases: LeaseKeeper;
   private timer?: NodeJS.Timeout;
-  /** When each held shard's lease was last acquired or renewed (the time the call was made: it lasts from then). */
-  private readonly renewedAt = new Map<number, number>();
   private ticking?: Promise<void>;
   private stopped = false;
   /** The live members at the last tick, and each shard's home among them. */
@@ -36,11 +43,19 @@ export class ShardManager {
     private readonly store: Store,
     private readonly system: ActorSystem,
     private readonly opts: ShardManagerOptions,
-  ) {}
+  ) {
+    const { node, shards, leaseSeconds, renewer } = opts;
+    this.leases = renewer ? new ThreadLeaseKeeper({ node, shards, leaseSeconds, ...renewer }) : new LoopLeaseKeeper(store, { node, shards, leaseSeconds });
+    // The system handles a shard's entries only while its lease is surely ours; entries it held back meanwhile run
+    // once a renewal confirms the lease (or are left to the next holder when the shard is dropped).
+    system.guardShards((shard) => this.leases.validUntil(shard) > Date.now());
+    this.leases.onRenewed(() => system.leasesConfirmed());
+  }
 
   /** Take the home shards (waiting for expired leases of a previous incarnation if need be) and keep renewing. */
   async start(): Promise<void> {
     await this.store.ensureShards(this.opts.shards);
+    await this.leases.start();
     await this.tick(this.opts.takeOverAtStart);
     const deadline = Date.now() + this.opts.leaseSeconds * 1000 * 2;
     while (!this.holdsHomeShards() && Date.now() < deadline) {
@@ -59,12 +74,12 @@ export class ShardManager {
   }
 
   /**
-   * Whether this worker serves what it should: it holds its home shards, and every lease it holds was acquired or
-   * renewed within the lease's lifetime (past that it may have been taken over). For /ready.
+   * Whether this worker serves what it should: it holds its home shards, and every lease it holds is surely still
+   * its own (renewed within the lease's lifetime: past that it may have been taken over). For /ready.
    */
   leasesCurrent(now = Date.now()): boolean {
     if (!this.holdsHomeShards()) return false;
-    for (const at of this.renewedAt.values()) if (now - at >= this.opts.leaseSeconds * 1000) return false;
+    for (const shard of this.held.keys()) if (this.leases.validUntil(shard) <= now) return false;
     return true;
   }
 
@@ -93,20 +108,23 @@ export class ShardManager {
     if (this.stopped) return;
     const { node, leaseSeconds, shards } = this.opts;
     try {
-      this.place(await this.store.heartbeat(node, leaseSeconds));
+      this.place(await this.leases.refresh());
       let reclaimed = false;
-      // One statement for every lease held: a tick's round trips are what a busy worker waits on, and a tick that
-      // takes longer than the lease's slack loses shards that were never in doubt.
-      const renewing = Date.now();
-      const renewed = await this.store.renewLeases([...this.held.values()], node, leaseSeconds);
+      // A lease not renewed within its lifetime (the renewer was late, or stopped while this loop stalled past the
+      // bound) is still ours unless another worker took it over: renewed here, or dropped if it was taken, all
+      // together (each drop waits for the shard's turns in flight).
+      const now = Date.now();
+      const doubtful = [...this.held.values()].filter((lease) => this.leases.validUntil(lease.shard) <= now);
+      if (doubtful.length) {
+        const renewing = Date.now();
+        const renewed = await this.store.renewLeases(doubtful, node, leaseSeconds);
+        for (const lease of doubtful) if (renewed.has(lease.shard)) this.leases.hold(lease, renewing);
+        const lost = doubtful.filter((lease) => !renewed.has(lease.shard));
+        if (lost.length) log.warn(`leases taken over by another worker: shards ${lost.map((lease) => lease.shard).join(",")}`);
+        await Promise.all(lost.map((lease) => this.drop(lease.shard)));
+        if (renewed.size) this.system.leasesConfirmed();
+      }
       for (const [shard, lease] of [...this.held]) {
-        if (!renewed.has(shard)) {
-          this.held.delete(shard);
-          this.renewedAt.delete(shard);
-          await this.system.dropShard(shard);
-          continue;
-        }
-        this.renewedAt.set(shard, renewing);
         if (this.homes[shard] !== node) await this.handBack(shard, lease);
       }
       for (let shard = 0; shard < shards; shard++) {
@@ -116,7 +134,7 @@ export class ShardManager {
         const lease = await this.store.acquireLease(shard, node, leaseSeconds, force);
         if (!lease) continue;
         this.held.set(shard, lease);
-        this.renewedAt.set(shard, acquiring);
+        this.leases.hold(lease, acquiring);
         await this.system.holdShard(shard, lease.epoch, lease.reclaimed);
         reclaimed ||= !!lease.reclaimed;
       }
@@ -127,10 +145,14 @@ export class ShardManager {
     }
   }
 
-  private async handBack(shard: number, lease: Lease): Promise<void> {
+  private async drop(shard: number): Promise<void> {
     this.held.delete(shard);
-    this.renewedAt.delete(shard);
+    this.leases.forget(shard);
     await this.system.dropShard(shard);
+  }
+
+  private async handBack(shard: number, lease: Lease): Promise<void> {
+    await this.drop(shard);
     await this.store.releaseLease(lease, this.opts.node);
   }
 
@@ -139,10 +161,10 @@ export class ShardManager {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     await this.ticking;
+    // No more heartbeats once stopped (below, the heartbeat is forgotten); leases held are released right after.
+    await this.leases.close();
     for (const [shard, lease] of [...this.held]) {
-      this.held.delete(shard);
-      this.renewedAt.delete(shard);
-      await this.system.dropShard(shard);
+      await this.drop(shard);
       await this.store.releaseLease(lease, this.opts.node).catch(() => {});
     }
     // Stop counting as alive, or the other workers leave our released home shards alone until our last heartbeat

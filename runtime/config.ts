@@ -29,6 +29,11 @@ export interface Config {
   shards: number;
   /** Seconds a shard lease lasts without renewal. */
   leaseSeconds: number;
+  /**
+   * How long a worker's event loop may stall (a long GC, a busy turn) and keep its shards (on Postgres, leases are
+   * renewed from a thread of their own: runtime/lease-keeper.ts); past it they move within a lease. Default two leases.
+   */
+  leaseStallSeconds: number;
   /** Largest request body accepted (413 past it). */
   maxBodyBytes: number;
   /** Default ask timeout. */
@@ -152,6 +157,7 @@ const kernelSettings = {
   ROLE: str({ choices: ["all", "gateway", "worker"] as const, default: "all" }),
   SHARDS: nonNegativeInt({ default: 16 }),
   LEASE_SECONDS: nonNegativeInt({ default: 10 }),
+  LEASE_STALL_SECONDS: nonNegativeInt({ default: 0 }),
   MAX_BODY_BYTES: nonNegativeInt({ default: 25 * 1024 * 1024 }),
   ASK_TIMEOUT_MS: nonNegativeInt({ default: 10_000 }),
   CHORUS_SECRET: str({ default: "" }),
@@ -196,6 +202,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     role: env.ROLE as Role,
     shards: Math.max(1, env.SHARDS),
     leaseSeconds: Math.max(2, env.LEASE_SECONDS),
+    leaseStallSeconds: env.LEASE_STALL_SECONDS || 2 * Math.max(2, env.LEASE_SECONDS),
     maxBodyBytes: env.MAX_BODY_BYTES,
     askTimeoutMs: env.ASK_TIMEOUT_MS,
     secret: env.CHORUS_SECRET || undefined,

@@ -85,6 +85,10 @@ export class ActorSystem {
    */
   private readonly lostEntries = new Set<number>();
   private readonly pending = new Map<string, PendingAsk>();
+  /** Whether this process surely still holds a shard's lease (guardShards); absent: it does while it holds it. */
+  private leaseSure?: (shard: number) => boolean;
+  /** Entries of shards whose lease was in doubt when they arrived, in arrival order (see guardShards). */
+  private readonly heldBack = new Map<number, Array<{ entry: Entry; handled: () => void }>>();
   private corr = 0;
   private readonly noticeListeners: Array<(notice: string) => void> = [];
   private readonly hearNotice = (notice: string) => {
@@ -316,10 +320,40 @@ export class ActorSystem {
     this.opts.pubsub.publish(channels.shardHolders, String(shard)).catch(() => {});
   }
 
+  /**
+   * Handle a shard's entries only while `leaseSure(shard)`: a process whose event loop stalled past its lease may
+   * have lost the shard to another, and wakes to entries that the other now serves (it claimed them) or must serve.
+   * Writes are fenced by the store; what the guard keeps from happening twice is the rest of a turn (a delivery to an
+   * event queue in memory, an answer). An entry that arrives while the lease is in doubt is held back, unacknowledged:
+   * it runs once a renewal confirms the lease (leasesConfirmed), or stays pending for the next holder if the shard is
+   * dropped. Only on a transport that gives a dropped shard's unacknowledged entries to its next holder: on the
+   * memory transport there is no other process to take a shard, nor to give held-back entries to.
+   */
+  guardShards(leaseSure: (shard: number) => boolean): void {
+    if (this.opts.transport.redeliversAfterCrash) this.leaseSure = leaseSure;
+  }
+
+  /** A renewal confirmed leases: run the entries held back on the shards now surely held, in their order. */
+  leasesConfirmed(): void {
+    if (!this.heldBack.size) return;
+    for (const shard of [...this.heldBack.keys()]) if (this.epochs.has(shard) && this.leaseSure!(shard)) this.runHeldBack(shard);
+  }
+
+  private runHeldBack(shard: number): void {
+    const entries = this.heldBack.get(shard)!;
+    this.heldBack.delete(shard);
+    for (const { entry, handled } of entries) void this.onEntry(shard, entry).then(handled);
+  }
+
   /** Stop receiving the shard and drop its activations (after their current turns). */
   async dropShard(shard: number): Promise<void> {
     this.servedHere.delete(shard);
+    const heldBack = this.heldBack.get(shard) ?? [];
+    this.heldBack.delete(shard);
+    // The transport waits for the held-back entries' ends, then leaves them pending for the next holder: ended only
+    // after the release, they are not acknowledged.
     await this.opts.transport.release(shard);
+    for (const { handled } of heldBack) handled();
     // Deactivated while the epoch is known: an actor may still write what it kept in memory (its fence holds until
     // the shard manager releases the lease).
     const dropping = [...this.activations.values()].filter((a) => a.shard === shard);
@@ -339,6 +373,15 @@ export class ActorSystem {
    * its turns held with holdAcknowledgement as well.
    */
   private onEntry(shard: number, entry: Entry): Promise<void> {
+    if (this.leaseSure && !this.leaseSure(shard)) {
+      return new Promise<void>((handled) => {
+        const entries = this.heldBack.get(shard);
+        if (entries) entries.push({ entry, handled });
+        else this.heldBack.set(shard, [{ entry, handled }]);
+      });
+    }
+    // Confirmed before the renewal's notice came: what was held back goes first (turns are queued synchronously).
+    if (this.heldBack.has(shard)) this.runHeldBack(shard);
     const parent = entry.trace ? propagation.extract(context.active(), entry.trace) : undefined;
     const single = entry.targets.length === 1;
     return new Promise<void>((resolve) => {

@@ -13,6 +13,7 @@ import { componentValidator, expectZulipResponse, responseValidator } from "./op
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 import { sql } from "kysely";
 import { Realm } from "../../actors/chat/organization/realm.protocol.ts";
+import { callZulip, type ApiResponse, type Credentials, type RawCallOptions } from "./zulip-call.ts";
 
 export type EngineName = "embedded" | "redis+postgres";
 export const ENGINES: EngineName[] = ["embedded", "redis+postgres"];
@@ -26,10 +27,7 @@ export const FLAG_STORAGES = ENGINES.flatMap((engine) => [
   { engine, storage: "recipient lists", overrides: { recipientListAbove: 0, recipientListDelayMs: 3_600_000 } as Partial<Config & ChatConfig> },
 ]);
 
-export interface Credentials {
-  email: string;
-  key: string;
-}
+export type { Credentials } from "./zulip-call.ts";
 
 export interface TestServer {
   url: string;
@@ -106,58 +104,19 @@ export async function startTestServer(engine: EngineName, overrides: Partial<Con
   };
 }
 
-export interface ApiResponse {
-  status: number;
-  headers: Headers;
-  body: any;
-}
+export type { ApiResponse } from "./zulip-call.ts";
 
-export interface CallOptions {
-  as?: Credentials | null;
-  /** Parameters: sent in the query string for GET and DELETE, as a form body otherwise. Objects become JSON. */
-  params?: Record<string, unknown>;
-  multipart?: boolean;
-  /** Files to send as parts of a multipart body (which `files` implies). */
-  files?: Array<{ filename: string; type: string; data: Uint8Array }>;
+export interface CallOptions extends RawCallOptions {
   /** Check the body against Zulip's OpenAPI description (default true). */
   validate?: boolean;
   /** The OpenAPI path template when the path has parameters. */
   template?: string;
-  signal?: AbortSignal;
-  /** Extra request headers (a client's User-Agent). */
-  headers?: Record<string, string>;
 }
 
-function encode(value: unknown): string {
-  return typeof value === "string" ? value : JSON.stringify(value);
-}
-
-/** One call to /api/v1, as a Zulip client makes it. */
+/** One call to /api/v1, as a Zulip client makes it, its answer checked against Zulip's OpenAPI description. */
 export async function api(server: { url: string }, method: string, apiPath: string, opts: CallOptions = {}): Promise<ApiResponse> {
-  const url = new URL(`/api/v1${apiPath}`, server.url);
-  const headers: Record<string, string> = { ...opts.headers };
-  if (opts.as) headers.authorization = `Basic ${Buffer.from(`${opts.as.email}:${opts.as.key}`).toString("base64")}`;
-  let body: string | FormData | undefined;
-  const entries = Object.entries(opts.params ?? {}).filter(([, v]) => v !== undefined);
-  if (method === "GET" || method === "DELETE") {
-    for (const [k, v] of entries) url.searchParams.set(k, encode(v));
-  } else if (opts.multipart || opts.files) {
-    const form = new FormData();
-    for (const [k, v] of entries) form.append(k, encode(v));
-    opts.files?.forEach((file, i) => form.append(`file-${i}`, new Blob([file.data], { type: file.type }), file.filename));
-    body = form;
-  } else {
-    headers["content-type"] = "application/x-www-form-urlencoded";
-    body = new URLSearchParams(entries.map(([k, v]): [string, string] => [k, encode(v)])).toString();
-  }
-  const res = await fetch(url, { method, headers, body, signal: opts.signal });
-  const text = await res.text();
-  let parsed: any;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    throw new Error(`${method} ${apiPath}: not JSON (${res.status}): ${text.slice(0, 200)}`);
-  }
+  const res = await callZulip(server, method, apiPath, opts);
+  const parsed = res.body;
   if (opts.validate !== false) {
     if (res.status === 200) expectZulipResponse(method, opts.template ?? apiPath, 200, documentedOnly(withRegisterRemindersChecked(parsed)));
     else {
@@ -174,7 +133,7 @@ export async function api(server: { url: string }, method: string, apiPath: stri
       if (errors.length) throw new Error(`${method} ${apiPath} ${res.status}: not a Zulip error:\n${errors.join("\n")}`);
     }
   }
-  return { status: res.status, headers: res.headers, body: parsed };
+  return res;
 }
 
 /**
