@@ -183,9 +183,14 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
 };
 
+/** Per register (its options object): the channels it describes, read once for `subscription` and `stream`. */
+const streamsOfRegister = new WeakMap<InitialStateOptions, ReturnType<typeof visibleStreams>>();
+
 /** The channels POST /register describes: every one the user sees the metadata of (archived ones if the client handles them). */
 function registerStreams(s: Services, u: UserRow, o: InitialStateOptions) {
-  return visibleStreams(s.store.db, u, { all: true, archived: o.archivedChannels });
+  let streams = streamsOfRegister.get(o);
+  if (!streams) streamsOfRegister.set(o, (streams = visibleStreams(s.store.db, u, { all: true, archived: o.archivedChannels })));
+  return streams;
 }
 
 export const eventRoutes: RouteSpec[] = [
