@@ -58,6 +58,8 @@ export interface StreamTable {
   is_default: Generated<boolean>;
   /** Archived (Zulip's "deactivated"): read-only, listed only to clients that handle archived channels. */
   deactivated: Generated<boolean>;
+  /** Active subscriptions, kept by triggers on `subscriptions` (migration 2026-11-28T0130-channel-subscriber-counts). */
+  subscriber_count: ColumnType<number, never, never>;
 }
 
 export interface SubscriptionTable {
@@ -498,6 +500,15 @@ export interface ImageAttachmentTable {
   thumbnail_metadata: ColumnType<unknown[], string | undefined, string>;
 }
 
+/**
+ * A realm's version of what its user objects are made of, bumped by triggers on every change (migration
+ * 2026-11-28T0120-realm-user-versions): what tells a cached realm_users list (reads/users.ts) it is stale.
+ */
+export interface RealmUserVersionTable {
+  realm_id: number;
+  version: ColumnType<string, never, never>;
+}
+
 /** Chat's tables by name (part of actors/schema.ts's Database). */
 export interface ChatTables {
   realms: RealmTable;
@@ -541,4 +552,5 @@ export interface ChatTables {
   attachment_messages: AttachmentMessageTable;
   image_attachments: ImageAttachmentTable;
   send_attempts: SendAttemptTable;
+  realm_user_versions: RealmUserVersionTable;
 }

@@ -38,6 +38,8 @@ import * as imageAttachments from "../chat/migrations/2026-11-28T0010-image-atta
 import * as clusterMembership from "./2026-11-28T0050-cluster-membership.ts";
 import * as messageSearch from "../chat/migrations/2026-11-28T0100-message-search.ts";
 import * as messageReadIndexes from "../chat/migrations/2026-11-28T0110-message-read-indexes.ts";
+import * as realmUserVersions from "../chat/migrations/2026-11-28T0120-realm-user-versions.ts";
+import * as channelSubscriberCounts from "../chat/migrations/2026-11-28T0130-channel-subscriber-counts.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -73,4 +75,6 @@ export const migrations: Record<string, Migration> = {
   "2026-11-28T0050-cluster-membership": clusterMembership,
   "2026-11-28T0100-message-search": messageSearch,
   "2026-11-28T0110-message-read-indexes": messageReadIndexes,
+  "2026-11-28T0120-realm-user-versions": realmUserVersions,
+  "2026-11-28T0130-channel-subscriber-counts": channelSubscriberCounts,
 };

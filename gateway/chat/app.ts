@@ -68,6 +68,23 @@ export class SerializedFields {
   constructor(readonly json: string) {}
 }
 
+/** A field's value already serialized (POST /register's realm_users, cached per realm): spliced in as it is by fieldsJson. */
+export class JsonValue {
+  constructor(readonly json: string) {}
+}
+
+/** `fields` as SerializedFields: the JsonValue ones as they are, the others through JSON.stringify. */
+export function fieldsJson(fields: Record<string, unknown>): SerializedFields {
+  const plain: Record<string, unknown> = {};
+  const spliced: string[] = [];
+  for (const [key, value] of Object.entries(fields)) {
+    if (value instanceof JsonValue) spliced.push(`${JSON.stringify(key)}:${value.json}`);
+    else plain[key] = value;
+  }
+  const serialized = JSON.stringify(plain).slice(1, -1);
+  return new SerializedFields([...(serialized ? [serialized] : []), ...spliced].join(","));
+}
+
 interface CompiledRoute {
   method: string;
   path: string;

@@ -469,7 +469,7 @@ export const channelRoutes: RouteSpec[] = [
         canAccessContent: params.include_can_access_content,
         archived: !params.exclude_archived,
       });
-      return { streams: await streamObjects(db, rows) };
+      return { streams: streamObjects(rows) };
     },
   },
   {
@@ -541,7 +541,7 @@ export const channelRoutes: RouteSpec[] = [
     async handle({ params, user, services }) {
       const db = services.store.db;
       const { stream } = await accessChannel(db, user, { id: params.stream_id }, "metadata");
-      const [object] = await streamObjects(db, [stream]);
+      const [object] = streamObjects([stream]);
       return { stream: object };
     },
   },

@@ -4,7 +4,7 @@ import { chatErrors } from "../../actors/chat/errors.ts";
 import type { StreamSink } from "../http.ts";
 import { User, type Polled } from "../../actors/chat/users/user.protocol.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
-import { realmUsersFor, type UserRow } from "../../actors/chat/reads/users.ts";
+import { realmUsersFor, realmUsersJson, type UserRow } from "../../actors/chat/reads/users.ts";
 import { defaultChannelIds, streamObjects, visibleStreams } from "../../actors/chat/reads/channels.ts";
 import { ARCHIVED_CHANNELS } from "../../actors/chat/conversations/channel.protocol.ts";
 import { subscriptionsOf } from "../../actors/chat/reads/subscriptions.ts";
@@ -13,7 +13,7 @@ import { maxMessageId } from "../../actors/chat/reads/messages.ts";
 import { realmNameAndDate } from "../../actors/chat/reads/realms.ts";
 import { userTopicsOf } from "../../actors/chat/reads/topics.ts";
 import { CUSTOM_PROFILE_FIELD_TYPES, profileFieldObjects } from "../../actors/chat/organization/profile-fields.ts";
-import { SerializedFields, type RouteSpec, type Services } from "./app.ts";
+import { fieldsJson, JsonValue, SerializedFields, type RouteSpec, type Services } from "./app.ts";
 import { Bool, Str } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";
 import { ROLE, userGroupObjects } from "../../actors/chat/organization/groups.ts";
@@ -65,11 +65,11 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     const seen = new Set(visible.map((x) => x.id));
     const joined = new Set([...subscriptions, ...former].map((x) => x.stream_id));
     // Archived channels one never joined are not offered (Zulip's gather_subscriptions_helper).
-    const never = await streamObjects(db, visible.filter((x) => !joined.has(x.id) && !x.deactivated));
+    const never = streamObjects(visible.filter((x) => !joined.has(x.id) && !x.deactivated));
     return { subscriptions, unsubscribed: former.filter((x) => seen.has(x.stream_id)), never_subscribed: never };
   },
   async stream(s, u, o) {
-    return { streams: await streamObjects(s.store.db, await registerStreams(s, u, o)) };
+    return { streams: streamObjects(await registerStreams(s, u, o)) };
   },
   // Guests are not told which channels new users join (Zulip's fetch_initial_state_data); nor are there groups of
   // default channels yet.
@@ -165,9 +165,12 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
   async realm_user(s, u, o) {
     const options = { clientGravatar: o.clientGravatar, includeProfileData: true, siteUrl: s.siteUrl(), omitInaccessible: o.userListIncomplete, withBots: false };
-    const [users, settings] = await Promise.all([realmUsersFor(s.store.db, u, options), realmSettings(s.store.db, u.realm_id)]);
+    const db = s.store.db;
     // Deactivated users are listed apart, in realm_non_active_users.
-    return { realm_users: users.filter((x) => x.is_active), ...(await ownUserState(s.store.db, u, settings, o.clientGravatar)) };
+    const everyUser = async () => (await realmUsersFor(db, u, options)).filter((x) => x.is_active);
+    const [cached, settings] = await Promise.all([realmUsersJson(db, u, o.clientGravatar), realmSettings(db, u.realm_id)]);
+    const users = cached === undefined ? await everyUser() : new JsonValue(cached);
+    return { realm_users: users, ...(await ownUserState(db, u, settings, o.clientGravatar)) };
   },
   async muted_topics(s, u) {
     return { muted_topics: await mutedTopics(s.store.db, u.id) };
@@ -180,9 +183,14 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
 };
 
+/** Per register (its options object): the channels it describes, read once for `subscription` and `stream`. */
+const streamsOfRegister = new WeakMap<InitialStateOptions, ReturnType<typeof visibleStreams>>();
+
 /** The channels POST /register describes: every one the user sees the metadata of (archived ones if the client handles them). */
 function registerStreams(s: Services, u: UserRow, o: InitialStateOptions) {
-  return visibleStreams(s.store.db, u, { all: true, archived: o.archivedChannels });
+  let streams = streamsOfRegister.get(o);
+  if (!streams) streamsOfRegister.set(o, (streams = visibleStreams(s.store.db, u, { all: true, archived: o.archivedChannels })));
+  return streams;
 }
 
 export const eventRoutes: RouteSpec[] = [
@@ -233,7 +241,7 @@ export const eventRoutes: RouteSpec[] = [
           .filter((t) => t in initialState)
           .map((t) => initialState[t]!(services, user, options)),
       );
-      return {
+      return fieldsJson({
         queue_id: queue.queue_id,
         last_event_id: queue.last_event_id,
         zulip_feature_level: ZULIP_FEATURE_LEVEL,
@@ -247,7 +255,7 @@ export const eventRoutes: RouteSpec[] = [
         server_presence_ping_interval_seconds: 60,
         server_presence_offline_threshold_seconds: 200,
         ...Object.assign({}, ...parts),
-      };
+      });
     },
   },
   {

@@ -3,6 +3,7 @@
  * Postgres through `pg` otherwise. Both return bigint columns as JavaScript numbers (ids and UNIX seconds stay
  * far below 2^53).
  */
+import { createHash } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import {
@@ -47,6 +48,47 @@ const types = {
     oid === INT8_OID ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
 
+/**
+ * What a kysely statement ends with (`.modifyEnd(NAMED_STATEMENT)`) to run on Postgres as a named prepared
+ * statement, parsed and planned once per connection: for hot reads whose text is the same from one request to the
+ * next (GET /messages of a channel), where planning cost as much as running (docs/reads.md). The name is a hash of
+ * the text. Statements whose text varies (a list of ids spelled out) must not carry it: each text is a statement
+ * held by every connection; past MAX_NAMED_TEXTS distinct texts, further ones run unnamed. PGlite ignores it (a
+ * comment).
+ */
+export const NAMED_STATEMENT = "/* named */";
+const MAX_NAMED_TEXTS = 500;
+const namedTexts = new Map<string, string>();
+
+function statementName(text: string): string | undefined {
+  if (!text.endsWith(NAMED_STATEMENT)) return undefined;
+  let name = namedTexts.get(text);
+  if (!name && namedTexts.size < MAX_NAMED_TEXTS) namedTexts.set(text, (name = `n${createHash("sha1").update(text).digest("hex").slice(0, 24)}`));
+  return name;
+}
+
+/** A pool whose clients run the statements that end with NAMED_STATEMENT as named ones (kysely's driver calls query(text, values)). */
+function namingPool(pool: pg.Pool) {
+  // One wrapper per connection: kysely keeps its connection object per client it is given.
+  const wrappers = new WeakMap<pg.PoolClient, { query: pg.PoolClient["query"]; release(): void }>();
+  const wrap = (client: pg.PoolClient) => ({
+    query: ((text: unknown, values?: unknown[]) => {
+      const name = typeof text === "string" ? statementName(text) : undefined;
+      return name ? client.query({ name, text: text as string, values }) : client.query(text as string, values);
+    }) as pg.PoolClient["query"],
+    release: () => client.release(),
+  });
+  return {
+    async connect() {
+      const client = await pool.connect();
+      let wrapper = wrappers.get(client);
+      if (!wrapper) wrappers.set(client, (wrapper = wrap(client)));
+      return wrapper;
+    },
+    end: () => pool.end(),
+  };
+}
+
 export async function openDatabase(opts: { databaseUrl?: string; dataDir: string; poolSize?: number }): Promise<OpenDatabase> {
   if (opts.databaseUrl) {
     const pool = new pg.Pool({ connectionString: opts.databaseUrl, max: opts.poolSize ?? 10, types });
@@ -54,7 +96,7 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
     // pool; unhandled, it would end the process. The pool drops that connection and opens another when needed.
     pool.on("error", (err) => log.error(`postgres: idle connection lost (${err.message})`));
     const prepared: Prepared = async (name, text, values) => (await pool.query({ name, text, values: values as unknown[] })).rows;
-    return { db: new Kysely<KernelTables>({ dialect: new PostgresDialect({ pool }) }), engine: "postgres", prepared };
+    return { db: new Kysely<KernelTables>({ dialect: new PostgresDialect({ pool: namingPool(pool) }) }), engine: "postgres", prepared };
   }
   const dir = opts.dataDir === "memory://" ? "memory://" : path.join(opts.dataDir, "pglite");
   if (dir !== "memory://") fs.mkdirSync(dir, { recursive: true });

@@ -269,7 +269,7 @@ export class RealmActor implements Actor {
     const afterIds = new Set(after.map((s) => s.id));
     const gained = after.filter((s) => !beforeIds.has(s.id));
     const lost = before.filter((s) => !afterIds.has(s.id)).map((s) => s.id);
-    if (gained.length) await this.deps.system().broadcast(User, [userId], { op: "deliverEvent", event: { type: "stream", op: "create", streams: await streamObjects(this.deps.store.db, gained) } });
+    if (gained.length) await this.deps.system().broadcast(User, [userId], { op: "deliverEvent", event: { type: "stream", op: "create", streams: streamObjects(gained) } });
     if (lost.length) await this.deps.system().broadcast(User, [userId], { op: "deliverEvent", event: { type: "stream", op: "delete", streams: lost.map((stream_id) => ({ stream_id })), stream_ids: lost } });
   }
 

@@ -125,22 +125,9 @@ export function streamObject(s: StreamRow, subscriberCount: number, firstMessage
   });
 }
 
-/** Channel objects for rows, with their subscriber counts. */
-export async function streamObjects(db: DB, rows: StreamRow[]) {
-  const counts = await subscriberCounts(db, rows.map((r) => r.id));
-  return rows.map((r) => streamObject(r, counts.get(r.id) ?? 0));
-}
-
-export async function subscriberCounts(db: DB, streamIds: number[]): Promise<Map<number, number>> {
-  if (!streamIds.length) return new Map();
-  const rows = await db
-    .selectFrom("subscriptions")
-    .select(["stream_id", sql<number>`count(*)`.as("n")])
-    .where("stream_id", "in", streamIds)
-    .where("active", "=", true)
-    .groupBy("stream_id")
-    .execute();
-  return new Map(rows.map((r) => [r.stream_id, Number(r.n)]));
+/** Channel objects for rows, with their subscriber counts (the rows' own column, kept by triggers). */
+export function streamObjects(rows: StreamRow[]) {
+  return rows.map((r) => streamObject(r, r.subscriber_count));
 }
 
 

@@ -5,6 +5,7 @@
  */
 import { sql, type Kysely, type RawBuilder, type Selectable, type SqlBool } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
+import { NAMED_STATEMENT } from "../../../runtime/store/db.ts";
 import type { Database } from "../../schema.ts";
 import type { MessageEditColumns, MessageTable } from "../schema.ts";
 import { formatMessage, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
@@ -99,7 +100,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
         .where(channelRef.id !== undefined ? sql<SqlBool>`id = ${channelRef.id}` : sql<SqlBool>`lower(name) = ${channelRef.name!.toLowerCase()}`),
     );
   }
-  const reachable = await reachableQuery.execute();
+  const reachable = await reachableQuery.modifyEnd(sql.raw(NAMED_STATEMENT)).execute();
   const subscribed = reachable.filter((r) => r.kind === "subscribed");
   const dms = reachable.filter((r) => r.kind === "dm").map((r) => r.id);
   const dmAccess = dms.length ? sql<SqlBool>`(m.stream_id is null and m.recipient_id in (${sql.join(dms)}))` : undefined;
@@ -196,7 +197,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   // A dm operator reaches the conversation even with a channel operator beside it (which then matches nothing).
   if (withDms && dmAccess && (channelTerm || publicTerm)) conds[0] = sql<SqlBool>`(${conds[0]} or ${dmAccess})`;
   const byFlag = narrow.some((t) => t.operator === "is" && !t.negated && FLAG_OPERANDS.has(String(t.operand)));
-  return { conds, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages" };
+  // The access rule names one channel, not the reader's lists: the page's text is the same for every reader.
+  const sameText = !!channelTerm && !(withDms && dmAccess);
+  return { conds, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText };
 }
 
 /**
@@ -211,6 +214,8 @@ type Walk = "messages" | "flags" | "matches";
 interface CompiledNarrow {
   conds: Cond[];
   walk: Walk;
+  /** Whether the page's statement has the same text for every reader (then a named statement on Postgres). */
+  sameText: boolean;
 }
 
 /** The `is:` operands read from the reader's flags, which a page walks the flag rows for. */
@@ -291,6 +296,20 @@ function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messa
     .selectFrom("messages as m")
     .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
     .where(where);
+}
+
+/**
+ * Runs `read` in a transaction whose statements get no parallel workers. Along the reader's flag rows (the
+ * `user_messages` view: a union of the rows and the recipient lists), the planner chose a parallel plan for a page
+ * of unread messages, whose two workers read and sorted every unread row to keep 21, and starting them cost
+ * 18-118 ms on a loaded machine; the serial plan walks the index and stops at the page (docs/reads.md). Three more
+ * round trips (begin, set, commit) of well under a millisecond.
+ */
+export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
+  return db.transaction().execute(async (trx) => {
+    await sql`set local max_parallel_workers_per_gather = 0`.execute(trx);
+    return read(trx);
+  });
 }
 
 /**
@@ -381,7 +400,7 @@ export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) 
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, walk }: CompiledNarrow, related = true) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, walk, sameText }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread flag rows (user_messages_unread), whatever the narrow's own walk.
@@ -394,11 +413,21 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, wa
   } else anchor = q.anchor === "newest" ? LARGER_THAN_MAX_MESSAGE_ID : q.anchor === "oldest" ? 0 : q.anchor;
   const order = ORDER[walk];
   const columns = pageColumns(searchOperand(q.narrow), related);
+  const page = (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
+    messagesWhere(on, user, conds, walk)
+      .select(columns)
+      .where(sql<number>`${ORDER[walk === "flags" ? "flags" : "messages"]}`, op, anchor)
+      .orderBy(order, direction)
+      .limit(limit)
+      .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""))
+      .execute();
   // Nothing is at or above "newest", nothing below "oldest": those sides need no query.
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0 || (op === ">=" && anchor === LARGER_THAN_MAX_MESSAGE_ID) || (op === "<" && anchor === 0)
       ? Promise.resolve([])
-      : messagesWhere(db, user, conds, walk).select(columns).where(sql<number>`${ORDER[walk === "flags" ? "flags" : "messages"]}`, op, anchor).orderBy(order, direction).limit(limit).execute();
+      : walk === "flags"
+        ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
+        : page(db, op, direction, limit);
   // One extra row on each side tells whether the oldest / newest match was reached.
   const [before, atAndAfter] = await Promise.all([side("<", "desc", q.numBefore + 1), side(">=", "asc", q.numAfter + 2)]);
   const anchorRow = atAndAfter[0]?.id === anchor ? atAndAfter[0] : undefined;

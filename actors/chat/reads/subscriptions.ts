@@ -7,7 +7,7 @@ import { errors } from "../../../runtime/errors.ts";
 import type { Database } from "../../schema.ts";
 import type { SubscriptionTable } from "../schema.ts";
 import { ROLE } from "../organization/groups.ts";
-import { findStream, streamObject, subscriberCounts, type StreamRow } from "./channels.ts";
+import { findStream, streamObject, type StreamRow } from "./channels.ts";
 import type { UserRow } from "./users.ts";
 
 type DB = Kysely<Database>;
@@ -59,8 +59,7 @@ export async function subscriptionsOf(db: DB, userId: number, includeSubscribers
     .orderBy("streams.id")
     .execute();
   const members = includeSubscribers ? await subscribersOf(db, rows.map((r) => r.id)) : undefined;
-  const counts = await subscriberCounts(db, rows.map((r) => r.id));
-  return rows.map((r) => subscriptionObject(streamObject(r, counts.get(r.id) ?? 0), r, members ? (members.get(r.id) ?? []) : undefined));
+  return rows.map((r) => subscriptionObject(streamObject(r, r.subscriber_count), r, members ? (members.get(r.id) ?? []) : undefined));
 }
 
 export async function subscribersOf(db: DB, streamIds: number[]): Promise<Map<number, number[]>> {

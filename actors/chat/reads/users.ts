@@ -81,15 +81,8 @@ export function userObject(u: Selectable<UserTable>, opts: UserObjectOptions) {
 export async function userObjectsFor(db: DB, viewer: { id: number; role: number }, rows: Selectable<UserTable>[], opts: { clientGravatar: boolean; includeProfileData: boolean }) {
   const ids = rows.map((u) => u.id);
   const [visibility, profiles] = await Promise.all([emailVisibilities(db, ids), opts.includeProfileData ? profileDataOf(db, ids) : undefined]);
-  return rows.map((u) => {
-    const emailVisibility = visibility.get(u.id)!;
-    return userObject(u, {
-      clientGravatar: opts.clientGravatar,
-      emailVisibility,
-      deliveryEmailVisible: deliveryEmailVisibleTo(viewer, u, emailVisibility),
-      profileData: profiles ? (profiles.get(u.id) ?? {}) : undefined,
-    });
-  });
+  const source = { rows, visibility, profiles };
+  return rows.map((u) => userObjectFrom(source, viewer, u, opts.clientGravatar));
 }
 
 /**
@@ -109,6 +102,77 @@ export async function realmUsersFor(
   if (!access || opts.omitInaccessible) return objects;
   const placeholders = rows.filter((u) => !access.has(u.id)).map((u) => inaccessibleUserObject(u.id, opts.siteUrl));
   return [...objects, ...placeholders].sort((a, b) => a.user_id - b.user_id);
+}
+
+/** The realm's users' rows, e-mail visibilities and profile values: what its user objects are made of. */
+interface RealmUserSource {
+  rows: Selectable<UserTable>[];
+  visibility: Map<number, number>;
+  /** Absent when the objects go without profile_data. */
+  profiles?: Map<number, Record<string, ProfileValue>>;
+}
+
+/** The realm's active human users as one JSON array, and where each user's object stands in it. */
+interface SerializedUsers {
+  json: string;
+  spans: Map<number, [number, number]>;
+}
+
+/** Per realm: the source at one version of realm_user_versions, and its JSON per viewer role and client_gravatar. */
+const realmUserJsonCache = new Map<number, { version: string; source: Promise<RealmUserSource>; serialized: Map<string, SerializedUsers> }>();
+
+async function realmUserSource(db: DB, realmId: number): Promise<RealmUserSource> {
+  const rows = (await realmUsers(db, realmId)).filter((u) => u.is_active && !u.is_bot);
+  const ids = rows.map((u) => u.id);
+  const [visibility, profiles] = await Promise.all([emailVisibilities(db, ids), profileDataOf(db, ids)]);
+  return { rows, visibility, profiles };
+}
+
+function serializeUsers(source: RealmUserSource, viewer: { id: number; role: number }, clientGravatar: boolean): SerializedUsers {
+  const spans = new Map<number, [number, number]>();
+  const parts: string[] = [];
+  let at = 1;
+  for (const u of source.rows) {
+    const part = JSON.stringify(userObjectFrom(source, viewer, u, clientGravatar));
+    spans.set(u.id, [at, at + part.length]);
+    parts.push(part);
+    at += part.length + 1;
+  }
+  return { json: `[${parts.join(",")}]`, spans };
+}
+
+function userObjectFrom(source: RealmUserSource, viewer: { id: number; role: number }, u: Selectable<UserTable>, clientGravatar: boolean) {
+  const emailVisibility = source.visibility.get(u.id)!;
+  return userObject(u, { clientGravatar, emailVisibility, deliveryEmailVisible: deliveryEmailVisibleTo(viewer, u, emailVisibility), profileData: source.profiles ? (source.profiles.get(u.id) ?? {}) : undefined });
+}
+
+/**
+ * POST /register's `realm_users` (the realm's active humans, with their profile values) as JSON, from a per-realm
+ * cache: the list is the same for every viewer of a role but for the viewer's own entry (their real address), and
+ * building it for 10,000 users cost 120-140 ms a register (docs/reads.md). One single-row read tells whether the
+ * cached copy is current (realm_user_versions, bumped by triggers in the writers' transactions, whichever worker).
+ * The version is read before the rows: a copy may be newer than its version (then reloaded once), never older.
+ * Undefined for a viewer who may not see every user (a guest): their list is their own (realmUsersFor).
+ */
+export async function realmUsersJson(db: DB, viewer: { id: number; role: number; realm_id: number }, clientGravatar: boolean): Promise<string | undefined> {
+  if (await accessibleUsers(db, viewer)) return undefined;
+  const row = await db.selectFrom("realm_user_versions").select("version").where("realm_id", "=", viewer.realm_id).executeTakeFirst();
+  const version = String(row?.version ?? 0);
+  let entry = realmUserJsonCache.get(viewer.realm_id);
+  if (entry?.version !== version) {
+    const loading = { version, source: realmUserSource(db, viewer.realm_id), serialized: new Map<string, SerializedUsers>() };
+    loading.source.catch(() => realmUserJsonCache.get(viewer.realm_id) === loading && realmUserJsonCache.delete(viewer.realm_id));
+    realmUserJsonCache.set(viewer.realm_id, loading);
+    entry = loading;
+  }
+  const source = await entry.source;
+  const key = `${viewer.role}:${clientGravatar}`;
+  let serialized = entry.serialized.get(key);
+  if (!serialized) entry.serialized.set(key, (serialized = serializeUsers(source, { id: 0, role: viewer.role }, clientGravatar)));
+  const own = serialized.spans.get(viewer.id);
+  const self = own && source.rows.find((u) => u.id === viewer.id);
+  if (!own || !self) return serialized.json;
+  return serialized.json.slice(0, own[0]) + JSON.stringify(userObjectFrom(source, viewer, self, clientGravatar)) + serialized.json.slice(own[1]);
 }
 
 /** A user of the realm by id (GET /users/{user_id}), without their realm's columns. */
