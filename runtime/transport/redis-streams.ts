@@ -1,12 +1,14 @@
 /**
  * The Redis Streams transport: the engine of many workers. Every Redis key it touches is built by `redisKeys`
- * (redis-keys.ts), and every multi-step Redis operation is one of the named Lua scripts below.
+ * (redis-keys.ts), and every multi-step Redis operation that decides on what it reads is one of the named Lua
+ * scripts below; the hot path's fixed sequences are transactions (MULTI … EXEC), cheaper for Redis than a script.
  *
  * Shard entries: one stream per shard (`<prefix>:shard:<n>`) with one consumer group (`workers`); the consumer
- * name is this node's id. `send` is an XADD; to a shard this node holds it is the script `appendAndTake`, which
- * also reads the new entry (with any other unread ones) for this consumer, so that the entry is handed over from
- * the script's answer instead of waking the shard's blocked read, which would then have to read again; the two
- * paths are merged back into stream order (see `Waiting`). For each acquired shard:
+ * name is this node's id. Sends are batched per shard over one turn of the event loop (`send`, `flushSends`). To a
+ * shard held elsewhere a batch is XADDs in one write; to a shard this node holds it is `appendAndTake`, a
+ * transaction that also reads the new entries (with any other unread ones) for this consumer, so that they are
+ * handed over from its answer instead of waking the shard's blocked read, which would then have to read again; the
+ * two paths are merged back into stream order (see `Waiting`). For each acquired shard:
  *   1. `acquire` XAUTOCLAIMs, min-idle 0, the group's whole pending list (what the previous holder left
  *      unacknowledged; `acquire` is only called once the shard's lease, with its fencing epoch, was taken over) and
  *      delivers it before resolving; then a `while (!closing)` consumer loop starts on its own connection:
@@ -107,16 +109,27 @@ class LuaScript {
   }
 }
 
-/** XACK the ids that are still pending for this consumer; ids claimed by another holder are left to it. */
+/**
+ * XACK the ids that are still pending for this consumer; ids claimed by another holder are left to it. One XPENDING
+ * over the ids' range (paged) and one XACK, not a pair per id: a batch of a hundred ids cost Redis 200 commands.
+ */
 const ackOwned = new LuaScript(
   "ackOwned",
-  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3..] entry ids
-local acked = 0
-for i = 3, #ARGV do
-  local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
-  if #mine > 0 then acked = acked + redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) end
+  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3] lowest id; ARGV[4] highest id; ARGV[5..] entry ids
+local mine = {}
+local start = ARGV[3]
+while true do
+  local page = redis.call('XPENDING', KEYS[1], ARGV[1], start, ARGV[4], 1000, ARGV[2])
+  for _, p in ipairs(page) do mine[p[1]] = true end
+  if #page < 1000 then break end
+  start = '(' .. page[#page][1]
 end
-return acked`,
+local ids = {}
+for i = 5, #ARGV do
+  if mine[ARGV[i]] then ids[#ids + 1] = ARGV[i] end
+end
+if #ids == 0 then return 0 end
+return redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))`,
 );
 
 /**
@@ -156,31 +169,6 @@ for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
 end
 if floor == nil then return 0 end
 return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)`,
-);
-
-/**
- * Append an entry to a shard stream this node holds and, in the same step, take for this consumer every entry of
- * the stream not yet read by the group, the new one included (see `send`). Answers the entry's id, the group's
- * last-delivered id before the take, and the entries taken. Without the group (Redis lost it) it only appends.
- */
-const appendAndTake = new LuaScript(
-  "appendAndTake",
-  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3] entry JSON; ARGV[4] most entries to take
-local after = nil
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-    local name, last = nil, nil
-    for i = 1, #g, 2 do
-      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
-    end
-    if name == ARGV[1] then after = last end
-  end
-end
-local id = redis.call('XADD', KEYS[1], '*', '${ENTRY_FIELD}', ARGV[3])
-if not after then return {id} end
-local read = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[4], 'STREAMS', KEYS[1], '>')
-if not read then return {id, after, {}} end
-return {id, after, read[1][2]}`,
 );
 
 /** Append a reply only while the target node's reply stream exists (it keeps it alive while it runs). */
@@ -295,6 +283,14 @@ interface Waiting {
   after?: string;
 }
 
+/** Entries sent to one shard in one turn of the event loop: accepted (or refused) together. */
+interface OutgoingBatch {
+  payloads: string[];
+  accepted: Promise<void>;
+  resolve(): void;
+  reject(err: unknown): void;
+}
+
 const NOOP = () => {};
 /**
  * How long a taken entry waits for its `after` before going anyway: the entry it waits for went to another
@@ -325,6 +321,8 @@ export class RedisStreamsTransport implements Transport {
   private readonly cmd: RedisClient;
   private handlers?: TransportHandlers;
   private readonly shards = new Map<number, ShardLoop>();
+  /** Entries sent in this turn of the event loop, by shard, not written yet (see send). */
+  private readonly outgoing = new Map<number, OutgoingBatch>();
   private replyConn?: LoopConnection;
   private replyLoop?: Promise<void>;
   private replyLast = "0-0";
@@ -359,41 +357,91 @@ export class RedisStreamsTransport implements Transport {
     // Create our reply stream now: replies are only appended to streams that exist, and reading from the id of
     // this first entry (rather than `$`) loses nothing that arrives between two reads.
     this.replyLast = await this.createReplyStream();
-    await this.cmd.call("SCRIPT", "LOAD", appendAndTake.source);
     this.replyConn = new LoopConnection(() => this.connect("reply", true));
     this.replyLoop = this.runReplies(this.replyConn);
   }
 
-  async send(shard: number, entry: Entry): Promise<void> {
-    if (this.closing) throw new Error("transport closed");
-    const payload = JSON.stringify(entry);
-    const s = this.shards.get(shard);
-    if (s?.loop && !s.stopping) {
-      // Held here: append and take in one script, and hand the entry over from its answer. The plain path (XADD,
-      // then the loop's blocked XREADGROUP answers, then it reads again) costs two commands and one more wake-up
-      // of this process, at each hop of a chat message (gateway → channel → user).
-      s.takesSent++;
-      let answer: [string, string?, RawEntry[]?];
-      try {
-        // Takes answer in the order they were sent (one connection; the script is loaded at start, so no NOSCRIPT
-        // retry reorders them), which is what counting them relies on.
-        const args = [GROUP, this.nodeId, payload, this.batch];
-        answer = (await appendAndTake.run(this.cmd, [s.key], args)) as typeof answer;
-      } finally {
-        s.takesAnswered++;
-      }
-      const [, after, entries] = answer;
-      // Entries taken by a loop that stopped meanwhile stay pending: the next holder claims them.
-      if (after === undefined || !entries || this.shards.get(shard) !== s || s.stopping) return this.handOver(s);
-      let previous = after;
+  send(shard: number, entry: Entry): Promise<void> {
+    if (this.closing) return Promise.reject(new Error("transport closed"));
+    // Not sent at once: every send to the shard in this turn of the event loop (the requests of one read of the
+    // sockets, the fan-outs of one group commit) goes in one write and one transaction (see flushSends).
+    let batch = this.outgoing.get(shard);
+    if (!batch) {
+      let resolve!: () => void;
+      let reject!: (err: unknown) => void;
+      const accepted = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
+      batch = { payloads: [], accepted, resolve, reject };
+      this.outgoing.set(shard, batch);
+      if (this.outgoing.size === 1) setImmediate(this.flushSends);
+    }
+    batch.payloads.push(JSON.stringify(entry));
+    return batch.accepted;
+  }
+
+  /** Sends the batches queued in this turn, one per shard; each resolves its senders once Redis accepted it. */
+  private readonly flushSends = (): void => {
+    const batches = [...this.outgoing];
+    this.outgoing.clear();
+    for (const [shard, batch] of batches) {
+      const s = this.shards.get(shard);
+      const sent = s?.loop && !s.stopping ? this.appendAndTake(s, batch.payloads) : this.append(shard, batch.payloads);
+      sent.then(batch.resolve, batch.reject);
+    }
+  };
+
+  /** Entries to a shard held elsewhere (or by nobody): XADDs in one write; its holder's loop reads them. */
+  private async append(shard: number, payloads: string[]): Promise<void> {
+    const key = this.keys.shard(shard);
+    if (payloads.length === 1) {
+      await this.cmd.call("XADD", key, "*", ENTRY_FIELD, payloads[0]!);
+      return;
+    }
+    const pipeline = this.cmd.pipeline();
+    for (const payload of payloads) pipeline.call("XADD", key, "*", ENTRY_FIELD, payload);
+    for (const [err] of (await pipeline.exec()) ?? []) if (err) throw err;
+  }
+
+  /**
+   * Entries to a shard held here: append them and, in the same transaction, take for this consumer every entry of
+   * the stream not yet read by the group (theirs included), and hand them over from the answer. The plain path
+   * (XADD, then the loop's blocked XREADGROUP answers, then it reads again) costs two commands and one more wake-up
+   * of this process, at each hop of a chat message (gateway → channel → user). The group's last-delivered id, read
+   * in the transaction before the take, says which entry the taken ones must wait for (see Waiting). A transaction
+   * (MULTI … EXEC) rather than a Lua script: the same steps cost Redis half the CPU (6 µs against 12 for one entry,
+   * 3 µs an entry in fives; docs/performance.md).
+   */
+  private async appendAndTake(s: ShardLoop, payloads: string[]): Promise<void> {
+    s.takesSent++;
+    let results: [Error | null, unknown][];
+    try {
+      // Takes answer in the order they were sent (one connection), which is what counting them relies on.
+      const tx = this.cmd.multi();
+      for (const payload of payloads) tx.call("XADD", s.key, "*", ENTRY_FIELD, payload);
+      tx.call("XINFO", "GROUPS", s.key);
+      tx.call("XREADGROUP", "GROUP", GROUP, this.nodeId, "COUNT", Math.max(this.batch, payloads.length), "STREAMS", s.key, ">");
+      results = ((await tx.exec()) ?? []) as [Error | null, unknown][];
+    } finally {
+      s.takesAnswered++;
+    }
+    for (let i = 0; i < payloads.length; i++) {
+      const err = results[i]?.[0];
+      if (err) throw err;
+    }
+    const [groupsErr, groups] = results[payloads.length] ?? [];
+    const [readErr, read] = results[payloads.length + 1] ?? [];
+    const after = groupsErr ? undefined : lastDeliveredOf(groups as unknown[][]);
+    // Without the group (Redis lost it) the entries are only appended: the loop re-creates the group and reads them.
+    // Entries taken by a loop that stopped meanwhile stay pending: the next holder claims them.
+    if (readErr || after === undefined || this.shards.get(s.shard) !== s || s.stopping) return this.handOver(s);
+    let previous = after;
+    for (const [, entries] of (read as [string, RawEntry[]][] | null) ?? []) {
       for (const raw of entries) {
         if (!raw) continue;
         this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous });
         previous = raw[0];
       }
-      return this.handOver(s);
     }
-    await this.cmd.call("XADD", this.keys.shard(shard), "*", ENTRY_FIELD, payload);
+    this.handOver(s);
   }
 
   async reply(to: ReplyAddress, reply: Reply): Promise<void> {
@@ -492,6 +540,7 @@ export class RedisStreamsTransport implements Transport {
       this.replyWake?.();
       this.replyConn?.stop();
       await this.replyLoop;
+      this.flushSends(); // entries sent in the last turn: written before the connection goes
       await Promise.race([this.cmd.quit().catch(NOOP), sleep(1000)]);
       this.cmd.disconnect();
     })();
@@ -693,7 +742,14 @@ export class RedisStreamsTransport implements Transport {
 
   private async ack(s: ShardLoop, ids: string[]): Promise<void> {
     for (let i = 0; i < ids.length; i += 512) {
-      await ackOwned.run(this.cmd, [s.key], [GROUP, this.nodeId, ...ids.slice(i, i + 512)]);
+      const chunk = ids.slice(i, i + 512);
+      let lowest = chunk[0]!;
+      let highest = lowest;
+      for (const id of chunk) {
+        if (idBefore(id, lowest)) lowest = id;
+        else if (idBefore(highest, id)) highest = id;
+      }
+      await ackOwned.run(this.cmd, [s.key], [GROUP, this.nodeId, lowest, highest, ...chunk]);
     }
   }
 
@@ -808,6 +864,20 @@ export class RedisStreamsTransport implements Transport {
       commandTimeout: blocking ? undefined : Math.max(5000, this.callTimeoutMs),
     });
   }
+}
+
+/** Our group's last-delivered id in an XINFO GROUPS answer (RESP2: a flat field/value list per group). */
+function lastDeliveredOf(groups: unknown[][] | null | undefined): string | undefined {
+  for (const g of groups ?? []) {
+    let name: unknown;
+    let last: unknown;
+    for (let i = 0; i + 1 < g.length; i += 2) {
+      if (g[i] === "name") name = g[i + 1];
+      else if (g[i] === "last-delivered-id") last = g[i + 1];
+    }
+    if (name === GROUP && typeof last === "string") return last;
+  }
+  return undefined;
 }
 
 function decodeField<T>(fields: string[], name: string): T | undefined {
