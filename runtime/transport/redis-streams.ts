@@ -4,7 +4,7 @@
  * scripts below; the hot path's fixed sequences are transactions (MULTI … EXEC), cheaper for Redis than a script.
  *
  * Shard entries: one stream per shard (`<prefix>:shard:<n>`) with one consumer group (`workers`); the consumer
- * name is this node's id. Sends are batched per shard over one turn of the event loop (`send`, `flushSends`). To a
+ * name is this node's id. Sends are batched per shard over one turn of the event loop (`send`, `TurnBatches`). To a
  * shard held elsewhere a batch is XADDs in one write; to a shard this node holds it is `appendAndTake`, a
  * transaction that also reads the new entries (with any other unread ones) for this consumer, so that they are
  * handed over from its answer instead of waking the shard's blocked read, which would then have to read again; the
@@ -171,12 +171,14 @@ if floor == nil then return 0 end
 return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)`,
 );
 
-/** Append a reply only while the target node's reply stream exists (it keeps it alive while it runs). */
+/** Append replies only while the target node's reply stream exists (it keeps it alive while it runs). */
 const replyIfAlive = new LuaScript(
   "replyIfAlive",
-  `-- KEYS[1] reply stream; ARGV[1] approximate max length; ARGV[2] reply JSON
+  `-- KEYS[1] reply stream; ARGV[1] approximate max length; ARGV[2..] reply JSON
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', '${REPLY_FIELD}', ARGV[2])
+for i = 2, #ARGV do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', '${REPLY_FIELD}', ARGV[i])
+end
 return 1`,
 );
 
@@ -249,8 +251,11 @@ interface ShardLoop {
   turns: Set<Promise<void>>;
   acks: string[];
   ackFlush?: Promise<void>;
-  /** Sends the queued acknowledgements now instead of when the batching timer fires. */
-  flushAcks?: () => void;
+  /**
+   * Sends the queued acknowledgements now instead of when the batching timer fires; `carry` sends them instead
+   * of a script call of their own (inside a take: see appendAndTake).
+   */
+  flushAcks?: (carry?: (ids: string[]) => Promise<void>) => void;
   /** The highest entry id handed to onEntry here (or settled by a previous holder, as of acquire). */
   lastHanded: string;
   /** Entries read or taken but not handed over yet, in stream order (see handOver). */
@@ -283,12 +288,41 @@ interface Waiting {
   after?: string;
 }
 
-/** Entries sent to one shard in one turn of the event loop: accepted (or refused) together. */
+/** Payloads to one destination queued in one turn of the event loop: written, and accepted or refused, together. */
 interface OutgoingBatch {
   payloads: string[];
   accepted: Promise<void>;
   resolve(): void;
   reject(err: unknown): void;
+}
+
+/** Payloads queued by destination during one turn of the event loop and written at its end (setImmediate). */
+class TurnBatches<K> {
+  private readonly batches = new Map<K, OutgoingBatch>();
+
+  constructor(private readonly write: (to: K, payloads: string[]) => Promise<void>) {}
+
+  add(to: K, payload: string): Promise<void> {
+    let batch = this.batches.get(to);
+    if (!batch) {
+      let resolve!: () => void;
+      let reject!: (err: unknown) => void;
+      const accepted = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
+      batch = { payloads: [], accepted, resolve, reject };
+      this.batches.set(to, batch);
+      if (this.batches.size === 1) setImmediate(this.flush);
+    }
+    batch.payloads.push(payload);
+    return batch.accepted;
+  }
+
+  /** Writes every batch queued; each resolves its senders once Redis accepted it. */
+  readonly flush = (): void => {
+    if (this.batches.size === 0) return;
+    const batches = [...this.batches];
+    this.batches.clear();
+    for (const [to, batch] of batches) this.write(to, batch.payloads).then(batch.resolve, batch.reject);
+  };
 }
 
 const NOOP = () => {};
@@ -321,8 +355,13 @@ export class RedisStreamsTransport implements Transport {
   private readonly cmd: RedisClient;
   private handlers?: TransportHandlers;
   private readonly shards = new Map<number, ShardLoop>();
-  /** Entries sent in this turn of the event loop, by shard, not written yet (see send). */
-  private readonly outgoing = new Map<number, OutgoingBatch>();
+  /**
+   * Entries and replies sent in this turn of the event loop, by shard and by node, not written yet: every send to a
+   * shard in one turn (the requests of one read of the sockets, the fan-outs of one group commit) goes in one
+   * write and one transaction, and the replies to a node in one script call.
+   */
+  private readonly outgoing = new TurnBatches<number>((shard, payloads) => this.sendBatch(shard, payloads));
+  private readonly replies = new TurnBatches<string>((node, payloads) => this.replyBatch(node, payloads));
   private replyConn?: LoopConnection;
   private replyLoop?: Promise<void>;
   private replyLast = "0-0";
@@ -357,37 +396,21 @@ export class RedisStreamsTransport implements Transport {
     // Create our reply stream now: replies are only appended to streams that exist, and reading from the id of
     // this first entry (rather than `$`) loses nothing that arrives between two reads.
     this.replyLast = await this.createReplyStream();
+    await this.cmd.call("SCRIPT", "LOAD", ackOwned.source); // takes call it inside their transaction (EVALSHA)
     this.replyConn = new LoopConnection(() => this.connect("reply", true));
     this.replyLoop = this.runReplies(this.replyConn);
   }
 
   send(shard: number, entry: Entry): Promise<void> {
     if (this.closing) return Promise.reject(new Error("transport closed"));
-    // Not sent at once: every send to the shard in this turn of the event loop (the requests of one read of the
-    // sockets, the fan-outs of one group commit) goes in one write and one transaction (see flushSends).
-    let batch = this.outgoing.get(shard);
-    if (!batch) {
-      let resolve!: () => void;
-      let reject!: (err: unknown) => void;
-      const accepted = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
-      batch = { payloads: [], accepted, resolve, reject };
-      this.outgoing.set(shard, batch);
-      if (this.outgoing.size === 1) setImmediate(this.flushSends);
-    }
-    batch.payloads.push(JSON.stringify(entry));
-    return batch.accepted;
+    return this.outgoing.add(shard, JSON.stringify(entry));
   }
 
-  /** Sends the batches queued in this turn, one per shard; each resolves its senders once Redis accepted it. */
-  private readonly flushSends = (): void => {
-    const batches = [...this.outgoing];
-    this.outgoing.clear();
-    for (const [shard, batch] of batches) {
-      const s = this.shards.get(shard);
-      const sent = s?.loop && !s.stopping ? this.appendAndTake(s, batch.payloads) : this.append(shard, batch.payloads);
-      sent.then(batch.resolve, batch.reject);
-    }
-  };
+  /** A batch of entries to one shard: taken at once when the shard is held here, else appended for its holder. */
+  private sendBatch(shard: number, payloads: string[]): Promise<void> {
+    const s = this.shards.get(shard);
+    return s?.loop && !s.stopping ? this.appendAndTake(s, payloads) : this.append(shard, payloads);
+  }
 
   /** Entries to a shard held elsewhere (or by nobody): XADDs in one write; its holder's loop reads them. */
   private async append(shard: number, payloads: string[]): Promise<void> {
@@ -411,6 +434,16 @@ export class RedisStreamsTransport implements Transport {
    * 3 µs an entry in fives; docs/performance.md).
    */
   private async appendAndTake(s: ShardLoop, payloads: string[]): Promise<void> {
+    // The shard's acknowledgements waiting for their timer go in the same transaction (ackOwned, loaded at start).
+    let acks: { ids: string[]; done: Promise<void>; settle(err?: unknown): void } | undefined;
+    if (s.acks.length > 0 && s.acks.length <= 512) {
+      s.flushAcks?.((ids) => {
+        let settle!: (err?: unknown) => void;
+        const done = new Promise<void>((resolve, reject) => (settle = (err) => (err ? reject(err) : resolve())));
+        acks = { ids, done, settle };
+        return done;
+      });
+    }
     s.takesSent++;
     let results: [Error | null, unknown][];
     try {
@@ -419,9 +452,19 @@ export class RedisStreamsTransport implements Transport {
       for (const payload of payloads) tx.call("XADD", s.key, "*", ENTRY_FIELD, payload);
       tx.call("XINFO", "GROUPS", s.key);
       tx.call("XREADGROUP", "GROUP", GROUP, this.nodeId, "COUNT", Math.max(this.batch, payloads.length), "STREAMS", s.key, ">");
+      if (acks) tx.call("EVALSHA", ackOwned.sha, 1, s.key, ...ackArgs(this.nodeId, acks.ids));
       results = ((await tx.exec()) ?? []) as [Error | null, unknown][];
+    } catch (err) {
+      acks?.settle(err);
+      throw err;
     } finally {
       s.takesAnswered++;
+    }
+    if (acks) {
+      const [ackErr] = results[payloads.length + 2] ?? [];
+      // NOSCRIPT: Redis restarted since start; the script call of their own loads it again.
+      if (ackErr && String(ackErr.message).startsWith("NOSCRIPT")) this.ack(s, acks.ids).then(() => acks!.settle(), acks.settle);
+      else acks.settle(ackErr ?? undefined);
     }
     for (let i = 0; i < payloads.length; i++) {
       const err = results[i]?.[0];
@@ -451,7 +494,11 @@ export class RedisStreamsTransport implements Transport {
       queueMicrotask(() => this.safeReply(handlers, reply));
       return;
     }
-    await replyIfAlive.run(this.cmd, [this.keys.reply(to.node)], [this.replyMaxLen, JSON.stringify(reply)]);
+    await this.replies.add(to.node, JSON.stringify(reply));
+  }
+
+  private async replyBatch(node: string, payloads: string[]): Promise<void> {
+    await replyIfAlive.run(this.cmd, [this.keys.reply(node)], [this.replyMaxLen, ...payloads]);
   }
 
   /**
@@ -520,7 +567,7 @@ export class RedisStreamsTransport implements Transport {
       s.stopping = true;
       clearTimeout(s.waitTimer);
       s.waiting = []; // read or taken but not handed over: pending here, so the next holder's claim delivers them
-      s.flushAcks?.();
+      s.flushAcks?.(undefined);
       s.wakeRoom?.();
       s.wakePause?.();
       s.conn.stop(); // interrupts a blocked read; whatever it had taken stays pending for the next holder
@@ -540,7 +587,8 @@ export class RedisStreamsTransport implements Transport {
       this.replyWake?.();
       this.replyConn?.stop();
       await this.replyLoop;
-      this.flushSends(); // entries sent in the last turn: written before the connection goes
+      this.outgoing.flush(); // entries and replies sent in the last turn: written before the connection goes
+      this.replies.flush();
       await Promise.race([this.cmd.quit().catch(NOOP), sleep(1000)]);
       this.cmd.disconnect();
     })();
@@ -715,7 +763,8 @@ export class RedisStreamsTransport implements Transport {
   }
 
   /**
-   * Batches XACKs: one script call per shard per `ackDelayMs` (or per `batch` ids, or at once when releasing).
+   * Batches XACKs: one script call per shard per `ackDelayMs` (or per `batch` ids, or at once when releasing), or
+   * sooner, inside the next take of the shard's own sends (appendAndTake carries them: no write of its own).
    * Acknowledging is off the latency path (the turn's effects are already committed), and one XACK per entry
    * doubled the writes to Redis of a chat message; an entry whose holder dies inside the window is delivered
    * again, which at-least-once delivery allows.
@@ -723,33 +772,26 @@ export class RedisStreamsTransport implements Transport {
   private queueAck(s: ShardLoop, id: string): Promise<void> {
     s.acks.push(id);
     s.ackFlush ??= new Promise<void>((resolve) => {
-      s.flushAcks = () => {
+      s.flushAcks = (carry) => {
         clearTimeout(timer);
         s.flushAcks = undefined;
         const ids = s.acks;
         s.acks = [];
         s.ackFlush = undefined;
-        this.ack(s, ids).then(resolve, (err) => {
+        (carry ? carry(ids) : this.ack(s, ids)).then(resolve, (err) => {
           if (!this.closing) this.onError(err, `ack on shard ${s.shard}`);
           resolve(); // unacknowledged entries are delivered again by a later claim: at least once
         });
       };
       const timer = setTimeout(s.flushAcks, s.stopping ? 0 : this.ackDelayMs);
     });
-    if (s.acks.length >= this.batch) s.flushAcks?.();
+    if (s.acks.length >= this.batch) s.flushAcks?.(undefined);
     return s.ackFlush;
   }
 
   private async ack(s: ShardLoop, ids: string[]): Promise<void> {
     for (let i = 0; i < ids.length; i += 512) {
-      const chunk = ids.slice(i, i + 512);
-      let lowest = chunk[0]!;
-      let highest = lowest;
-      for (const id of chunk) {
-        if (idBefore(id, lowest)) lowest = id;
-        else if (idBefore(highest, id)) highest = id;
-      }
-      await ackOwned.run(this.cmd, [s.key], [GROUP, this.nodeId, lowest, highest, ...chunk]);
+      await ackOwned.run(this.cmd, [s.key], ackArgs(this.nodeId, ids.slice(i, i + 512)));
     }
   }
 
@@ -827,6 +869,7 @@ export class RedisStreamsTransport implements Transport {
   private async keepReplyStream(): Promise<void> {
     if ((await this.cmd.call("PEXPIRE", this.keys.reply(this.nodeId), this.replyTtlMs)) === 1) return;
     this.replyLast = await this.createReplyStream();
+    await this.cmd.call("SCRIPT", "LOAD", ackOwned.source); // takes call it inside their transaction (EVALSHA)
     try {
       this.handlers?.onLost?.();
     } catch (err) {
@@ -878,6 +921,17 @@ function lastDeliveredOf(groups: unknown[][] | null | undefined): string | undef
     if (name === GROUP && typeof last === "string") return last;
   }
   return undefined;
+}
+
+/** ackOwned's arguments for these ids (at most a few hundred: they go on Lua's stack). */
+function ackArgs(nodeId: string, ids: string[]): string[] {
+  let lowest = ids[0]!;
+  let highest = lowest;
+  for (const id of ids) {
+    if (idBefore(id, lowest)) lowest = id;
+    else if (idBefore(highest, id)) highest = id;
+  }
+  return [GROUP, nodeId, lowest, highest, ...ids];
 }
 
 function decodeField<T>(fields: string[], name: string): T | undefined {

@@ -386,6 +386,31 @@ describe.each(engines)("transport contract: $name", (engine) => {
     await vi.waitFor(() => expect(c.rec.bodies()).toEqual(["contested"]), WAIT);
   });
 
+  it.runIf(engine.distributed)("a late settle acknowledged along with the former holder's next send leaves the claimed entry to the next holder", async () => {
+    // On Redis Streams a holder's acknowledgements ride in the transaction of its next send to the shard: the
+    // ownership check must hold there too.
+    const a = await node();
+    const late = parkedTurn();
+    a.rec.hold = (e) => (e.body === "contested" ? late.promise : Promise.resolve());
+    await a.t.acquire(3);
+    await a.t.send(3, entry("contested"));
+    await vi.waitFor(() => expect(a.rec.bodies()).toEqual(["contested"]), WAIT);
+
+    const b = await node();
+    b.rec.hold = () => new Promise<void>(() => {}); // b claims it, then dies before finishing
+    await b.t.acquire(3);
+    await vi.waitFor(() => expect(b.rec.bodies()).toEqual(["contested"]), WAIT);
+
+    late.settle(); // a, unaware it lost the shard, finishes its turn, and sends at once: the send carries the ack
+    await a.t.send(3, entry("next"));
+    await a.t.release(3);
+    await b.t.close();
+
+    const c = await node();
+    await c.t.acquire(3);
+    await vi.waitFor(() => expect(c.rec.bodies()).toContain("contested"), WAIT);
+  });
+
   it.runIf(engine.distributed)("the holder claims entries a stale holder took but left idle past claimIdleMs", async () => {
     const stale = await node();
     stale.rec.hold = () => new Promise<void>(() => {});
