@@ -65,7 +65,7 @@ function sendLoad(server: ChorusProcess, authorization: string, seconds: number)
 
 /** CPU µs so far of the Chorus processes, of Redis, and of the database's Postgres backends. */
 async function cpuNow(server: ChorusProcess, redis: Redis, db: pg.Client) {
-  const chorus = [server.proc.pid!, ...workerPids(server)].reduce((sum, pid) => sum + (procCpuMicros(pid) ?? 0), 0);
+  const chorus = [...new Set([server.proc.pid!, ...workerPids(server)])].reduce((sum, pid) => sum + (procCpuMicros(pid) ?? 0), 0);
   const info = await redis.info("cpu");
   const field = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, "m").exec(info)?.[1] ?? 0);
   const { rows } = await db.query<{ pid: number }>("select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()");

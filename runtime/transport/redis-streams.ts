@@ -54,7 +54,7 @@ import { createHash, randomUUID } from "node:crypto";
 import type { RedisClient } from "./redis-connection.ts";
 import { connectRedis } from "./redis-connection.ts";
 import { redisKeys, type RedisKeys } from "./redis-keys.ts";
-import type { Entry, Reply, ReplyAddress, Transport, TransportHandlers } from "./transport.ts";
+import { LeftForNextHolder, type Entry, type Reply, type ReplyAddress, type Transport, type TransportHandlers } from "./transport.ts";
 import { log } from "../log.ts";
 
 export interface RedisStreamsOptions {
@@ -282,6 +282,8 @@ interface ShardLoop {
 interface Waiting {
   id: string;
   fields: string[];
+  /** The entry itself, when this node sent it (a take of its own send): no need to parse `fields`. */
+  entry?: Entry;
   /** Read: hand over once this many takes have answered. */
   takes?: number;
   /** Taken: hand over once this entry (or a later one) has been handed over. */
@@ -289,30 +291,30 @@ interface Waiting {
 }
 
 /** Payloads to one destination queued in one turn of the event loop: written, and accepted or refused, together. */
-interface OutgoingBatch {
-  payloads: string[];
+interface OutgoingBatch<T> {
+  items: T[];
   accepted: Promise<void>;
   resolve(): void;
   reject(err: unknown): void;
 }
 
 /** Payloads queued by destination during one turn of the event loop and written at its end (setImmediate). */
-class TurnBatches<K> {
-  private readonly batches = new Map<K, OutgoingBatch>();
+class TurnBatches<K, T> {
+  private readonly batches = new Map<K, OutgoingBatch<T>>();
 
-  constructor(private readonly write: (to: K, payloads: string[]) => Promise<void>) {}
+  constructor(private readonly write: (to: K, items: T[]) => Promise<void>) {}
 
-  add(to: K, payload: string): Promise<void> {
+  add(to: K, item: T): Promise<void> {
     let batch = this.batches.get(to);
     if (!batch) {
       let resolve!: () => void;
       let reject!: (err: unknown) => void;
       const accepted = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
-      batch = { payloads: [], accepted, resolve, reject };
+      batch = { items: [], accepted, resolve, reject };
       this.batches.set(to, batch);
       if (this.batches.size === 1) setImmediate(this.flush);
     }
-    batch.payloads.push(payload);
+    batch.items.push(item);
     return batch.accepted;
   }
 
@@ -321,7 +323,7 @@ class TurnBatches<K> {
     if (this.batches.size === 0) return;
     const batches = [...this.batches];
     this.batches.clear();
-    for (const [to, batch] of batches) this.write(to, batch.payloads).then(batch.resolve, batch.reject);
+    for (const [to, batch] of batches) this.write(to, batch.items).then(batch.resolve, batch.reject);
   };
 }
 
@@ -360,8 +362,8 @@ export class RedisStreamsTransport implements Transport {
    * shard in one turn (the requests of one read of the sockets, the fan-outs of one group commit) goes in one
    * write and one transaction, and the replies to a node in one script call.
    */
-  private readonly outgoing = new TurnBatches<number>((shard, payloads) => this.sendBatch(shard, payloads));
-  private readonly replies = new TurnBatches<string>((node, payloads) => this.replyBatch(node, payloads));
+  private readonly outgoing = new TurnBatches<number, Entry>((shard, entries) => this.sendBatch(shard, entries));
+  private readonly replies = new TurnBatches<string, Reply>((node, replies) => this.replyBatch(node, replies));
   private replyConn?: LoopConnection;
   private replyLoop?: Promise<void>;
   private replyLast = "0-0";
@@ -403,13 +405,14 @@ export class RedisStreamsTransport implements Transport {
 
   send(shard: number, entry: Entry): Promise<void> {
     if (this.closing) return Promise.reject(new Error("transport closed"));
-    return this.outgoing.add(shard, JSON.stringify(entry));
+    return this.outgoing.add(shard, entry);
   }
 
   /** A batch of entries to one shard: taken at once when the shard is held here, else appended for its holder. */
-  private sendBatch(shard: number, payloads: string[]): Promise<void> {
+  private sendBatch(shard: number, entries: Entry[]): Promise<void> {
     const s = this.shards.get(shard);
-    return s?.loop && !s.stopping ? this.appendAndTake(s, payloads) : this.append(shard, payloads);
+    if (s?.loop && !s.stopping) return this.appendAndTake(s, entries);
+    return this.append(shard, entries.map((entry) => JSON.stringify(entry)));
   }
 
   /** Entries to a shard held elsewhere (or by nobody): XADDs in one write; its holder's loop reads them. */
@@ -433,7 +436,7 @@ export class RedisStreamsTransport implements Transport {
    * (MULTI … EXEC) rather than a Lua script: the same steps cost Redis half the CPU (6 µs against 12 for one entry,
    * 3 µs an entry in fives; docs/performance.md).
    */
-  private async appendAndTake(s: ShardLoop, payloads: string[]): Promise<void> {
+  private async appendAndTake(s: ShardLoop, sent: Entry[]): Promise<void> {
     // The shard's acknowledgements waiting for their timer go in the same transaction (ackOwned, loaded at start).
     let acks: { ids: string[]; done: Promise<void>; settle(err?: unknown): void } | undefined;
     if (s.acks.length > 0 && s.acks.length <= 512) {
@@ -449,9 +452,9 @@ export class RedisStreamsTransport implements Transport {
     try {
       // Takes answer in the order they were sent (one connection), which is what counting them relies on.
       const tx = this.cmd.multi();
-      for (const payload of payloads) tx.call("XADD", s.key, "*", ENTRY_FIELD, payload);
+      for (const entry of sent) tx.call("XADD", s.key, "*", ENTRY_FIELD, JSON.stringify(entry));
       tx.call("XINFO", "GROUPS", s.key);
-      tx.call("XREADGROUP", "GROUP", GROUP, this.nodeId, "COUNT", Math.max(this.batch, payloads.length), "STREAMS", s.key, ">");
+      tx.call("XREADGROUP", "GROUP", GROUP, this.nodeId, "COUNT", Math.max(this.batch, sent.length), "STREAMS", s.key, ">");
       if (acks) tx.call("EVALSHA", ackOwned.sha, 1, s.key, ...ackArgs(this.nodeId, acks.ids));
       results = ((await tx.exec()) ?? []) as [Error | null, unknown][];
     } catch (err) {
@@ -461,17 +464,20 @@ export class RedisStreamsTransport implements Transport {
       s.takesAnswered++;
     }
     if (acks) {
-      const [ackErr] = results[payloads.length + 2] ?? [];
+      const [ackErr] = results[sent.length + 2] ?? [];
       // NOSCRIPT: Redis restarted since start; the script call of their own loads it again.
       if (ackErr && String(ackErr.message).startsWith("NOSCRIPT")) this.ack(s, acks.ids).then(() => acks!.settle(), acks.settle);
       else acks.settle(ackErr ?? undefined);
     }
-    for (let i = 0; i < payloads.length; i++) {
-      const err = results[i]?.[0];
+    // Entries taken that this node sent in the batch are handed over as sent, by their ids: no parse of the copy.
+    const own = new Map<string, Entry>();
+    for (let i = 0; i < sent.length; i++) {
+      const [err, id] = results[i] ?? [];
       if (err) throw err;
+      own.set(id as string, sent[i]!);
     }
-    const [groupsErr, groups] = results[payloads.length] ?? [];
-    const [readErr, read] = results[payloads.length + 1] ?? [];
+    const [groupsErr, groups] = results[sent.length] ?? [];
+    const [readErr, read] = results[sent.length + 1] ?? [];
     const after = groupsErr ? undefined : lastDeliveredOf(groups as unknown[][]);
     // Without the group (Redis lost it) the entries are only appended: the loop re-creates the group and reads them.
     // Entries taken by a loop that stopped meanwhile stay pending: the next holder claims them.
@@ -480,7 +486,7 @@ export class RedisStreamsTransport implements Transport {
     for (const [, entries] of (read as [string, RawEntry[]][] | null) ?? []) {
       for (const raw of entries) {
         if (!raw) continue;
-        this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous });
+        this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous, entry: own.get(raw[0]) });
         previous = raw[0];
       }
     }
@@ -494,11 +500,11 @@ export class RedisStreamsTransport implements Transport {
       queueMicrotask(() => this.safeReply(handlers, reply));
       return;
     }
-    await this.replies.add(to.node, JSON.stringify(reply));
+    await this.replies.add(to.node, reply);
   }
 
-  private async replyBatch(node: string, payloads: string[]): Promise<void> {
-    await replyIfAlive.run(this.cmd, [this.keys.reply(node)], [this.replyMaxLen, ...payloads]);
+  private async replyBatch(node: string, replies: Reply[]): Promise<void> {
+    await replyIfAlive.run(this.cmd, [this.keys.reply(node)], [this.replyMaxLen, ...replies.map((reply) => JSON.stringify(reply))]);
   }
 
   /**
@@ -706,7 +712,7 @@ export class RedisStreamsTransport implements Transport {
       if (w.takes !== undefined && s.takesAnswered < w.takes) break;
       if (!force && w.after !== undefined && idBefore(s.lastHanded, w.after)) break;
       s.waiting.shift();
-      this.deliver(s, w.id, w.fields);
+      this.deliver(s, w.id, w.fields, w.entry);
     }
     const stuck = s.waiting.length > 0 && !s.stopping && s.waiting[0]!.takes === undefined;
     if (!stuck) {
@@ -735,12 +741,13 @@ export class RedisStreamsTransport implements Transport {
     }
   }
 
-  private deliver(s: ShardLoop, id: string, fields: string[]): void {
+  private deliver(s: ShardLoop, id: string, fields: string[], sent?: Entry): void {
     if (s.unacked.has(id)) return; // our own in-flight entry, seen again by a claim
     s.unacked.add(id);
     if (idBefore(s.lastHanded, id)) s.lastHanded = id;
     let turn: Promise<void>;
-    const entry = decodeField<Entry>(fields, ENTRY_FIELD);
+    // Handed over by reference, as the memory transport does: neither side mutates a message (system.ts).
+    const entry = sent ?? decodeField<Entry>(fields, ENTRY_FIELD);
     if (!entry || !Array.isArray(entry.targets)) {
       this.onError(new Error(`malformed entry ${id} on ${s.key}; acknowledged and dropped`), "deliver");
       turn = Promise.resolve();
@@ -751,11 +758,12 @@ export class RedisStreamsTransport implements Transport {
         turn = Promise.reject(err);
       }
     }
+    let left = false; // kept in `unacked` then: our own claims must not deliver it here again
     const done: Promise<void> = turn
-      .then(NOOP, NOOP)
-      .then(() => (s.abandoned ? undefined : this.queueAck(s, id)))
+      .catch((err) => void (left = err instanceof LeftForNextHolder))
+      .then(() => (s.abandoned || left ? undefined : this.queueAck(s, id)))
       .finally(() => {
-        if (!s.abandoned) s.unacked.delete(id);
+        if (!s.abandoned && !left) s.unacked.delete(id);
         s.turns.delete(done);
         s.wakeRoom?.();
       });
