@@ -1,14 +1,13 @@
 /**
  * The Redis Streams transport: the engine of many workers. Every Redis key it touches is built by `redisKeys`
- * (redis-keys.ts), and every multi-step Redis operation that decides on what it reads is one of the named Lua
- * scripts below; the hot path's fixed sequences are transactions (MULTI … EXEC), cheaper for Redis than a script.
+ * (redis-keys.ts), and every multi-step Redis operation is one of the named Lua scripts below.
  *
  * Shard entries: one stream per shard (`<prefix>:shard:<n>`) with one consumer group (`workers`); the consumer
  * name is this node's id. Sends are batched per shard over one turn of the event loop (`send`, `TurnBatches`). To a
- * shard held elsewhere a batch is XADDs in one write; to a shard this node holds it is `appendAndTake`, a
- * transaction that also reads the new entries (with any other unread ones) for this consumer, so that they are
- * handed over from its answer instead of waking the shard's blocked read, which would then have to read again; the
- * two paths are merged back into stream order (see `Waiting`). For each acquired shard:
+ * shard held elsewhere a batch is XADDs in one write; to a shard this node holds it is the script `appendAndTake`,
+ * which also reads the new entries (with any other unread ones) for this consumer, so that they are handed over
+ * from its answer instead of waking the shard's blocked read, which would then have to read again; the two paths
+ * are merged back into stream order (see `Waiting`). For each acquired shard:
  *   1. `acquire` XAUTOCLAIMs, min-idle 0, the group's whole pending list (what the previous holder left
  *      unacknowledged; `acquire` is only called once the shard's lease, with its fencing epoch, was taken over) and
  *      delivers it before resolving; then a `while (!closing)` consumer loop starts on its own connection:
@@ -171,6 +170,33 @@ if floor == nil then return 0 end
 return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)`,
 );
 
+/**
+ * Append entries to a shard stream this node holds and, in the same step, take for this consumer every entry of
+ * the stream not yet read by the group, the new ones included (see `appendAndTake`). Answers the entries' ids, the
+ * group's last-delivered id before the take, and the entries taken. Without the group (Redis lost it) it only
+ * appends.
+ */
+const appendAndTake = new LuaScript(
+  "appendAndTake",
+  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3] most entries to take; ARGV[4..] entry JSONs
+local after = nil
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+    local name, last = nil, nil
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == ARGV[1] then after = last end
+  end
+end
+local ids = {}
+for i = 4, #ARGV do ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', '${ENTRY_FIELD}', ARGV[i]) end
+if not after then return {ids} end
+local read = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+if not read then return {ids, after, {}} end
+return {ids, after, read[1][2]}`,
+);
+
 /** Append replies only while the target node's reply stream exists (it keeps it alive while it runs). */
 const replyIfAlive = new LuaScript(
   "replyIfAlive",
@@ -251,11 +277,8 @@ interface ShardLoop {
   turns: Set<Promise<void>>;
   acks: string[];
   ackFlush?: Promise<void>;
-  /**
-   * Sends the queued acknowledgements now instead of when the batching timer fires; `carry` sends them instead
-   * of a script call of their own (inside a take: see appendAndTake).
-   */
-  flushAcks?: (carry?: (ids: string[]) => Promise<void>) => void;
+  /** Sends the queued acknowledgements now instead of when the batching timer fires. */
+  flushAcks?: () => void;
   /** The highest entry id handed to onEntry here (or settled by a previous holder, as of acquire). */
   lastHanded: string;
   /** Entries read or taken but not handed over yet, in stream order (see handOver). */
@@ -360,7 +383,7 @@ export class RedisStreamsTransport implements Transport {
   /**
    * Entries and replies sent in this turn of the event loop, by shard and by node, not written yet: every send to a
    * shard in one turn (the requests of one read of the sockets, the fan-outs of one group commit) goes in one
-   * write and one transaction, and the replies to a node in one script call.
+   * write and one script call, and the replies to a node in one script call.
    */
   private readonly outgoing = new TurnBatches<number, Entry>((shard, entries) => this.sendBatch(shard, entries));
   private readonly replies = new TurnBatches<string, Reply>((node, replies) => this.replyBatch(node, replies));
@@ -398,7 +421,7 @@ export class RedisStreamsTransport implements Transport {
     // Create our reply stream now: replies are only appended to streams that exist, and reading from the id of
     // this first entry (rather than `$`) loses nothing that arrives between two reads.
     this.replyLast = await this.createReplyStream();
-    await this.cmd.call("SCRIPT", "LOAD", ackOwned.source); // takes call it inside their transaction (EVALSHA)
+    await this.cmd.call("SCRIPT", "LOAD", appendAndTake.source);
     this.replyConn = new LoopConnection(() => this.connect("reply", true));
     this.replyLoop = this.runReplies(this.replyConn);
   }
@@ -428,67 +451,36 @@ export class RedisStreamsTransport implements Transport {
   }
 
   /**
-   * Entries to a shard held here: append them and, in the same transaction, take for this consumer every entry of
-   * the stream not yet read by the group (theirs included), and hand them over from the answer. The plain path
-   * (XADD, then the loop's blocked XREADGROUP answers, then it reads again) costs two commands and one more wake-up
-   * of this process, at each hop of a chat message (gateway → channel → user). The group's last-delivered id, read
-   * in the transaction before the take, says which entry the taken ones must wait for (see Waiting). A transaction
-   * (MULTI … EXEC) rather than a Lua script: the same steps cost Redis half the CPU (6 µs against 12 for one entry,
-   * 3 µs an entry in fives; docs/performance.md).
+   * Entries to a shard held here: append them and, in the same script, take for this consumer every entry of the
+   * stream not yet read by the group (theirs included), and hand them over from the answer. The plain path (XADD,
+   * then the loop's blocked XREADGROUP answers, then it reads again) costs two commands and one more wake-up of
+   * this process, at each hop of a chat message (gateway → channel → user). The group's last-delivered id, read in
+   * the script before the take, says which entry the taken ones must wait for (see Waiting). One script call for
+   * the batch rather than a MULTI … EXEC of the same commands: Redis runs the transaction for less (5 µs a send
+   * against 7.5 at 50 in flight) but ioredis's pipeline of five commands cost Node more than that saved
+   * (docs/performance.md, 2026-11-28).
    */
   private async appendAndTake(s: ShardLoop, sent: Entry[]): Promise<void> {
-    // The shard's acknowledgements waiting for their timer go in the same transaction (ackOwned, loaded at start).
-    let acks: { ids: string[]; done: Promise<void>; settle(err?: unknown): void } | undefined;
-    if (s.acks.length > 0 && s.acks.length <= 512) {
-      s.flushAcks?.((ids) => {
-        let settle!: (err?: unknown) => void;
-        const done = new Promise<void>((resolve, reject) => (settle = (err) => (err ? reject(err) : resolve())));
-        acks = { ids, done, settle };
-        return done;
-      });
-    }
     s.takesSent++;
-    let results: [Error | null, unknown][];
+    let answer: [string[], string?, RawEntry[]?];
     try {
-      // Takes answer in the order they were sent (one connection), which is what counting them relies on.
-      const tx = this.cmd.multi();
-      for (const entry of sent) tx.call("XADD", s.key, "*", ENTRY_FIELD, JSON.stringify(entry));
-      tx.call("XINFO", "GROUPS", s.key);
-      tx.call("XREADGROUP", "GROUP", GROUP, this.nodeId, "COUNT", Math.max(this.batch, sent.length), "STREAMS", s.key, ">");
-      if (acks) tx.call("EVALSHA", ackOwned.sha, 1, s.key, ...ackArgs(this.nodeId, acks.ids));
-      results = ((await tx.exec()) ?? []) as [Error | null, unknown][];
-    } catch (err) {
-      acks?.settle(err);
-      throw err;
+      // Takes answer in the order they were sent (one connection; the script is loaded at start, so no NOSCRIPT
+      // retry reorders them), which is what counting them relies on.
+      const args: (string | number)[] = [GROUP, this.nodeId, Math.max(this.batch, sent.length)];
+      for (const entry of sent) args.push(JSON.stringify(entry));
+      answer = (await appendAndTake.run(this.cmd, [s.key], args)) as typeof answer;
     } finally {
       s.takesAnswered++;
     }
-    if (acks) {
-      const [ackErr] = results[sent.length + 2] ?? [];
-      // NOSCRIPT: Redis restarted since start; the script call of their own loads it again.
-      if (ackErr && String(ackErr.message).startsWith("NOSCRIPT")) this.ack(s, acks.ids).then(() => acks!.settle(), acks.settle);
-      else acks.settle(ackErr ?? undefined);
-    }
-    // Entries taken that this node sent in the batch are handed over as sent, by their ids: no parse of the copy.
+    const [ids, after, entries] = answer;
     const own = new Map<string, Entry>();
-    for (let i = 0; i < sent.length; i++) {
-      const [err, id] = results[i] ?? [];
-      if (err) throw err;
-      own.set(id as string, sent[i]!);
-    }
-    const [groupsErr, groups] = results[sent.length] ?? [];
-    const [readErr, read] = results[sent.length + 1] ?? [];
-    const after = groupsErr ? undefined : lastDeliveredOf(groups as unknown[][]);
-    // Without the group (Redis lost it) the entries are only appended: the loop re-creates the group and reads them.
-    // Entries taken by a loop that stopped meanwhile stay pending: the next holder claims them.
-    if (readErr || after === undefined || this.shards.get(s.shard) !== s || s.stopping) return this.handOver(s);
+    for (let i = 0; i < sent.length; i++) own.set(ids[i]!, sent[i]!);
+    if (after === undefined || !entries || this.shards.get(s.shard) !== s || s.stopping) return this.handOver(s);
     let previous = after;
-    for (const [, entries] of (read as [string, RawEntry[]][] | null) ?? []) {
-      for (const raw of entries) {
-        if (!raw) continue;
-        this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous, entry: own.get(raw[0]) });
-        previous = raw[0];
-      }
+    for (const raw of entries) {
+      if (!raw) continue;
+      this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous, entry: own.get(raw[0]) });
+      previous = raw[0];
     }
     this.handOver(s);
   }
@@ -573,7 +565,7 @@ export class RedisStreamsTransport implements Transport {
       s.stopping = true;
       clearTimeout(s.waitTimer);
       s.waiting = []; // read or taken but not handed over: pending here, so the next holder's claim delivers them
-      s.flushAcks?.(undefined);
+      s.flushAcks?.();
       s.wakeRoom?.();
       s.wakePause?.();
       s.conn.stop(); // interrupts a blocked read; whatever it had taken stays pending for the next holder
@@ -771,8 +763,9 @@ export class RedisStreamsTransport implements Transport {
   }
 
   /**
-   * Batches XACKs: one script call per shard per `ackDelayMs` (or per `batch` ids, or at once when releasing), or
-   * sooner, inside the next take of the shard's own sends (appendAndTake carries them: no write of its own).
+   * Batches XACKs: one script call per shard per `ackDelayMs` (or per `batch` ids, or at once when releasing).
+   * (Carried inside the next take of the shard instead, they cost more than they saved: at low rates every take
+   * carried one id, a script call per send where the timer makes one per 10 ms.)
    * Acknowledging is off the latency path (the turn's effects are already committed), and one XACK per entry
    * doubled the writes to Redis of a chat message; an entry whose holder dies inside the window is delivered
    * again, which at-least-once delivery allows.
@@ -780,20 +773,20 @@ export class RedisStreamsTransport implements Transport {
   private queueAck(s: ShardLoop, id: string): Promise<void> {
     s.acks.push(id);
     s.ackFlush ??= new Promise<void>((resolve) => {
-      s.flushAcks = (carry) => {
+      s.flushAcks = () => {
         clearTimeout(timer);
         s.flushAcks = undefined;
         const ids = s.acks;
         s.acks = [];
         s.ackFlush = undefined;
-        (carry ? carry(ids) : this.ack(s, ids)).then(resolve, (err) => {
+        this.ack(s, ids).then(resolve, (err) => {
           if (!this.closing) this.onError(err, `ack on shard ${s.shard}`);
           resolve(); // unacknowledged entries are delivered again by a later claim: at least once
         });
       };
       const timer = setTimeout(s.flushAcks, s.stopping ? 0 : this.ackDelayMs);
     });
-    if (s.acks.length >= this.batch) s.flushAcks?.(undefined);
+    if (s.acks.length >= this.batch) s.flushAcks?.();
     return s.ackFlush;
   }
 
@@ -877,7 +870,7 @@ export class RedisStreamsTransport implements Transport {
   private async keepReplyStream(): Promise<void> {
     if ((await this.cmd.call("PEXPIRE", this.keys.reply(this.nodeId), this.replyTtlMs)) === 1) return;
     this.replyLast = await this.createReplyStream();
-    await this.cmd.call("SCRIPT", "LOAD", ackOwned.source); // takes call it inside their transaction (EVALSHA)
+    await this.cmd.call("SCRIPT", "LOAD", appendAndTake.source);
     try {
       this.handlers?.onLost?.();
     } catch (err) {

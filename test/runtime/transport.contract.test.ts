@@ -386,9 +386,9 @@ describe.each(engines)("transport contract: $name", (engine) => {
     await vi.waitFor(() => expect(c.rec.bodies()).toEqual(["contested"]), WAIT);
   });
 
-  it.runIf(engine.distributed)("a late settle acknowledged along with the former holder's next send leaves the claimed entry to the next holder", async () => {
-    // On Redis Streams a holder's acknowledgements ride in the transaction of its next send to the shard: the
-    // ownership check must hold there too.
+  it.runIf(engine.distributed)("a late settle on a former holder that goes on sending leaves the claimed entry to the next holder", async () => {
+    // The former holder still takes its own sends to the shard (it has not noticed): its acknowledgements, sent
+    // meanwhile, must still leave alone what the next holder claimed.
     const a = await node();
     const late = parkedTurn();
     a.rec.hold = (e) => (e.body === "contested" ? late.promise : Promise.resolve());
@@ -401,7 +401,7 @@ describe.each(engines)("transport contract: $name", (engine) => {
     await b.t.acquire(3);
     await vi.waitFor(() => expect(b.rec.bodies()).toEqual(["contested"]), WAIT);
 
-    late.settle(); // a, unaware it lost the shard, finishes its turn, and sends at once: the send carries the ack
+    late.settle(); // a, unaware it lost the shard, finishes its turn, and sends at once
     await a.t.send(3, entry("next"));
     await a.t.release(3);
     await b.t.close();
