@@ -12,13 +12,13 @@
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import autocannon from "autocannon";
 import { Redis } from "ioredis";
 import pg from "pg";
 import { startPrivateRedis } from "../test/support/private-services.ts";
 import { startChorus, workerPids, type ChorusProcess } from "../test/support/process.ts";
 import { readZuliprc } from "../test/support/server.ts";
 import { freshDatabase } from "../test/support/services.ts";
+import { sendToChannels, subscribeToChannels } from "./channel-sends.ts";
 import { procCpuMicros } from "./scenarios.ts";
 
 const { values } = parseArgs({
@@ -43,24 +43,7 @@ const CHANNELS = Array.from({ length: Number(values.channels) }, (_, i) => `load
 const WORKER_COUNTS = values.workers.split(",").map(Number);
 
 function sendLoad(server: ChorusProcess, authorization: string, seconds: number) {
-  let next = 0;
-  return autocannon({
-    url: `http://${server.address}:${server.port}/api/v1/messages`,
-    method: "POST",
-    headers: { authorization, "content-type": "application/x-www-form-urlencoded" },
-    requests: [
-      {
-        setupRequest: (request) => {
-          request.body = new URLSearchParams({ type: "stream", to: CHANNELS[next++ % CHANNELS.length]!, topic: "load", content: "hello" }).toString();
-          return request;
-        },
-      },
-    ],
-    connections: CONNECTIONS,
-    overallRate: values.rate ? Number(values.rate) : undefined,
-    duration: seconds,
-    timeout: 10,
-  });
+  return sendToChannels(server, authorization, { channels: CHANNELS, connections: CONNECTIONS, seconds, overallRate: values.rate ? Number(values.rate) : undefined });
 }
 
 /** CPU µs so far of the Chorus processes, of Redis, and of the database's Postgres backends. */
@@ -88,12 +71,7 @@ async function run(workers: number, redisUrl: string, round: number) {
     }
     const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
     const authorization = `Basic ${Buffer.from(`${owner.email}:${owner.key}`).toString("base64")}`;
-    const subscribe = await fetch(`http://${server.address}:${server.port}/api/v1/users/me/subscriptions`, {
-      method: "POST",
-      headers: { authorization, "content-type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ subscriptions: JSON.stringify(CHANNELS.map((name) => ({ name }))) }).toString(),
-    });
-    if (!subscribe.ok) throw new Error(`subscribing failed: ${subscribe.status} ${await subscribe.text()}`);
+    await subscribeToChannels(server, authorization, CHANNELS);
     await sendLoad(server, authorization, WARMUP); // the channels' actors, the connections, the JIT
     const before = await cpuNow(server, redis, db);
     const loadavg = fs.readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
