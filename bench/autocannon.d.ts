@@ -4,6 +4,7 @@ declare module "autocannon" {
     url: string;
     connections?: number;
     pipelining?: number;
+    overallRate?: number;
     /** Seconds. */
     duration?: number;
     /** Seconds before a request counts as a timeout. */

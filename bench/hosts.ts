@@ -14,7 +14,6 @@
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import autocannon from "autocannon";
 import pg from "pg";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
@@ -22,6 +21,7 @@ import { createNetwork, type TestNetwork } from "../test/support/hosts.ts";
 import { startPrivatePostgres, startPrivateRedis } from "../test/support/private-services.ts";
 import { startChorus, type ChorusProcess } from "../test/support/process.ts";
 import { readZuliprc } from "../test/support/server.ts";
+import { sendToChannels, subscribeToChannels } from "./channel-sends.ts";
 
 const { values } = parseArgs({ options: { duration: { type: "string", default: "10" }, connections: { type: "string", default: "16" } } });
 const DURATION = Number(values.duration);
@@ -29,25 +29,7 @@ const CONNECTIONS = Number(values.connections);
 const CHANNELS = Array.from({ length: 64 }, (_, i) => `load-${i}`);
 
 async function sendLoad(hosts: ChorusProcess[], authorization: string) {
-  const runs = hosts.map((host) => {
-    let next = 0;
-    return autocannon({
-      url: `http://${host.address}:${host.port}/api/v1/messages`,
-      method: "POST",
-      headers: { authorization, "content-type": "application/x-www-form-urlencoded" },
-      requests: [
-        {
-          setupRequest: (request) => {
-            request.body = new URLSearchParams({ type: "stream", to: CHANNELS[next++ % CHANNELS.length]!, topic: "load", content: "hello" }).toString();
-            return request;
-          },
-        },
-      ],
-      connections: CONNECTIONS,
-      duration: DURATION,
-      timeout: 10,
-    });
-  });
+  const runs = hosts.map((host) => sendToChannels(host, authorization, { channels: CHANNELS, connections: CONNECTIONS, seconds: DURATION }));
   const results = await Promise.all(runs);
   return {
     sendsPerSecond: Math.round(results.reduce((sum, r) => sum + r["2xx"], 0) / DURATION),
@@ -162,13 +144,7 @@ async function main(): Promise<void> {
         for (const name of ["h2", "h3"].slice(0, count - 1)) hosts.push(await startChorus(env, undefined, { host: net.hosts[name], joins: true }));
         const owner = readZuliprc(path.join(first.dataDir, "zuliprc"));
         const authorization = `Basic ${Buffer.from(`${owner.email}:${owner.key}`).toString("base64")}`;
-        // The channels exist before the run (a send to a missing channel is an error, not a send).
-        const subscribe = await fetch(`http://${first.address}:${first.port}/api/v1/users/me/subscriptions`, {
-          method: "POST",
-          headers: { authorization, "content-type": "application/x-www-form-urlencoded" },
-          body: new URLSearchParams({ subscriptions: JSON.stringify(CHANNELS.map((name) => ({ name }))) }).toString(),
-        });
-        if (!subscribe.ok) throw new Error(`subscribing failed: ${subscribe.status} ${await subscribe.text()}`);
+        await subscribeToChannels(first, authorization, CHANNELS);
         await sendLoad(hosts, authorization); // warm-up: the channels' actors, the connections, the JIT
         const row = { hosts: count, ...(await costs(net, databaseUrl, () => sendLoad(hosts, authorization))) };
         console.log(JSON.stringify(row));

@@ -20,6 +20,8 @@ export interface LoadRequest {
   authorizations?: string[];
   connections: number;
   pipelining: number;
+  /** Requests per second over all connections (autocannon's overallRate); unset: as fast as answered. */
+  overallRate?: number;
   /** Seconds. */
   duration: number;
   /** Seconds before a request counts as a timeout. */
@@ -76,6 +78,7 @@ async function run(req: LoadRequest): Promise<LoadFigures> {
     requests: req.authorizations?.length ? [{ setupRequest: takeInTurn(req.authorizations) }] : undefined,
     connections: req.connections,
     pipelining: req.pipelining,
+    overallRate: req.overallRate,
     duration: req.duration,
     timeout: req.timeout,
   });

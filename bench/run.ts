@@ -73,6 +73,8 @@ interface Options {
   warmup: number;
   connections: number;
   pipelining: number;
+  /** HTTP scenarios: a fixed offered rate instead of as fast as answered (CPU per request compares across loads). */
+  overallRate?: number;
   timeout: number;
   /** Messages in the bench channel while fetch is measured. */
   history: number;
@@ -104,6 +106,9 @@ const USAGE = `usage: npm run bench -- [options]
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
   --connections <n>                         autocannon connections (default 50; env BENCH_CONNECTIONS)
   --pipelining <n>                          autocannon pipelining (default 1; env BENCH_PIPELINING)
+  --overall-rate <n>                        HTTP scenarios: offer n requests/s in all (autocannon overallRate), not
+                                            as many as answered: CPU per request then compares between builds
+                                            on a loaded machine (env BENCH_OVERALL_RATE)
   --timeout <s>                             autocannon request timeout (default 10)
   --history <n>                             messages in the channel while fetch is measured (default 1000)
   --rate <n>                                wake: messages per second sent (default 1000)
@@ -133,6 +138,7 @@ function parseOptions(argv: string[]): Options {
     warmup: env.BENCH_WARMUP,
     connections: env.BENCH_CONNECTIONS,
     pipelining: env.BENCH_PIPELINING,
+    "overall-rate": env.BENCH_OVERALL_RATE,
     timeout: env.BENCH_TIMEOUT,
     history: env.BENCH_HISTORY,
     rate: env.BENCH_RATE,
@@ -160,7 +166,7 @@ function parseOptions(argv: string[]): Options {
       cpuProf = true;
       continue;
     }
-    const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
+    const m = /^--([a-z-]+)(?:=(.*))?$/.exec(arg);
     if (!m || !(m[1]! in raw)) throw new Error(`unknown argument ${arg}\n${USAGE}`);
     const value = m[2] ?? argv[++i];
     if (value === undefined) throw new Error(`${arg} needs a value`);
@@ -209,6 +215,7 @@ function parseOptions(argv: string[]): Options {
     warmup: num("warmup", 2, 0),
     connections: Math.round(num("connections", 50, 1)),
     pipelining: Math.round(num("pipelining", 1, 1)),
+    overallRate: raw["overall-rate"] ? Math.round(num("overall-rate", 0, 1)) : undefined,
     timeout: num("timeout", 10, 1),
     history: Math.round(num("history", 1000, 20)),
     ceiling,
@@ -433,6 +440,7 @@ async function measure(
     authorizations: target.authorizations,
     connections: opts.connections,
     pipelining: opts.pipelining,
+    overallRate: opts.overallRate,
     timeout: opts.timeout,
   };
   const warmup = opts.warmup > 0 ? await load.run({ ...req, duration: opts.warmup }) : undefined;

@@ -283,7 +283,7 @@ function clockTicksPerSecond(): number {
 }
 
 /** user + system CPU time of a local process from /proc, in µs; undefined when it cannot be read. */
-function procCpuMicros(pid: number): number | undefined {
+export function procCpuMicros(pid: number): number | undefined {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");

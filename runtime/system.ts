@@ -12,7 +12,7 @@ import { ChorusError, errors } from "./errors.ts";
 import type { PubSub } from "./transport/pubsub.ts";
 import { channels } from "./transport/redis-keys.ts";
 import { ActorRef, type ActorKind, type MessageFor, type ProtocolShape, type Sender } from "./protocol.ts";
-import type { Entry, Reply, ReplyAddress, Transport } from "./transport/transport.ts";
+import { LeftForNextHolder, type Entry, type Reply, type ReplyAddress, type Transport } from "./transport/transport.ts";
 import { log } from "./log.ts";
 import { gauges, metrics, secondsSince } from "./metrics.ts";
 
@@ -286,7 +286,7 @@ export class ActorSystem {
 
   /** Hand an ask's entry to the transport, or, transient to a shard held here, straight to its turn. */
   private dispatch(shard: number, entry: Entry & { replyTo: ReplyAddress }, transient: boolean): void {
-    if (transient && this.servedHere.has(shard)) void this.onEntry(shard, entry);
+    if (transient && this.servedHere.has(shard)) void this.onEntry(shard, entry).catch(() => {}); // nothing to acknowledge: no transport entry
     else this.opts.transport.send(shard, entry).catch((err) => this.settle({ corr: entry.replyTo.corr, error: ChorusError.wrap(err).toJSON() }));
   }
 
@@ -370,7 +370,8 @@ export class ActorSystem {
    * One transport entry: a turn for each target. A broadcast entry is answered once every turn has ended (with
    * the first failure, if any), counted down rather than awaited turn by turn: a fan-out to thousands of actors
    * allocates one promise, not one per actor. The entry's promise (and so its acknowledgement) waits for the work
-   * its turns held with holdAcknowledgement as well.
+   * its turns held with holdAcknowledgement as well; if that work was refused as FENCED, the promise rejects with
+   * LeftForNextHolder and the entry stays unacknowledged for the shard's next holder.
    */
   private onEntry(shard: number, entry: Entry): Promise<void> {
     if (this.leaseSure && !this.leaseSure(shard)) {
@@ -384,7 +385,7 @@ export class ActorSystem {
     if (this.heldBack.has(shard)) this.runHeldBack(shard);
     const parent = entry.trace ? propagation.extract(context.active(), entry.trace) : undefined;
     const single = entry.targets.length === 1;
-    return new Promise<void>((resolve) => {
+    return new Promise<void>((resolve, reject) => {
       let remaining = entry.targets.length;
       let failure: ChorusError | undefined;
       let holds: Promise<unknown>[] | undefined;
@@ -393,8 +394,13 @@ export class ActorSystem {
         if (held) (holds ??= []).push(held);
         if (--remaining > 0) return;
         if (!single && entry.replyTo) void this.opts.transport.reply(entry.replyTo, { corr: entry.replyTo.corr, error: failure?.toJSON() });
-        if (holds) void Promise.allSettled(holds).then(() => resolve());
-        else resolve();
+        if (!holds) return resolve();
+        void Promise.allSettled(holds).then((results) => {
+          // Work held for the entry refused as FENCED: the shard's next holder gets the entry and does it.
+          const fenced = results.some((r) => r.status === "rejected" && ChorusError.wrap(r.reason).code === "FENCED");
+          if (fenced) reject(new LeftForNextHolder(`entry of shard ${shard} left to its next holder`));
+          else resolve();
+        });
       };
       const replyTo = single ? entry.replyTo : undefined;
       for (const id of entry.targets) {

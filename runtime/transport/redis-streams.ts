@@ -3,10 +3,11 @@
  * (redis-keys.ts), and every multi-step Redis operation is one of the named Lua scripts below.
  *
  * Shard entries: one stream per shard (`<prefix>:shard:<n>`) with one consumer group (`workers`); the consumer
- * name is this node's id. `send` is an XADD; to a shard this node holds it is the script `appendAndTake`, which
- * also reads the new entry (with any other unread ones) for this consumer, so that the entry is handed over from
- * the script's answer instead of waking the shard's blocked read, which would then have to read again; the two
- * paths are merged back into stream order (see `Waiting`). For each acquired shard:
+ * name is this node's id. Sends are batched per shard over one turn of the event loop (`send`, `TurnBatches`). To a
+ * shard held elsewhere a batch is XADDs in one write; to a shard this node holds it is the script `appendAndTake`,
+ * which also reads the new entries (with any other unread ones) for this consumer, so that they are handed over
+ * from its answer instead of waking the shard's blocked read, which would then have to read again; the two paths
+ * are merged back into stream order (see `Waiting`). For each acquired shard:
  *   1. `acquire` XAUTOCLAIMs, min-idle 0, the group's whole pending list (what the previous holder left
  *      unacknowledged; `acquire` is only called once the shard's lease, with its fencing epoch, was taken over) and
  *      delivers it before resolving; then a `while (!closing)` consumer loop starts on its own connection:
@@ -52,7 +53,7 @@ import { createHash, randomUUID } from "node:crypto";
 import type { RedisClient } from "./redis-connection.ts";
 import { connectRedis } from "./redis-connection.ts";
 import { redisKeys, type RedisKeys } from "./redis-keys.ts";
-import type { Entry, Reply, ReplyAddress, Transport, TransportHandlers } from "./transport.ts";
+import { LeftForNextHolder, type Entry, type Reply, type ReplyAddress, type Transport, type TransportHandlers } from "./transport.ts";
 import { log } from "../log.ts";
 
 export interface RedisStreamsOptions {
@@ -107,16 +108,27 @@ class LuaScript {
   }
 }
 
-/** XACK the ids that are still pending for this consumer; ids claimed by another holder are left to it. */
+/**
+ * XACK the ids that are still pending for this consumer; ids claimed by another holder are left to it. One XPENDING
+ * over the ids' range (paged) and one XACK, not a pair per id: a batch of a hundred ids cost Redis 200 commands.
+ */
 const ackOwned = new LuaScript(
   "ackOwned",
-  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3..] entry ids
-local acked = 0
-for i = 3, #ARGV do
-  local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
-  if #mine > 0 then acked = acked + redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) end
+  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3] lowest id; ARGV[4] highest id; ARGV[5..] entry ids
+local mine = {}
+local start = ARGV[3]
+while true do
+  local page = redis.call('XPENDING', KEYS[1], ARGV[1], start, ARGV[4], 1000, ARGV[2])
+  for _, p in ipairs(page) do mine[p[1]] = true end
+  if #page < 1000 then break end
+  start = '(' .. page[#page][1]
 end
-return acked`,
+local ids = {}
+for i = 5, #ARGV do
+  if mine[ARGV[i]] then ids[#ids + 1] = ARGV[i] end
+end
+if #ids == 0 then return 0 end
+return redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))`,
 );
 
 /**
@@ -159,13 +171,14 @@ return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)`,
 );
 
 /**
- * Append an entry to a shard stream this node holds and, in the same step, take for this consumer every entry of
- * the stream not yet read by the group, the new one included (see `send`). Answers the entry's id, the group's
- * last-delivered id before the take, and the entries taken. Without the group (Redis lost it) it only appends.
+ * Append entries to a shard stream this node holds and, in the same step, take for this consumer every entry of
+ * the stream not yet read by the group, the new ones included (see `appendAndTake`). Answers the entries' ids, the
+ * group's last-delivered id before the take, and the entries taken. Without the group (Redis lost it) it only
+ * appends.
  */
 const appendAndTake = new LuaScript(
   "appendAndTake",
-  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3] entry JSON; ARGV[4] most entries to take
+  `-- KEYS[1] shard stream; ARGV[1] group; ARGV[2] consumer; ARGV[3] most entries to take; ARGV[4..] entry JSONs
 local after = nil
 if redis.call('EXISTS', KEYS[1]) == 1 then
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
@@ -176,19 +189,22 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     if name == ARGV[1] then after = last end
   end
 end
-local id = redis.call('XADD', KEYS[1], '*', '${ENTRY_FIELD}', ARGV[3])
-if not after then return {id} end
-local read = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[4], 'STREAMS', KEYS[1], '>')
-if not read then return {id, after, {}} end
-return {id, after, read[1][2]}`,
+local ids = {}
+for i = 4, #ARGV do ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', '${ENTRY_FIELD}', ARGV[i]) end
+if not after then return {ids} end
+local read = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+if not read then return {ids, after, {}} end
+return {ids, after, read[1][2]}`,
 );
 
-/** Append a reply only while the target node's reply stream exists (it keeps it alive while it runs). */
+/** Append replies only while the target node's reply stream exists (it keeps it alive while it runs). */
 const replyIfAlive = new LuaScript(
   "replyIfAlive",
-  `-- KEYS[1] reply stream; ARGV[1] approximate max length; ARGV[2] reply JSON
+  `-- KEYS[1] reply stream; ARGV[1] approximate max length; ARGV[2..] reply JSON
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', '${REPLY_FIELD}', ARGV[2])
+for i = 2, #ARGV do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', '${REPLY_FIELD}', ARGV[i])
+end
 return 1`,
 );
 
@@ -289,10 +305,49 @@ interface ShardLoop {
 interface Waiting {
   id: string;
   fields: string[];
+  /** The entry itself, when this node sent it (a take of its own send): no need to parse `fields`. */
+  entry?: Entry;
   /** Read: hand over once this many takes have answered. */
   takes?: number;
   /** Taken: hand over once this entry (or a later one) has been handed over. */
   after?: string;
+}
+
+/** Payloads to one destination queued in one turn of the event loop: written, and accepted or refused, together. */
+interface OutgoingBatch<T> {
+  items: T[];
+  accepted: Promise<void>;
+  resolve(): void;
+  reject(err: unknown): void;
+}
+
+/** Payloads queued by destination during one turn of the event loop and written at its end (setImmediate). */
+class TurnBatches<K, T> {
+  private readonly batches = new Map<K, OutgoingBatch<T>>();
+
+  constructor(private readonly write: (to: K, items: T[]) => Promise<void>) {}
+
+  add(to: K, item: T): Promise<void> {
+    let batch = this.batches.get(to);
+    if (!batch) {
+      let resolve!: () => void;
+      let reject!: (err: unknown) => void;
+      const accepted = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
+      batch = { items: [], accepted, resolve, reject };
+      this.batches.set(to, batch);
+      if (this.batches.size === 1) setImmediate(this.flush);
+    }
+    batch.items.push(item);
+    return batch.accepted;
+  }
+
+  /** Writes every batch queued; each resolves its senders once Redis accepted it. */
+  readonly flush = (): void => {
+    if (this.batches.size === 0) return;
+    const batches = [...this.batches];
+    this.batches.clear();
+    for (const [to, batch] of batches) this.write(to, batch.items).then(batch.resolve, batch.reject);
+  };
 }
 
 const NOOP = () => {};
@@ -325,6 +380,13 @@ export class RedisStreamsTransport implements Transport {
   private readonly cmd: RedisClient;
   private handlers?: TransportHandlers;
   private readonly shards = new Map<number, ShardLoop>();
+  /**
+   * Entries and replies sent in this turn of the event loop, by shard and by node, not written yet: every send to a
+   * shard in one turn (the requests of one read of the sockets, the fan-outs of one group commit) goes in one
+   * write and one script call, and the replies to a node in one script call.
+   */
+  private readonly outgoing = new TurnBatches<number, Entry>((shard, entries) => this.sendBatch(shard, entries));
+  private readonly replies = new TurnBatches<string, Reply>((node, replies) => this.replyBatch(node, replies));
   private replyConn?: LoopConnection;
   private replyLoop?: Promise<void>;
   private replyLast = "0-0";
@@ -364,36 +426,63 @@ export class RedisStreamsTransport implements Transport {
     this.replyLoop = this.runReplies(this.replyConn);
   }
 
-  async send(shard: number, entry: Entry): Promise<void> {
-    if (this.closing) throw new Error("transport closed");
-    const payload = JSON.stringify(entry);
+  send(shard: number, entry: Entry): Promise<void> {
+    if (this.closing) return Promise.reject(new Error("transport closed"));
+    return this.outgoing.add(shard, entry);
+  }
+
+  /** A batch of entries to one shard: taken at once when the shard is held here, else appended for its holder. */
+  private sendBatch(shard: number, entries: Entry[]): Promise<void> {
     const s = this.shards.get(shard);
-    if (s?.loop && !s.stopping) {
-      // Held here: append and take in one script, and hand the entry over from its answer. The plain path (XADD,
-      // then the loop's blocked XREADGROUP answers, then it reads again) costs two commands and one more wake-up
-      // of this process, at each hop of a chat message (gateway → channel → user).
-      s.takesSent++;
-      let answer: [string, string?, RawEntry[]?];
-      try {
-        // Takes answer in the order they were sent (one connection; the script is loaded at start, so no NOSCRIPT
-        // retry reorders them), which is what counting them relies on.
-        const args = [GROUP, this.nodeId, payload, this.batch];
-        answer = (await appendAndTake.run(this.cmd, [s.key], args)) as typeof answer;
-      } finally {
-        s.takesAnswered++;
-      }
-      const [, after, entries] = answer;
-      // Entries taken by a loop that stopped meanwhile stay pending: the next holder claims them.
-      if (after === undefined || !entries || this.shards.get(shard) !== s || s.stopping) return this.handOver(s);
-      let previous = after;
-      for (const raw of entries) {
-        if (!raw) continue;
-        this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous });
-        previous = raw[0];
-      }
-      return this.handOver(s);
+    if (s?.loop && !s.stopping) return this.appendAndTake(s, entries);
+    return this.append(shard, entries.map((entry) => JSON.stringify(entry)));
+  }
+
+  /** Entries to a shard held elsewhere (or by nobody): XADDs in one write; its holder's loop reads them. */
+  private async append(shard: number, payloads: string[]): Promise<void> {
+    const key = this.keys.shard(shard);
+    if (payloads.length === 1) {
+      await this.cmd.call("XADD", key, "*", ENTRY_FIELD, payloads[0]!);
+      return;
     }
-    await this.cmd.call("XADD", this.keys.shard(shard), "*", ENTRY_FIELD, payload);
+    const pipeline = this.cmd.pipeline();
+    for (const payload of payloads) pipeline.call("XADD", key, "*", ENTRY_FIELD, payload);
+    for (const [err] of (await pipeline.exec()) ?? []) if (err) throw err;
+  }
+
+  /**
+   * Entries to a shard held here: append them and, in the same script, take for this consumer every entry of the
+   * stream not yet read by the group (theirs included), and hand them over from the answer. The plain path (XADD,
+   * then the loop's blocked XREADGROUP answers, then it reads again) costs two commands and one more wake-up of
+   * this process, at each hop of a chat message (gateway → channel → user). The group's last-delivered id, read in
+   * the script before the take, says which entry the taken ones must wait for (see Waiting). One script call for
+   * the batch rather than a MULTI … EXEC of the same commands: Redis runs the transaction for less (5 µs a send
+   * against 7.5 at 50 in flight) but ioredis's pipeline of five commands cost Node more than that saved
+   * (docs/performance.md, 2026-11-28).
+   */
+  private async appendAndTake(s: ShardLoop, sent: Entry[]): Promise<void> {
+    s.takesSent++;
+    let answer: [string[], string?, RawEntry[]?];
+    try {
+      // Takes answer in the order they were sent (one connection; the script is loaded at start, so no NOSCRIPT
+      // retry reorders them), which is what counting them relies on.
+      const args: (string | number)[] = [GROUP, this.nodeId, Math.max(this.batch, sent.length)];
+      for (const entry of sent) args.push(JSON.stringify(entry));
+      answer = (await appendAndTake.run(this.cmd, [s.key], args)) as typeof answer;
+    } finally {
+      s.takesAnswered++;
+    }
+    const [ids, after, entries] = answer;
+    const own = new Map<string, Entry>();
+    for (let i = 0; i < sent.length; i++) own.set(ids[i]!, sent[i]!);
+    if (after === undefined || !entries || this.shards.get(s.shard) !== s || s.stopping) return this.handOver(s);
+    let previous = after;
+    for (const raw of entries) {
+      if (!raw) continue;
+      this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous, entry: own.get(raw[0]) });
+      previous = raw[0];
+    }
+    this.handOver(s);
   }
 
   async reply(to: ReplyAddress, reply: Reply): Promise<void> {
@@ -403,7 +492,11 @@ export class RedisStreamsTransport implements Transport {
       queueMicrotask(() => this.safeReply(handlers, reply));
       return;
     }
-    await replyIfAlive.run(this.cmd, [this.keys.reply(to.node)], [this.replyMaxLen, JSON.stringify(reply)]);
+    await this.replies.add(to.node, reply);
+  }
+
+  private async replyBatch(node: string, replies: Reply[]): Promise<void> {
+    await replyIfAlive.run(this.cmd, [this.keys.reply(node)], [this.replyMaxLen, ...replies.map((reply) => JSON.stringify(reply))]);
   }
 
   /**
@@ -492,6 +585,8 @@ export class RedisStreamsTransport implements Transport {
       this.replyWake?.();
       this.replyConn?.stop();
       await this.replyLoop;
+      this.outgoing.flush(); // entries and replies sent in the last turn: written before the connection goes
+      this.replies.flush();
       await Promise.race([this.cmd.quit().catch(NOOP), sleep(1000)]);
       this.cmd.disconnect();
     })();
@@ -609,7 +704,7 @@ export class RedisStreamsTransport implements Transport {
       if (w.takes !== undefined && s.takesAnswered < w.takes) break;
       if (!force && w.after !== undefined && idBefore(s.lastHanded, w.after)) break;
       s.waiting.shift();
-      this.deliver(s, w.id, w.fields);
+      this.deliver(s, w.id, w.fields, w.entry);
     }
     const stuck = s.waiting.length > 0 && !s.stopping && s.waiting[0]!.takes === undefined;
     if (!stuck) {
@@ -638,12 +733,13 @@ export class RedisStreamsTransport implements Transport {
     }
   }
 
-  private deliver(s: ShardLoop, id: string, fields: string[]): void {
+  private deliver(s: ShardLoop, id: string, fields: string[], sent?: Entry): void {
     if (s.unacked.has(id)) return; // our own in-flight entry, seen again by a claim
     s.unacked.add(id);
     if (idBefore(s.lastHanded, id)) s.lastHanded = id;
     let turn: Promise<void>;
-    const entry = decodeField<Entry>(fields, ENTRY_FIELD);
+    // Handed over by reference, as the memory transport does: neither side mutates a message (system.ts).
+    const entry = sent ?? decodeField<Entry>(fields, ENTRY_FIELD);
     if (!entry || !Array.isArray(entry.targets)) {
       this.onError(new Error(`malformed entry ${id} on ${s.key}; acknowledged and dropped`), "deliver");
       turn = Promise.resolve();
@@ -654,11 +750,12 @@ export class RedisStreamsTransport implements Transport {
         turn = Promise.reject(err);
       }
     }
+    let left = false; // kept in `unacked` then: our own claims must not deliver it here again
     const done: Promise<void> = turn
-      .then(NOOP, NOOP)
-      .then(() => (s.abandoned ? undefined : this.queueAck(s, id)))
+      .catch((err) => void (left = err instanceof LeftForNextHolder))
+      .then(() => (s.abandoned || left ? undefined : this.queueAck(s, id)))
       .finally(() => {
-        if (!s.abandoned) s.unacked.delete(id);
+        if (!s.abandoned && !left) s.unacked.delete(id);
         s.turns.delete(done);
         s.wakeRoom?.();
       });
@@ -667,6 +764,8 @@ export class RedisStreamsTransport implements Transport {
 
   /**
    * Batches XACKs: one script call per shard per `ackDelayMs` (or per `batch` ids, or at once when releasing).
+   * (Carried inside the next take of the shard instead, they cost more than they saved: at low rates every take
+   * carried one id, a script call per send where the timer makes one per 10 ms.)
    * Acknowledging is off the latency path (the turn's effects are already committed), and one XACK per entry
    * doubled the writes to Redis of a chat message; an entry whose holder dies inside the window is delivered
    * again, which at-least-once delivery allows.
@@ -693,7 +792,7 @@ export class RedisStreamsTransport implements Transport {
 
   private async ack(s: ShardLoop, ids: string[]): Promise<void> {
     for (let i = 0; i < ids.length; i += 512) {
-      await ackOwned.run(this.cmd, [s.key], [GROUP, this.nodeId, ...ids.slice(i, i + 512)]);
+      await ackOwned.run(this.cmd, [s.key], ackArgs(this.nodeId, ids.slice(i, i + 512)));
     }
   }
 
@@ -771,6 +870,7 @@ export class RedisStreamsTransport implements Transport {
   private async keepReplyStream(): Promise<void> {
     if ((await this.cmd.call("PEXPIRE", this.keys.reply(this.nodeId), this.replyTtlMs)) === 1) return;
     this.replyLast = await this.createReplyStream();
+    await this.cmd.call("SCRIPT", "LOAD", appendAndTake.source);
     try {
       this.handlers?.onLost?.();
     } catch (err) {
@@ -808,6 +908,31 @@ export class RedisStreamsTransport implements Transport {
       commandTimeout: blocking ? undefined : Math.max(5000, this.callTimeoutMs),
     });
   }
+}
+
+/** Our group's last-delivered id in an XINFO GROUPS answer (RESP2: a flat field/value list per group). */
+function lastDeliveredOf(groups: unknown[][] | null | undefined): string | undefined {
+  for (const g of groups ?? []) {
+    let name: unknown;
+    let last: unknown;
+    for (let i = 0; i + 1 < g.length; i += 2) {
+      if (g[i] === "name") name = g[i + 1];
+      else if (g[i] === "last-delivered-id") last = g[i + 1];
+    }
+    if (name === GROUP && typeof last === "string") return last;
+  }
+  return undefined;
+}
+
+/** ackOwned's arguments for these ids (at most a few hundred: they go on Lua's stack). */
+function ackArgs(nodeId: string, ids: string[]): string[] {
+  let lowest = ids[0]!;
+  let highest = lowest;
+  for (const id of ids) {
+    if (idBefore(id, lowest)) lowest = id;
+    else if (idBefore(highest, id)) highest = id;
+  }
+  return [GROUP, nodeId, lowest, highest, ...ids];
 }
 
 function decodeField<T>(fields: string[], name: string): T | undefined {

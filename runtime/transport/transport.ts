@@ -6,8 +6,9 @@
  * - `send` resolves only once the entry is accepted: a crash of the sender after that does not lose it.
  * - Entries sent to one shard are handed to `onEntry` in the order they were accepted, one call at a time;
  *   `onEntry` enqueues synchronously and returns a promise for the end of the turns it started.
- * - An entry is acknowledged only after that promise settles. An entry whose holder died before acknowledging is
- *   delivered again to the next holder of the shard: delivery is at least once, so handlers must be idempotent.
+ * - An entry is acknowledged only after that promise settles, and not at all when it rejects with
+ *   `LeftForNextHolder`. An entry whose holder died before acknowledging is delivered again to the next holder of
+ *   the shard: delivery is at least once, so handlers must be idempotent.
  * - Entries of a shard are delivered only while this process holds the shard (between `acquire` and `release`);
  *   entries sent to a shard nobody holds wait until someone acquires it.
  * - A reply is delivered to the node named in the address, at most once; replies to a node that is gone are dropped
@@ -19,6 +20,15 @@
  * messages to every node (those are pub/sub: pubsub.ts).
  */
 import type { ErrorJSON } from "../errors.ts";
+
+/**
+ * What `onEntry`'s promise rejects with when the entry's work was refused here because this process no longer owns
+ * the shard (a write refused as FENCED): the entry stays unacknowledged, for the shard's next holder to claim. An
+ * acknowledgement sent before that holder's claim would take the entry from it, and its work would be lost.
+ */
+export class LeftForNextHolder extends Error {
+  override readonly name = "LeftForNextHolder";
+}
 
 export interface ReplyAddress {
   node: string;

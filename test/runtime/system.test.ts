@@ -10,7 +10,7 @@
 import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { PARKED, shardOf, type ActorContext, type ActorFactory, type Deferred, type Fence } from "../../runtime/actor.ts";
-import { ChorusError } from "../../runtime/errors.ts";
+import { ChorusError, errors } from "../../runtime/errors.ts";
 import { log } from "../../runtime/log.ts";
 import { ActorSystem } from "../../runtime/system.ts";
 import { MemoryPubSub } from "../../runtime/transport/memory-pubsub.ts";
@@ -68,8 +68,8 @@ interface Probe {
   /** `flaky` activations wait for this before failing (first attempt) or succeeding. */
   gate: Promise<void>;
   openGate(): void;
-  /** The work of `acker` turns, settled by the test. */
-  ackHolds: Array<() => void>;
+  /** The work of `acker` turns, settled by the test (failed with the error given). */
+  ackHolds: Array<(error?: ChorusError) => void>;
   /** The `forgetful` actors told that the transport lost entries (entriesLost), in order. */
   heardLost: string[];
 }
@@ -152,7 +152,7 @@ function testKinds(p: Probe): Record<string, ActorFactory> {
     /** Answers at once, holding its entry's acknowledgement until the test settles the work (ctx.holdAcknowledgement). */
     acker: (ctx) => ({
       receive(m: Msg) {
-        ctx.holdAcknowledgement(new Promise<void>((resolve) => p.ackHolds.push(resolve)));
+        ctx.holdAcknowledgement(new Promise<void>((resolve, reject) => p.ackHolds.push((error) => (error ? reject(error) : resolve()))));
         return `answered ${m.n}`;
       },
     }),
@@ -433,6 +433,17 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect(released).toBe(false); // the broadcast entry waits for both of its turns' work
     probe.ackHolds.shift()!();
     await releasing;
+  });
+
+  it.runIf(engine.distributed)("an entry whose held work was refused as FENCED stays for the shard's next holder", async () => {
+    const first = await node({ hold: (shard) => shard === 6 });
+    const acker = idOn("acker", 6);
+    expect(await at(first, acker).ask({ op: "hold", n: 1 })).toBe("answered 1");
+    probe.ackHolds.shift()!(errors.fenced(6)); // the write-behind found the lease taken: its entry is not acknowledged
+    await sleep(50); // past the acknowledgement's batching delay
+    await first.dropShard(6);
+    await node({ hold: (shard) => shard === 6 });
+    await until(() => probe.ackHolds.length === 1); // the next holder ran the entry's turn again
   });
 
   it("a parked ask resolved after the asker timed out is ignored", async () => {

@@ -12,7 +12,7 @@ import { connectRedis, deleteRedisKeys, type RedisClient } from "../../runtime/t
 import { startPrivateRedisCluster, type PrivateRedisCluster } from "../support/private-services.ts";
 import { redisKeys } from "../../runtime/transport/redis-keys.ts";
 import { GROUP, RedisStreamsTransport, type RedisStreamsOptions } from "../../runtime/transport/redis-streams.ts";
-import type { Entry, Reply, Transport, TransportHandlers } from "../../runtime/transport/transport.ts";
+import { LeftForNextHolder, type Entry, type Reply, type Transport, type TransportHandlers } from "../../runtime/transport/transport.ts";
 
 const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const RUN_PREFIX = `chorus-test-${randomUUID().slice(0, 8)}`;
@@ -384,6 +384,22 @@ describe.each(engines)("transport contract: $name", (engine) => {
     const c = await node();
     await c.t.acquire(3);
     await vi.waitFor(() => expect(c.rec.bodies()).toEqual(["contested"]), WAIT);
+  });
+
+  it.runIf(engine.distributed)("leaves an entry whose turn rejected with LeftForNextHolder unacknowledged, for the next holder", async () => {
+    const a = await node();
+    a.rec.hold = (e) => (e.body === "fenced" ? Promise.reject(new LeftForNextHolder("fenced here")) : Promise.resolve());
+    await a.t.acquire(5);
+    await a.t.send(5, entry("fenced"));
+    await vi.waitFor(() => expect(a.rec.bodies()).toEqual(["fenced"]), WAIT);
+    await a.t.send(5, entry("done")); // a take after the turn settled: it carries whatever acknowledgement is queued
+    await vi.waitFor(() => expect(a.rec.bodies()).toEqual(["fenced", "done"]), WAIT);
+    await tick(50); // past the acknowledgement's batching delay
+    await a.t.release(5);
+
+    const b = await node();
+    await b.t.acquire(5);
+    await vi.waitFor(() => expect(b.rec.bodies()).toEqual(["fenced"]), WAIT);
   });
 
   it.runIf(engine.distributed)("the holder claims entries a stale holder took but left idle past claimIdleMs", async () => {
