@@ -167,12 +167,27 @@ interface EventQueue {
   eventTypes: Set<string> | null;
   items: QueuedEvent[];
   /** The waiting poll, if any. */
-  poll?: { deferred: Deferred<Polled>; cancelHeartbeat: () => void; n: number; after: number };
+  poll?: ParkedPoll;
   polls: number;
   /** Highest event id the client acknowledged. */
   acked: number;
   /** When the last poll ended (or the queue was made): expiry counts from here while no poll waits. */
   idleSince: number;
+}
+
+/** A poll waiting on its queue: a long-poll's, answered once, or an event stream's (Poll.stream), pushed to. */
+interface ParkedPoll {
+  deferred: Deferred<Polled>;
+  cancelHeartbeat: () => void;
+  n: number;
+  /** Events above this id are the poll's to hear (a stream's: the last id pushed to it). */
+  after: number;
+  stream?: {
+    /** What the stream will acknowledge at its next batch: where `after` was before the last batch. */
+    acknowledgeNext: number;
+    /** When the stream last heard something: its heartbeat counts from here. */
+    lastPush: number;
+  };
 }
 
 /**
@@ -296,7 +311,7 @@ export class UserActor implements Actor {
   /** The implementation of user.protocol.ts, and of the timers' own messages. */
   private static readonly handlers: Handlers<UserProtocol & UserTimers, UserActor> = {
     register: (user, msg) => user.register(msg),
-    poll: (user, msg) => user.poll(msg.queueId, msg.lastEventId, msg.dontBlock, msg.after ?? msg.lastEventId),
+    poll: (user, msg) => user.poll(msg.queueId, msg.lastEventId, msg.dontBlock, msg.after ?? msg.lastEventId, msg.stream === true),
     deleteQueue: (user, msg) => user.deleteQueue(msg.queueId),
     dropQueues: (user) => user.dropQueues(),
     deliverMessage: (user, msg) => user.deliverMessage(msg),
@@ -437,29 +452,69 @@ export class UserActor implements Actor {
     return q;
   }
 
-  private poll(queueId: string, lastEventId: number, dontBlock: boolean, after: number): Polled | typeof PARKED {
+  private poll(queueId: string, lastEventId: number, dontBlock: boolean, after: number, stream: boolean): Polled | typeof PARKED {
     const q = this.queue(queueId);
-    // Acknowledge: everything up to last_event_id is gone for good.
-    if (lastEventId > q.acked) q.acked = lastEventId;
-    let drop = 0;
-    while (drop < q.items.length && q.items[drop]!.seq <= lastEventId) drop++;
-    if (drop) q.items.splice(0, drop);
+    this.acknowledge(q, lastEventId);
     if (q.poll) this.finishPoll(q, { events: [] });
-    if (q.items.some((i) => i.seq > after) || dontBlock) {
+    const ready = (q.items.at(-1)?.seq ?? -1) > after; // items are in id order
+    if ((ready && !stream) || dontBlock) {
       q.idleSince = Date.now();
       return { events: this.render(q, after) };
     }
     const n = ++q.polls;
     const deferred = this.ctx.defer<Polled>();
-    const cancelHeartbeat = this.ctx.schedule(this.deps.chat.heartbeatSeconds * 1000, { op: "heartbeat", queueId, n } satisfies MessageOf<UserTimers>);
-    q.poll = { deferred, cancelHeartbeat, n, after };
+    const cancelHeartbeat = this.scheduleHeartbeat(queueId, n, this.deps.chat.heartbeatSeconds * 1000);
+    q.poll = { deferred, cancelHeartbeat, n, after, stream: stream ? { acknowledgeNext: lastEventId, lastPush: Date.now() } : undefined };
+    if (ready) this.pushToStream(q);
     return PARKED;
   }
 
+  /** Acknowledge: everything up to `lastEventId` is gone for good. */
+  private acknowledge(q: EventQueue, lastEventId: number): void {
+    if (lastEventId > q.acked) q.acked = lastEventId;
+    let drop = 0;
+    while (drop < q.items.length && q.items[drop]!.seq <= lastEventId) drop++;
+    if (drop) q.items.splice(0, drop);
+  }
+
+  private scheduleHeartbeat(queueId: string, n: number, ms: number): () => void {
+    return this.ctx.schedule(ms, { op: "heartbeat", queueId, n } satisfies MessageOf<UserTimers>);
+  }
+
+  /**
+   * A parked poll waited the heartbeat interval: it gets a heartbeat event. A stream's timer runs once per interval
+   * rather than once per batch (a timer set and cleared per delivery costs more than the check): it finds when the
+   * stream last heard something and waits for the rest of the interval if that was within it.
+   */
   private async heartbeat(queueId: string, n: number): Promise<void> {
     const q = this.queues.get(queueId);
     if (!q?.poll || q.poll.n !== n) return;
+    const every = this.deps.chat.heartbeatSeconds * 1000;
+    const stream = q.poll.stream;
+    const quietFor = stream ? Date.now() - stream.lastPush : every;
+    if (quietFor < every) {
+      q.poll.cancelHeartbeat = this.scheduleHeartbeat(queueId, n, every - quietFor);
+      return;
+    }
     await this.deliver({ kind: "event", event: { type: "heartbeat" }, queueId }, true);
+    if (stream && q.poll?.n === n) q.poll.cancelHeartbeat = this.scheduleHeartbeat(queueId, n, every);
+  }
+
+  /**
+   * Push the events a stream has not heard yet, acknowledging two batches behind: the stream's asker acknowledges
+   * one batch behind what it wrote (see streamQueue in gateway/chat/events.ts), and the batch before this one may
+   * still be on its way to it.
+   */
+  private pushToStream(q: EventQueue): void {
+    const poll = q.poll!;
+    const stream = poll.stream!;
+    const events = this.render(q, poll.after);
+    if (!events.length) return;
+    this.acknowledge(q, stream.acknowledgeNext);
+    stream.acknowledgeNext = poll.after;
+    poll.after = q.items.at(-1)!.seq;
+    stream.lastPush = Date.now();
+    poll.deferred.push({ events });
   }
 
   private async deliverEvent(event: Record<string, unknown>, capability?: CapabilityFilter): Promise<void> {
@@ -771,7 +826,8 @@ export class UserActor implements Actor {
     const item: QueuedEvent = unwritten ? { seq, event, unwritten } : { seq, event };
     for (const q of targets) {
       q.items.push(item);
-      if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
+      if (q.poll?.stream) this.pushToStream(q);
+      else if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
     }
     if (unwritten) return;
     // The turn ends while the row commits, so the next deliveries join the same group commit.
