@@ -74,3 +74,49 @@ describe.each(ENGINES)("event stream on %s", (engine) => {
     expect(res.body.code).toBe("BAD_EVENT_QUEUE_ID");
   });
 });
+
+// A stream hears each batch as its user actor pushes it (Poll.stream): the actor acknowledges as the stream goes,
+// and its heartbeat timer counts from the last batch rather than being set again for each.
+describe.each(ENGINES)("a subscribed event stream on %s", (engine) => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer(engine, { heartbeatSeconds: 1 });
+    await api(server, "POST", "/users/me/subscriptions", { as: server.owner, params: { subscriptions: [{ name: "sse" }] } });
+  });
+  afterAll(async () => server?.close());
+  const send = (content: string) =>
+    api(server, "POST", "/messages", { as: server.owner, params: { type: "stream", to: "sse", topic: "t", content } }).then((r) => r.body.id as number);
+  const messages = (received: Array<{ data: any }>) => received.filter((e) => e.data.type === "message").map((e) => e.data.message.id as number);
+  const heartbeats = (received: Array<{ data: any }>) => received.filter((e) => e.data.type === "heartbeat").length;
+
+  it("keeps its heartbeat going between batches and after them", async () => {
+    const queue = (await api(server, "POST", "/register", { as: server.owner, params: { event_types: ["message"] } })).body.queue_id;
+    const stream = openStream(server, queue);
+    await stream.opened;
+    await until(() => heartbeats(stream.received) === 1);
+    const m1 = await send("between heartbeats");
+    await until(() => messages(stream.received).length === 1);
+    await until(() => heartbeats(stream.received) === 2);
+    expect(messages(stream.received)).toEqual([m1]);
+    const ids = stream.received.map((e) => Number(e.id));
+    expect(ids).toEqual([...ids].sort((a, b) => a - b));
+    stream.source.close();
+  });
+
+  it("acknowledges as it streams, two batches behind: the queue keeps only the last batches", async () => {
+    const queue = (await api(server, "POST", "/register", { as: server.owner, params: { event_types: ["message"] } })).body.queue_id;
+    const stream = openStream(server, queue);
+    await stream.opened;
+    const sent: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      sent.push(await send(`batch ${i}`));
+      await until(() => messages(stream.received).length === i + 1); // each message a batch of its own
+    }
+    expect(messages(stream.received)).toEqual(sent);
+    // Read the queue from its start while the stream is open (this poll finishes the stream's, which subscribes again).
+    const polled = await api(server, "GET", "/events", { as: server.owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
+    const left = polled.body.events.filter((e: any) => e.type === "message").map((e: any) => e.message.id);
+    expect(left).toEqual(sent.slice(3));
+    stream.source.close();
+  });
+});
