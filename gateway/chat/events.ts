@@ -319,13 +319,20 @@ interface QueuePolls {
 }
 
 /**
+ * Batches a stream writes before it acknowledges them (by finishing its subscription and subscribing again): what
+ * a streaming queue keeps at most, beyond the batch in flight.
+ */
+export const STREAM_ACKNOWLEDGE_EVERY = 16;
+
+/**
  * Write a queue's events to an open stream until the client goes away. The stream acknowledges one batch behind
  * what it has written: a client whose connection dropped can resume from any event of the last batch it saw.
- * Events come by subscription (one ask that the user actor answers batch after batch, acknowledging as it goes;
- * see Poll.stream), not a poll per batch: a poll per batch cost each delivery an ask, its timer, a turn to park
- * it and a heartbeat timer. A subscription ends when the socket cannot take more (it resumes once drained), when
- * the actor finishes it (a newer poll, a hand-over) or when the runtime cuts it; each time the stream subscribes
- * again from what it has written.
+ * Events come by subscription (one ask that the user actor answers batch after batch; see Poll.stream), not a
+ * poll per batch: a poll per batch cost each delivery an ask, its timer, a turn to park it and a heartbeat timer.
+ * A subscription ends when the socket cannot take more (it resumes once drained), every STREAM_ACKNOWLEDGE_EVERY
+ * batches (the next subscription acknowledges what was written), when the actor finishes it (a newer poll, a
+ * hand-over) or when the runtime cuts it; each time the stream subscribes again from what it has written, so a
+ * batch that did not reach it (or that it did not take) comes again, and one that came twice is written once.
  */
 async function streamQueue(sink: StreamSink, firstEvents: Polled["events"], resumeFrom: number, polls: QueuePolls): Promise<void> {
   let acknowledged = resumeFrom;
@@ -361,12 +368,13 @@ async function streamQueue(sink: StreamSink, firstEvents: Polled["events"], resu
         if (sink.closed) return;
       }
       let full = false;
+      let batches = 0;
       const last = await polls.subscribe(acknowledged, written, (polled) => {
         if (sink.closed || full) return;
         if (!write(polled.events)) {
           full = true;
           finishSubscription();
-        }
+        } else if (++batches === STREAM_ACKNOWLEDGE_EVERY) finishSubscription();
       });
       if (last && !sink.closed && !full) write(last.events);
     }

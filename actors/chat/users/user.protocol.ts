@@ -33,8 +33,8 @@ export interface Poll {
   after?: number;
   /**
    * An event stream's poll (asked with askStream): it stays parked and each batch of events is pushed to it as it
-   * comes, instead of answering once. The actor acknowledges as the stream goes, two batches behind the last one
-   * pushed; a heartbeat comes only after the heartbeat interval without a batch. It ends like any parked poll: with
+   * comes, instead of answering once. It acknowledges nothing beyond its lastEventId (its asker polls again to
+   * acknowledge more); a heartbeat comes only after the heartbeat interval without a batch. It ends like any parked poll: with
    * an answer (a newer poll of the queue, the actor handed over) or an error (the queue dropped).
    */
   stream?: boolean;

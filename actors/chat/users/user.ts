@@ -183,8 +183,6 @@ interface ParkedPoll {
   /** Events above this id are the poll's to hear (a stream's: the last id pushed to it). */
   after: number;
   stream?: {
-    /** What the stream will acknowledge at its next batch: where `after` was before the last batch. */
-    acknowledgeNext: number;
     /** When the stream last heard something: its heartbeat counts from here. */
     lastPush: number;
   };
@@ -464,7 +462,7 @@ export class UserActor implements Actor {
     const n = ++q.polls;
     const deferred = this.ctx.defer<Polled>();
     const cancelHeartbeat = this.scheduleHeartbeat(queueId, n, this.deps.chat.heartbeatSeconds * 1000);
-    q.poll = { deferred, cancelHeartbeat, n, after, stream: stream ? { acknowledgeNext: lastEventId, lastPush: Date.now() } : undefined };
+    q.poll = { deferred, cancelHeartbeat, n, after, stream: stream ? { lastPush: Date.now() } : undefined };
     if (ready) this.pushToStream(q);
     return PARKED;
   }
@@ -501,17 +499,15 @@ export class UserActor implements Actor {
   }
 
   /**
-   * Push the events a stream has not heard yet, acknowledging two batches behind: the stream's asker acknowledges
-   * one batch behind what it wrote (see streamQueue in gateway/chat/events.ts), and the batch before this one may
-   * still be on its way to it.
+   * Push the events a stream has not heard yet. Nothing is acknowledged here: a pushed batch may never reach its
+   * stream (cut by the runtime, or not taken by a full socket), and only the stream knows what it wrote; it
+   * acknowledges by polling again every so many batches (see streamQueue in gateway/chat/events.ts).
    */
   private pushToStream(q: EventQueue): void {
     const poll = q.poll!;
     const stream = poll.stream!;
     const events = this.render(q, poll.after);
     if (!events.length) return;
-    this.acknowledge(q, stream.acknowledgeNext);
-    stream.acknowledgeNext = poll.after;
     poll.after = q.items.at(-1)!.seq;
     stream.lastPush = Date.now();
     poll.deferred.push({ events });

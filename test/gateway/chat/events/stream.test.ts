@@ -5,6 +5,7 @@
 import { EventSource } from "eventsource";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, ENGINES, startTestServer, type TestServer } from "../../../support/server.ts";
+import { STREAM_ACKNOWLEDGE_EVERY } from "../../../../gateway/chat/events.ts";
 
 function openStream(server: TestServer, queueId: string, lastEventId?: string) {
   const auth = `Basic ${Buffer.from(`${server.owner.email}:${server.owner.key}`).toString("base64")}`;
@@ -75,8 +76,8 @@ describe.each(ENGINES)("event stream on %s", (engine) => {
   });
 });
 
-// A stream hears each batch as its user actor pushes it (Poll.stream): the actor acknowledges as the stream goes,
-// and its heartbeat timer counts from the last batch rather than being set again for each.
+// A stream hears each batch as its user actor pushes it (Poll.stream), acknowledges by subscribing again every
+// STREAM_ACKNOWLEDGE_EVERY batches, and its heartbeat timer counts from the last batch rather than being set for each.
 describe.each(ENGINES)("a subscribed event stream on %s", (engine) => {
   let server: TestServer;
   beforeAll(async () => {
@@ -103,12 +104,12 @@ describe.each(ENGINES)("a subscribed event stream on %s", (engine) => {
     stream.source.close();
   });
 
-  it("acknowledges as it streams, two batches behind: the queue keeps only the last batches", async () => {
+  it("acknowledges every STREAM_ACKNOWLEDGE_EVERY batches, one batch behind: the queue keeps only the later ones", async () => {
     const queue = (await api(server, "POST", "/register", { as: server.owner, params: { event_types: ["message"] } })).body.queue_id;
     const stream = openStream(server, queue);
     await stream.opened;
     const sent: number[] = [];
-    for (let i = 0; i < 5; i++) {
+    for (let i = 0; i < STREAM_ACKNOWLEDGE_EVERY + 2; i++) {
       sent.push(await send(`batch ${i}`));
       await until(() => messages(stream.received).length === i + 1); // each message a batch of its own
     }
@@ -116,7 +117,8 @@ describe.each(ENGINES)("a subscribed event stream on %s", (engine) => {
     // Read the queue from its start while the stream is open (this poll finishes the stream's, which subscribes again).
     const polled = await api(server, "GET", "/events", { as: server.owner, params: { queue_id: queue, last_event_id: -1, dont_block: true } });
     const left = polled.body.events.filter((e: any) => e.type === "message").map((e: any) => e.message.id);
-    expect(left).toEqual(sent.slice(3));
+    // Acknowledged at the STREAM_ACKNOWLEDGE_EVERY-th batch: everything before it.
+    expect(left).toEqual(sent.slice(STREAM_ACKNOWLEDGE_EVERY - 1));
     stream.source.close();
   });
 });
