@@ -324,6 +324,20 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       expect(next.body.events).toEqual([]);
     });
 
+    it("counts a heartbeat from when the poll waiting now parked, not from an earlier poll of the queue", async () => {
+      const q = (await register(bob)).body.queue_id;
+      // A poll parks (and the queue's heartbeat timer starts); a newer poll finishes it halfway through the interval.
+      const first = poll(bob, q, -1);
+      await new Promise((r) => setTimeout(r, 1000));
+      const parked = Date.now();
+      const second = poll(bob, q, -1);
+      expect((await first).body.events).toEqual([]); // finished by the newer poll
+      const res = await second;
+      expect(res.body.events).toEqual([{ type: "heartbeat", id: expect.any(Number) }]);
+      // The timer set for the first poll fired about 1 s into this one, and waited for the rest of the interval.
+      expect(Date.now() - parked).toBeGreaterThanOrEqual(2000 - 50);
+    });
+
     it("answers BAD_EVENT_QUEUE_ID for unknown, foreign and deleted queues", async () => {
       const unknown = await poll(alice, "no-such-queue", -1);
       expect(unknown.status).toBe(400);

@@ -168,7 +168,8 @@ interface EventQueue {
   items: QueuedEvent[];
   /** The waiting poll, if any. */
   poll?: ParkedPoll;
-  polls: number;
+  /** A heartbeat timer is set for this queue (see heartbeat). */
+  heartbeatSet: boolean;
   /** Highest event id the client acknowledged. */
   acked: number;
   /** When the last poll ended (or the queue was made): expiry counts from here while no poll waits. */
@@ -178,14 +179,12 @@ interface EventQueue {
 /** A poll waiting on its queue: a long-poll's, answered once, or an event stream's (Poll.stream), pushed to. */
 interface ParkedPoll {
   deferred: Deferred<Polled>;
-  cancelHeartbeat: () => void;
-  n: number;
   /** Events above this id are the poll's to hear (a stream's: the last id pushed to it). */
   after: number;
-  stream?: {
-    /** When the stream last heard something: its heartbeat counts from here. */
-    lastPush: number;
-  };
+  /** An event stream's poll (Poll.stream): pushed to, not answered, by each delivery. */
+  stream: boolean;
+  /** Since when the poll has heard nothing (parked, or a stream's last batch): its heartbeat counts from here. */
+  quietSince: number;
 }
 
 /**
@@ -219,7 +218,7 @@ const VIEWER_TTL_MS = 2000;
 
 /** What the actor's own timers tell it (private to it): a parked poll's heartbeat, the idle queues' expiry. */
 type UserTimers = {
-  heartbeat: Op<{ op: "heartbeat"; queueId: string; n: number }, void>;
+  heartbeat: Op<{ op: "heartbeat"; queueId: string }, void>;
   expire: Op<{ op: "expire" }, void>;
 };
 
@@ -329,7 +328,7 @@ export class UserActor implements Actor {
     changeAlertWords: (user, msg) => user.changeAlertWords(msg),
     updateStatus: (user, msg) => user.updateStatus(msg),
     muteUser: (user, msg) => user.muteUser(msg),
-    heartbeat: (user, msg) => user.heartbeat(msg.queueId, msg.n),
+    heartbeat: (user, msg) => user.heartbeat(msg.queueId),
     expire: (user) => user.expire(),
   };
 
@@ -352,7 +351,7 @@ export class UserActor implements Actor {
   }
 
   private makeQueue(spec: QueueSpec): EventQueue {
-    return { spec, eventTypes: spec.eventTypes ? new Set(spec.eventTypes) : null, items: [], polls: 0, acked: -1, idleSince: Date.now() };
+    return { spec, eventTypes: spec.eventTypes ? new Set(spec.eventTypes) : null, items: [], heartbeatSet: false, acked: -1, idleSince: Date.now() };
   }
 
   /** Write the queues and the sequence numbers' floor and reservation, after any write still in progress. */
@@ -417,7 +416,6 @@ export class UserActor implements Actor {
       if (!q.poll) continue;
       const poll = q.poll;
       q.poll = undefined;
-      poll.cancelHeartbeat();
       poll.deferred.reject(chatErrors.badQueue(q.spec.id));
     }
     this.queues.clear();
@@ -459,10 +457,8 @@ export class UserActor implements Actor {
       q.idleSince = Date.now();
       return { events: this.render(q, after) };
     }
-    const n = ++q.polls;
-    const deferred = this.ctx.defer<Polled>();
-    const cancelHeartbeat = this.scheduleHeartbeat(queueId, n, this.deps.chat.heartbeatSeconds * 1000);
-    q.poll = { deferred, cancelHeartbeat, n, after, stream: stream ? { lastPush: Date.now() } : undefined };
+    q.poll = { deferred: this.ctx.defer<Polled>(), after, stream, quietSince: Date.now() };
+    this.setHeartbeat(q, this.deps.chat.heartbeatSeconds * 1000);
     if (ready) this.pushToStream(q);
     return PARKED;
   }
@@ -475,27 +471,28 @@ export class UserActor implements Actor {
     if (drop) q.items.splice(0, drop);
   }
 
-  private scheduleHeartbeat(queueId: string, n: number, ms: number): () => void {
-    return this.ctx.schedule(ms, { op: "heartbeat", queueId, n } satisfies MessageOf<UserTimers>);
+  private setHeartbeat(q: EventQueue, ms: number): void {
+    if (q.heartbeatSet) return;
+    q.heartbeatSet = true;
+    this.ctx.schedule(ms, { op: "heartbeat", queueId: q.spec.id } satisfies MessageOf<UserTimers>);
   }
 
   /**
-   * A parked poll waited the heartbeat interval: it gets a heartbeat event. A stream's timer runs once per interval
-   * rather than once per batch (a timer set and cleared per delivery costs more than the check): it finds when the
-   * stream last heard something and waits for the rest of the interval if that was within it.
+   * A parked poll that heard nothing for the heartbeat interval gets a heartbeat event. A queue has at most one
+   * heartbeat timer, set when a poll parks and none is set, never cleared: when it fires it finds how long the
+   * poll parked now (if any) has been quiet, and waits for the rest of the interval if that is less. Setting and
+   * clearing a timer for each poll (a long-poll's every answer, a stream's every batch) cost more than the check.
    */
-  private async heartbeat(queueId: string, n: number): Promise<void> {
+  private async heartbeat(queueId: string): Promise<void> {
     const q = this.queues.get(queueId);
-    if (!q?.poll || q.poll.n !== n) return;
+    if (!q) return;
+    q.heartbeatSet = false;
+    if (!q.poll) return;
     const every = this.deps.chat.heartbeatSeconds * 1000;
-    const stream = q.poll.stream;
-    const quietFor = stream ? Date.now() - stream.lastPush : every;
-    if (quietFor < every) {
-      q.poll.cancelHeartbeat = this.scheduleHeartbeat(queueId, n, every - quietFor);
-      return;
-    }
+    const quietFor = Date.now() - q.poll.quietSince;
+    if (quietFor < every) return this.setHeartbeat(q, every - quietFor);
     await this.deliver({ kind: "event", event: { type: "heartbeat" }, queueId }, true);
-    if (stream && q.poll?.n === n) q.poll.cancelHeartbeat = this.scheduleHeartbeat(queueId, n, every);
+    if (q.poll && this.queues.get(queueId) === q) this.setHeartbeat(q, every); // a stream goes on
   }
 
   /**
@@ -505,11 +502,10 @@ export class UserActor implements Actor {
    */
   private pushToStream(q: EventQueue): void {
     const poll = q.poll!;
-    const stream = poll.stream!;
     const events = this.render(q, poll.after);
     if (!events.length) return;
     poll.after = q.items.at(-1)!.seq;
-    stream.lastPush = Date.now();
+    poll.quietSince = Date.now();
     poll.deferred.push({ events });
   }
 
@@ -867,7 +863,6 @@ export class UserActor implements Actor {
   private finishPoll(q: EventQueue, reply: Polled): void {
     const poll = q.poll!;
     q.poll = undefined;
-    poll.cancelHeartbeat();
     q.idleSince = Date.now();
     poll.deferred.resolve(reply);
   }
