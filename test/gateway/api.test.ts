@@ -57,6 +57,23 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       expect(bearer.status).toBe(400);
     });
 
+    it("checks the key again once a cached account's entry expires, when its key changed without a notice", async () => {
+      expect((await api(server, "GET", "/users/me", { as: bob })).status).toBe(200); // cached now
+      const db = server.node.store.db;
+      const { api_key_hash } = await db.selectFrom("users").select("api_key_hash").where("id", "=", bob.id).executeTakeFirstOrThrow();
+      // Changed in the store behind this worker's back (as for a worker that missed the credentials notice).
+      await db.updateTable("users").set({ api_key_hash: "changed elsewhere" }).where("id", "=", bob.id).execute();
+      try {
+        await new Promise((r) => setTimeout(r, 2100)); // past the cache's moment (CACHE_MS in gateway/auth.ts)
+        const res = await api(server, "GET", "/users/me", { as: bob });
+        expect(res.status).toBe(401);
+        expect(res.body.msg).toBe("Invalid API key");
+      } finally {
+        await db.updateTable("users").set({ api_key_hash }).where("id", "=", bob.id).execute();
+      }
+      expect((await api(server, "GET", "/users/me", { as: bob })).status).toBe(200);
+    });
+
     it("refuses a deactivated account", async () => {
       const carol = await createUser(server, `carol-${engine.length}@example.com`);
       await server.node.store.db.updateTable("users").set({ is_active: false }).where("id", "=", carol.id).execute();
