@@ -121,4 +121,17 @@ describe.each(ENGINES)("a subscribed event stream on %s", (engine) => {
     expect(left).toEqual(sent.slice(STREAM_ACKNOWLEDGE_EVERY - 1));
     stream.source.close();
   });
+
+  it("delivers every event once and in order when a burst fills the socket's buffer (the stream pauses and subscribes again)", async () => {
+    const queue = (await api(server, "POST", "/register", { as: server.owner, params: { event_types: ["message"] } })).body.queue_id;
+    const stream = openStream(server, queue);
+    await stream.opened;
+    // Sent together, they commit together and reach the stream in one burst of pushes: more than the 64 KiB a stream
+    // buffers before it says it is full (STREAM_HIGH_WATER in gateway/http.ts).
+    const big = "x".repeat(9000);
+    const sent = (await Promise.all(Array.from({ length: 24 }, (_, i) => send(`${i} ${big}`)))).sort((a, b) => a - b);
+    await until(() => messages(stream.received).length >= sent.length, 15_000);
+    expect(messages(stream.received)).toEqual(sent);
+    stream.source.close();
+  });
 });
