@@ -31,10 +31,15 @@ export function shardOf(id: ActorId, shards: number): number {
   return hash32(id) % shards;
 }
 
-/** A reply handle for an ask the actor answers later (a parked long-poll). Answer it exactly once. */
+/**
+ * A reply handle for an ask the actor answers later (a parked long-poll). Answer it exactly once (resolve or
+ * reject); before that, an ask made with askStream may also be given interim answers (push), each heard by the
+ * asker as it comes while the ask stays open (an event stream's batches). Other asks ignore interim answers.
+ */
 export interface Deferred<T = unknown> {
   resolve(value: T): void;
   reject(error: ChorusError): void;
+  push(value: T): void;
 }
 
 /** Returned by `receive` instead of a value when the ask was parked with `ctx.defer()`. */

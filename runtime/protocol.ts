@@ -70,6 +70,7 @@ export function actorKind<P extends ProtocolShape<P>>(name: string): ActorKind<P
 export interface Sender {
   ask(id: ActorId, body: unknown, timeoutMs?: number): Promise<unknown>;
   askTransient(id: ActorId, body: unknown, timeoutMs?: number): Promise<unknown>;
+  askStream(id: ActorId, body: unknown, onMore: (value: unknown) => void, timeoutMs?: number): Promise<unknown>;
   tell(id: ActorId, body: unknown): Promise<void>;
 }
 
@@ -91,6 +92,19 @@ export class ActorRef<P extends ProtocolShape<P>> {
   /** An ask whose loss costs nothing if this process dies (an event-queue poll): see ActorSystem.askTransient. */
   askTransient<O extends keyof P>(message: MessageFor<P, O> & { op: O }, timeoutMs?: number): Promise<ReplyFor<P, O>> {
     return this.sender.askTransient(this.id, message, timeoutMs) as Promise<ReplyFor<P, O>>;
+  }
+
+  /**
+   * A transient ask its actor may answer with interim replies (Deferred.push) before the final one: each goes to
+   * `onMore`, in order. Answered `undefined` when the stream was cut where a transient ask would be sent again
+   * (see ActorSystem.askStream): the asker asks again from what it heard.
+   */
+  askStream<O extends keyof P>(
+    message: MessageFor<P, O> & { op: O },
+    onMore: (value: ReplyFor<P, O>) => void,
+    timeoutMs?: number,
+  ): Promise<ReplyFor<P, O> | undefined> {
+    return this.sender.askStream(this.id, message, onMore as (value: unknown) => void, timeoutMs) as Promise<ReplyFor<P, O> | undefined>;
   }
 
   /** Send without waiting for the turn: resolves once the transport accepted the message. */

@@ -71,6 +71,8 @@ interface PendingAsk {
   timer: NodeJS.Timeout;
   /** A transient ask (askTransient): what to send again if the turn it parked may be gone. */
   transient?: { shard: number; targets: ActorId[]; body: unknown };
+  /** A streaming ask (askStream): hears the interim answers; its timeout starts again at each. */
+  onMore?: (value: unknown) => void;
 }
 
 export class ActorSystem {
@@ -178,6 +180,7 @@ export class ActorSystem {
   private readonly sender: Sender = {
     ask: (id, body, timeoutMs) => this.ask(id, body, timeoutMs),
     askTransient: (id, body, timeoutMs) => this.askTransient(id, body, timeoutMs),
+    askStream: (id, body, onMore, timeoutMs) => this.askStream(id, body, onMore, timeoutMs),
     tell: (id, body) => this.tell(id, body),
   };
 
@@ -203,6 +206,19 @@ export class ActorSystem {
   }
 
   /**
+   * A transient ask whose actor may answer it more than once before its final answer (Deferred.push): each interim
+   * answer goes to `onMore` as it comes, in order, and the timeout counts from the last. An open event stream is
+   * one such ask instead of an ask per batch of events. Where the transient ask would be sent again (its actor's
+   * holder may have changed, or Redis lost replies: resendTransient), a stream ends instead, answered `undefined`:
+   * what it had heard decides where its asker starts again, which only the asker knows.
+   */
+  private askStream(id: ActorId, body: unknown, onMore: (value: unknown) => void, timeoutMs = this.opts.askTimeoutMs): Promise<unknown> {
+    if (this.closing) return Promise.reject(errors.shuttingDown());
+    const shard = shardOf(id, this.opts.shards);
+    return this.request(shard, [id], body, timeoutMs, `ask ${parseActorId(id).kind}`, true, onMore);
+  }
+
+  /**
    * Send the transient asks still waiting (of `shard`, or all) again, each under a new correlation id, so that
    * only the new turn's answer counts. Their first turns may be parked on a process that died (the shard's new
    * holder announced itself) or their entry or reply lost with Redis's data (the transport's `onLost`): a parked
@@ -215,6 +231,11 @@ export class ActorSystem {
       const again = waiting.transient;
       if (!again || (shard !== undefined && again.shard !== shard)) continue;
       this.pending.delete(waiting.corr);
+      if (waiting.onMore) {
+        clearTimeout(waiting.timer);
+        waiting.resolve(undefined);
+        continue;
+      }
       waiting.corr = `${++this.corr}`;
       this.pending.set(waiting.corr, waiting);
       this.dispatch(again.shard, { targets: again.targets, body: again.body, replyTo: { node: this.nodeId, corr: waiting.corr } }, true);
@@ -259,7 +280,15 @@ export class ActorSystem {
   }
 
   /** `transient`: an askTransient (queued here when this process holds the shard; sent again by resendTransient). */
-  private request<T>(shard: number, targets: ActorId[], body: unknown, timeoutMs: number, spanName: string, transient = false): Promise<T> {
+  private request<T>(
+    shard: number,
+    targets: ActorId[],
+    body: unknown,
+    timeoutMs: number,
+    spanName: string,
+    transient = false,
+    onMore?: (value: unknown) => void,
+  ): Promise<T> {
     // An ask is a remote call (RPC's CLIENT kind) whose turn, on whichever process holds the actor, is its SERVER side.
     return tracer.startActiveSpan(spanName, { kind: SpanKind.CLIENT }, (span) => {
       const corr = `${++this.corr}`;
@@ -273,6 +302,7 @@ export class ActorSystem {
             reject(errors.timeout(targets.length === 1 ? targets[0]! : `shard ${shard}`));
           }, timeoutMs),
           transient: transient ? { shard, targets, body } : undefined,
+          onMore,
         };
         this.pending.set(corr, waiting);
       });
@@ -297,6 +327,12 @@ export class ActorSystem {
   private settle(reply: Reply): void {
     const waiting = this.pending.get(reply.corr);
     if (!waiting) return; // timed out already
+    if (reply.more) {
+      if (!waiting.onMore) return; // only a streaming ask hears interim answers
+      waiting.timer.refresh();
+      waiting.onMore(reply.value);
+      return;
+    }
     this.pending.delete(reply.corr);
     clearTimeout(waiting.timer);
     if (reply.error) waiting.reject(ChorusError.fromJSON(reply.error));
@@ -485,18 +521,7 @@ export class ActorSystem {
   }
 
   private deferred<T>(to: ReplyAddress | undefined): Deferred<T> {
-    let settled = false;
-    const send = (reply: Omit<Reply, "corr">) => {
-      if (settled) return;
-      settled = true;
-      if (to) void this.opts.transport.reply(to, { corr: to.corr, ...reply });
-    };
-    // No getters here: an object literal's getter is an accessor pair in the old generation, which would hold this
-    // parked poll's closures through young-generation GCs (see UwsRequest in gateway/http.ts).
-    return {
-      resolve: (value) => send({ value }),
-      reject: (error) => send({ error: error.toJSON() }),
-    };
+    return new ParkedReply<T>(this.opts.transport, to);
   }
 
   private async drain(a: Activation): Promise<void> {
@@ -595,6 +620,33 @@ export class ActorSystem {
       p.reject(errors.shuttingDown());
       this.pending.delete(corr);
     }
+  }
+}
+
+/**
+ * The reply handle of a parked ask (Deferred). A class rather than an object of closures: one is made per parked
+ * poll, and tsx names every closure it compiles (a defineProperty per creation; see storedMessage in
+ * actors/chat/users/user.ts). No getters either: see UwsRequest in gateway/http.ts.
+ */
+class ParkedReply<T> implements Deferred<T> {
+  private settled = false;
+  constructor(
+    private readonly transport: Transport,
+    private readonly to: ReplyAddress | undefined,
+  ) {}
+  resolve(value: T): void {
+    if (this.settled) return;
+    this.settled = true;
+    if (this.to) void this.transport.reply(this.to, { corr: this.to.corr, value });
+  }
+  reject(error: ChorusError): void {
+    if (this.settled) return;
+    this.settled = true;
+    if (this.to) void this.transport.reply(this.to, { corr: this.to.corr, error: error.toJSON() });
+  }
+  push(value: T): void {
+    if (this.settled || !this.to) return;
+    void this.transport.reply(this.to, { corr: this.to.corr, value, more: true });
   }
 }
 

@@ -289,17 +289,21 @@ export const eventRoutes: RouteSpec[] = [
     async handle({ params, user, services, req }) {
       const header = req.headers["last-event-id"];
       const resumeFrom = header !== undefined && /^-?\d{1,16}$/.test(header.trim()) ? Number(header.trim()) : (params.last_event_id ?? -1);
-      const poll = (lastEventId: number, after: number, dontBlock: boolean) =>
-        services.system
-          .ref(User, user.id)
-          .askTransient({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock }, services.chat.heartbeatSeconds * 1000 + 15_000);
+      // The actor answers with a heartbeat after heartbeatSeconds without events; the ask only guards against a lost worker.
+      const timeout = services.chat.heartbeatSeconds * 1000 + 15_000;
+      const queue = services.system.ref(User, user.id);
+      const polls: QueuePolls = {
+        poll: (lastEventId, after, dontBlock) => queue.askTransient({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock }, timeout),
+        subscribe: (lastEventId, after, onBatch) =>
+          queue.askStream({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock: false, stream: true }, onBatch, timeout),
+      };
       // An unknown queue is answered as a JSON error, before the stream opens.
-      const first = await poll(resumeFrom, resumeFrom, true);
+      const first = await polls.poll(resumeFrom, resumeFrom, true);
       return {
         status: 200,
         headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache, no-transform", "x-accel-buffering": "no" },
         start(sink) {
-          void streamQueue(sink, first.events, resumeFrom, poll);
+          void streamQueue(sink, first.events, resumeFrom, polls);
         },
       };
     },
@@ -315,35 +319,72 @@ export const eventRoutes: RouteSpec[] = [
   },
 ];
 
+/** How an event stream reads its queue: single polls, and a subscription that hears each batch as it comes. */
+interface QueuePolls {
+  poll(lastEventId: number, after: number, dontBlock: boolean): Promise<Polled>;
+  /** Resolves when the subscription ends: with its last events, or undefined when it was cut (ask again). */
+  subscribe(lastEventId: number, after: number, onBatch: (polled: Polled) => void): Promise<Polled | undefined>;
+}
+
+/**
+ * Batches a stream writes before it acknowledges them (by finishing its subscription and subscribing again): what
+ * a streaming queue keeps at most, beyond the batch in flight.
+ */
+export const STREAM_ACKNOWLEDGE_EVERY = 16;
+
 /**
  * Write a queue's events to an open stream until the client goes away. The stream acknowledges one batch behind
  * what it has written: a client whose connection dropped can resume from any event of the last batch it saw.
+ * Events come by subscription (one ask that the user actor answers batch after batch; see Poll.stream), not a
+ * poll per batch: a poll per batch cost each delivery an ask, its timer, a turn to park it and a heartbeat timer.
+ * A subscription ends when the socket cannot take more (it resumes once drained), every STREAM_ACKNOWLEDGE_EVERY
+ * batches (the next subscription acknowledges what was written), when the actor finishes it (a newer poll, a
+ * hand-over) or when the runtime cuts it; each time the stream subscribes again from what it has written, so a
+ * batch that did not reach it (or that it did not take) comes again, and one that came twice is written once.
  */
-async function streamQueue(
-  sink: StreamSink,
-  firstEvents: Polled["events"],
-  resumeFrom: number,
-  poll: (lastEventId: number, after: number, dontBlock: boolean) => Promise<Polled>,
-): Promise<void> {
+async function streamQueue(sink: StreamSink, firstEvents: Polled["events"], resumeFrom: number, polls: QueuePolls): Promise<void> {
   let acknowledged = resumeFrom;
   let written = resumeFrom;
-  let events = firstEvents;
-  // A client gone leaves this loop's poll parked (holding the stream) until an event or the heartbeat: a poll that
-  // does not wait finishes it now (a newer poll of a queue finishes the older one), and the loop ends.
-  sink.onClose(() => void poll(acknowledged, written, true).catch(() => {}));
+  let drained: Promise<void> | undefined;
+  /** Write the events not written yet; false once the socket is full (and `drained` then says when it is not). */
+  const write = (events: Polled["events"]): boolean => {
+    let open = true;
+    const previous = written;
+    for (const event of events) {
+      const id = Number(event.id);
+      // An event heard twice (a subscription cut while a batch was on its way, and the next one answering it again).
+      if (id <= written) continue;
+      open = sink.write(`id: ${event.id}\ndata: ${eventJson(event)}\n\n`);
+      written = id;
+    }
+    if (written !== previous) acknowledged = previous;
+    if (!open && !drained && !sink.closed) drained = new Promise<void>((resolve) => sink.onDrain(resolve));
+    return open;
+  };
+  // A poll of the queue finishes its subscription (a newer poll of a queue finishes the older one): when the client
+  // goes away (the loop then ends), and when the socket is full (the loop waits for it to drain, then subscribes
+  // again). Its own answer is not written: those events stay queued for the next subscription.
+  const finishSubscription = () => void polls.poll(acknowledged, written, true).catch(() => {});
+  sink.onClose(finishSubscription);
   sink.write(": connected\n\n"); // opens the stream for the client before the first event
   try {
+    write(firstEvents);
     while (!sink.closed) {
-      if (events.length) {
-        let open = true;
-        for (const event of events) open = sink.write(`id: ${event.id}\ndata: ${eventJson(event)}\n\n`);
-        const previous = written;
-        written = Number(events.at(-1)!.id);
-        acknowledged = previous;
-        if (!open) await new Promise<void>((resolve) => sink.onDrain(resolve));
+      if (drained) {
+        await drained;
+        drained = undefined;
+        if (sink.closed) return;
       }
-      if (sink.closed) return;
-      events = (await poll(acknowledged, written, false)).events;
+      let full = false;
+      let batches = 0;
+      const last = await polls.subscribe(acknowledged, written, (polled) => {
+        if (sink.closed || full) return;
+        if (!write(polled.events)) {
+          full = true;
+          finishSubscription();
+        } else if (++batches === STREAM_ACKNOWLEDGE_EVERY) finishSubscription();
+      });
+      if (last && !sink.closed && !full) write(last.events);
     }
   } catch (err) {
     const error = ChorusError.wrap(err);

@@ -48,6 +48,8 @@ export interface Entry {
 export interface Reply {
   corr: string;
   value?: unknown;
+  /** An interim answer of a streaming ask (Deferred.push): the ask stays open for more. */
+  more?: true;
   error?: ErrorJSON;
 }
 

@@ -57,6 +57,23 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       expect(bearer.status).toBe(400);
     });
 
+    it("checks the key again once a cached account's entry expires, when its key changed without a notice", async () => {
+      expect((await api(server, "GET", "/users/me", { as: bob })).status).toBe(200); // cached now
+      const db = server.node.store.db;
+      const { api_key_hash } = await db.selectFrom("users").select("api_key_hash").where("id", "=", bob.id).executeTakeFirstOrThrow();
+      // Changed in the store behind this worker's back (as for a worker that missed the credentials notice).
+      await db.updateTable("users").set({ api_key_hash: "changed elsewhere" }).where("id", "=", bob.id).execute();
+      try {
+        await new Promise((r) => setTimeout(r, 2100)); // past the cache's moment (CACHE_MS in gateway/auth.ts)
+        const res = await api(server, "GET", "/users/me", { as: bob });
+        expect(res.status).toBe(401);
+        expect(res.body.msg).toBe("Invalid API key");
+      } finally {
+        await db.updateTable("users").set({ api_key_hash }).where("id", "=", bob.id).execute();
+      }
+      expect((await api(server, "GET", "/users/me", { as: bob })).status).toBe(200);
+    });
+
     it("refuses a deactivated account", async () => {
       const carol = await createUser(server, `carol-${engine.length}@example.com`);
       await server.node.store.db.updateTable("users").set({ is_active: false }).where("id", "=", carol.id).execute();
@@ -322,6 +339,20 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       expect(again.body.events).toEqual(res.body.events); // not acknowledged yet
       const next = await poll(bob, q, res.body.events[0].id, { dont_block: true });
       expect(next.body.events).toEqual([]);
+    });
+
+    it("counts a heartbeat from when the poll waiting now parked, not from an earlier poll of the queue", async () => {
+      const q = (await register(bob)).body.queue_id;
+      // A poll parks (and the queue's heartbeat timer starts); a newer poll finishes it halfway through the interval.
+      const first = poll(bob, q, -1);
+      await new Promise((r) => setTimeout(r, 1000));
+      const parked = Date.now();
+      const second = poll(bob, q, -1);
+      expect((await first).body.events).toEqual([]); // finished by the newer poll
+      const res = await second;
+      expect(res.body.events).toEqual([{ type: "heartbeat", id: expect.any(Number) }]);
+      // The timer set for the first poll fired about 1 s into this one, and waited for the rest of the interval.
+      expect(Date.now() - parked).toBeGreaterThanOrEqual(2000 - 50);
     });
 
     it("answers BAD_EVENT_QUEUE_ID for unknown, foreign and deleted queues", async () => {

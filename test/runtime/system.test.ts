@@ -118,7 +118,7 @@ function testKinds(p: Probe): Record<string, ActorFactory> {
         return m.tag;
       },
     }),
-    /** Parks `wait` asks; a later `release` turn answers them. */
+    /** Parks `wait` asks; a later `release` turn answers them, a `push` turn gives them an interim answer. */
     parker: (ctx) => {
       const waiting: Deferred<string>[] = [];
       return {
@@ -127,6 +127,10 @@ function testKinds(p: Probe): Record<string, ActorFactory> {
           if (m.op === "wait") {
             waiting.push(ctx.defer<string>());
             return PARKED;
+          }
+          if (m.op === "push") {
+            for (const d of waiting) d.push(m.value);
+            return waiting.length;
           }
           const parked = waiting.splice(0);
           for (const d of parked) d.resolve(m.value);
@@ -626,6 +630,45 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect(probe.activations.get(here)).toBe(2);
   });
 
+  it("askStream hears each interim answer in order, then the final one; other asks ignore interim answers", async () => {
+    const system = await node();
+    const parker = idOn("parker", 1);
+    const heard: string[] = [];
+    const stream = at(system, parker).askStream({ op: "wait" }, (v) => heard.push(v));
+    const plain = at(system, parker).ask({ op: "wait" });
+    await until(() => probe.activations.get(parker) === 1);
+    expect(await at(system, parker).ask({ op: "push", value: "one" })).toBe(2);
+    expect(await at(system, parker).ask({ op: "push", value: "two" })).toBe(2);
+    await until(() => heard.length === 2);
+    expect(heard).toEqual(["one", "two"]);
+    expect(await at(system, parker).ask({ op: "release", value: "last" })).toBe(2);
+    expect(await stream).toBe("last");
+    expect(await plain).toBe("last"); // not "one": a plain ask's answer is the final one
+    // Settled: later pushes reach nobody.
+    expect(await at(system, parker).ask({ op: "push", value: "late" })).toBe(0);
+    expect(heard).toEqual(["one", "two"]);
+  });
+
+  it("an askStream's timeout counts from its last interim answer", async () => {
+    const system = await node({ askTimeoutMs: 1000 });
+    const parker = idOn("parker", 2);
+    const heard: string[] = [];
+    const stream = at(system, parker).askStream({ op: "wait" }, (v) => heard.push(v));
+    const outcome = stream.then(
+      () => "answered",
+      (e: ChorusError) => e.code,
+    );
+    // Interim answers for well over the timeout keep it open.
+    for (let i = 0; i < 8; i++) {
+      await at(system, parker).ask({ op: "push", value: `p${i}` });
+      await sleep(250);
+    }
+    await until(() => heard.length === 8);
+    // Then silence: it times out.
+    expect(await outcome).toBe("REQUEST_TIMEOUT");
+    expect(heard).toHaveLength(8);
+  });
+
   it.runIf(engine.distributed)("two nodes: each ask reaches the node hosting the actor and the reply comes back", async () => {
     const a = await node({ hold: (shard) => shard % 2 === 0 });
     const b = await node({ hold: (shard) => shard % 2 === 1 });
@@ -674,6 +717,28 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     await until(() => probe.activations.get(parker) === 2);
     expect(await at(asker, parker).ask({ op: "release", value: "from the next holder" })).toBe(1);
     expect(await waiting).toBe("from the next holder");
+  });
+
+  it.runIf(engine.distributed)("an askStream across nodes hears its interim answers, and ends answered undefined when its shard's holder changes", async () => {
+    const asker = await node({ hold: () => false });
+    await node({ hold: (shard) => shard === 3 });
+    const dying = opened.at(-1)!.transport;
+    // The holder announced the shard when it took it; a stream asked before the asker heard that would be cut by it.
+    await sleep(200);
+    const parker = idOn("parker", 3);
+    const heard: string[] = [];
+    const stream = at(asker, parker).askStream({ op: "wait" }, (v) => heard.push(v));
+    await until(() => probe.activations.get(parker) === 1);
+    await sleep(30); // the turn has parked
+    expect(await at(asker, parker).ask({ op: "push", value: "across" })).toBe(1);
+    await until(() => heard.length === 1);
+    expect(heard).toEqual(["across"]);
+
+    // The holder stops serving the shard without answering; the next one takes it and says so. A stream is not sent
+    // again (its asker knows where it stands, the runtime does not): it ends, answered undefined.
+    await dying.release(3);
+    await node({ hold: (shard) => shard === 3 });
+    expect(await stream).toBeUndefined();
   });
 
   it.runIf(engine.distributed)("a transient ask whose reply Redis lost (the asker's reply stream vanished) is sent again", async () => {

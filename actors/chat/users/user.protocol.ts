@@ -31,6 +31,13 @@ export interface Poll {
   dontBlock: boolean;
   /** Answer only events above this id (default lastEventId): a stream reads ahead of what it acknowledges. */
   after?: number;
+  /**
+   * An event stream's poll (asked with askStream): it stays parked and each batch of events is pushed to it as it
+   * comes, instead of answering once. It acknowledges nothing beyond its lastEventId (its asker polls again to
+   * acknowledge more); a heartbeat comes only after the heartbeat interval without a batch. It ends like any parked poll: with
+   * an answer (a newer poll of the queue, the actor handed over) or an error (the queue dropped).
+   */
+  stream?: boolean;
 }
 
 export interface Polled {

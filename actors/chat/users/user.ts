@@ -167,12 +167,24 @@ interface EventQueue {
   eventTypes: Set<string> | null;
   items: QueuedEvent[];
   /** The waiting poll, if any. */
-  poll?: { deferred: Deferred<Polled>; cancelHeartbeat: () => void; n: number; after: number };
-  polls: number;
+  poll?: ParkedPoll;
+  /** A heartbeat timer is set for this queue (see heartbeat). */
+  heartbeatSet: boolean;
   /** Highest event id the client acknowledged. */
   acked: number;
   /** When the last poll ended (or the queue was made): expiry counts from here while no poll waits. */
   idleSince: number;
+}
+
+/** A poll waiting on its queue: a long-poll's, answered once, or an event stream's (Poll.stream), pushed to. */
+interface ParkedPoll {
+  deferred: Deferred<Polled>;
+  /** Events above this id are the poll's to hear (a stream's: the last id pushed to it). */
+  after: number;
+  /** An event stream's poll (Poll.stream): pushed to, not answered, by each delivery. */
+  stream: boolean;
+  /** Since when the poll has heard nothing (parked, or a stream's last batch): its heartbeat counts from here. */
+  quietSince: number;
 }
 
 /**
@@ -206,7 +218,7 @@ const VIEWER_TTL_MS = 2000;
 
 /** What the actor's own timers tell it (private to it): a parked poll's heartbeat, the idle queues' expiry. */
 type UserTimers = {
-  heartbeat: Op<{ op: "heartbeat"; queueId: string; n: number }, void>;
+  heartbeat: Op<{ op: "heartbeat"; queueId: string }, void>;
   expire: Op<{ op: "expire" }, void>;
 };
 
@@ -296,7 +308,7 @@ export class UserActor implements Actor {
   /** The implementation of user.protocol.ts, and of the timers' own messages. */
   private static readonly handlers: Handlers<UserProtocol & UserTimers, UserActor> = {
     register: (user, msg) => user.register(msg),
-    poll: (user, msg) => user.poll(msg.queueId, msg.lastEventId, msg.dontBlock, msg.after ?? msg.lastEventId),
+    poll: (user, msg) => user.poll(msg.queueId, msg.lastEventId, msg.dontBlock, msg.after ?? msg.lastEventId, msg.stream === true),
     deleteQueue: (user, msg) => user.deleteQueue(msg.queueId),
     dropQueues: (user) => user.dropQueues(),
     deliverMessage: (user, msg) => user.deliverMessage(msg),
@@ -316,7 +328,7 @@ export class UserActor implements Actor {
     changeAlertWords: (user, msg) => user.changeAlertWords(msg),
     updateStatus: (user, msg) => user.updateStatus(msg),
     muteUser: (user, msg) => user.muteUser(msg),
-    heartbeat: (user, msg) => user.heartbeat(msg.queueId, msg.n),
+    heartbeat: (user, msg) => user.heartbeat(msg.queueId),
     expire: (user) => user.expire(),
   };
 
@@ -339,7 +351,7 @@ export class UserActor implements Actor {
   }
 
   private makeQueue(spec: QueueSpec): EventQueue {
-    return { spec, eventTypes: spec.eventTypes ? new Set(spec.eventTypes) : null, items: [], polls: 0, acked: -1, idleSince: Date.now() };
+    return { spec, eventTypes: spec.eventTypes ? new Set(spec.eventTypes) : null, items: [], heartbeatSet: false, acked: -1, idleSince: Date.now() };
   }
 
   /** Write the queues and the sequence numbers' floor and reservation, after any write still in progress. */
@@ -404,7 +416,6 @@ export class UserActor implements Actor {
       if (!q.poll) continue;
       const poll = q.poll;
       q.poll = undefined;
-      poll.cancelHeartbeat();
       poll.deferred.reject(chatErrors.badQueue(q.spec.id));
     }
     this.queues.clear();
@@ -437,29 +448,65 @@ export class UserActor implements Actor {
     return q;
   }
 
-  private poll(queueId: string, lastEventId: number, dontBlock: boolean, after: number): Polled | typeof PARKED {
+  private poll(queueId: string, lastEventId: number, dontBlock: boolean, after: number, stream: boolean): Polled | typeof PARKED {
     const q = this.queue(queueId);
-    // Acknowledge: everything up to last_event_id is gone for good.
+    this.acknowledge(q, lastEventId);
+    if (q.poll) this.finishPoll(q, { events: [] });
+    const ready = (q.items.at(-1)?.seq ?? -1) > after; // items are in id order
+    if ((ready && !stream) || dontBlock) {
+      q.idleSince = Date.now();
+      return { events: this.render(q, after) };
+    }
+    q.poll = { deferred: this.ctx.defer<Polled>(), after, stream, quietSince: Date.now() };
+    this.setHeartbeat(q, this.deps.chat.heartbeatSeconds * 1000);
+    if (ready) this.pushToStream(q);
+    return PARKED;
+  }
+
+  /** Acknowledge: everything up to `lastEventId` is gone for good. */
+  private acknowledge(q: EventQueue, lastEventId: number): void {
     if (lastEventId > q.acked) q.acked = lastEventId;
     let drop = 0;
     while (drop < q.items.length && q.items[drop]!.seq <= lastEventId) drop++;
     if (drop) q.items.splice(0, drop);
-    if (q.poll) this.finishPoll(q, { events: [] });
-    if (q.items.some((i) => i.seq > after) || dontBlock) {
-      q.idleSince = Date.now();
-      return { events: this.render(q, after) };
-    }
-    const n = ++q.polls;
-    const deferred = this.ctx.defer<Polled>();
-    const cancelHeartbeat = this.ctx.schedule(this.deps.chat.heartbeatSeconds * 1000, { op: "heartbeat", queueId, n } satisfies MessageOf<UserTimers>);
-    q.poll = { deferred, cancelHeartbeat, n, after };
-    return PARKED;
   }
 
-  private async heartbeat(queueId: string, n: number): Promise<void> {
+  private setHeartbeat(q: EventQueue, ms: number): void {
+    if (q.heartbeatSet) return;
+    q.heartbeatSet = true;
+    this.ctx.schedule(ms, { op: "heartbeat", queueId: q.spec.id } satisfies MessageOf<UserTimers>);
+  }
+
+  /**
+   * A parked poll that heard nothing for the heartbeat interval gets a heartbeat event. A queue has at most one
+   * heartbeat timer, set when a poll parks and none is set, never cleared: when it fires it finds how long the
+   * poll parked now (if any) has been quiet, and waits for the rest of the interval if that is less. Setting and
+   * clearing a timer for each poll (a long-poll's every answer, a stream's every batch) cost more than the check.
+   */
+  private async heartbeat(queueId: string): Promise<void> {
     const q = this.queues.get(queueId);
-    if (!q?.poll || q.poll.n !== n) return;
+    if (!q) return;
+    q.heartbeatSet = false;
+    if (!q.poll) return;
+    const every = this.deps.chat.heartbeatSeconds * 1000;
+    const quietFor = Date.now() - q.poll.quietSince;
+    if (quietFor < every) return this.setHeartbeat(q, every - quietFor);
     await this.deliver({ kind: "event", event: { type: "heartbeat" }, queueId }, true);
+    if (q.poll && this.queues.get(queueId) === q) this.setHeartbeat(q, every); // a stream goes on
+  }
+
+  /**
+   * Push the events a stream has not heard yet. Nothing is acknowledged here: a pushed batch may never reach its
+   * stream (cut by the runtime, or not taken by a full socket), and only the stream knows what it wrote; it
+   * acknowledges by polling again every so many batches (see streamQueue in gateway/chat/events.ts).
+   */
+  private pushToStream(q: EventQueue): void {
+    const poll = q.poll!;
+    const events = this.render(q, poll.after);
+    if (!events.length) return;
+    poll.after = q.items.at(-1)!.seq;
+    poll.quietSince = Date.now();
+    poll.deferred.push({ events });
   }
 
   private async deliverEvent(event: Record<string, unknown>, capability?: CapabilityFilter): Promise<void> {
@@ -771,7 +818,8 @@ export class UserActor implements Actor {
     const item: QueuedEvent = unwritten ? { seq, event, unwritten } : { seq, event };
     for (const q of targets) {
       q.items.push(item);
-      if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
+      if (q.poll?.stream) this.pushToStream(q);
+      else if (q.poll) this.finishPoll(q, { events: this.render(q, q.poll.after) });
     }
     if (unwritten) return;
     // The turn ends while the row commits, so the next deliveries join the same group commit.
@@ -815,7 +863,6 @@ export class UserActor implements Actor {
   private finishPoll(q: EventQueue, reply: Polled): void {
     const poll = q.poll!;
     q.poll = undefined;
-    poll.cancelHeartbeat();
     q.idleSince = Date.now();
     poll.deferred.resolve(reply);
   }
