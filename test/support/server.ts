@@ -104,6 +104,37 @@ export async function startTestServer(engine: EngineName, overrides: Partial<Con
   };
 }
 
+/**
+ * A test server on `engine` whose node can be stopped and started again on the same store, data directory and
+ * uploads (what a process restart leaves): `url` follows the running node.
+ */
+export async function startRestartableServer(engine: EngineName) {
+  const { config, dataDir, release } = await engineConfig(engine);
+  let node = await startNode(config);
+  const owner = ownerCredentials(dataDir);
+  await api({ url: `http://127.0.0.1:${node.port}` }, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "general" }] } });
+  return {
+    config,
+    owner,
+    get node() {
+      return node;
+    },
+    get url() {
+      return `http://127.0.0.1:${node.port}`;
+    },
+    /** Stops the node, runs `whileDown` (what happens while no process serves), and starts a new one. */
+    restart: async (whileDown: () => Promise<void> = async () => {}) => {
+      await node.close();
+      await whileDown();
+      node = await startNode(config);
+    },
+    close: async () => {
+      await node.close();
+      await release();
+    },
+  };
+}
+
 export type { ApiResponse } from "./zulip-call.ts";
 
 export interface CallOptions extends RawCallOptions {

@@ -9,8 +9,7 @@ import fs from "node:fs";
 import path from "node:path";
 import sharp from "sharp";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { api, createUser, engineConfig, ENGINES, ownerCredentials, startTestServer, type Credentials, type TestServer } from "../../support/server.ts";
-import { startNode } from "../../../gateway/main.ts";
+import { api, createUser, ENGINES, startRestartableServer, startTestServer, type Credentials, type TestServer } from "../../support/server.ts";
 import { eventually, messageApi, type User } from "../../support/messages.ts";
 import { expectZulipResponse } from "../../support/openapi.ts";
 
@@ -188,12 +187,9 @@ describe.each(ENGINES)("thumbnails on %s", (engine) => {
 
 describe.each(ENGINES)("thumbnails across a restart on %s", (engine) => {
   it("makes the thumbnails a stopped process did not get to, and updates the messages showing placeholders", { timeout: 180_000 }, async () => {
-    const { config, dataDir, release } = await engineConfig(engine);
-    let node = await startNode(config);
+    const server = await startRestartableServer(engine);
     try {
-      const owner = ownerCredentials(dataDir);
-      let server = { url: `http://127.0.0.1:${node.port}` };
-      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "general" }] } });
+      const { owner, config } = server;
       const url = (await api(server, "POST", "/user_uploads", { as: owner, files: [{ filename: "late.png", type: "image/png", data: await png(500, 400) }] })).body.url as string;
       const sent = await api(server, "POST", "/messages", { as: owner, params: { type: "stream", to: "general", topic: "restart", content: `[late.png](${url})` } });
       const id = sent.body.id as number;
@@ -202,22 +198,18 @@ describe.each(ENGINES)("thumbnails across a restart on %s", (engine) => {
       const thumbnail = `src="/user_uploads/thumbnail/${url.slice("/user_uploads/".length)}/840x560.webp"`;
       expect(await eventually(async () => (await message()).includes(thumbnail), 60_000)).toBe(true);
       // As a process that stopped before its job ran leaves it: no thumbnails, the message showing the placeholder.
-      const db = node.store.db;
+      const db = server.node.store.db;
       await db.updateTable("image_attachments").set({ thumbnail_metadata: "[]" }).execute();
       const placeholder = `<img class="image-loading-placeholder" src="/static/images/loading/loader-black.svg" data-original-dimensions="500x400">`;
       const content = (await message()).replace(/<img [^>]*>/, placeholder);
       await db.updateTable("messages").set({ rendered_content: content }).where("id", "=", id).execute();
       fs.rmSync(path.join(config.uploadsDir, "thumbnail"), { recursive: true, force: true });
-      await node.close();
-
-      node = await startNode(config);
-      server = { url: `http://127.0.0.1:${node.port}` };
+      await server.restart();
       // Nothing else asks for this image's thumbnails: only the start-up sweep can make them.
       expect(await eventually(async () => (await message()).includes(thumbnail), 60_000)).toBe(true);
       expect(fs.readdirSync(path.join(config.uploadsDir, "thumbnail"), { recursive: true })).toContain(path.join(url.split("/").slice(2, 5).join(path.sep), "840x560.webp"));
     } finally {
-      await node.close();
-      await release();
+      await server.close();
     }
   });
 });

@@ -3,8 +3,7 @@
  * delivery after a restart (the schedule lives in the store, not in a timer).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startNode } from "../../../../gateway/main.ts";
-import { api, createUser, engineConfig, ENGINES, ownerCredentials, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
+import { api, createUser, ENGINES, startRestartableServer, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
 import { eventually } from "../../../support/messages.ts";
 
 const now = () => Math.floor(Date.now() / 1000);
@@ -82,12 +81,9 @@ describe.each(ENGINES)("scheduled messages on %s", (engine) => {
 
 describe.each(ENGINES)("scheduled messages across a restart on %s", (engine) => {
   it("delivers a message that came due while the server was down, exactly once", async () => {
-    const { config, dataDir, release } = await engineConfig(engine);
-    let node = await startNode(config);
+    const server = await startRestartableServer(engine);
     try {
-      const owner = ownerCredentials(dataDir);
-      let server = { url: `http://127.0.0.1:${node.port}` };
-      await api(server, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name: "general" }] } });
+      const { owner } = server;
       const created = await api(server, "POST", "/scheduled_messages", {
         as: owner,
         params: { type: "stream", to: "general", topic: "restart", content: "survived", scheduled_delivery_timestamp: now() + 2 },
@@ -100,10 +96,7 @@ describe.each(ENGINES)("scheduled messages across a restart on %s", (engine) => 
         params: { type: "stream", to: general, topic: "restart", content: "survived", scheduled_delivery_timestamp: now() + 2 },
       });
       expect(ok.status).toBe(200);
-      await node.close();
-      await new Promise((r) => setTimeout(r, 2500));
-      node = await startNode(config);
-      server = { url: `http://127.0.0.1:${node.port}` };
+      await server.restart(() => new Promise((r) => setTimeout(r, 2500)));
       const narrow = [{ operator: "topic", operand: "restart" }];
       const fetch = async () =>
         (await api(server, "GET", "/messages", { as: owner, params: { anchor: "newest", num_before: 10, num_after: 0, narrow, apply_markdown: false } })).body.messages;
@@ -112,8 +105,7 @@ describe.each(ENGINES)("scheduled messages across a restart on %s", (engine) => 
       expect((await fetch()).map((m: any) => m.content)).toEqual(["survived"]);
       expect((await api(server, "GET", "/scheduled_messages", { as: owner })).body.scheduled_messages).toEqual([]);
     } finally {
-      await node.close();
-      await release();
+      await server.close();
     }
   });
 });
