@@ -1,10 +1,14 @@
 /**
- * `npx tsx bench/explain-reads.ts [--messages N] [--embedded] [--keep]`: the plan of every statement GET /messages runs for each common
+ * `npx tsx bench/explain-reads.ts [--messages N] [--embedded] [--keep] [--database URL]`: the plan of every statement GET /messages runs for each common
  * narrow, and of the register's unread state, on a generated organization (bench/organization.ts) in a fresh
  * Postgres database (or PGlite with --embedded), with EXPLAIN ANALYZE. What docs/reads.md records. The statements are the read functions' own,
- * taken from kysely's query log as they run.
+ * taken from kysely's query log as they run. `--database`: a database an earlier `--keep` run left (10,000,000
+ * messages take most of an hour to generate on 2 busy cores), its readers found again, nothing generated.
  */
-import { CompiledQuery, type KyselyPlugin } from "kysely";
+import os from "node:os";
+import { CompiledQuery, type Kysely, type KyselyPlugin } from "kysely";
+import type { Database } from "../actors/schema.ts";
+import { openDatabase } from "../runtime/store/db.ts";
 import { fetchMessages, type MessageQuery } from "../actors/chat/reads/messages.ts";
 import { unreadMessages } from "../actors/chat/reads/unreads.ts";
 import { findUserById } from "../actors/chat/reads/users.ts";
@@ -22,15 +26,47 @@ const stops: Array<() => Promise<void>> = [];
 // Cleaned up in this process alone (no janitor child): an interrupted run may leave its database behind.
 const janitor: Janitor = { watch: () => {}, release: () => {} };
 let engine: Engine | undefined;
+const databaseUrl = process.argv.includes("--database") ? process.argv[process.argv.indexOf("--database") + 1]! : undefined;
+
+/** The readers of an organization generated earlier: the users who are not generated, by their number of channels. */
+async function existingOrganization(db: Kysely<Database>) {
+  const rows = await db
+    .selectFrom("subscriptions as s")
+    .innerJoin("users as u", "u.id", "s.user_id")
+    .select(["u.id", "u.realm_id", (eb) => eb.fn.countAll<number>().as("n")])
+    .where("u.email", "not like", "gen-%")
+    .groupBy(["u.id", "u.realm_id"])
+    .having((eb) => eb.fn.countAll(), "in", [size.ordinaryChannels, size.heavyChannels])
+    .execute();
+  const reader = (channels: number) => rows.find((r) => Number(r.n) === channels)!;
+  const realmId = reader(size.ordinaryChannels).realm_id;
+  return { ordinary: { id: reader(size.ordinaryChannels).id }, heavy: { id: reader(size.heavyChannels).id }, org: await generateOrganization(db, { ordinary: reader(size.ordinaryChannels).id, heavy: 0 }, size), realmId };
+}
+
 try {
-  engine = await startEngine(process.argv.includes("--embedded") ? "embedded" : "redis+postgres", (stop) => stops.push(stop), janitor);
-  const population = new Population(engine);
-  const [ordinary, heavy] = await population.users("readers", 2);
-  const org = await generateOrganization(engine.node.store.db, { ordinary: ordinary!.id, heavy: heavy!.id }, size);
+  let db: Kysely<Database>;
+  let readers: { ordinary: { id: number }; heavy: { id: number } };
+  let org: Awaited<ReturnType<typeof generateOrganization>>;
+  if (databaseUrl) {
+    const opened = await openDatabase({ databaseUrl, dataDir: os.tmpdir() });
+    db = opened.db as unknown as Kysely<Database>;
+    stops.push(() => db.destroy());
+    const existing = await existingOrganization(db);
+    readers = existing;
+    org = existing.org;
+  } else {
+    engine = await startEngine(process.argv.includes("--embedded") ? "embedded" : "redis+postgres", (stop) => stops.push(stop), janitor);
+    const population = new Population(engine);
+    const [ordinary, heavy] = await population.users("readers", 2);
+    readers = { ordinary: ordinary!, heavy: heavy! };
+    db = engine.node.store.db;
+    org = await generateOrganization(db, { ordinary: ordinary!.id, heavy: heavy!.id }, size);
+  }
+  const ordinary = readers.ordinary;
+  const heavy = readers.heavy;
   console.log(`generated ${org.messages.toLocaleString("en")} messages in ${org.seconds} s`);
 
   // Every statement the reads run, compiled as they run them (a plugin sees each query before it is sent).
-  const db = engine.node.store.db;
   const captured: CompiledQuery[] = [];
   const capture: KyselyPlugin = {
     transformQuery: (args) => (captured.push(db.getExecutor().compileQuery(args.node, args.queryId)), args.node),
@@ -68,8 +104,13 @@ try {
     // The plugin also sees the branches of a union as they are built: keep the statements sent.
     const sent = captured.filter((q) => !captured.some((other) => other !== q && other.sql.includes(q.sql)));
     console.log(`\n### ${title}: ${sent.length} statement(s), ${ms.toFixed(1)} ms in all`);
-    for (const q of sent) {
-      const rows = await query(`explain (analyze, costs off, timing off, summary on) ${q.sql}`, [...q.parameters]);
+    // A read's own settings (`set local`, withoutParallelWorkers) apply to its explained statements too.
+    const settings = sent.filter((q) => /^set /i.test(q.sql));
+    for (const q of sent.filter((q) => !settings.includes(q))) {
+      const rows = await db.transaction().execute(async (trx) => {
+        for (const setting of settings) await trx.executeQuery(CompiledQuery.raw(setting.sql, [...setting.parameters]));
+        return (await trx.executeQuery(CompiledQuery.raw(`explain (analyze, costs off, timing off, summary on) ${q.sql}`, [...q.parameters]))).rows as Array<Record<string, any>>;
+      });
       const lines = rows.map((r) => r["QUERY PLAN"] as string);
       console.log("```");
       console.log(q.sql.length > 300 ? q.sql.slice(0, 300) + " …" : q.sql);

@@ -44,7 +44,11 @@ export interface HttpRequest {
 export interface HttpResult {
   status: number;
   headers?: Record<string, string>;
-  body: string | Buffer;
+  /**
+   * Pieces (UTF-8 buffers, cached JSON among them) go out as they are, one after the other under one Content-Length:
+   * not copied into one buffer, nor encoded from a string.
+   */
+  body: string | Buffer | Buffer[];
   /** An answer to HEAD: no body, and this Content-Length (what GET would send) instead of the body's. */
   headLength?: number;
 }
@@ -155,6 +159,21 @@ class UwsRequest implements HttpRequest {
   }
 }
 
+/** A body of pieces as a sized stream: each piece queued as it is, then the end. */
+function piecesStream(status: number, headers: Record<string, string> | undefined, pieces: Buffer[]): HttpStream {
+  let length = 0;
+  for (const piece of pieces) length += piece.length;
+  return {
+    status,
+    headers,
+    length,
+    start(sink) {
+      for (const piece of pieces) if (piece.length) sink.write(piece);
+      sink.end();
+    },
+  };
+}
+
 /** Writes queued by asynchronous completions, flushed together from one setImmediate. */
 let deferredWrites: Array<() => void> = [];
 function writeLater(write: () => void): void {
@@ -194,11 +213,14 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
         // the next request, so the connection closes after this answer.
         const unread = streamedBody !== undefined && !streamedBody.readableEnded;
         if (unread) streamedBody!.destroy();
+        const body = result.body;
+        // Pieces: written as a stream of known length (tryEnd, what the socket cannot take waits for onWritable).
+        if (Array.isArray(body) && !unread && result.headLength === undefined) return openStream(piecesStream(result.status, result.headers, body));
         res.cork(() => {
           res.writeStatus(statusLine(result.status));
           if (result.headers) for (const k in result.headers) res.writeHeader(k, result.headers[k]!);
           if (result.headLength !== undefined) res.endWithoutBody(result.headLength, unread);
-          else res.end(result.body, unread);
+          else res.end(Array.isArray(body) ? Buffer.concat(body) : body, unread);
         });
         aborted = true; // the response is finished: nothing may touch it again
       };

@@ -509,6 +509,12 @@ export interface RealmUserVersionTable {
   version: ColumnType<string, never, never>;
 }
 
+/** One row per realm, bumped by triggers on `streams` (migration 2026-11-28T0150): the cached channel objects' version. */
+export interface ChannelVersionTable {
+  realm_id: number;
+  version: ColumnType<string, never, never>;
+}
+
 /** Chat's tables by name (part of actors/schema.ts's Database). */
 export interface ChatTables {
   realms: RealmTable;
@@ -553,4 +559,5 @@ export interface ChatTables {
   image_attachments: ImageAttachmentTable;
   send_attempts: SendAttemptTable;
   realm_user_versions: RealmUserVersionTable;
+  channel_versions: ChannelVersionTable;
 }

@@ -62,27 +62,35 @@ export interface RouteSpec {
 
 /**
  * A success body's fields already serialized (JSON object members, without the braces), for answers built from
- * parts that many requests share (GET /events: one message's JSON for every member of its channel).
+ * parts that many requests share (GET /events: one message's JSON for every member of its channel): a string, or
+ * UTF-8 pieces written to the socket as they are (POST /register's cached lists).
  */
 export class SerializedFields {
-  constructor(readonly json: string) {}
+  constructor(readonly json: string | Buffer[]) {}
 }
 
-/** A field's value already serialized (POST /register's realm_users, cached per realm): spliced in as it is by fieldsJson. */
+/**
+ * A field's value already serialized, as UTF-8 pieces (POST /register's realm_users and channel lists, cached per
+ * realm): fieldsJson passes them on as they are, so megabytes of cached JSON are neither copied into a string nor
+ * encoded again.
+ */
 export class JsonValue {
-  constructor(readonly json: string) {}
+  constructor(readonly pieces: Buffer[]) {}
 }
 
-/** `fields` as SerializedFields: the JsonValue ones as they are, the others through JSON.stringify. */
+/** `fields` as SerializedFields: the JsonValue ones as their pieces, the others through JSON.stringify. */
 export function fieldsJson(fields: Record<string, unknown>): SerializedFields {
   const plain: Record<string, unknown> = {};
-  const spliced: string[] = [];
+  const spliced: Array<[string, JsonValue]> = [];
   for (const [key, value] of Object.entries(fields)) {
-    if (value instanceof JsonValue) spliced.push(`${JSON.stringify(key)}:${value.json}`);
+    if (value instanceof JsonValue) spliced.push([key, value]);
     else plain[key] = value;
   }
   const serialized = JSON.stringify(plain).slice(1, -1);
-  return new SerializedFields([...(serialized ? [serialized] : []), ...spliced].join(","));
+  if (!spliced.length) return new SerializedFields(serialized);
+  const pieces: Buffer[] = [Buffer.from(serialized)];
+  for (const [key, value] of spliced) pieces.push(Buffer.from(`${pieces.length > 1 || serialized ? "," : ""}${JSON.stringify(key)}:`), ...value.pieces);
+  return new SerializedFields(pieces);
 }
 
 interface CompiledRoute {
@@ -94,6 +102,8 @@ interface CompiledRoute {
 }
 
 const JSON_HEADERS = { "content-type": "application/json" };
+/** A success body's start, before fields given as pieces (which begin with their own members, never empty). */
+const SUCCESS_OPEN = Buffer.from('{"result":"success","msg":"",');
 const UNAUTHORIZED_HEADERS = { ...JSON_HEADERS, "www-authenticate": 'Basic realm="zulip"' };
 
 /** Ask the caller's realm actor, as the caller (the realm actor checks `actingId`'s current role). */
@@ -159,7 +169,9 @@ export class App {
     if (isStream(result)) return result;
     if (result instanceof SerializedFields) {
       const extra = ignored.length ? `,"ignored_parameters_unsupported":${JSON.stringify(ignored)}` : "";
-      return { status: 200, headers: { ...JSON_HEADERS, ...rateHeaders }, body: `{"result":"success","msg":""${result.json ? `,${result.json}` : ""}${extra}}` };
+      const headers = { ...JSON_HEADERS, ...rateHeaders };
+      if (typeof result.json !== "string") return { status: 200, headers, body: [SUCCESS_OPEN, ...result.json, Buffer.from(`${extra}}`)] };
+      return { status: 200, headers, body: `{"result":"success","msg":""${result.json ? `,${result.json}` : ""}${extra}}` };
     }
     const body: Record<string, unknown> = { result: "success", msg: "", ...result };
     if (ignored.length) body.ignored_parameters_unsupported = ignored;

@@ -5,9 +5,9 @@ import type { StreamSink } from "../http.ts";
 import { User, type Polled } from "../../actors/chat/users/user.protocol.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
 import { realmUsersFor, realmUsersJson, type UserRow } from "../../actors/chat/reads/users.ts";
-import { defaultChannelIds, streamObjects, visibleStreams } from "../../actors/chat/reads/channels.ts";
+import { defaultChannelIds } from "../../actors/chat/reads/channels.ts";
+import { registerChannelLists, type RegisterChannelLists } from "../../actors/chat/reads/channel-lists.ts";
 import { ARCHIVED_CHANNELS } from "../../actors/chat/conversations/channel.protocol.ts";
-import { subscriptionsOf } from "../../actors/chat/reads/subscriptions.ts";
 import { unreadMessages } from "../../actors/chat/reads/unreads.ts";
 import { maxMessageId } from "../../actors/chat/reads/messages.ts";
 import { realmNameAndDate } from "../../actors/chat/reads/realms.ts";
@@ -56,20 +56,11 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   // Former subscriptions the user can still see are `unsubscribed`; channels they see and never joined,
   // `never_subscribed` (administrators see every channel's metadata).
   async subscription(s, u, o) {
-    const db = s.store.db;
-    const [subscriptions, former, visible] = await Promise.all([
-      subscriptionsOf(db, u.id, o.includeSubscribers, true, o.archivedChannels),
-      subscriptionsOf(db, u.id, o.includeSubscribers, false, o.archivedChannels),
-      registerStreams(s, u, o),
-    ]);
-    const seen = new Set(visible.map((x) => x.id));
-    const joined = new Set([...subscriptions, ...former].map((x) => x.stream_id));
-    // Archived channels one never joined are not offered (Zulip's gather_subscriptions_helper).
-    const never = streamObjects(visible.filter((x) => !joined.has(x.id) && !x.deactivated));
-    return { subscriptions, unsubscribed: former.filter((x) => seen.has(x.stream_id)), never_subscribed: never };
+    const lists = await registerChannels(s, u, o);
+    return { subscriptions: new JsonValue([lists.subscriptions]), unsubscribed: new JsonValue([lists.unsubscribed]), never_subscribed: new JsonValue([lists.neverSubscribed]) };
   },
   async stream(s, u, o) {
-    return { streams: streamObjects(await registerStreams(s, u, o)) };
+    return { streams: new JsonValue([(await registerChannels(s, u, o)).streams]) };
   },
   // Guests are not told which channels new users join (Zulip's fetch_initial_state_data); nor are there groups of
   // default channels yet.
@@ -183,14 +174,13 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
 };
 
-/** Per register (its options object): the channels it describes, read once for `subscription` and `stream`. */
-const streamsOfRegister = new WeakMap<InitialStateOptions, ReturnType<typeof visibleStreams>>();
+/** Per register (its options object): its channel lists, made once for `subscription` and `stream`. */
+const channelsOfRegister = new WeakMap<InitialStateOptions, Promise<RegisterChannelLists>>();
 
-/** The channels POST /register describes: every one the user sees the metadata of (archived ones if the client handles them). */
-function registerStreams(s: Services, u: UserRow, o: InitialStateOptions) {
-  let streams = streamsOfRegister.get(o);
-  if (!streams) streamsOfRegister.set(o, (streams = visibleStreams(s.store.db, u, { all: true, archived: o.archivedChannels })));
-  return streams;
+function registerChannels(s: Services, u: UserRow, o: InitialStateOptions) {
+  let lists = channelsOfRegister.get(o);
+  if (!lists) channelsOfRegister.set(o, (lists = registerChannelLists(s.store.db, u, { includeSubscribers: o.includeSubscribers, archived: o.archivedChannels })));
+  return lists;
 }
 
 export const eventRoutes: RouteSpec[] = [

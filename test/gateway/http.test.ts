@@ -3,6 +3,10 @@ import http from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHttpServer, type HttpServer, type StreamSink } from "../../gateway/http.ts";
 
+/** A body of pieces: views into one big buffer of two-byte characters (cut between two), and an empty piece. */
+const BIG = Buffer.from("é".repeat(3 * 1024 * 1024));
+const PIECES = [Buffer.from('{"a":"'), BIG.subarray(0, 2 * 1024 * 1024), Buffer.alloc(0), BIG.subarray(2 * 1024 * 1024), Buffer.from('"}')];
+
 describe("gateway/http streams", () => {
   let server: HttpServer;
   const closed: string[] = [];
@@ -61,6 +65,7 @@ describe("gateway/http streams", () => {
             },
           };
         }
+        if (req.path === "/pieces") return { status: 200, headers: { "content-type": "application/json" }, body: PIECES };
         return { status: 404, body: "no" };
       },
     });
@@ -89,6 +94,23 @@ describe("gateway/http streams", () => {
       });
     });
     expect(received).toBe(512 * 16 * 1024);
+  });
+
+  it("writes a body of pieces whole, with its Content-Length, to a slow reader", async () => {
+    const { length, body } = await new Promise<{ length: string | undefined; body: Buffer }>((resolve, reject) => {
+      http.get(url("/pieces"), (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (d: Buffer) => {
+          chunks.push(d);
+          res.pause();
+          setTimeout(() => res.resume(), 0); // a slow consumer: the socket fills, the rest waits for onWritable
+        });
+        res.on("end", () => resolve({ length: res.headers["content-length"], body: Buffer.concat(chunks) }));
+        res.on("error", reject);
+      });
+    });
+    expect(Number(length)).toBe(6 + BIG.length + 2);
+    expect(JSON.parse(body.toString()).a).toBe("é".repeat(3 * 1024 * 1024));
   });
 
   it("tells the stream when the client goes away", async () => {

@@ -25,9 +25,8 @@ export const SUBSCRIPTION_COLUMNS = [
 ] as const;
 export type SubscriptionColumns = Pick<Selectable<SubscriptionTable>, (typeof SUBSCRIPTION_COLUMNS)[number]>;
 
-/** Zulip's subscription object: the channel object and the user's settings for it. */
-export function subscriptionObject(stream: ReturnType<typeof streamObject>, sub: SubscriptionColumns, subscribers?: number[]) {
-  // The channel's fields after the user's (they share none): no `{ ...stream, … }` (see streamObject).
+/** The user's own settings for a channel, the part of Zulip's subscription object that is not the channel's. */
+export function subscriptionProperties(sub: SubscriptionColumns) {
   return {
     color: sub.color,
     is_muted: sub.is_muted,
@@ -38,9 +37,13 @@ export function subscriptionObject(stream: ReturnType<typeof streamObject>, sub:
     push_notifications: sub.push_notifications,
     audible_notifications: sub.audible_notifications,
     wildcard_mentions_notify: sub.wildcard_mentions_notify,
-    ...stream,
-    ...(subscribers ? { subscribers } : {}),
   };
+}
+
+/** Zulip's subscription object: the channel object and the user's settings for it. */
+export function subscriptionObject(stream: ReturnType<typeof streamObject>, sub: SubscriptionColumns, subscribers?: number[]) {
+  // The channel's fields after the user's (they share none): no `{ ...stream, … }` (see streamObject).
+  return Object.assign(subscriptionProperties(sub), stream, subscribers ? { subscribers } : {});
 }
 
 /**

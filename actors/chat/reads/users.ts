@@ -10,6 +10,7 @@ import { ROLE } from "../organization/groups.ts";
 import { accessibleUsers, deliveryEmailVisibleTo, EMAIL_VISIBILITY, inaccessibleUserObject } from "../organization/accounts.ts";
 import { profileDataOf, type ProfileValue } from "../organization/profile-fields.ts";
 import { emailVisibilities, userSetting } from "../users/settings.ts";
+import { RealmVersionedCache } from "./versioned-cache.ts";
 
 type DB = Kysely<Database>;
 
@@ -112,14 +113,17 @@ interface RealmUserSource {
   profiles?: Map<number, Record<string, ProfileValue>>;
 }
 
-/** The realm's active human users as one JSON array, and where each user's object stands in it. */
+/** The realm's active human users as one JSON array (UTF-8), and where each user's object stands in it (bytes). */
 interface SerializedUsers {
-  json: string;
+  json: Buffer;
   spans: Map<number, [number, number]>;
 }
 
 /** Per realm: the source at one version of realm_user_versions, and its JSON per viewer role and client_gravatar. */
-const realmUserJsonCache = new Map<number, { version: string; source: Promise<RealmUserSource>; serialized: Map<string, SerializedUsers> }>();
+const realmUserJsonCache = new RealmVersionedCache(
+  "realm_user_versions",
+  async (db, realmId) => ({ source: await realmUserSource(db, realmId), serialized: new Map<string, SerializedUsers>() }),
+);
 
 async function realmUserSource(db: DB, realmId: number): Promise<RealmUserSource> {
   const rows = (await realmUsers(db, realmId)).filter((u) => u.is_active && !u.is_bot);
@@ -134,11 +138,12 @@ function serializeUsers(source: RealmUserSource, viewer: { id: number; role: num
   let at = 1;
   for (const u of source.rows) {
     const part = JSON.stringify(userObjectFrom(source, viewer, u, clientGravatar));
-    spans.set(u.id, [at, at + part.length]);
+    const bytes = Buffer.byteLength(part);
+    spans.set(u.id, [at, at + bytes]);
     parts.push(part);
-    at += part.length + 1;
+    at += bytes + 1;
   }
-  return { json: `[${parts.join(",")}]`, spans };
+  return { json: Buffer.from(`[${parts.join(",")}]`), spans };
 }
 
 function userObjectFrom(source: RealmUserSource, viewer: { id: number; role: number }, u: Selectable<UserTable>, clientGravatar: boolean) {
@@ -147,32 +152,25 @@ function userObjectFrom(source: RealmUserSource, viewer: { id: number; role: num
 }
 
 /**
- * POST /register's `realm_users` (the realm's active humans, with their profile values) as JSON, from a per-realm
- * cache: the list is the same for every viewer of a role but for the viewer's own entry (their real address), and
- * building it for 10,000 users cost 120-140 ms a register (docs/reads.md). One single-row read tells whether the
- * cached copy is current (realm_user_versions, bumped by triggers in the writers' transactions, whichever worker).
- * The version is read before the rows: a copy may be newer than its version (then reloaded once), never older.
+ * POST /register's `realm_users` (the realm's active humans, with their profile values) as UTF-8 JSON pieces, from a
+ * per-realm cache: the list is the same for every viewer of a role but for the viewer's own entry (their real
+ * address), and building it for 10,000 users cost 120-140 ms a register (docs/reads.md). One single-row read tells
+ * whether the cached copy is current (realm_user_versions, bumped by triggers in the writers' transactions, whichever
+ * worker). The pieces are views of the cached bytes around the viewer's own entry: nothing of the 3.6 MB is copied
+ * or encoded again before the socket (gateway/http.ts writes them as they are).
  * Undefined for a viewer who may not see every user (a guest): their list is their own (realmUsersFor).
  */
-export async function realmUsersJson(db: DB, viewer: { id: number; role: number; realm_id: number }, clientGravatar: boolean): Promise<string | undefined> {
+export async function realmUsersJson(db: DB, viewer: { id: number; role: number; realm_id: number }, clientGravatar: boolean): Promise<Buffer[] | undefined> {
   if (await accessibleUsers(db, viewer)) return undefined;
-  const row = await db.selectFrom("realm_user_versions").select("version").where("realm_id", "=", viewer.realm_id).executeTakeFirst();
-  const version = String(row?.version ?? 0);
-  let entry = realmUserJsonCache.get(viewer.realm_id);
-  if (entry?.version !== version) {
-    const loading = { version, source: realmUserSource(db, viewer.realm_id), serialized: new Map<string, SerializedUsers>() };
-    loading.source.catch(() => realmUserJsonCache.get(viewer.realm_id) === loading && realmUserJsonCache.delete(viewer.realm_id));
-    realmUserJsonCache.set(viewer.realm_id, loading);
-    entry = loading;
-  }
-  const source = await entry.source;
+  const { source, serialized: byKey } = await realmUserJsonCache.get(db, viewer.realm_id);
   const key = `${viewer.role}:${clientGravatar}`;
-  let serialized = entry.serialized.get(key);
-  if (!serialized) entry.serialized.set(key, (serialized = serializeUsers(source, { id: 0, role: viewer.role }, clientGravatar)));
+  let serialized = byKey.get(key);
+  if (!serialized) byKey.set(key, (serialized = serializeUsers(source, { id: 0, role: viewer.role }, clientGravatar)));
   const own = serialized.spans.get(viewer.id);
   const self = own && source.rows.find((u) => u.id === viewer.id);
-  if (!own || !self) return serialized.json;
-  return serialized.json.slice(0, own[0]) + JSON.stringify(userObjectFrom(source, viewer, self, clientGravatar)) + serialized.json.slice(own[1]);
+  if (!own || !self) return [serialized.json];
+  const ownJson = Buffer.from(JSON.stringify(userObjectFrom(source, viewer, self, clientGravatar)));
+  return [serialized.json.subarray(0, own[0]), ownJson, serialized.json.subarray(own[1])];
 }
 
 /** A user of the realm by id (GET /users/{user_id}), without their realm's columns. */
