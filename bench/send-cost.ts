@@ -73,7 +73,6 @@ if (process.argv.includes(CLIENT)) {
     const warmFailed = await run(Number(values.warmup));
     const callgrind = (on: boolean) => values.callgrind && execFileSync("callgrind_control", ["-i", on ? "on" : "off", String(process.pid)]);
     callgrind(true);
-    (globalThis as any).__resetQ?.();
     const cpu0 = process.cpuUsage();
     const started = performance.now();
     const failed = await run(sends);
