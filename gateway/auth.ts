@@ -3,7 +3,8 @@
  * `WWW-Authenticate: Basic realm="zulip"`; only the message differs, as in Zulip. Successful lookups are cached
  * for a moment (keyed by the whole header, so a changed key or e-mail misses): the hot path does no query. A change
  * to an account drops every worker's cache at once (`forget`, a transport notice); the moment is the bound only for a
- * worker that missed the notice.
+ * worker that missed the notice. Requests with the same header that arrive while its lookup runs wait for that one
+ * lookup: when an entry expired under 50 concurrent senders, each of them used to query the store.
  */
 import { ChorusError, errors } from "../runtime/errors.ts";
 import type { Keyring } from "../runtime/secrets.ts";
@@ -29,6 +30,10 @@ export function basicCredentials(header: string): { email: string; key: string }
 
 export class Authenticator {
   private readonly cache = new Map<string, { user: AuthUser; until: number }>();
+  /** Lookups running, by header: what a request with that header waits for instead of a query of its own. */
+  private readonly checking = new Map<string, Promise<AuthUser>>();
+  /** Moves on at every `forget`: a lookup that began before it is answered, but not cached. */
+  private generation = 0;
 
   constructor(
     private readonly db: Store["db"],
@@ -41,6 +46,19 @@ export class Authenticator {
     if (!header) throw errors.unauthorized("Not logged in: API authentication or user session required");
     const hit = this.cache.get(header);
     if (hit && hit.until > Date.now()) return hit.user;
+    let check = this.checking.get(header);
+    if (!check) {
+      check = this.check(header, hit?.user).finally(() => {
+        if (this.checking.get(header) === check) this.checking.delete(header);
+      });
+      this.checking.set(header, check);
+    }
+    return check;
+  }
+
+  /** The account a header names, checked against the store; `before`: what the same header matched last time. */
+  private async check(header: string, before: AuthUser | undefined): Promise<AuthUser> {
+    const generation = this.generation;
     if (header.trim().split(/\s+/, 1)[0]?.toLowerCase() !== "basic") {
       throw new ChorusError("BAD_REQUEST", "This endpoint requires HTTP basic authentication.", 400);
     }
@@ -52,11 +70,12 @@ export class Authenticator {
     const user = await findUserByEmail(this.db, email);
     // The same header matched this very hash before (an expired entry): the key check, a hash, would say so again.
     // A long-polling client comes back here every CACHE_MS (the hash was 0.9% of a 500-member long-poll cell).
-    const matchedBefore = hit !== undefined && user !== undefined && hit.user.api_key_hash === user.api_key_hash;
+    const matchedBefore = before !== undefined && user !== undefined && before.api_key_hash === user.api_key_hash;
     if (!user || !(matchedBefore || this.keyring.apiKeyMatches(key, user.api_key_hash))) throw errors.unauthorized("Invalid API key");
     // Zulip's UserDeactivatedError and RealmDeactivatedError.
     if (!user.is_active) throw new ChorusError("USER_DEACTIVATED", "Account is deactivated", 401);
     if (user.realm_deactivated) throw new ChorusError("REALM_DEACTIVATED", "This organization has been deactivated", 401);
+    if (generation !== this.generation) return user; // read before an account changed: good for this request only
     if (this.cache.size > 10_000) this.cache.clear();
     this.cache.set(header, { user, until: Date.now() + CACHE_MS });
     return user;
@@ -78,7 +97,9 @@ export class Authenticator {
 
   /** What this process caches about accounts: credentials here, and direct-message conversations' participants. */
   private forgetAccounts(): void {
+    this.generation++;
     this.cache.clear();
+    this.checking.clear();
     forgetDmParticipants();
   }
 }

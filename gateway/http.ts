@@ -126,38 +126,223 @@ function statusLine(status: number): string {
 const STREAM_HIGH_WATER = 64 * 1024;
 
 /**
- * What a handler sees of a request. A class, so that its getters live on the prototype: an object literal's own
- * getters are an accessor pair per request, which V8 allocates in the old generation. That pair then held the
- * request's closures, and through them everything the request allocated, through every young-generation GC until
- * the next full one. At 1,000 requests a second, 22% (GET /server_settings) to 44% (a trivial handler) of all
- * allocations were promoted and scavenges paused the loop 5-6 ms; as a class, 0-1% and 0.3-1.6 ms.
+ * One request and its response, from uWS's callback to the answer: what a handler sees of the request (as
+ * HttpRequest), and the state the adapter keeps while it answers. A class, so that its getters and methods live on
+ * the prototype, not in closures made per request: an object literal's own getters are an accessor pair per
+ * request, which V8 allocates in the old generation. That pair then held the request's closures, and through them
+ * everything the request allocated, through every young-generation GC until the next full one. At 1,000 requests a
+ * second, 22% (GET /server_settings) to 44% (a trivial handler) of all allocations were promoted and scavenges paused
+ * the loop 5-6 ms; as a class, 0-1% and 0.3-1.6 ms.
  */
-class UwsRequest implements HttpRequest {
+class UwsExchange implements HttpRequest {
   private address: string | undefined;
   route: string | undefined = undefined;
+  body: Buffer = NO_BODY;
+  bodyStream: Readable | undefined = undefined;
+  /** Set once the client went away or the response ended: uWS forbids touching `res` after either. */
+  private finished = false;
+  private abortListeners: Array<() => void> | undefined;
+  /** The body's chunks read so far (a body read whole), and their size. */
+  private chunks: Buffer[] | undefined;
+  private size = 0;
+
   constructor(
     readonly method: string,
     readonly path: string,
     readonly query: string,
     readonly headers: Record<string, string>,
-    readonly body: Buffer,
     private readonly res: uws.HttpResponse,
-    private readonly isAborted: () => boolean,
-    private readonly abortListeners: Array<() => void>,
-    readonly bodyStream?: Readable,
+    private readonly opts: HttpOptions,
   ) {}
+
   get remoteAddress(): string {
-    // uWS forbids touching a response after it was aborted or ended.
-    this.address ??= this.aborted ? "" : Buffer.from(this.res.getRemoteAddressAsText()).toString();
+    this.address ??= this.finished ? "" : Buffer.from(this.res.getRemoteAddressAsText()).toString();
     return this.address;
   }
   get aborted(): boolean {
-    return this.isAborted();
+    return this.finished;
   }
   onAbort(cb: () => void): void {
-    this.abortListeners.push(cb);
+    (this.abortListeners ??= []).push(cb);
+  }
+
+  /** uWS's onAborted: the client went away. */
+  abort(): void {
+    this.finished = true;
+    if (this.abortListeners) for (const cb of this.abortListeners) cb();
+  }
+
+  /** A chunk of a body read whole (uWS's onData); the handler runs once it is complete. */
+  take(chunk: ArrayBuffer, isLast: boolean): void {
+    if (this.size > this.opts.maxBodyBytes) return; // refused already
+    this.size += chunk.byteLength;
+    if (this.size > this.opts.maxBodyBytes) return this.tooLarge();
+    const copy = Buffer.from(chunk.slice(0)); // uWS frees the chunk after this callback: copy it
+    if (!isLast) (this.chunks ??= []).push(copy);
+    else {
+      this.body = this.chunks ? Buffer.concat([...this.chunks, copy]) : copy;
+      this.chunks = undefined;
+      this.run(false);
+    }
+  }
+
+  run(sync: boolean): void {
+    let result: Promise<HttpResult | HttpStream> | HttpResult | HttpStream;
+    try {
+      result = this.opts.handler(this);
+    } catch (err) {
+      log.error({ err }, "handler threw");
+      result = { status: 500, body: INTERNAL_ERROR };
+    }
+    if (result instanceof Promise) {
+      result.then(
+        (r) => this.respond(r, false),
+        (err) => {
+          log.error({ err }, "handler failed");
+          this.respond({ status: 500, body: INTERNAL_ERROR }, false);
+        },
+      );
+    } else this.respond(result, sync);
+  }
+
+  refuse(status: 413 | 414, message: string): void {
+    this.respond(this.opts.refusal?.(this.path, status, message) ?? { status, headers: { "content-type": "text/plain", connection: "close" }, body: message }, false);
+  }
+
+  tooLarge(): void {
+    this.refuse(413, `Request body too large (limit: ${this.opts.maxBodyBytes} bytes)`);
+  }
+
+  private respond(result: HttpResult | HttpStream, sync: boolean): void {
+    if (sync) this.write(result);
+    else writeLater(() => this.write(result));
+  }
+
+  private write(result: HttpResult | HttpStream): void {
+    if (this.finished) return;
+    if (isStream(result)) return this.openStream(result);
+    // A streamed body the handler did not read to its end (a refused upload): the rest of it would be taken for
+    // the next request, so the connection closes after this answer.
+    const unread = this.bodyStream !== undefined && !this.bodyStream.readableEnded;
+    if (unread) this.bodyStream!.destroy();
+    const body = result.body;
+    // Pieces: written as a stream of known length (tryEnd, what the socket cannot take waits for onWritable).
+    if (Array.isArray(body) && !unread && result.headLength === undefined) return this.openStream(piecesStream(result.status, result.headers, body));
+    const res = this.res;
+    res.cork(() => {
+      res.writeStatus(statusLine(result.status));
+      if (result.headers) for (const k in result.headers) res.writeHeader(k, result.headers[k]!);
+      if (result.headLength !== undefined) res.endWithoutBody(result.headLength, unread);
+      else res.end(Array.isArray(body) ? Buffer.concat(body) : body, unread);
+    });
+    this.finished = true; // the response is finished: nothing may touch it again
+  }
+
+  private openStream(stream: HttpStream): void {
+    // Chunks are queued and written from writeLater, never from the caller's stack (which may be another
+    // request's handler); uWS buffers what the socket cannot take and says so, and onWritable ends that.
+    let ended = false;
+    let flushScheduled = false;
+    let blocked = false;
+    let queued: Array<string | Buffer> = [];
+    let queuedBytes = 0;
+    let drain: (() => void) | undefined;
+    const sized = stream.length;
+    // Sized: uWS takes each chunk with tryEnd, which keeps nothing it could not send; the rest waits here for
+    // onWritable, from the byte offset the socket reached (uWS's own pattern for streaming a file).
+    let pending: { chunk: Buffer; start: number } | undefined;
+    const writeChunk = (chunk: string | Buffer): boolean => {
+      if (sized === undefined) return this.res.write(chunk);
+      const bytes = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
+      const start = this.res.getWriteOffset();
+      const [ok, done] = this.res.tryEnd(bytes, sized);
+      if (done) this.finished = true; // every byte is out: uWS has ended the response
+      else if (!ok) pending = { chunk: bytes, start };
+      return ok;
+    };
+    const closers: Array<() => void> = [];
+    this.onAbort(() => {
+      if (!ended) for (const cb of closers) cb();
+    });
+    const flush = () => {
+      flushScheduled = false;
+      if (this.finished) return;
+      this.res.cork(() => {
+        while (queued.length && !pending && !this.finished) {
+          const chunk = queued.shift()!;
+          queuedBytes -= chunk.length;
+          blocked = !writeChunk(chunk);
+        }
+        if (ended && !queued.length && !pending && !this.finished) {
+          // Short of its declared length a response cannot end well: close, so the client sees it cut off.
+          if (sized === undefined) this.res.end();
+          else this.res.close();
+          this.finished = true;
+        }
+      });
+      if (!blocked && drain) {
+        const cb = drain;
+        drain = undefined;
+        cb();
+      }
+    };
+    const schedule = () => {
+      if (!flushScheduled) {
+        flushScheduled = true;
+        writeLater(flush);
+      }
+    };
+    this.res.cork(() => {
+      this.res.writeStatus(statusLine(stream.status));
+      if (stream.headers) for (const k in stream.headers) this.res.writeHeader(k, stream.headers[k]!);
+      // The head leaves with the first chunk: a stream that must look open at once writes one (an SSE comment).
+    });
+    this.res.onWritable((offset) => {
+      if (pending) {
+        const [ok, done] = this.res.tryEnd(pending.chunk.subarray(offset - pending.start), sized!);
+        if (done) this.finished = true;
+        else if (!ok) return false;
+        pending = undefined;
+        if (queued.length || ended) schedule();
+      }
+      blocked = false;
+      if (drain && !queued.length) {
+        const cb = drain;
+        drain = undefined;
+        cb();
+      }
+      return true;
+    });
+    const exchange = this; // the sink's methods have `this` of their own
+    const sink: StreamSink = {
+      write(chunk) {
+        if (exchange.finished || ended) return false;
+        queued.push(chunk);
+        queuedBytes += chunk.length;
+        schedule();
+        return !blocked && queuedBytes < STREAM_HIGH_WATER;
+      },
+      onDrain(cb) {
+        drain = cb;
+      },
+      end() {
+        if (exchange.finished || ended) return;
+        ended = true;
+        schedule();
+      },
+      get closed() {
+        return exchange.finished || ended;
+      },
+      onClose(cb) {
+        closers.push(cb);
+      },
+    };
+    stream.start(sink);
   }
 }
+
+const NO_BODY = Buffer.alloc(0);
+const INTERNAL_ERROR = '{"result":"error","msg":"Internal server error","code":"INTERNAL_SERVER_ERROR"}';
 
 /** A body of pieces as a sized stream: each piece queued as it is, then the end. */
 function piecesStream(status: number, headers: Record<string, string> | undefined, pieces: Buffer[]): HttpStream {
@@ -189,204 +374,35 @@ function flushWrites(): void {
 export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
   const app = uws.App();
   let listenSocket: uws.us_listen_socket | undefined;
+  const maxUrlBytes = opts.maxUrlBytes ?? MAX_URL_BYTES;
 
   app.any("/*", (res, req) => {
-    const method = req.getCaseSensitiveMethod().toUpperCase();
-    const path = req.getUrl();
-    const query = req.getQuery() ?? "";
     const headers: Record<string, string> = {};
     req.forEach((k, v) => (headers[k] = v));
+    const exchange = new UwsExchange(req.getCaseSensitiveMethod().toUpperCase(), req.getUrl(), req.getQuery() ?? "", headers, res, opts);
+    res.onAborted(() => exchange.abort());
+    const { method, path, query } = exchange;
 
-    let aborted = false;
-    const abortListeners: Array<() => void> = [];
-    res.onAborted(() => {
-      aborted = true;
-      for (const cb of abortListeners) cb();
-    });
-
-    let streamedBody: Readable | undefined;
-    const respond = (result: HttpResult | HttpStream, sync: boolean) => {
-      const write = () => {
-        if (aborted) return;
-        if (isStream(result)) return openStream(result);
-        // A streamed body the handler did not read to its end (a refused upload): the rest of it would be taken for
-        // the next request, so the connection closes after this answer.
-        const unread = streamedBody !== undefined && !streamedBody.readableEnded;
-        if (unread) streamedBody!.destroy();
-        const body = result.body;
-        // Pieces: written as a stream of known length (tryEnd, what the socket cannot take waits for onWritable).
-        if (Array.isArray(body) && !unread && result.headLength === undefined) return openStream(piecesStream(result.status, result.headers, body));
-        res.cork(() => {
-          res.writeStatus(statusLine(result.status));
-          if (result.headers) for (const k in result.headers) res.writeHeader(k, result.headers[k]!);
-          if (result.headLength !== undefined) res.endWithoutBody(result.headLength, unread);
-          else res.end(Array.isArray(body) ? Buffer.concat(body) : body, unread);
-        });
-        aborted = true; // the response is finished: nothing may touch it again
-      };
-      if (sync) write();
-      else writeLater(write);
-    };
-
-    const openStream = (stream: HttpStream) => {
-      // Chunks are queued and written from writeLater, never from the caller's stack (which may be another
-      // request's handler); uWS buffers what the socket cannot take and says so, and onWritable ends that.
-      let ended = false;
-      let flushScheduled = false;
-      let blocked = false;
-      let queued: Array<string | Buffer> = [];
-      let queuedBytes = 0;
-      let drain: (() => void) | undefined;
-      const sized = stream.length;
-      // Sized: uWS takes each chunk with tryEnd, which keeps nothing it could not send; the rest waits here for
-      // onWritable, from the byte offset the socket reached (uWS's own pattern for streaming a file).
-      let pending: { chunk: Buffer; start: number } | undefined;
-      const writeChunk = (chunk: string | Buffer): boolean => {
-        if (sized === undefined) return res.write(chunk);
-        const bytes = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
-        const start = res.getWriteOffset();
-        const [ok, done] = res.tryEnd(bytes, sized);
-        if (done) aborted = true; // every byte is out: uWS has ended the response
-        else if (!ok) pending = { chunk: bytes, start };
-        return ok;
-      };
-      const closers: Array<() => void> = [];
-      abortListeners.push(() => {
-        if (!ended) for (const cb of closers) cb();
-      });
-      const flush = () => {
-        flushScheduled = false;
-        if (aborted) return;
-        res.cork(() => {
-          while (queued.length && !pending && !aborted) {
-            const chunk = queued.shift()!;
-            queuedBytes -= chunk.length;
-            blocked = !writeChunk(chunk);
-          }
-          if (ended && !queued.length && !pending && !aborted) {
-            // Short of its declared length a response cannot end well: close, so the client sees it cut off.
-            if (sized === undefined) res.end();
-            else res.close();
-            aborted = true;
-          }
-        });
-        if (!blocked && drain) {
-          const cb = drain;
-          drain = undefined;
-          cb();
-        }
-      };
-      const schedule = () => {
-        if (!flushScheduled) {
-          flushScheduled = true;
-          writeLater(flush);
-        }
-      };
-      res.cork(() => {
-        res.writeStatus(statusLine(stream.status));
-        if (stream.headers) for (const k in stream.headers) res.writeHeader(k, stream.headers[k]!);
-        // The head leaves with the first chunk: a stream that must look open at once writes one (an SSE comment).
-      });
-      res.onWritable((offset) => {
-        if (pending) {
-          const [ok, done] = res.tryEnd(pending.chunk.subarray(offset - pending.start), sized!);
-          if (done) aborted = true;
-          else if (!ok) return false;
-          pending = undefined;
-          if (queued.length || ended) schedule();
-        }
-        blocked = false;
-        if (drain && !queued.length) {
-          const cb = drain;
-          drain = undefined;
-          cb();
-        }
-        return true;
-      });
-      const sink: StreamSink = {
-        write(chunk) {
-          if (aborted || ended) return false;
-          queued.push(chunk);
-          queuedBytes += chunk.length;
-          schedule();
-          return !blocked && queuedBytes < STREAM_HIGH_WATER;
-        },
-        onDrain(cb) {
-          drain = cb;
-        },
-        end() {
-          if (aborted || ended) return;
-          ended = true;
-          schedule();
-        },
-        get closed() {
-          return aborted || ended;
-        },
-        onClose(cb) {
-          closers.push(cb);
-        },
-      };
-      stream.start(sink);
-    };
-
-    const run = (body: Buffer, sync: boolean, bodyStream?: Readable) => {
-      const request = new UwsRequest(method, path, query, headers, body, res, () => aborted, abortListeners, bodyStream);
-      let result: Promise<HttpResult | HttpStream> | HttpResult | HttpStream;
-      try {
-        result = opts.handler(request);
-      } catch (err) {
-        log.error({ err }, "handler threw");
-        result = { status: 500, body: '{"result":"error","msg":"Internal server error","code":"INTERNAL_SERVER_ERROR"}' };
-      }
-      if (result instanceof Promise) {
-        result.then(
-          (r) => respond(r, false),
-          (err) => {
-            log.error({ err }, "handler failed");
-            respond({ status: 500, body: '{"result":"error","msg":"Internal server error","code":"INTERNAL_SERVER_ERROR"}' }, false);
-          },
-        );
-      } else respond(result, sync);
-    };
-
-    const refuse = (status: 413 | 414, message: string) =>
-      respond(opts.refusal?.(path, status, message) ?? { status, headers: { "content-type": "text/plain", connection: "close" }, body: message }, false);
-    const tooLarge = () => refuse(413, `Request body too large (limit: ${opts.maxBodyBytes} bytes)`);
-
-    const maxUrlBytes = opts.maxUrlBytes ?? MAX_URL_BYTES;
     if (path.length + query.length + 1 > maxUrlBytes) {
-      refuse(414, `The URL is too long (limit: ${maxUrlBytes} bytes)`);
+      exchange.refuse(414, `The URL is too long (limit: ${maxUrlBytes} bytes)`);
       return;
     }
 
     const declared = headers["content-length"];
     if (method === "GET" || method === "HEAD" || (declared === "0" && !headers["transfer-encoding"])) {
-      run(Buffer.alloc(0), true);
+      exchange.run(true);
       return;
     }
     if (opts.streamedBody?.(method, path)) {
-      streamedBody = streamBody(res, () => aborted, abortListeners);
-      run(Buffer.alloc(0), false, streamedBody);
+      exchange.bodyStream = streamBody(res, exchange);
+      exchange.run(false);
       return;
     }
     if (declared !== undefined && Number(declared) > opts.maxBodyBytes) {
-      tooLarge();
+      exchange.tooLarge();
       return;
     }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let refused = false;
-    res.onData((chunk, isLast) => {
-      if (refused) return;
-      size += chunk.byteLength;
-      if (size > opts.maxBodyBytes) {
-        refused = true;
-        tooLarge();
-        return;
-      }
-      chunks.push(Buffer.from(chunk.slice(0))); // uWS frees the chunk after this callback: copy it
-      if (isLast) run(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), false);
-    });
+    res.onData((chunk, isLast) => exchange.take(chunk, isLast));
   });
 
   return new Promise((resolve, reject) => {
@@ -415,20 +431,20 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
  * The request body as a Readable: uWS's chunks are copied in (uWS frees each after its callback) and the socket is
  * paused while the stream holds more than its high-water mark, resumed when the reader drains it.
  */
-function streamBody(res: uws.HttpResponse, finished: () => boolean, abortListeners: Array<() => void>): Readable {
+function streamBody(res: uws.HttpResponse, exchange: HttpRequest): Readable {
   let paused = false;
   let done = false;
   const stream = new Readable({
     highWaterMark: 256 * 1024,
     read() {
       // Once the response is written (or the client gone) uWS forbids touching res.
-      if (paused && !done && !finished()) {
+      if (paused && !done && !exchange.aborted) {
         paused = false;
         res.resume();
       }
     },
   });
-  abortListeners.push(() => {
+  exchange.onAbort(() => {
     done = true;
     if (!stream.readableEnded) stream.destroy(new Error("the client went away before the body was complete"));
   });
@@ -438,7 +454,7 @@ function streamBody(res: uws.HttpResponse, finished: () => boolean, abortListene
     if (isLast) {
       done = true;
       stream.push(null);
-    } else if (!more && !paused && !finished()) {
+    } else if (!more && !paused && !exchange.aborted) {
       paused = true;
       res.pause();
     }

@@ -132,20 +132,30 @@ export function streamObjects(rows: StreamRow[]) {
 
 
 /**
- * Channel lookups on the send path, cached for a moment per process: a send names its channel on every request,
- * and names change rarely. Only hits are cached, so a channel created a moment ago is found at once.
+ * Channel lookups on the send path, cached for a moment per process and store (tests run several stores in one
+ * process): a send names its channel on every request, and names change rarely. Only hits are cached, so a channel
+ * created a moment ago is found at once. Sends that name a channel while its lookup runs wait for that one lookup
+ * (when an entry expired under 50 concurrent senders, each used to query the store).
  */
 const STREAM_CACHE_MS = 2000;
-const streamCache = new Map<string, { row: StreamRow; until: number }>();
+const streamCaches = new WeakMap<DB, { rows: Map<string, { row: StreamRow; until: number }>; lookups: Map<string, Promise<StreamRow | undefined>> }>();
 
 export async function requireStream(db: DB, realmId: number, ref: { id?: number; name?: string }): Promise<StreamRow> {
   const key = ref.id !== undefined ? `${realmId}#${ref.id}` : `${realmId}:${(ref.name ?? "").toLowerCase()}`;
-  const hit = streamCache.get(key);
+  let cache = streamCaches.get(db);
+  if (!cache) streamCaches.set(db, (cache = { rows: new Map(), lookups: new Map() }));
+  const hit = cache.rows.get(key);
   if (hit && hit.until > Date.now()) return hit.row;
-  const stream = await findStream(db, realmId, ref);
+  const { rows, lookups } = cache;
+  let lookup = lookups.get(key);
+  if (!lookup) {
+    lookup = findStream(db, realmId, ref).finally(() => lookups.delete(key));
+    lookups.set(key, lookup);
+  }
+  const stream = await lookup;
   if (stream) {
-    if (streamCache.size > 10_000) streamCache.clear();
-    streamCache.set(key, { row: stream, until: Date.now() + STREAM_CACHE_MS });
+    if (rows.size > 10_000) rows.clear();
+    rows.set(key, { row: stream, until: Date.now() + STREAM_CACHE_MS });
   }
   if (!stream) throw chatErrors.streamNotFound(ref.id !== undefined ? { stream_id: ref.id } : { stream: ref.name });
   return stream;
