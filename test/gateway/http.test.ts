@@ -1,11 +1,19 @@
-/** The uWS adapter's own rules: streamed responses with backpressure, and closing when the client goes away. */
+/**
+ * The uWS adapter's own rules: streamed responses and WebSocket streams with backpressure, and closing when the
+ * client goes away.
+ */
 import http from "node:http";
+import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHttpServer, type HttpServer, type StreamSink } from "../../gateway/http.ts";
+
+const WS_FRAMES = 256;
 
 describe("gateway/http streams", () => {
   let server: HttpServer;
   const closed: string[] = [];
+  /** Frames the WebSocket stream has written so far. */
+  let webSocketFramesWritten = 0;
 
   beforeAll(async () => {
     server = await startHttpServer({
@@ -45,6 +53,36 @@ describe("gateway/http streams", () => {
                 sink.end();
               };
               pump();
+            },
+          };
+        }
+        if (req.path === "/ws-big") {
+          // 64 MiB in numbered 256 KiB frames, honouring backpressure: more than the kernel's socket buffers take.
+          return {
+            status: 101,
+            webSocket: true,
+            start(sink: StreamSink) {
+              let n = 0;
+              const pump = () => {
+                while (n < WS_FRAMES) {
+                  const frame = `${n++} `.padEnd(256 * 1024, "x");
+                  webSocketFramesWritten = n;
+                  if (!sink.write(frame)) return sink.onDrain(pump);
+                }
+                sink.end();
+              };
+              pump();
+            },
+          };
+        }
+        if (req.path === "/ws-careless") {
+          // Writes 64 MiB at once, ignoring backpressure: closed once uWS buffers more than its limit.
+          return {
+            status: 101,
+            webSocket: true,
+            start(sink: StreamSink) {
+              sink.onClose(() => closed.push("ws-careless"));
+              for (let n = 0; n < WS_FRAMES; n++) sink.write("x".repeat(256 * 1024));
             },
           };
         }
@@ -99,6 +137,46 @@ describe("gateway/http streams", () => {
     abort.abort();
     for (let i = 0; i < 50 && !closed.includes("forever"); i++) await new Promise((r) => setTimeout(r, 10));
     expect(closed).toContain("forever");
+    expect((await fetch(url("/ticks"))).status).toBe(200); // and keeps serving
+  });
+
+  const wsUrl = (p: string) => `ws://127.0.0.1:${server.port}${p}`;
+
+  it("delivers every frame of a WebSocket stream, in order, to a client that stops reading for a while", async () => {
+    const socket = new WebSocket(wsUrl("/ws-big"));
+    const numbers: number[] = [];
+    socket.on("message", (data) => numbers.push(Number(String(data).slice(0, 8).split(" ")[0])));
+    await new Promise((resolve) => socket.on("open", resolve));
+    socket.pause();
+    await new Promise((r) => setTimeout(r, 500));
+    // The server waits on the client (drain), not buffering the whole stream in memory.
+    expect(webSocketFramesWritten).toBeGreaterThan(0);
+    expect(webSocketFramesWritten).toBeLessThan(WS_FRAMES);
+    socket.resume();
+    const code = await new Promise<number>((resolve) => socket.on("close", resolve));
+    expect(code).toBe(1000);
+    expect(numbers).toEqual(Array.from({ length: WS_FRAMES }, (_, i) => i));
+  });
+
+  it("closes a WebSocket whose stream ignores backpressure once uWS buffers past its limit", async () => {
+    const socket = new WebSocket(wsUrl("/ws-careless"));
+    await new Promise((resolve) => socket.on("open", resolve));
+    socket.pause();
+    for (let i = 0; i < 200 && !closed.includes("ws-careless"); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(closed).toContain("ws-careless");
+    socket.terminate();
+  });
+
+  it("answers a WebSocket stream to a request that is not an upgrade with 426, and a plain answer to an upgrade", async () => {
+    const res = await fetch(url("/ws-big"));
+    expect(res.status).toBe(426);
+    const status = await new Promise<number>((resolve, reject) => {
+      const socket = new WebSocket(wsUrl("/nothing"));
+      socket.on("unexpected-response", (_req, r) => resolve(r.statusCode!));
+      socket.on("open", () => reject(new Error("upgraded")));
+      socket.on("error", () => {});
+    });
+    expect(status).toBe(404);
     expect((await fetch(url("/ticks"))).status).toBe(200); // and keeps serving
   });
 });
