@@ -9,6 +9,16 @@ import { startHttpServer, type HttpServer, type StreamSink } from "../../gateway
 
 const WS_FRAMES = 256;
 
+/** Write `count` chunks to `sink` honouring its backpressure (waiting for each drain), then end it. */
+function pump(sink: StreamSink, count: number, chunk: (n: number) => string): void {
+  let n = 0;
+  const more = () => {
+    while (n < count) if (!sink.write(chunk(n++))) return sink.onDrain(more);
+    sink.end();
+  };
+  more();
+}
+
 describe("gateway/http streams", () => {
   let server: HttpServer;
   const closed: string[] = [];
@@ -40,39 +50,18 @@ describe("gateway/http streams", () => {
         if (req.path === "/big") {
           // 8 MiB in 16 KiB chunks, honouring backpressure.
           const chunk = "x".repeat(16 * 1024);
-          return {
-            status: 200,
-            headers: { "content-type": "text/plain" },
-            start(sink: StreamSink) {
-              let left = 512;
-              const pump = () => {
-                while (left > 0) {
-                  left--;
-                  if (!sink.write(chunk)) return sink.onDrain(pump);
-                }
-                sink.end();
-              };
-              pump();
-            },
-          };
+          return { status: 200, headers: { "content-type": "text/plain" }, start: (sink: StreamSink) => pump(sink, 512, () => chunk) };
         }
         if (req.path === "/ws-big") {
           // 64 MiB in numbered 256 KiB frames, honouring backpressure: more than the kernel's socket buffers take.
           return {
             status: 101,
             webSocket: true,
-            start(sink: StreamSink) {
-              let n = 0;
-              const pump = () => {
-                while (n < WS_FRAMES) {
-                  const frame = `${n++} `.padEnd(256 * 1024, "x");
-                  webSocketFramesWritten = n;
-                  if (!sink.write(frame)) return sink.onDrain(pump);
-                }
-                sink.end();
-              };
-              pump();
-            },
+            start: (sink: StreamSink) =>
+              pump(sink, WS_FRAMES, (n) => {
+                webSocketFramesWritten = n + 1;
+                return `${n} `.padEnd(256 * 1024, "x");
+              }),
           };
         }
         if (req.path === "/ws-careless") {

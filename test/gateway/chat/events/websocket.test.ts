@@ -5,6 +5,7 @@
  */
 import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { until } from "../../../support/messages.ts";
 import { api, ENGINES, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
 import { componentValidator, expectZulipResponse } from "../../../support/openapi.ts";
 
@@ -49,14 +50,6 @@ function refusal(server: TestServer, path: string, headers: Record<string, strin
     });
     socket.on("error", () => {}); // the unexpected response is the error
   });
-}
-
-async function until(check: () => boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error("timed out waiting");
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 describe.each(ENGINES)("the WebSocket event stream on %s", (engine) => {
