@@ -1,8 +1,8 @@
 /**
  * The fan-out bench's clients (bench/fanout.ts), run in child processes so that neither the members' nor the
  * sender's work shares the server's event loop or counts in its CPU time. One process sends; one or more hold the
- * channel's members, each a real client on its own keep-alive connection: a long-poll loop on GET /events, or one
- * GET /events/stream (SSE) per member.
+ * channel's members, each a real client on its own keep-alive connection: a long-poll loop on GET /events, one
+ * GET /events/stream (SSE) per member, or one WebSocket on GET /events/ws per member.
  *
  * Latency crosses processes: the sender writes the wall-clock time it started each POST into the message's content
  * (`fo <index> <epoch ms>`), and a member takes its receipt time on the same clock (performance.timeOrigin +
@@ -12,12 +12,13 @@
  * event ids only increase (Zulip delivers a queue's events in order).
  */
 import http from "node:http";
+import WebSocket from "ws";
 import type { QueueRef } from "./event-client.ts";
 import { agent, describeError, figures, request, sleep, type Answer } from "./http-client.ts";
 import type { LatencyFigures } from "./event-client.ts";
 import { emptyHistogram, record, type Histogram } from "./histogram.ts";
 
-export type FanoutTransport = "lp" | "sse";
+export type FanoutTransport = "lp" | "sse" | "ws";
 
 export type FanoutRequest =
   /** Start every member's client (a first dont_block poll activates its queue, then the long-poll or the stream). */
@@ -78,8 +79,8 @@ class Member {
   duplicates = 0;
   outOfOrder = 0;
   failed?: string;
-  /** Set when stopping: the loop ends and in-flight requests are destroyed. */
-  request?: http.ClientRequest;
+  /** Called when stopping (the loop ends): destroys the request in flight, or closes the WebSocket. */
+  stop?: () => void;
 
   constructor(
     readonly ref: QueueRef,
@@ -124,7 +125,7 @@ async function longPoll(base: string, member: Member): Promise<void> {
     const url = new URL(`/api/v1/events?queue_id=${encodeURIComponent(member.ref.queueId)}&last_event_id=${member.lastEventId}`, base);
     let a: Answer;
     try {
-      a = await request(url, "GET", member.ref.auth, undefined, (r) => (member.request = r));
+      a = await request(url, "GET", member.ref.auth, undefined, (r) => (member.stop = () => r.destroy()));
     } catch (err) {
       if (!stopped) member.failed = describeError(err);
       return;
@@ -176,7 +177,35 @@ function stream(base: string, member: Member): Promise<void> {
       if (!stopped) member.failed = String(err);
       reject(err);
     });
-    member.request = r;
+    member.stop = () => r.destroy();
+  });
+}
+
+/** The socket is open once the upgrade is answered; each frame is a GET /events answer. */
+function webSocket(base: string, member: Member): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const url = new URL(`/api/v1/events/ws?queue_id=${encodeURIComponent(member.ref.queueId)}&last_event_id=${member.lastEventId}`, base);
+    url.protocol = "ws:";
+    const socket = new WebSocket(url, { headers: { authorization: member.ref.auth }, perMessageDeflate: false });
+    socket.on("open", () => resolve());
+    socket.on("message", (data) => {
+      const at = now();
+      const answer = JSON.parse(String(data));
+      if (answer.result !== "success") member.failed = `stream error: ${answer.msg}`;
+      else for (const e of answer.events) member.take(e, at);
+    });
+    socket.on("unexpected-response", (_req, res) => {
+      res.resume();
+      reject(new Error(`GET /events/ws: ${res.statusCode}`));
+    });
+    socket.on("error", (err) => {
+      if (!stopped) member.failed = String(err);
+      reject(err);
+    });
+    socket.on("close", () => {
+      if (!stopped) member.failed ??= "socket closed";
+    });
+    member.stop = () => socket.terminate();
   });
 }
 
@@ -197,6 +226,7 @@ async function open(req: Extract<FanoutRequest, { op: "open" }>): Promise<{ open
         if (a.status !== 200) throw a;
         for (const e of a.body.events) member.lastEventId = Math.max(member.lastEventId, e.id);
         if (req.transport === "sse") await stream(req.base, member);
+        else if (req.transport === "ws") await webSocket(req.base, member);
         else void longPoll(req.base, member);
       } catch (err) {
         failed++;
@@ -251,7 +281,7 @@ async function collect(req: Extract<FanoutRequest, { op: "collect" }>): Promise<
 
 function close(): number {
   stopped = true;
-  for (const m of members) m.request?.destroy();
+  for (const m of members) m.stop?.();
   const n = members.length;
   members = [];
   return n;

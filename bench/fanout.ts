@@ -1,7 +1,7 @@
 /**
- * The fan-out family (issue 26), run by bench/run.ts as `--scenario fanout-lp,fanout-sse`: one channel of N members,
- * each a real client on its own keep-alive connection (fanout-lp: a long-poll loop on GET /events; fanout-sse: one
- * GET /events/stream each), one sender posting at a fixed rate R. For each N of --members (default 100, 500, 2,000)
+ * The fan-out family (issue 26), run by bench/run.ts as `--scenario fanout-lp,fanout-sse,fanout-ws`: one channel of N
+ * members, each a real client on its own keep-alive connection (fanout-lp: a long-poll loop on GET /events; fanout-sse:
+ * one GET /events/stream each; fanout-ws: one WebSocket on GET /events/ws each), one sender posting at a fixed rate R. For each N of --members (default 100, 500, 2,000)
  * the rate is --rate when given, else 20,000 / N (20,000 deliveries/s offered, the issue's comparison point), and
  * --messages when given, else R × FANOUT_SECONDS of sending.
  *
@@ -18,7 +18,7 @@ import type { Population, Engine, EngineName } from "./scenarios.ts";
 import type { FanoutRequest, FanoutTransport, MemberFigures, SendFigures } from "./fanout-client.ts";
 import { mergeHistograms, percentile, type Histogram } from "./histogram.ts";
 
-export const FANOUT_SCENARIOS = ["fanout-lp", "fanout-sse"] as const;
+export const FANOUT_SCENARIOS = ["fanout-lp", "fanout-sse", "fanout-ws"] as const;
 export type FanoutScenarioName = (typeof FANOUT_SCENARIOS)[number];
 
 export const FANOUT_MEMBERS = [100, 500, 2000];
@@ -124,7 +124,7 @@ export async function runFanoutCell(
   opts: FanoutOptions,
 ): Promise<FanoutCell> {
   const engine: Engine = world.engine;
-  const transport: FanoutTransport = name === "fanout-lp" ? "lp" : "sse";
+  const transport = name.slice("fanout-".length) as FanoutTransport;
   const rate = opts.rate ?? Math.max(1, Math.round(OFFERED_DELIVERIES / members));
   const messages = opts.messages ?? Math.max(20, Math.round(rate * FANOUT_SECONDS));
   const channel = `${name}-${members}`;

@@ -9,7 +9,7 @@
  *    subscribe) and the assistant's (bench/assistant.ts: embed JSON answers/s, then SSE time to first event), then
  *    the transfers of bench/transfer.ts (upload, download: MiB/s against a raw uWS server's), then
  *    the event system's scenarios of bench/events.ts (wake, fanout, register, queues), whose clients run in their
- *    own child process (bench/event-client.ts), then the fan-out family of bench/fanout.ts (fanout-lp, fanout-sse:
+ *    own child process (bench/event-client.ts), then the fan-out family of bench/fanout.ts (fanout-lp, fanout-sse, fanout-ws:
  *    N members each on its own connection, a sender at a fixed rate), whose sender and members run in child
  *    processes (bench/fanout-client.ts); its cells also go to an SVG chart beside the JSON.
  *
@@ -100,7 +100,7 @@ const USAGE = `usage: npm run bench -- [options]
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send-limited,send-unmetered,
                                             send10,send1000,presence,reads-fetch,reads-search,reads-register,reads-register-heavy,
-                                            assistant,subscribe,upload,download,wake,fanout,register,queues,fanout-lp,fanout-sse;
+                                            assistant,subscribe,upload,download,wake,fanout,register,queues,fanout-lp,fanout-sse,fanout-ws;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -117,12 +117,12 @@ const USAGE = `usage: npm run bench -- [options]
                                             register runs over the same users
   --repeat <n>                              fanout: measured sends, after one discarded (default 5)
   --queues <n>                              queues: idle queues for memory per queue (default 100000)
-  --members <list>                          fanout-lp / fanout-sse: channel sizes, each a cell (default 100,500,2000);
-                                            every member a client of its own (long-poll or SSE)
-  --rate <n>                                fanout-lp / fanout-sse: when given, the send rate of every cell (else
+  --members <list>                          fanout-lp/-sse/-ws: channel sizes, each a cell (default 100,500,2000);
+                                            every member a client of its own (long-poll, SSE or WebSocket)
+  --rate <n>                                fanout-lp/-sse/-ws: when given, the send rate of every cell (else
                                             20,000 / members: 20,000 deliveries/s offered)
-  --messages <n>                            fanout-lp / fanout-sse: messages per cell (default 5 s of sending)
-  --clients <n>                             fanout-lp / fanout-sse: processes holding the members (default 1; the
+  --messages <n>                            fanout-lp/-sse/-ws: messages per cell (default 5 s of sending)
+  --clients <n>                             fanout-lp/-sse/-ws: processes holding the members (default 1; the
                                             sender has a process of its own)
   --no-ceiling                              skip the ceiling runs (ratios are then left out)
   --cpu-prof                                V8 CPU profile of the server over each measured run, saved beside the

@@ -10,6 +10,10 @@
  *   (parked long-polls woken by someone else's request) are written from `setImmediate`, never from inside another
  *   request's handler: uWS loses such writes otherwise.
  * - Streams (SSE, file downloads) honour backpressure through onWritable.
+ * - A WebSocket upgrade request goes through the same handler as any request (`webSocket` is set on it); a handler
+ *   that answers with a WebSocket stream has it upgraded, any other answer is written as HTTP before the upgrade.
+ *   A WebSocket stream's chunks are text frames, queued and sent from writeLater inside the socket's cork like a
+ *   stream's chunks; its backpressure is uWS's getBufferedAmount and its drain handler.
  * - A body the `streamedBody` option names is not read by the adapter and has no cap here: the handler gets it as a
  *   Readable (`bodyStream`), and uWS is paused while that stream's buffer is full, so an upload never sits whole in
  *   memory. It errors once the client goes away.
@@ -34,6 +38,8 @@ export interface HttpRequest {
   /** True once the client went away; register with onAbort to hear of it. */
   readonly aborted: boolean;
   onAbort(cb: () => void): void;
+  /** A WebSocket upgrade request (GET with `Upgrade: websocket`): the one kind a WebSocket stream answers. */
+  readonly webSocket?: boolean;
   /**
    * The route template that took the request (`/api/v1/messages/{message_id}`), set by whoever routed it: what
    * metrics and traces name the request by, since a raw path's values are unbounded.
@@ -65,6 +71,11 @@ export interface HttpStream {
    * stream ended short of it closes the connection, so the client sees the truncation.
    */
   length?: number;
+  /**
+   * A WebSocket stream: the upgrade request is upgraded (status and headers are not sent) and each chunk is a text
+   * frame. Answered only to a request whose `webSocket` is set (426 otherwise).
+   */
+  webSocket?: true;
   start(sink: StreamSink): void;
 }
 
@@ -126,6 +137,30 @@ function statusLine(status: number): string {
 const STREAM_HIGH_WATER = 64 * 1024;
 
 /**
+ * What uWS buffers at most for a WebSocket before it closes it. A stream stops writing at STREAM_HIGH_WATER and
+ * waits for the drain, so only a stream that ignored its backpressure reaches this: it is closed (its client
+ * reconnects from the last event it saw) rather than have a frame dropped, which would leave a silent gap.
+ */
+const WEBSOCKET_MAX_BACKPRESSURE = 1024 * 1024;
+
+/** What a client may send on a WebSocket stream (nothing it sends is read yet): a longer frame closes it. */
+const WEBSOCKET_MAX_RECEIVED_BYTES = 4096;
+
+/** What an upgrade needs from its request, copied before the handler runs (uWS reuses the request after return). */
+interface UpgradeRequest {
+  key: string;
+  protocol: string;
+  extensions: string;
+  context: uws.us_socket_context_t;
+}
+
+/** The user data of an upgraded socket: its stream, and once open the sink that writes to it. */
+interface WebSocketConnection {
+  stream: HttpStream;
+  sink?: WebSocketSink;
+}
+
+/**
  * One request and its response, from uWS's callback to the answer: what a handler sees of the request (as
  * HttpRequest), and the state the adapter keeps while it answers. A class, so that its getters and methods live on
  * the prototype, not in closures made per request: an object literal's own getters are an accessor pair per
@@ -153,7 +188,13 @@ class UwsExchange implements HttpRequest {
     readonly headers: Record<string, string>,
     private readonly res: uws.HttpResponse,
     private readonly opts: HttpOptions,
+    /** What the upgrade needs, when the request is a WebSocket upgrade. */
+    private readonly upgrade: UpgradeRequest | undefined,
   ) {}
+
+  get webSocket(): boolean {
+    return this.upgrade !== undefined;
+  }
 
   get remoteAddress(): string {
     this.address ??= this.finished ? "" : Buffer.from(this.res.getRemoteAddressAsText()).toString();
@@ -220,7 +261,7 @@ class UwsExchange implements HttpRequest {
 
   private write(result: HttpResult | HttpStream): void {
     if (this.finished) return;
-    if (isStream(result)) return this.openStream(result);
+    if (isStream(result)) return result.webSocket ? this.openWebSocket(result) : this.openStream(result);
     // A streamed body the handler did not read to its end (a refused upload): the rest of it would be taken for
     // the next request, so the connection closes after this answer.
     const unread = this.bodyStream !== undefined && !this.bodyStream.readableEnded;
@@ -236,6 +277,17 @@ class UwsExchange implements HttpRequest {
       else res.end(Array.isArray(body) ? Buffer.concat(body) : body, unread);
     });
     this.finished = true; // the response is finished: nothing may touch it again
+  }
+
+  private openWebSocket(stream: HttpStream): void {
+    const upgrade = this.upgrade;
+    if (!upgrade) {
+      this.write({ status: 426, headers: { "content-type": "text/plain", upgrade: "websocket", connection: "Upgrade" }, body: "This answer is a WebSocket: upgrade" });
+      return;
+    }
+    const connection: WebSocketConnection = { stream };
+    this.res.cork(() => this.res.upgrade(connection, upgrade.key, upgrade.protocol, upgrade.extensions, upgrade.context));
+    this.finished = true; // the socket is the WebSocket's now
   }
 
   private openStream(stream: HttpStream): void {
@@ -376,10 +428,10 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
   let listenSocket: uws.us_listen_socket | undefined;
   const maxUrlBytes = opts.maxUrlBytes ?? MAX_URL_BYTES;
 
-  app.any("/*", (res, req) => {
+  const serve = (res: uws.HttpResponse, req: uws.HttpRequest, upgrade?: UpgradeRequest) => {
     const headers: Record<string, string> = {};
     req.forEach((k, v) => (headers[k] = v));
-    const exchange = new UwsExchange(req.getCaseSensitiveMethod().toUpperCase(), req.getUrl(), req.getQuery() ?? "", headers, res, opts);
+    const exchange = new UwsExchange(req.getCaseSensitiveMethod().toUpperCase(), req.getUrl(), req.getQuery() ?? "", headers, res, opts, upgrade);
     res.onAborted(() => exchange.abort());
     const { method, path, query } = exchange;
 
@@ -403,6 +455,30 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       return;
     }
     res.onData((chunk, isLast) => exchange.take(chunk, isLast));
+  };
+
+  app.any("/*", (res, req) => serve(res, req));
+  // Every upgrade request, whatever its path, goes to the handler (routes decide); socket.io's own path is more
+  // specific and stays its own. A request without the upgrade headers falls through to app.any.
+  app.ws<WebSocketConnection>("/*", {
+    compression: uws.DISABLED,
+    maxPayloadLength: WEBSOCKET_MAX_RECEIVED_BYTES,
+    maxBackpressure: WEBSOCKET_MAX_BACKPRESSURE,
+    closeOnBackpressureLimit: 1,
+    upgrade: (res, req, context) =>
+      serve(res, req, {
+        key: req.getHeader("sec-websocket-key"),
+        protocol: req.getHeader("sec-websocket-protocol"),
+        extensions: req.getHeader("sec-websocket-extensions"),
+        context,
+      }),
+    open(ws) {
+      const connection = ws.getUserData();
+      connection.sink = new WebSocketSink(ws);
+      connection.stream.start(connection.sink);
+    },
+    drain: (ws) => ws.getUserData().sink?.drained(),
+    close: (ws) => ws.getUserData().sink?.closedBySocket(),
   });
 
   return new Promise((resolve, reject) => {
@@ -425,6 +501,97 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       resolve(server);
     });
   });
+}
+
+/**
+ * A WebSocket as a stream's sink: each chunk a text frame. Frames are queued and sent from writeLater, all of a
+ * turn's in one cork of the socket (never from the caller's stack, which may be another request's handler); the
+ * sink reports backpressure once uWS buffers STREAM_HIGH_WATER, and its drain handler ends it.
+ */
+class WebSocketSink implements StreamSink {
+  private queued: Array<string | Buffer> = [];
+  private queuedBytes = 0;
+  private flushScheduled = false;
+  private blocked = false;
+  private ended = false;
+  /** The socket is closed (by either side): uWS forbids touching it. */
+  private socketClosed = false;
+  private drain: (() => void) | undefined;
+  private readonly closers: Array<() => void> = [];
+
+  constructor(private readonly ws: uws.WebSocket<WebSocketConnection>) {}
+
+  get closed(): boolean {
+    return this.socketClosed || this.ended;
+  }
+
+  write(chunk: string | Buffer): boolean {
+    if (this.closed) return false;
+    this.queued.push(chunk);
+    this.queuedBytes += chunk.length;
+    this.schedule();
+    return !this.blocked && this.queuedBytes < STREAM_HIGH_WATER;
+  }
+
+  onDrain(cb: () => void): void {
+    this.drain = cb;
+  }
+
+  onClose(cb: () => void): void {
+    this.closers.push(cb);
+  }
+
+  end(): void {
+    if (this.closed) return;
+    this.ended = true;
+    this.schedule();
+  }
+
+  /** uWS's drain handler: the socket took what it buffered. */
+  drained(): void {
+    if (this.socketClosed || this.ws.getBufferedAmount() >= STREAM_HIGH_WATER) return;
+    this.blocked = false;
+    if (!this.queued.length) this.callDrain();
+  }
+
+  /** uWS's close handler: the client went away (or the socket closed after end(), or over its backpressure limit). */
+  closedBySocket(): void {
+    if (this.socketClosed) return;
+    this.socketClosed = true;
+    if (!this.ended) for (const cb of this.closers) cb();
+  }
+
+  private schedule(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    writeLater(this.flush);
+  }
+
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    if (this.socketClosed) return;
+    const frames = this.queued;
+    this.queued = [];
+    this.queuedBytes = 0;
+    this.ws.cork(() => {
+      for (const frame of frames) if (!this.socketClosed) this.ws.send(frame, false, false);
+    });
+    if (this.socketClosed) return; // closed over its backpressure limit (WEBSOCKET_MAX_BACKPRESSURE)
+    // A frame the socket could not take whole stays buffered in uWS; the drain handler says when it is out.
+    this.blocked = this.ws.getBufferedAmount() >= STREAM_HIGH_WATER;
+    if (this.ended) {
+      this.socketClosed = true;
+      this.ws.end(1000);
+      return;
+    }
+    if (!this.blocked) this.callDrain();
+  };
+
+  private callDrain(): void {
+    const cb = this.drain;
+    this.drain = undefined;
+    cb?.();
+  }
 }
 
 /**

@@ -1,7 +1,7 @@
 /** Zulip's event system: POST /register, long-poll GET /events, DELETE /events. */
 import { ChorusError } from "../../runtime/errors.ts";
 import { chatErrors } from "../../actors/chat/errors.ts";
-import type { StreamSink } from "../http.ts";
+import type { HttpStream, StreamSink } from "../http.ts";
 import { User, type Polled } from "../../actors/chat/users/user.protocol.ts";
 import { parseNarrow } from "../../actors/chat/reads/narrow.ts";
 import { realmUsersFor, realmUsersJson, type UserRow } from "../../actors/chat/reads/users.ts";
@@ -13,8 +13,8 @@ import { maxMessageId } from "../../actors/chat/reads/messages.ts";
 import { realmNameAndDate } from "../../actors/chat/reads/realms.ts";
 import { userTopicsOf } from "../../actors/chat/reads/topics.ts";
 import { CUSTOM_PROFILE_FIELD_TYPES, profileFieldObjects } from "../../actors/chat/organization/profile-fields.ts";
-import { fieldsJson, JsonValue, SerializedFields, type RouteSpec, type Services } from "./app.ts";
-import { Bool, Str } from "../params.ts";
+import { envelope, fieldsJson, JsonValue, SerializedFields, type RouteSpec, type Services } from "./app.ts";
+import { Bool, Str, type ParamsSchema } from "../params.ts";
 import { LIMITS, ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION } from "./zulip.ts";
 import { ROLE, userGroupObjects } from "../../actors/chat/organization/groups.ts";
 import { draftsOf, viewsOf, mutedUsersOf, userStatuses } from "../../actors/chat/users/user-data.ts";
@@ -31,6 +31,9 @@ import { channelFolderObjects } from "../../actors/chat/organization/channel-fol
 import { mutedTopics, ownUserState, serverRealmState, starredMessages } from "../../actors/chat/reads/register-state.ts";
 
 const StrList = { type: "array", items: Str } as const;
+
+/** An event stream's parameters (SSE and WebSocket): its queue, and the last event the client has. */
+const QUEUE_STREAM_PARAMS: ParamsSchema = { type: "object", properties: { queue_id: Str, last_event_id: { type: "integer", minimum: -1 } }, required: ["queue_id"] };
 
 interface InitialStateOptions {
   clientGravatar: boolean;
@@ -275,27 +278,28 @@ export const eventRoutes: RouteSpec[] = [
     // Last-Event-ID resumes after that event.
     method: "GET",
     path: "/events/stream",
-    params: { type: "object", properties: { queue_id: Str, last_event_id: { type: "integer", minimum: -1 } }, required: ["queue_id"] },
+    params: QUEUE_STREAM_PARAMS,
     async handle({ params, user, services, req }) {
       const header = req.headers["last-event-id"];
       const resumeFrom = header !== undefined && /^-?\d{1,16}$/.test(header.trim()) ? Number(header.trim()) : (params.last_event_id ?? -1);
-      // The actor answers with a heartbeat after heartbeatSeconds without events; the ask only guards against a lost worker.
-      const timeout = services.chat.heartbeatSeconds * 1000 + 15_000;
-      const queue = services.system.ref(User, user.id);
-      const polls: QueuePolls = {
-        poll: (lastEventId, after, dontBlock) => queue.askTransient({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock }, timeout),
-        subscribe: (lastEventId, after, onBatch) =>
-          queue.askStream({ op: "poll", queueId: params.queue_id, lastEventId, after, dontBlock: false, stream: true }, onBatch, timeout),
-      };
-      // An unknown queue is answered as a JSON error, before the stream opens.
-      const first = await polls.poll(resumeFrom, resumeFrom, true);
+      const stream = await queueStream(services, user.id, params.queue_id, resumeFrom, SSE_FRAMING);
       return {
         status: 200,
         headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache, no-transform", "x-accel-buffering": "no" },
-        start(sink) {
-          void streamQueue(sink, first.events, resumeFrom, polls);
-        },
+        ...stream,
       };
+    },
+  },
+  {
+    // Beyond Zulip: the same queue over a WebSocket. Each text frame is what GET /events would answer (a batch of
+    // events, with the queue id); a client that reconnects with last_event_id resumes after that event.
+    method: "GET",
+    path: "/events/ws",
+    params: QUEUE_STREAM_PARAMS,
+    async handle({ params, user, services, req }) {
+      if (!req.webSocket) throw new ChorusError("BAD_REQUEST", "This endpoint is a WebSocket: send an upgrade request", 400);
+      const stream = await queueStream(services, user.id, params.queue_id, params.last_event_id ?? -1, webSocketFraming(params.queue_id));
+      return { status: 101, webSocket: true, ...stream };
     },
   },
   {
@@ -308,6 +312,48 @@ export const eventRoutes: RouteSpec[] = [
     },
   },
 ];
+
+/**
+ * A queue's events as a stream that starts at `resumeFrom`, once a first poll found the queue: an unknown queue is
+ * answered as a JSON error, before the stream opens (or the WebSocket is upgraded).
+ */
+async function queueStream(services: Services, userId: number, queueId: string, resumeFrom: number, framing: StreamFraming): Promise<Pick<HttpStream, "start">> {
+  // The actor answers with a heartbeat after heartbeatSeconds without events; the ask only guards against a lost worker.
+  const timeout = services.chat.heartbeatSeconds * 1000 + 15_000;
+  const queue = services.system.ref(User, userId);
+  const polls: QueuePolls = {
+    poll: (lastEventId, after, dontBlock) => queue.askTransient({ op: "poll", queueId, lastEventId, after, dontBlock }, timeout),
+    subscribe: (lastEventId, after, onBatch) => queue.askStream({ op: "poll", queueId, lastEventId, after, dontBlock: false, stream: true }, onBatch, timeout),
+  };
+  const first = await polls.poll(resumeFrom, resumeFrom, true);
+  return { start: (sink) => void streamQueue(sink, first.events, resumeFrom, polls, framing) };
+}
+
+/** How a stream frames what it writes: server-sent events, or WebSocket frames. */
+interface StreamFraming {
+  /** Written before any event (SSE: a comment, which opens the stream for the client at once). */
+  opening?: string;
+  /** What carries events the stream has not written before. */
+  batch(events: Polled["events"]): string;
+  /** The last thing written when the stream fails (its queue is gone): Zulip's error envelope's body. */
+  error(envelopeBody: string): string;
+}
+
+/** One `id:` and `data:` per event: a client that reconnects with Last-Event-ID resumes after that event. */
+const SSE_FRAMING: StreamFraming = {
+  opening: ": connected\n\n",
+  batch: (events) => events.map((event) => `id: ${event.id}\ndata: ${eventJson(event)}\n\n`).join(""),
+  error: (body) => `event: error\ndata: ${body}\n\n`,
+};
+
+/** A frame per batch, as GET /events answers it; an error is the envelope alone, and the socket then closes. */
+function webSocketFraming(queueId: string): StreamFraming {
+  const tail = `],"queue_id":${JSON.stringify(queueId)}}`;
+  return {
+    batch: (events) => `{"result":"success","msg":"","events":[${events.map(eventJson).join(",")}${tail}`,
+    error: (body) => body,
+  };
+}
 
 /** How an event stream reads its queue: single polls, and a subscription that hears each batch as it comes. */
 interface QueuePolls {
@@ -332,7 +378,7 @@ export const STREAM_ACKNOWLEDGE_EVERY = 16;
  * hand-over) or when the runtime cuts it; each time the stream subscribes again from what it has written, so a
  * batch that did not reach it (or that it did not take) comes again, and one that came twice is written once.
  */
-async function streamQueue(sink: StreamSink, firstEvents: Polled["events"], resumeFrom: number, polls: QueuePolls): Promise<void> {
+async function streamQueue(sink: StreamSink, firstEvents: Polled["events"], resumeFrom: number, polls: QueuePolls, framing: StreamFraming): Promise<void> {
   let acknowledged = resumeFrom;
   let written = resumeFrom;
   let drained: Promise<void> | undefined;
@@ -340,14 +386,13 @@ async function streamQueue(sink: StreamSink, firstEvents: Polled["events"], resu
   const write = (events: Polled["events"]): boolean => {
     let open = true;
     const previous = written;
-    for (const event of events) {
-      const id = Number(event.id);
-      // An event heard twice (a subscription cut while a batch was on its way, and the next one answering it again).
-      if (id <= written) continue;
-      open = sink.write(`id: ${event.id}\ndata: ${eventJson(event)}\n\n`);
-      written = id;
+    // An event heard twice (a subscription cut while a batch was on its way, and the next one answering it again).
+    const fresh = events.length && Number(events[0]!.id) > written ? events : events.filter((event) => Number(event.id) > written);
+    if (fresh.length) {
+      open = sink.write(framing.batch(fresh));
+      written = Number(fresh.at(-1)!.id);
+      acknowledged = previous;
     }
-    if (written !== previous) acknowledged = previous;
     if (!open && !drained && !sink.closed) drained = new Promise<void>((resolve) => sink.onDrain(resolve));
     return open;
   };
@@ -356,7 +401,7 @@ async function streamQueue(sink: StreamSink, firstEvents: Polled["events"], resu
   // again). Its own answer is not written: those events stay queued for the next subscription.
   const finishSubscription = () => void polls.poll(acknowledged, written, true).catch(() => {});
   sink.onClose(finishSubscription);
-  sink.write(": connected\n\n"); // opens the stream for the client before the first event
+  if (framing.opening) sink.write(framing.opening);
   try {
     write(firstEvents);
     while (!sink.closed) {
@@ -377,8 +422,7 @@ async function streamQueue(sink: StreamSink, firstEvents: Polled["events"], resu
       if (last && !sink.closed && !full) write(last.events);
     }
   } catch (err) {
-    const error = ChorusError.wrap(err);
-    sink.write(`event: error\ndata: ${JSON.stringify({ result: "error", msg: error.message, code: error.code, ...error.extra })}\n\n`);
+    sink.write(framing.error(envelope(ChorusError.wrap(err)).body as string));
     sink.end();
   }
 }

@@ -1,5 +1,9 @@
-/** The uWS adapter's own rules: streamed responses with backpressure, and closing when the client goes away. */
+/**
+ * The uWS adapter's own rules: streamed responses and WebSocket streams with backpressure, and closing when the
+ * client goes away.
+ */
 import http from "node:http";
+import WebSocket from "ws";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHttpServer, type HttpServer, type StreamSink } from "../../gateway/http.ts";
 
@@ -7,9 +11,23 @@ import { startHttpServer, type HttpServer, type StreamSink } from "../../gateway
 const BIG = Buffer.from("é".repeat(3 * 1024 * 1024));
 const PIECES = [Buffer.from('{"a":"'), BIG.subarray(0, 2 * 1024 * 1024), Buffer.alloc(0), BIG.subarray(2 * 1024 * 1024), Buffer.from('"}')];
 
+const WS_FRAMES = 256;
+
+/** Write `count` chunks to `sink` honouring its backpressure (waiting for each drain), then end it. */
+function pump(sink: StreamSink, count: number, chunk: (n: number) => string): void {
+  let n = 0;
+  const more = () => {
+    while (n < count) if (!sink.write(chunk(n++))) return sink.onDrain(more);
+    sink.end();
+  };
+  more();
+}
+
 describe("gateway/http streams", () => {
   let server: HttpServer;
   const closed: string[] = [];
+  /** Frames the WebSocket stream has written so far. */
+  let webSocketFramesWritten = 0;
 
   beforeAll(async () => {
     server = await startHttpServer({
@@ -36,19 +54,28 @@ describe("gateway/http streams", () => {
         if (req.path === "/big") {
           // 8 MiB in 16 KiB chunks, honouring backpressure.
           const chunk = "x".repeat(16 * 1024);
+          return { status: 200, headers: { "content-type": "text/plain" }, start: (sink: StreamSink) => pump(sink, 512, () => chunk) };
+        }
+        if (req.path === "/ws-big") {
+          // 64 MiB in numbered 256 KiB frames, honouring backpressure: more than the kernel's socket buffers take.
           return {
-            status: 200,
-            headers: { "content-type": "text/plain" },
+            status: 101,
+            webSocket: true,
+            start: (sink: StreamSink) =>
+              pump(sink, WS_FRAMES, (n) => {
+                webSocketFramesWritten = n + 1;
+                return `${n} `.padEnd(256 * 1024, "x");
+              }),
+          };
+        }
+        if (req.path === "/ws-careless") {
+          // Writes 64 MiB at once, ignoring backpressure: closed once uWS buffers more than its limit.
+          return {
+            status: 101,
+            webSocket: true,
             start(sink: StreamSink) {
-              let left = 512;
-              const pump = () => {
-                while (left > 0) {
-                  left--;
-                  if (!sink.write(chunk)) return sink.onDrain(pump);
-                }
-                sink.end();
-              };
-              pump();
+              sink.onClose(() => closed.push("ws-careless"));
+              for (let n = 0; n < WS_FRAMES; n++) sink.write("x".repeat(256 * 1024));
             },
           };
         }
@@ -121,6 +148,46 @@ describe("gateway/http streams", () => {
     abort.abort();
     for (let i = 0; i < 50 && !closed.includes("forever"); i++) await new Promise((r) => setTimeout(r, 10));
     expect(closed).toContain("forever");
+    expect((await fetch(url("/ticks"))).status).toBe(200); // and keeps serving
+  });
+
+  const wsUrl = (p: string) => `ws://127.0.0.1:${server.port}${p}`;
+
+  it("delivers every frame of a WebSocket stream, in order, to a client that stops reading for a while", async () => {
+    const socket = new WebSocket(wsUrl("/ws-big"));
+    const numbers: number[] = [];
+    socket.on("message", (data) => numbers.push(Number(String(data).slice(0, 8).split(" ")[0])));
+    await new Promise((resolve) => socket.on("open", resolve));
+    socket.pause();
+    await new Promise((r) => setTimeout(r, 500));
+    // The server waits on the client (drain), not buffering the whole stream in memory.
+    expect(webSocketFramesWritten).toBeGreaterThan(0);
+    expect(webSocketFramesWritten).toBeLessThan(WS_FRAMES);
+    socket.resume();
+    const code = await new Promise<number>((resolve) => socket.on("close", resolve));
+    expect(code).toBe(1000);
+    expect(numbers).toEqual(Array.from({ length: WS_FRAMES }, (_, i) => i));
+  });
+
+  it("closes a WebSocket whose stream ignores backpressure once uWS buffers past its limit", async () => {
+    const socket = new WebSocket(wsUrl("/ws-careless"));
+    await new Promise((resolve) => socket.on("open", resolve));
+    socket.pause();
+    for (let i = 0; i < 200 && !closed.includes("ws-careless"); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(closed).toContain("ws-careless");
+    socket.terminate();
+  });
+
+  it("answers a WebSocket stream to a request that is not an upgrade with 426, and a plain answer to an upgrade", async () => {
+    const res = await fetch(url("/ws-big"));
+    expect(res.status).toBe(426);
+    const status = await new Promise<number>((resolve, reject) => {
+      const socket = new WebSocket(wsUrl("/nothing"));
+      socket.on("unexpected-response", (_req, r) => resolve(r.statusCode!));
+      socket.on("open", () => reject(new Error("upgraded")));
+      socket.on("error", () => {});
+    });
+    expect(status).toBe(404);
     expect((await fetch(url("/ticks"))).status).toBe(200); // and keeps serving
   });
 });

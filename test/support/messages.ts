@@ -24,6 +24,15 @@ export async function eventually<T>(check: () => Promise<T>, ms = 8000): Promise
   }
 }
 
+/** Wait until `check` holds (checked every 20 ms); throws after `ms`. */
+export async function until(check: () => boolean, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error("timed out waiting");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** The ids of a GET /messages answer, in order. */
 export const ids = (res: { body: any }): number[] => res.body.messages.map((m: any) => m.id);
 

@@ -4,6 +4,7 @@
  */
 import { EventSource } from "eventsource";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { until } from "../../../support/messages.ts";
 import { api, ENGINES, startTestServer, type TestServer } from "../../../support/server.ts";
 import { STREAM_ACKNOWLEDGE_EVERY } from "../../../../gateway/chat/events.ts";
 
@@ -20,14 +21,6 @@ function openStream(server: TestServer, queueId: string, lastEventId?: string) {
     source.onerror = (e) => reject(e);
   });
   return { source, received, opened };
-}
-
-async function until(check: () => boolean, ms = 5000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > end) throw new Error("timed out waiting");
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 describe.each(ENGINES)("event stream on %s", (engine) => {
