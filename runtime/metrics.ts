@@ -16,7 +16,19 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom
 
 export const registry = new Registry();
 registry.setDefaultLabels({ worker: String(Number(process.env.WORKER_INDEX ?? 0)) });
-collectDefaultMetrics({ register: registry });
+
+/**
+ * The process's own series (CPU, heap, event-loop lag), from the first node started with metrics on: not at import,
+ * which every process and thread loading the runtime does (a cluster's primary, each worker's lease-renewer thread),
+ * and prom-client's lag monitor is a 10 ms timer that wakes its event loop 100 times a second for series nobody reads
+ * there.
+ */
+let processMetrics = false;
+function collectProcessMetrics(): void {
+  if (processMetrics) return;
+  processMetrics = true;
+  collectDefaultMetrics({ register: registry });
+}
 
 /** Buckets in seconds, from a tenth of a millisecond (an actor's turn) to ten seconds (a slow request). */
 const SECONDS = [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -123,6 +135,7 @@ export const metrics = (): Instruments => current;
 
 export function setMetricsEnabled(on: boolean): void {
   current = on ? live : silent;
+  if (on) collectProcessMetrics();
 }
 
 export const metricsEnabled = (): boolean => current === live;

@@ -50,6 +50,7 @@
  * group's last-delivered id when nothing is pending there; entries below it are acknowledged by every group.
  */
 import { createHash, randomUUID } from "node:crypto";
+import { Redis } from "ioredis";
 import type { RedisClient } from "./redis-connection.ts";
 import { connectRedis } from "./redis-connection.ts";
 import { redisKeys, type RedisKeys } from "./redis-keys.ts";
@@ -321,11 +322,17 @@ interface OutgoingBatch<T> {
   reject(err: unknown): void;
 }
 
-/** Payloads queued by destination during one turn of the event loop and written at its end (setImmediate). */
+/**
+ * Payloads queued by destination during one turn of the event loop and written at its end: `schedule` is called at
+ * a turn's first payload, and whoever it schedules calls `flush` (the transport's corked turn: see flushTurn).
+ */
 class TurnBatches<K, T> {
   private readonly batches = new Map<K, OutgoingBatch<T>>();
 
-  constructor(private readonly write: (to: K, items: T[]) => Promise<void>) {}
+  constructor(
+    private readonly write: (to: K, items: T[]) => Promise<void>,
+    private readonly schedule: () => void,
+  ) {}
 
   add(to: K, item: T): Promise<void> {
     let batch = this.batches.get(to);
@@ -335,7 +342,7 @@ class TurnBatches<K, T> {
       const accepted = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
       batch = { items: [], accepted, resolve, reject };
       this.batches.set(to, batch);
-      if (this.batches.size === 1) setImmediate(this.flush);
+      if (this.batches.size === 1) this.schedule();
     }
     batch.items.push(item);
     return batch.accepted;
@@ -385,8 +392,18 @@ export class RedisStreamsTransport implements Transport {
    * shard in one turn (the requests of one read of the sockets, the fan-outs of one group commit) goes in one
    * write and one script call, and the replies to a node in one script call.
    */
-  private readonly outgoing = new TurnBatches<number, Entry>((shard, entries) => this.sendBatch(shard, entries));
-  private readonly replies = new TurnBatches<string, Reply>((node, replies) => this.replyBatch(node, replies));
+  private readonly outgoing = new TurnBatches<number, Entry>(
+    (shard, entries) => this.sendBatch(shard, entries),
+    () => this.scheduleTurn(),
+  );
+  private readonly replies = new TurnBatches<string, Reply>(
+    (node, replies) => this.replyBatch(node, replies),
+    () => this.scheduleTurn(),
+  );
+  private turnScheduled = false;
+  /** Shards with acknowledgements queued, flushed together when the batching timer fires (`ackTimer`). */
+  private readonly ackShards = new Set<ShardLoop>();
+  private ackTimer?: NodeJS.Timeout;
   private replyConn?: LoopConnection;
   private replyLoop?: Promise<void>;
   private replyLast = "0-0";
@@ -429,6 +446,41 @@ export class RedisStreamsTransport implements Transport {
   send(shard: number, entry: Entry): Promise<void> {
     if (this.closing) return Promise.reject(new Error("transport closed"));
     return this.outgoing.add(shard, entry);
+  }
+
+  private scheduleTurn(): void {
+    if (this.turnScheduled) return;
+    this.turnScheduled = true;
+    setImmediate(this.flushTurn);
+  }
+
+  /** Everything sent and replied in this turn, to every shard and node, in one write to Redis (see `corked`). */
+  private readonly flushTurn = (): void => {
+    this.turnScheduled = false;
+    this.corked(() => {
+      this.outgoing.flush();
+      this.replies.flush();
+    });
+  };
+
+  /**
+   * Run `issue`, whose commands on the command connection then leave in one write (one writev) instead of one write
+   * each: a turn's script calls and XADDs to several shards, replies to other nodes, the acknowledgements of every
+   * shard. Each write is a system call, and one that wakes Redis; on a machine with fewer cores than busy processes
+   * a write that wakes Redis often hands it the core there and then, so the writes of a turn cost Node a context
+   * switch each (docs/performance.md, 2026-11-28: two workers). ioredis writes a command to the socket as it is
+   * issued when connected (offline, it queues it, and corking changes nothing); the socket's cork keeps the order.
+   * Not on a cluster client: its commands go to several sockets.
+   */
+  private corked(issue: () => void): void {
+    const socket = this.cmd instanceof Redis ? this.cmd.stream : undefined;
+    const cork = socket?.writable === true;
+    if (cork) socket!.cork();
+    try {
+      issue();
+    } finally {
+      if (cork) socket!.uncork();
+    }
   }
 
   /** A batch of entries to one shard: taken at once when the shard is held here, else appended for its holder. */
@@ -774,7 +826,7 @@ export class RedisStreamsTransport implements Transport {
     s.acks.push(id);
     s.ackFlush ??= new Promise<void>((resolve) => {
       s.flushAcks = () => {
-        clearTimeout(timer);
+        this.ackShards.delete(s);
         s.flushAcks = undefined;
         const ids = s.acks;
         s.acks = [];
@@ -784,11 +836,21 @@ export class RedisStreamsTransport implements Transport {
           resolve(); // unacknowledged entries are delivered again by a later claim: at least once
         });
       };
-      const timer = setTimeout(s.flushAcks, s.stopping ? 0 : this.ackDelayMs);
+      this.ackShards.add(s);
+      // One timer for every shard's acknowledgements, written together (see `corked`).
+      this.ackTimer ??= setTimeout(this.flushAllAcks, this.ackDelayMs);
     });
-    if (s.acks.length >= this.batch) s.flushAcks?.();
-    return s.ackFlush;
+    const flushed = s.ackFlush;
+    if (s.acks.length >= this.batch || s.stopping) s.flushAcks?.();
+    return flushed;
   }
+
+  private readonly flushAllAcks = (): void => {
+    this.ackTimer = undefined;
+    this.corked(() => {
+      for (const s of [...this.ackShards]) s.flushAcks?.();
+    });
+  };
 
   private async ack(s: ShardLoop, ids: string[]): Promise<void> {
     for (let i = 0; i < ids.length; i += 512) {

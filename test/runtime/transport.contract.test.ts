@@ -437,6 +437,36 @@ describe.each(engines)("transport contract: $name", (engine) => {
     gate.settle();
   });
 
+  it.runIf(engine.inspect && !engine.name.includes("Cluster"))(
+    "writes a turn's sends to several shards, held here and elsewhere, and its replies to other nodes in one write to Redis",
+    async () => {
+      const sender = await node();
+      const holder = await node();
+      await Promise.all([0, 1, 2].map((shard) => sender.t.acquire(shard)));
+      await Promise.all([3, 4, 5].map((shard) => holder.t.acquire(shard)));
+      // The command connection's socket (a single server: a cluster client's commands go to several sockets).
+      const socket = (sender.t as unknown as { cmd: Redis }).cmd.stream as unknown as Record<"_write" | "_writev", (...args: unknown[]) => unknown>;
+      let writes = 0;
+      for (const method of ["_write", "_writev"] as const) {
+        const original = socket[method];
+        socket[method] = (...args: unknown[]) => {
+          writes++;
+          return original.apply(socket, args);
+        };
+      }
+      const sent = [0, 1, 2, 3, 4, 5].map((shard) => sender.t.send(shard, entry(`to ${shard}`)));
+      sent.push(sender.t.reply({ node: holder.t.nodeId, corr: "1" }, { corr: "1", value: "answer" }));
+      // The turn's batches are written at its end (setImmediate): this one runs right after, before any later write
+      // (an acknowledgement's timer, the reply stream's refresh) can be counted.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(writes).toBe(1);
+      await Promise.all(sent);
+      await vi.waitFor(() => expect(sender.rec.bodies().sort()).toEqual(["to 0", "to 1", "to 2"]), WAIT);
+      await vi.waitFor(() => expect(holder.rec.bodies().sort()).toEqual(["to 3", "to 4", "to 5"]), WAIT);
+      await vi.waitFor(() => expect(holder.rec.replies.map((r) => r.value)).toEqual(["answer"]), WAIT);
+    },
+  );
+
   it.runIf(engine.inspect)("trims acknowledged entries but keeps the unacknowledged one for the next holder", async () => {
     const inspect = engine.inspect!;
     const a = await node();

@@ -82,12 +82,25 @@ export interface ChorusProcess {
  * worker-only one answers only its probes): ready once `/ready` says so. `host`: run inside that host's network
  * namespace (test/support/hosts.ts), listening on its address.
  */
-export async function startChorus(env: Record<string, string> = {}, dataDir?: string, opts: { joins?: boolean; host?: ServicePlacement } = {}): Promise<ChorusProcess> {
+export async function startChorus(
+  env: Record<string, string> = {},
+  dataDir?: string,
+  opts: {
+    joins?: boolean;
+    host?: ServicePlacement;
+    /** Another checkout's Chorus (a base worktree, for A/B benchmarks). */
+    root?: string;
+    /** Node flags NODE_OPTIONS may not carry (--cpu-prof); cluster workers inherit them. */
+    nodeFlags?: string[];
+    /** How long it may take to answer (default a minute; a bench on a busy machine waits longer). */
+    startTimeoutMs?: number;
+  } = {},
+): Promise<ChorusProcess> {
   const address = opts.host?.address ?? "127.0.0.1";
   const port = Number(env.PORT ?? (await freePort()));
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
-  const proc = spawn(...onHost(opts.host ?? { address }, process.execPath, ["--max-semi-space-size=64", "--import", "tsx", "gateway/main.ts"]), {
-    cwd: ROOT,
+  const proc = spawn(...onHost(opts.host ?? { address }, process.execPath, ["--max-semi-space-size=64", ...(opts.nodeFlags ?? []), "--import", "tsx", "gateway/main.ts"]), {
+    cwd: opts.root ?? ROOT,
     env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: address, CHORUS_SECRET: "e2e-secret", ...GENEROUS_RATE_LIMIT_ENV, ...env },
     stdio: ["ignore", "pipe", "pipe"],
     detached: true,
@@ -106,7 +119,7 @@ export async function startChorus(env: Record<string, string> = {}, dataDir?: st
       resolve(code);
     }),
   );
-  const deadline = Date.now() + 60_000;
+  const deadline = Date.now() + (opts.startTimeoutMs ?? 60_000);
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`chorus exited early:\n${log}`);
     try {
