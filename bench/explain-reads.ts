@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/explain-reads.ts [--messages N] [--embedded] [--keep]`: the plan of every statement GET /messages runs for each common
+ * `npx tsx bench/explain-reads.ts [--messages N] [--embedded] [--keep] [--unread]`: the plan of every statement GET /messages runs for each common
  * narrow, and of the register's unread state, on a generated organization (bench/organization.ts) in a fresh
  * Postgres database (or PGlite with --embedded), with EXPLAIN ANALYZE. What docs/reads.md records. The statements are the read functions' own,
  * taken from kysely's query log as they run.
@@ -78,7 +78,8 @@ try {
       console.log("```");
     }
   };
-  for (const [title, narrow, more] of cases) await explain(title, () => fetchMessages(logged, reader, { ...base, ...more, narrow }));
+  // --unread: the register's unread state alone.
+  if (!process.argv.includes("--unread")) for (const [title, narrow, more] of cases) await explain(title, () => fetchMessages(logged, reader, { ...base, ...more, narrow }));
   await explain("register: unread_msgs of the heavy reader", () => unreadMessages(logged, heavyReader.id, { emptyTopicName: false }));
   await explain("register: unread_msgs of the ordinary reader", () => unreadMessages(logged, reader.id, { emptyTopicName: false }));
 } finally {
