@@ -5,6 +5,7 @@ import { NAMED_STATEMENT } from "../../../runtime/store/db.ts";
 import { FLAG_BITS } from "../conversations/flags.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
+import { withLocalSetting } from "./messages.ts";
 
 type DB = Kysely<Database>;
 
@@ -113,10 +114,7 @@ export async function unreadMessages(db: DB, userId: number, opts: { emptyTopicN
  * average of 22 (docs/reads.md). PGlite has no JIT; the setting is accepted and changes nothing.
  */
 function withoutJit<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
-  return db.transaction().execute(async (trx) => {
-    await sql`set local jit = off`.execute(trx);
-    return read(trx);
-  });
+  return withLocalSetting(db, sql`set local jit = off`, read);
 }
 
 /** The user's unread messages from one sender (Zulip's do_mark_muted_user_messages_as_read marks them read). */
