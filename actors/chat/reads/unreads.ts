@@ -1,5 +1,5 @@
 /** Reads of the user's unread messages (the `unread_messages` table, `user_messages` flags): Zulip's `unread_msgs` in POST /register. Nothing here writes. */
-import { sql, type Kysely } from "kysely";
+import { sql, type Kysely, type RawBuilder } from "kysely";
 import type { Database } from "../../schema.ts";
 import { NAMED_STATEMENT } from "../../../runtime/store/db.ts";
 import { FLAG_BITS } from "../conversations/flags.ts";
@@ -27,37 +27,39 @@ interface UnreadRow {
  * neither in `count` nor, for wildcard mentions, in `mentions`.
  *
  * The rows come from `unread_messages` (migration 2026-11-28T0140), one index range of the user's rows with channel
- * and topic in them (a named statement: the same text for every user), plus the recipients still in a recipient
- * list (few, until the expansion that follows a send), in a statement of their own: in one, the planner sorted the
- * union of both instead of walking the index. A direct message's conversation is looked up for the returned rows
- * only. The user's mutes are read beside it and applied here: joined in the statement, they cost a lookup per row.
+ * and topic in them, plus the recipients still in a recipient list (few, until the expansion that follows a send),
+ * in one statement (one snapshot: a list expanded meanwhile is seen once) whose text is the same for every user (a
+ * named statement). The range is its own limited subquery and the union is left unsorted: sorted in SQL, the planner
+ * sorted both parts whole instead of walking the index. A direct message's conversation is looked up for the
+ * returned rows only. The user's mutes are read beside it and applied here: joined in the statement, they cost a lookup per row.
  */
 export async function unreadMessages(db: DB, userId: number, opts: { emptyTopicName: boolean }) {
   const dmKey = sql`case when u.stream_id is null then (select r.dm_key from recipients r where r.id = u.recipient_id) end`;
-  const subscribed = sql`(u.stream_id is null or u.stream_id <> all(array(select s.stream_id from subscriptions s where s.user_id = ${userId} and not s.active)))`;
-  const [{ rows: stored }, { rows: listed }, mutedChannels, topicPolicies] = await Promise.all([
+  const subscribed = (streamId: RawBuilder<number | null>) =>
+    sql`(${streamId} is null or ${streamId} <> all(array(select s.stream_id from subscriptions s where s.user_id = ${userId} and not s.active)))`;
+  const [{ rows: found }, mutedChannels, topicPolicies] = await Promise.all([
     withoutJit(db, (trx) =>
       sql<UnreadRow>`
         select u.message_id as id, u.flags, u.stream_id, u.topic, ${dmKey} as dm_key
-        from unread_messages u
-        where u.user_id = ${userId} and ${subscribed}
-        order by u.message_id desc
-        limit ${MAX_UNREAD_MESSAGES + 1} ${sql.raw(NAMED_STATEMENT)}`.execute(trx),
+        from (
+          (select message_id, flags, stream_id, topic, recipient_id
+            from unread_messages u where u.user_id = ${userId} and ${subscribed(sql`u.stream_id`)}
+            order by u.message_id desc
+            limit ${MAX_UNREAD_MESSAGES + 1})
+          union all
+          (select l.message_id, r.flags, m.stream_id, m.topic, m.recipient_id
+            from user_message_lists l cross join lateral unnest(l.user_ids, l.flags) as r(user_id, flags)
+            join messages m on m.id = l.message_id
+            where r.user_id = ${userId} and (r.flags & ${FLAG_BITS.read}) = 0 and ${subscribed(sql`m.stream_id`)})
+        ) u ${sql.raw(NAMED_STATEMENT)}`.execute(trx),
     ),
-    sql<UnreadRow>`
-      select u.message_id as id, u.flags, u.stream_id, u.topic, ${dmKey} as dm_key
-      from (
-        select l.message_id, r.flags, m.stream_id, m.topic, m.recipient_id
-        from user_message_lists l cross join lateral unnest(l.user_ids, l.flags) as r(user_id, flags)
-        join messages m on m.id = l.message_id
-        where r.user_id = ${userId} and (r.flags & ${FLAG_BITS.read}) = 0
-      ) u
-      where ${subscribed}`.execute(db),
     db.selectFrom("subscriptions").select("stream_id").where("user_id", "=", userId).where("active", "=", true).where("is_muted", "=", true).execute(),
     db.selectFrom("user_topics").select(["stream_id", "topic_key", "visibility_policy"]).where("user_id", "=", userId).execute(),
   ]);
-  // Listed recipients are few (their lists are expanded right after the send): merged in only when there are any.
-  const rows = listed.length ? [...stored, ...listed].sort((a, b) => Number(b.id) - Number(a.id)).slice(0, MAX_UNREAD_MESSAGES + 1) : stored;
+  // The table's rows come newest first; listed recipients are few (their lists are expanded right after the send)
+  // and are sorted in only when there are any.
+  const newestFirst = found.every((r, i) => i === 0 || Number(r.id) < Number(found[i - 1]!.id));
+  const rows = newestFirst ? found : found.sort((a, b) => Number(b.id) - Number(a.id)).slice(0, MAX_UNREAD_MESSAGES + 1);
   const muted = new Set(mutedChannels.map((s) => s.stream_id));
   const policies = new Map(topicPolicies.map((t) => [`${t.stream_id}\u0000${t.topic_key}`, t.visibility_policy]));
   const isMuted = (streamId: number, topicKey: string) => {
