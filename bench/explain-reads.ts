@@ -66,7 +66,8 @@ try {
     await run();
     const ms = performance.now() - t0;
     // The plugin also sees the branches of a union as they are built: keep the statements sent.
-    const sent = captured.filter((q) => !captured.some((other) => other !== q && other.sql.includes(q.sql)));
+    // and a transaction's `set local` is no statement to explain.
+    const sent = captured.filter((q) => !captured.some((other) => other !== q && other.sql.includes(q.sql)) && !/^\s*set /i.test(q.sql));
     console.log(`\n### ${title}: ${sent.length} statement(s), ${ms.toFixed(1)} ms in all`);
     for (const q of sent) {
       const rows = await query(`explain (analyze, costs off, timing off, summary on) ${q.sql}`, [...q.parameters]);
