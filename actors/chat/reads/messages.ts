@@ -97,7 +97,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
         .selectFrom("streams")
         .select([kindColumn("named"), "id", "invite_only", "is_web_public", "history_public_to_subscribers"])
         .where("realm_id", "=", user.realm_id)
-        .where(channelRef.id !== undefined ? sql<SqlBool>`id = ${channelRef.id}` : sql<SqlBool>`lower(name) = ${channelRef.name!.toLowerCase()}`),
+        .where(channelRef.id !== undefined ? sql<SqlBool>`id = ${channelRef.id}::bigint` : sql<SqlBool>`lower(name) = ${channelRef.name!.toLowerCase()}`),
     );
   }
   const reachable = await reachableQuery.modifyEnd(sql.raw(NAMED_STATEMENT)).execute();
@@ -516,7 +516,7 @@ function channelPageText(byId: boolean, topic: boolean): string {
   return `with ch as (
     select s.id, s.name, s.is_web_public or (not s.invite_only and not $4::boolean) or (sub.user_id is not null and s.history_public_to_subscribers) as history
     from streams s left join subscriptions sub on sub.user_id = $3 and sub.stream_id = s.id and sub.active
-    where s.realm_id = $1 and ${byId ? "s.id = $2" : "lower(s.name) = $2"})
+    where s.realm_id = $1 and ${byId ? "s.id = $2::bigint" : "lower(s.name) = $2"})
   select ch.id as channel_id, p.* from ch left join lateral (${side("<", "desc", "$6")} union all ${side(">=", "asc", "$7")}) p on true ${NAMED_STATEMENT}`;
 }
 
