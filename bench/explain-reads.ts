@@ -72,7 +72,15 @@ try {
     transformQuery: (args) => (captured.push(db.getExecutor().compileQuery(args.node, args.queryId)), args.node),
     transformResult: async (args) => args.result,
   };
-  const logged = db.withPlugin(capture);
+  // A statement compiled once and run as it is (db.executeQuery) passes no plugin: taken as it is run.
+  const withPlugin = db.withPlugin(capture);
+  const logged = new Proxy(withPlugin, {
+    get: (target, key) => {
+      if (key === "executeQuery") return (q: CompiledQuery) => (captured.push(q), target.executeQuery(q));
+      const value = Reflect.get(target, key);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
   const query = async (text: string, values: unknown[] = []) => (await db.executeQuery(CompiledQuery.raw(text, values))).rows as Array<Record<string, any>>;
   const reader = (await findUserById(logged, org.realmId, ordinary!.id))!;
   const heavyReader = (await findUserById(logged, org.realmId, heavy!.id))!;

@@ -1,0 +1,93 @@
+/**
+ * GET /messages of one channel, or a topic of it: the narrow whose access and page are one statement
+ * (actors/chat/reads/messages.ts channelPage). The window around every kind of anchor with Zulip's found_* flags,
+ * the channel named by id or by name, an unknown channel, and a channel with protected history, where a reader sees
+ * only what they received.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ENGINES, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
+import { ids, messageApi, type User } from "../../../support/messages.ts";
+
+describe.each(ENGINES)("a channel's page on %s", (engine) => {
+  let server: TestServer;
+  let alice: User;
+  let bob: User;
+  let channels: Record<string, number>;
+  const { toChannel, get, subscribe } = messageApi(() => server);
+  /** lobby's messages oldest first; topic "a" holds the even ones. */
+  const lobby: number[] = [];
+
+  beforeAll(async () => {
+    server = await startTestServer(engine);
+    alice = await createUser(server, "alice@example.com", "Alice");
+    bob = await createUser(server, "bob@example.com", "Bob");
+    channels = await subscribe(alice, ["lobby", "elsewhere"], { principals: [alice.id, bob.id] });
+    for (let i = 0; i < 6; i++) {
+      lobby.push(await toChannel(alice, i % 2 ? "b" : "A", `lobby ${i}`, "lobby"));
+      await toChannel(alice, "a", `elsewhere ${i}`, "elsewhere");
+    }
+  });
+  afterAll(async () => server?.close());
+
+  const lobbyNarrow = [{ operator: "channel", operand: "lobby" }];
+  const topicA = [{ operator: "channel", operand: "Lobby" }, { operator: "topic", operand: "a" }];
+
+  it("answers the window around each kind of anchor, with the found_* flags", async () => {
+    const newest = await get(bob, { narrow: lobbyNarrow, anchor: "newest", num_before: 3, num_after: 0 });
+    expect(ids(newest)).toEqual(lobby.slice(3));
+    expect(newest.body).toMatchObject({ found_anchor: false, found_oldest: false, found_newest: true });
+    const oldest = await get(bob, { narrow: lobbyNarrow, anchor: "oldest", num_before: 0, num_after: 2 });
+    expect(ids(oldest)).toEqual(lobby.slice(0, 2));
+    expect(oldest.body).toMatchObject({ found_anchor: false, found_oldest: true, found_newest: false });
+    const around = await get(bob, { narrow: lobbyNarrow, anchor: lobby[2], num_before: 2, num_after: 3 });
+    expect(ids(around)).toEqual(lobby);
+    expect(around.body).toMatchObject({ anchor: lobby[2], found_anchor: true, found_oldest: true, found_newest: true });
+    const without = await get(bob, { narrow: lobbyNarrow, anchor: lobby[2], num_before: 1, num_after: 1, include_anchor: false });
+    expect(ids(without)).toEqual([lobby[1], lobby[3]]);
+    expect(without.body).toMatchObject({ found_anchor: true, found_oldest: false, found_newest: false });
+    const none = await get(bob, { narrow: lobbyNarrow, anchor: "newest", num_before: 0, num_after: 0 });
+    expect(ids(none)).toEqual([]);
+    expect(none.body).toMatchObject({ found_oldest: false, found_newest: true });
+  });
+
+  it("reads a topic case-insensitively, the channel by name or id, with every field of the message", async () => {
+    const byName = await get(bob, { narrow: topicA, anchor: lobby[2], num_before: 5, num_after: 5 });
+    expect(ids(byName)).toEqual([lobby[0], lobby[2], lobby[4]]);
+    expect(byName.body).toMatchObject({ found_anchor: true, found_oldest: true, found_newest: true });
+    const byId = await get(bob, { narrow: [{ operator: "channel", operand: channels.lobby }, { operator: "topic", operand: "A" }] });
+    expect(ids(byId)).toEqual([lobby[0], lobby[2], lobby[4]]);
+    expect(byId.body.messages[0]).toMatchObject({
+      type: "stream",
+      stream_id: channels.lobby,
+      display_recipient: "lobby",
+      subject: "A",
+      content: "lobby 0",
+      sender_email: "alice@example.com",
+      sender_full_name: "Alice",
+      reactions: [],
+      flags: [],
+    });
+    expect(ids(await get(bob, { narrow: [{ operator: "channel", operand: channels.elsewhere }] }))).toHaveLength(6);
+  });
+
+  it("refuses an unknown channel, by name or id (past the ids a channel has too), with BAD_NARROW", async () => {
+    // With a topic: one statement; with is:starred beside: the access rule's statement, then the page.
+    for (const channel of ["nowhere", 987654, 2 ** 40]) {
+      for (const other of [{ operator: "topic", operand: "a" }, { operator: "is", operand: "starred" }]) {
+        const res = await get(bob, { narrow: [{ operator: "channel", operand: channel }, other] });
+        expect([res.status, res.body.code, res.body.msg]).toEqual([400, "BAD_NARROW", "Invalid narrow operator: unknown channel"]);
+      }
+    }
+  });
+
+  it("shows a channel with protected history only as far as the reader received it", async () => {
+    const vault = await subscribe(alice, ["vault"], { invite_only: true, history_public_to_subscribers: false });
+    const before = await toChannel(alice, "t", "before bob", "vault");
+    await subscribe(alice, ["vault"], { principals: [bob.id] });
+    const after = await toChannel(alice, "t", "after bob", "vault");
+    const narrow = [{ operator: "channel", operand: vault.vault }];
+    expect(ids(await get(alice, { narrow }))).toEqual([before, after]);
+    expect(ids(await get(bob, { narrow }))).toEqual([after]);
+    expect(ids(await get(bob, { narrow: [...narrow, { operator: "topic", operand: "t" }], anchor: before, num_before: 1, num_after: 1 }))).toEqual([after]);
+  });
+});
