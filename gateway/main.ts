@@ -266,6 +266,8 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
 /** A worker that exits before it serves is started again after a delay that doubles, at most this many times. */
 const WORKER_START_ATTEMPTS = 5;
 const WORKER_RESTART_DELAY_MS = 500;
+/** A worker told to stop that has not closed (shards released, store closed) by then exits with status 1. */
+const SHUTDOWN_TIMEOUT_MS = 15_000;
 
 /** `.env` in the working directory, if present; variables already set in the environment win. */
 function loadDotEnv(): void {
@@ -338,10 +340,18 @@ async function main(): Promise<void> {
   );
   const shutdown = async (signal: string) => {
     log.info(`${signal}: shutting down worker ${workerIndex}`);
-    const timer = setTimeout(() => process.exit(1), 15_000);
+    const timer = setTimeout(() => {
+      log.fatal(`worker ${workerIndex} did not shut down within ${SHUTDOWN_TIMEOUT_MS} ms; exiting`);
+      process.exit(1);
+    }, SHUTDOWN_TIMEOUT_MS);
     timer.unref();
-    await node.close();
-    await telemetry?.shutdown();
+    try {
+      await node.close();
+      await telemetry?.shutdown();
+    } catch (err) {
+      log.fatal({ err }, `worker ${workerIndex}: shutting down failed`);
+      process.exit(1);
+    }
     process.exit(0);
   };
   process.once("SIGTERM", () => void shutdown("SIGTERM"));
