@@ -409,7 +409,8 @@ describe.each(engines)("transport contract: $name", (engine) => {
     const holder = await node({ claimIdleMs: 200 });
     await holder.t.acquire(9); // both now read the shard: entries split between them until the claim
     for (let i = 0; i < 20; i++) await stale.t.send(9, entry(i));
-    await vi.waitFor(() => expect(stale.rec.entries.length + holder.rec.entries.length).toBe(20), WAIT);
+    // Every entry was taken by one of the two (the holder may already have claimed some of the stale one's: more).
+    await vi.waitFor(() => expect(stale.rec.entries.length + holder.rec.entries.length).toBeGreaterThanOrEqual(20), WAIT);
     await vi.waitFor(
       () => expect([...holder.rec.bodies()].sort((x, y) => Number(x) - Number(y))).toEqual([...Array(20).keys()]),
       WAIT,
