@@ -707,6 +707,8 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     const asker = await node({ hold: () => false });
     await node({ hold: (shard) => shard === 3 });
     const dying = opened.at(-1)!.transport;
+    // The holder announced the shard when it took it; an ask sent before the asker heard that would be sent again by it.
+    await sleep(200);
     const parker = idOn("parker", 3);
     const waiting = at(asker, parker).askTransient({ op: "wait" });
     await until(() => probe.activations.get(parker) === 1);
