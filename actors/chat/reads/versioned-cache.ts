@@ -10,7 +10,11 @@ import type { Database } from "../../schema.ts";
 type DB = Kysely<Database>;
 
 export class RealmVersionedCache<T> {
-  private readonly entries = new Map<number, { version: string; value: Promise<T> }>();
+  /**
+   * Per store (its `db`), then per realm: two stores in one process (a test file's two engines, one after the other)
+   * have realms of the same ids at the same small versions, and must not be served each other's copy.
+   */
+  private readonly stores = new WeakMap<DB, Map<number, { version: string; value: Promise<T> }>>();
 
   constructor(
     private readonly versions: "realm_user_versions" | "channel_versions",
@@ -20,12 +24,14 @@ export class RealmVersionedCache<T> {
   async get(db: DB, realmId: number): Promise<T> {
     const row = await db.selectFrom(this.versions).select("version").where("realm_id", "=", realmId).executeTakeFirst();
     const version = String(row?.version ?? 0);
-    let entry = this.entries.get(realmId);
+    let entries = this.stores.get(db);
+    if (!entries) this.stores.set(db, (entries = new Map()));
+    let entry = entries.get(realmId);
     if (entry?.version !== version) {
       const building = { version, value: this.build(db, realmId) };
       // A failed build is not kept: the next caller builds again.
-      building.value.catch(() => this.entries.get(realmId) === building && this.entries.delete(realmId));
-      this.entries.set(realmId, building);
+      building.value.catch(() => entries.get(realmId) === building && entries.delete(realmId));
+      entries.set(realmId, building);
       entry = building;
     }
     return entry.value;

@@ -76,3 +76,25 @@ describe.each(ENGINES)("realm_users cache on %s", (engine) => {
     expect((await realmUsers(ann, { client_gravatar: true })).get(ben.id)!.avatar_url).toBeNull();
   });
 });
+
+describe("realm_users cache with two stores in one process", () => {
+  const servers: TestServer[] = [];
+  afterAll(async () => Promise.all(servers.map((s) => s.close())));
+
+  it("serves each store its own list, though their realms have the same id at the same version", async () => {
+    // Two fresh organizations made alike: the same realm id, the same version after one rename each.
+    for (const name of ["First", "Second"]) {
+      const server = await startTestServer("embedded");
+      servers.push(server);
+      expect((await api(server, "PATCH", "/settings", { as: server.owner, params: { full_name: name } })).status).toBe(200);
+    }
+    const versions = await Promise.all(servers.map((s) => s.node.store.db.selectFrom("realm_user_versions").selectAll().execute()));
+    expect(versions[1]).toEqual(versions[0]);
+    for (const [i, name] of ["First", "Second"].entries()) {
+      const server = servers[i]!;
+      const res = await api(server, "POST", "/register", { as: server.owner, params: { fetch_event_types: ["realm_user"] } });
+      expect(res.status).toBe(200);
+      expect((res.body.realm_users as any[]).map((u) => u.full_name)).toContain(name);
+    }
+  });
+});
