@@ -25,8 +25,16 @@ export interface ParamsSchema {
 
 export interface CompiledParams {
   schema: ParamsSchema;
-  validate: ValidateFunction;
+  /** The schema's validator, compiled on the route's first request (see `validators`). */
+  readonly validate: ValidateFunction;
 }
+
+/**
+ * Validators by route schema, compiled on first use and shared by every app in the process. Compiling every
+ * route's at registration was 1.6 of the 14 s a process took to start (docs/operations.md), paid again by each test
+ * server and each `npm run manage` command, for routes most of them never serve.
+ */
+const validators = new WeakMap<ParamsSchema, ValidateFunction>();
 
 /** Non-negative id: also what keeps a rounded JSON number past 2^53 out. */
 export const Id = { type: "integer", minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
@@ -34,7 +42,14 @@ export const Bool = { type: "boolean" } as const;
 export const Str = { type: "string" } as const;
 
 export function compileParams(schema: ParamsSchema): CompiledParams {
-  return { schema, validate: ajv.compile({ ...schema, additionalProperties: true }) };
+  return {
+    schema,
+    get validate() {
+      let validate = validators.get(schema);
+      if (!validate) validators.set(schema, (validate = ajv.compile({ ...schema, additionalProperties: true })));
+      return validate;
+    },
+  };
 }
 
 const INT = /^-?\d{1,16}$/;
