@@ -40,6 +40,7 @@ import * as messageSearch from "../chat/migrations/2026-11-28T0100-message-searc
 import * as messageReadIndexes from "../chat/migrations/2026-11-28T0110-message-read-indexes.ts";
 import * as realmUserVersions from "../chat/migrations/2026-11-28T0120-realm-user-versions.ts";
 import * as channelSubscriberCounts from "../chat/migrations/2026-11-28T0130-channel-subscriber-counts.ts";
+import * as unreadMessages from "../chat/migrations/2026-11-28T0140-unread-messages.ts";
 import * as channelVersions from "../chat/migrations/2026-11-28T0150-channel-versions.ts";
 
 export const migrations: Record<string, Migration> = {
@@ -78,5 +79,6 @@ export const migrations: Record<string, Migration> = {
   "2026-11-28T0110-message-read-indexes": messageReadIndexes,
   "2026-11-28T0120-realm-user-versions": realmUserVersions,
   "2026-11-28T0130-channel-subscriber-counts": channelSubscriberCounts,
+  "2026-11-28T0140-unread-messages": unreadMessages,
   "2026-11-28T0150-channel-versions": channelVersions,
 };
