@@ -169,7 +169,7 @@ export interface UserMessageListTable {
 }
 
 /**
- * An unread flag row with its message's channel, topic and recipient (migration 2026-11-28T0140-unread-messages):
+ * An unread flag row with its message's channel, topic and recipient (migration 2026-11-28T0800-unread-messages):
  * kept by triggers on `user_message_rows` and `messages`, read by POST /register's `unread_msgs`. Read-only here.
  */
 export interface UnreadMessageTable {

@@ -40,8 +40,8 @@ import * as messageSearch from "../chat/migrations/2026-11-28T0100-message-searc
 import * as messageReadIndexes from "../chat/migrations/2026-11-28T0110-message-read-indexes.ts";
 import * as realmUserVersions from "../chat/migrations/2026-11-28T0120-realm-user-versions.ts";
 import * as channelSubscriberCounts from "../chat/migrations/2026-11-28T0130-channel-subscriber-counts.ts";
-import * as unreadMessages from "../chat/migrations/2026-11-28T0140-unread-messages.ts";
 import * as channelVersions from "../chat/migrations/2026-11-28T0150-channel-versions.ts";
+import * as unreadMessages from "../chat/migrations/2026-11-28T0800-unread-messages.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -79,6 +79,6 @@ export const migrations: Record<string, Migration> = {
   "2026-11-28T0110-message-read-indexes": messageReadIndexes,
   "2026-11-28T0120-realm-user-versions": realmUserVersions,
   "2026-11-28T0130-channel-subscriber-counts": channelSubscriberCounts,
-  "2026-11-28T0140-unread-messages": unreadMessages,
   "2026-11-28T0150-channel-versions": channelVersions,
+  "2026-11-28T0800-unread-messages": unreadMessages,
 };

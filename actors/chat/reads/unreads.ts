@@ -26,7 +26,7 @@ interface UnreadRow {
  * topic, or a muted channel's topic not unmuted or followed). Muted messages stay listed under `streams` but count
  * neither in `count` nor, for wildcard mentions, in `mentions`.
  *
- * The rows come from `unread_messages` (migration 2026-11-28T0140), one index range of the user's rows with channel
+ * The rows come from `unread_messages` (migration 2026-11-28T0800), one index range of the user's rows with channel
  * and topic in them, plus the recipients still in a recipient list (few, until the expansion that follows a send),
  * in one statement (one snapshot: a list expanded meanwhile is seen once) whose text is the same for every user (a
  * named statement). The range is its own limited subquery and the union is left unsorted: sorted in SQL, the planner

@@ -1,5 +1,5 @@
 /**
- * The `unread_messages` table (migration 2026-11-28T0140-unread-messages) follows every writer of the unread flag,
+ * The `unread_messages` table (migration 2026-11-28T0800-unread-messages) follows every writer of the unread flag,
  * through a real server on both engines: after each kind of write, the table equals the unread flag rows joined to
  * their messages, and POST /register's `unread_msgs` lists exactly the unread messages the flags (rows and recipient
  * lists, through the `user_messages` view) say, in the channel and topic where they are now. And the migration
@@ -133,6 +133,23 @@ describe.each(ENGINES)("the unread table on %s", (engine) => {
     await expectFollowed(alice, bob, carol);
   });
 
+  // Only Postgres runs two transactions at once. An expansion of a message's list in another transaction (a
+  // shard take-over's recovery, the background expansion) wrote its rows with the topic it read before the move;
+  // the move must not update the table before that expansion commits, or those rows keep the old topic.
+  it.runIf(engine === "redis+postgres")("follows a move made while another transaction expands the moved message's list", async () => {
+    const listed = await toChannel(alice, "racing", "moved while its list expands");
+    let moved: Promise<{ status: number }> | undefined;
+    await db().transaction().execute(async (trx) => {
+      await sql`select chorus_expand_recipient_lists(${`{${listed}}`}::bigint[], null)`.execute(trx);
+      moved = patch(server.owner, listed, { topic: "raced", propagate_mode: "change_all" });
+      // The move waits for this expansion to commit; were it not to, it ends well within this time.
+      await Promise.race([moved, new Promise((resolve) => setTimeout(resolve, 2_000))]);
+    });
+    expect((await moved!).status).toBe(200);
+    expect(await expectStateFollowsFlags(carol)).toContainEqual([listed, `${general}/raced`]);
+    await expectFollowed(alice, bob, carol);
+  });
+
   it("keeps an unsubscribed channel's rows out of the state, and back after subscribing again", async () => {
     const kept = await toChannel(alice, "while away", "still unread", "other");
     expect((await api(server, "DELETE", "/users/me/subscriptions", { as: carol, params: { subscriptions: ["other"] } })).status).toBe(200);
@@ -158,7 +175,7 @@ describe.each(ENGINES)("the unread table on %s", (engine) => {
 
   it("is filled by its migration from the flag rows a store already holds", async () => {
     // The store as before the migration: no table, no triggers, the migration not applied. (kysely runs migrations
-    // in name order only: forgetting it and the ones after it, which run again as they are, lets it run again.)
+    // in name order only: while this is the last one, forgetting it lets it run again.)
     await sql`drop table unread_messages`.execute(db());
     for (const [trigger, table] of [
       ["unread_messages_flags_insert", "user_message_rows"], ["unread_messages_flags_update", "user_message_rows"], ["unread_messages_flags_delete", "user_message_rows"],
@@ -167,7 +184,7 @@ describe.each(ENGINES)("the unread table on %s", (engine) => {
       await sql`drop trigger ${sql.id(trigger!)} on ${sql.table(table!)}`.execute(db());
     }
     const unseen = (await send(bob, { type: "direct", to: JSON.stringify([carol.id]), content: "written before the table" })).body.id;
-    await sql`delete from kysely_migration where name in ('2026-11-28T0140-unread-messages', '2026-11-28T0150-channel-versions')`.execute(db());
+    await sql`delete from kysely_migration where name = '2026-11-28T0800-unread-messages'`.execute(db());
     await server.node.store.migrate(migrations);
     expect(await expectTableFollowsFlags()).toBeGreaterThan(0);
     expect(await expectStateFollowsFlags(carol)).toContainEqual([unseen, "dm"]);

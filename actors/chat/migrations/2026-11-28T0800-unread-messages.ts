@@ -65,14 +65,27 @@ export async function up(db: Kysely<any>): Promise<void> {
     end $$`.execute(db);
   await sql`
     create or replace function unread_messages_follow_messages() returns trigger language plpgsql as $$
+    declare
+      moved bigint[];
     begin
       if tg_op = 'DELETE' then
         delete from unread_messages u using old_rows o where u.message_id = o.id;
       else
+        moved := array(
+          select n.id from new_rows n join old_rows o on o.id = n.id
+          where n.stream_id is distinct from o.stream_id or n.recipient_id <> o.recipient_id or n.topic <> o.topic);
+        if cardinality(moved) = 0 then
+          return null;
+        end if;
+        -- A moved message's recipients still listed are expanded here first. An expansion running meanwhile in
+        -- another transaction inserted its rows with the message's columns as they were before this move, and
+        -- those rows are not visible to the update below until it commits: expanding waits for it (it holds the
+        -- list's lock), and the update, a statement of its own, then sees its rows. An expansion that starts after
+        -- this one waits for this transaction and finds the list gone.
+        perform chorus_expand_recipient_lists(moved, null);
         update unread_messages u set stream_id = n.stream_id, recipient_id = n.recipient_id, topic = n.topic
-        from new_rows n join old_rows o on o.id = n.id
-        where u.message_id = n.id
-          and (n.stream_id is distinct from o.stream_id or n.recipient_id <> o.recipient_id or n.topic <> o.topic);
+        from new_rows n
+        where u.message_id = n.id and n.id = any(moved);
       end if;
       return null;
     end $$`.execute(db);
