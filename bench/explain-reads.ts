@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/explain-reads.ts [--messages N] [--embedded] [--keep] [--database URL]`: the plan of every statement GET /messages runs for each common
+ * `npx tsx bench/explain-reads.ts [--messages N] [--embedded] [--keep] [--database URL] [--unread]`: the plan of every statement GET /messages runs for each common
  * narrow, and of the register's unread state, on a generated organization (bench/organization.ts) in a fresh
  * Postgres database (or PGlite with --embedded), with EXPLAIN ANALYZE. What docs/reads.md records. The statements are the read functions' own,
  * taken from kysely's query log as they run. `--database`: a database an earlier `--keep` run left (10,000,000
@@ -111,10 +111,11 @@ try {
     const ms = performance.now() - t0;
     // The plugin also sees the branches of a union as they are built: keep the statements sent.
     const sent = captured.filter((q) => !captured.some((other) => other !== q && other.sql.includes(q.sql)));
-    console.log(`\n### ${title}: ${sent.length} statement(s), ${ms.toFixed(1)} ms in all`);
-    // A read's own settings (`set local`, withoutParallelWorkers) apply to its explained statements too.
-    const settings = sent.filter((q) => /^set /i.test(q.sql));
-    for (const q of sent.filter((q) => !settings.includes(q))) {
+    // A read's own settings (`set local`, withoutParallelWorkers) are no statement to explain, but apply to its explained statements.
+    const settings = sent.filter((q) => /^\s*set /i.test(q.sql));
+    const statements = sent.filter((q) => !settings.includes(q));
+    console.log(`\n### ${title}: ${statements.length} statement(s), ${ms.toFixed(1)} ms in all`);
+    for (const q of statements) {
       const rows = await db.transaction().execute(async (trx) => {
         for (const setting of settings) await trx.executeQuery(CompiledQuery.raw(setting.sql, [...setting.parameters]));
         return (await trx.executeQuery(CompiledQuery.raw(`explain (analyze, costs off, timing off, summary on) ${q.sql}`, [...q.parameters]))).rows as Array<Record<string, any>>;
@@ -127,7 +128,8 @@ try {
       console.log("```");
     }
   };
-  for (const [title, narrow, more] of cases) await explain(title, () => fetchMessages(logged, reader, { ...base, ...more, narrow }));
+  // --unread: the register's unread state alone.
+  if (!process.argv.includes("--unread")) for (const [title, narrow, more] of cases) await explain(title, () => fetchMessages(logged, reader, { ...base, ...more, narrow }));
   await explain("register: unread_msgs of the heavy reader", () => unreadMessages(logged, heavyReader.id, { emptyTopicName: false }));
   await explain("register: unread_msgs of the ordinary reader", () => unreadMessages(logged, reader.id, { emptyTopicName: false }));
 } finally {

@@ -168,6 +168,19 @@ export interface UserMessageListTable {
   flags: number[];
 }
 
+/**
+ * An unread flag row with its message's channel, topic and recipient (migration 2026-11-28T0800-unread-messages):
+ * kept by triggers on `user_message_rows` and `messages`, read by POST /register's `unread_msgs`. Read-only here.
+ */
+export interface UnreadMessageTable {
+  user_id: number;
+  message_id: number;
+  stream_id: number | null;
+  recipient_id: number;
+  topic: string;
+  flags: number;
+}
+
 export interface ScheduledMessageTable {
   id: Generated<number>;
   realm_id: number;
@@ -530,6 +543,7 @@ export interface ChatTables {
   user_messages: UserMessageTable;
   user_message_rows: UserMessageTable;
   user_message_lists: UserMessageListTable;
+  unread_messages: UnreadMessageTable;
   reactions: ReactionTable;
   scheduled_messages: ScheduledMessageTable;
   user_topics: UserTopicTable;

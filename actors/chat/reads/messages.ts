@@ -306,8 +306,13 @@ function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messa
  * round trips (begin, set, commit) of well under a millisecond.
  */
 export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
+  return withLocalSetting(db, sql`set local max_parallel_workers_per_gather = 0`, read);
+}
+
+/** Runs `read` in a transaction whose statements run under `setting` (a `set local` statement). */
+export function withLocalSetting<T>(db: DB, setting: RawBuilder<unknown>, read: (trx: DB) => Promise<T>): Promise<T> {
   return db.transaction().execute(async (trx) => {
-    await sql`set local max_parallel_workers_per_gather = 0`.execute(trx);
+    await setting.execute(trx);
     return read(trx);
   });
 }

@@ -11,13 +11,14 @@ import { ids, messageApi, type User } from "../../../support/messages.ts";
 import { migrations } from "../../../../actors/migrations/index.ts";
 import { searchCondition } from "../../../../actors/chat/reads/search.ts";
 
-/** The migrations of issue 28, the last ones applied (0120, 0130 and 0150 re-run as they are: idempotent), and the indexes they make. */
+/** The migrations of issue 28, the last ones applied (0120, 0130, 0150 and 0800 re-run as they are: idempotent), and the indexes they make. */
 const READ_MIGRATIONS = [
   "2026-11-28T0100-message-search",
   "2026-11-28T0110-message-read-indexes",
   "2026-11-28T0120-realm-user-versions",
   "2026-11-28T0130-channel-subscriber-counts",
   "2026-11-28T0150-channel-versions",
+  "2026-11-28T0800-unread-messages",
 ];
 const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted"];
 
