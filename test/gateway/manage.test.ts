@@ -14,6 +14,7 @@ import { loadConfig } from "../../runtime/config.ts";
 import { startNode } from "../../gateway/main.ts";
 import { api, readZuliprc, startTestServer, type TestServer } from "../support/server.ts";
 import { call } from "./assistant/support.ts";
+import { copyPgliteTemplate } from "../support/store-templates.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 const run = promisify(execFile);
@@ -40,6 +41,7 @@ function manage(dataDir: string, ...args: string[]) {
 
 describe("npm run manage", () => {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-manage-"));
+  copyPgliteTemplate(dataDir);
   afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
   it("creates users with a role, prints zuliprc files that work, and refuses while the server holds the store", async () => {
@@ -96,6 +98,7 @@ function knowledgeFiles(dir: string) {
 
 describe("npm run manage: the assistant, on the embedded store", () => {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-manage-assistant-"));
+  copyPgliteTemplate(dataDir);
   afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
   const files = knowledgeFiles(dataDir);
   const owner = () => readZuliprc(path.join(dataDir, "zuliprc")).email;

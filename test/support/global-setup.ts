@@ -1,11 +1,14 @@
 /**
  * Runs once before the suite: the real Redis and Postgres must answer, or the run stops here with a clear
  * message instead of a hundred confusing failures. Says once, too, when Zulip's reference files are absent (the
- * checks that need them are skipped; see zulip-reference.ts).
+ * checks that need them are skipped; see zulip-reference.ts). Then makes the migrated stores test servers start
+ * from (store-templates.ts), removed after the run.
  */
 import net from "node:net";
 import { CHROMIUM, HAVE_CHROMIUM } from "./browser.ts";
 import { hasZulipReference, ZULIP_REFERENCE_MISSING } from "./zulip-reference.ts";
+import { freshDatabase } from "./services.ts";
+import { makeStoreTemplates } from "./store-templates.ts";
 
 function reachable(host: string, port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -16,7 +19,7 @@ function reachable(host: string, port: number): Promise<boolean> {
   });
 }
 
-export default async function setup(): Promise<void> {
+export default async function setup(): Promise<() => Promise<void>> {
   const missing: string[] = [];
   if (!(await reachable("127.0.0.1", 6379))) missing.push("Redis at 127.0.0.1:6379");
   if (!(await reachable("127.0.0.1", 5432))) missing.push("PostgreSQL at 127.0.0.1:5432");
@@ -25,4 +28,5 @@ export default async function setup(): Promise<void> {
     console.warn(`Note: ${ZULIP_REFERENCE_MISSING}.`);
   }
   if (!HAVE_CHROMIUM) console.warn(`Note: no Chromium at ${CHROMIUM} (apt-get install chromium): the page tests are skipped.`);
+  return makeStoreTemplates(() => freshDatabase());
 }

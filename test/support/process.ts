@@ -11,6 +11,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
+import { copyPgliteTemplate } from "./store-templates.ts";
 import { onHost, type ServicePlacement } from "./hosts.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -99,6 +100,8 @@ export async function startChorus(
   const address = opts.host?.address ?? "127.0.0.1";
   const port = Number(env.PORT ?? (await freePort()));
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
+  // A new embedded store starts from the run's migrated one (store-templates.ts); not another checkout's.
+  if (!dataDir && !env.DATABASE_URL && !opts.root) copyPgliteTemplate(dir);
   const proc = spawn(...onHost(opts.host ?? { address }, process.execPath, ["--max-semi-space-size=64", ...(opts.nodeFlags ?? []), "--import", "tsx", "gateway/main.ts"]), {
     cwd: opts.root ?? ROOT,
     env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: address, CHORUS_SECRET: "e2e-secret", ...GENEROUS_RATE_LIMIT_ENV, ...env },
@@ -191,7 +194,7 @@ export async function shardHolder(databaseUrl: string, shard: number): Promise<s
  * directory, in the order to run them backwards.
  */
 export async function startDistributed(env: Record<string, string>, cleanups: Array<() => Promise<unknown>>): Promise<ChorusProcess & { databaseUrl: string; redisPrefix: string }> {
-  const db = await freshDatabase();
+  const db = await freshDatabase({ migrated: true });
   const redis = freshRedisPrefix();
   cleanups.push(db.drop, redis.clean);
   const workers = Number(env.WORKERS ?? 2);

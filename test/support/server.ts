@@ -11,6 +11,7 @@ import { startNode, type RunningNode } from "../../gateway/main.ts";
 import { loadChatConfig, type ChatConfig } from "../../actors/chat/config.ts";
 import { componentValidator, expectZulipResponse, responseValidator } from "./openapi.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
+import { copyPgliteTemplate } from "./store-templates.ts";
 import { sql } from "kysely";
 import { Realm } from "../../actors/chat/organization/realm.protocol.ts";
 import { callZulip, type ApiResponse, type Credentials, type RawCallOptions } from "./zulip-call.ts";
@@ -52,8 +53,9 @@ export async function engineConfig(engine: EngineName, overrides: Partial<Config
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-test-"));
   const cleanups: Array<() => Promise<void>> = [async () => fs.rmSync(dataDir, { recursive: true, force: true })];
   let extra: Partial<Config> = {};
+  if (engine === "embedded") copyPgliteTemplate(dataDir);
   if (engine === "redis+postgres") {
-    const db = await freshDatabase();
+    const db = await freshDatabase({ migrated: true });
     const redis = freshRedisPrefix();
     cleanups.push(db.drop, redis.clean);
     extra = { databaseUrl: db.url, redisUrl: REDIS_URL, redisPrefix: redis.prefix };

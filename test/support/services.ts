@@ -5,6 +5,7 @@
 import { randomBytes } from "node:crypto";
 import pg from "pg";
 import { deleteRedisKeys } from "../../runtime/transport/redis-connection.ts";
+import { postgresTemplate } from "./store-templates.ts";
 
 export const PG_ADMIN_URL = process.env.TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 export const REDIS_URL = process.env.TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
@@ -23,14 +24,19 @@ async function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-/** A new empty database; `drop()` removes it (terminating connections left open). */
-export async function freshDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+/**
+ * A new database, empty, or `migrated` (a copy of the run's migrated template, when it has one: see
+ * store-templates.ts); `drop()` removes it (terminating connections left open).
+ */
+export async function freshDatabase(opts: { migrated?: boolean } = {}): Promise<{ url: string; name: string; drop(): Promise<void> }> {
   const name = uniqueName("db");
-  await admin((c) => c.query(`create database ${name}`));
+  const template = opts.migrated ? postgresTemplate() : undefined;
+  await admin((c) => c.query(template ? `create database ${name} template ${template}` : `create database ${name}`));
   const url = new URL(PG_ADMIN_URL);
   url.pathname = `/${name}`;
   return {
     url: url.toString(),
+    name,
     drop: () =>
       admin(async (c) => {
         await c.query(`select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()`, [name]);
