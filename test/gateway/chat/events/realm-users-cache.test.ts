@@ -96,5 +96,5 @@ describe("realm_users cache with two stores in one process", () => {
       expect(res.status).toBe(200);
       expect((res.body.realm_users as any[]).map((u) => u.full_name)).toContain(name);
     }
-  });
+  }, 90_000); // two servers start here
 });
