@@ -31,7 +31,7 @@ export interface CompiledParams {
 
 /**
  * Validators by route schema, compiled on first use and shared by every app in the process. Compiling every
- * route's at registration was 1.6 of the 14 s a process took to start (docs/operations.md), paid again by each test
+ * route's at registration was 1.6 of the 14 s a process took to start (docs/testing.md), paid again by each test
  * server and each `npm run manage` command, for routes most of them never serve.
  */
 const validators = new WeakMap<ParamsSchema, ValidateFunction>();
