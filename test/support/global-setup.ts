@@ -2,13 +2,17 @@
  * Runs once before the suite: the real Redis and Postgres must answer, or the run stops here with a clear
  * message instead of a hundred confusing failures. Says once, too, when Zulip's reference files are absent (the
  * checks that need them are skipped; see zulip-reference.ts). Then makes the migrated stores test servers start
- * from (store-templates.ts), removed after the run.
+ * from (store-templates.ts), and a JSON copy of Zulip's OpenAPI description (openapi.ts), removed after the run.
  */
+import fs from "node:fs";
 import net from "node:net";
+import os from "node:os";
+import path from "node:path";
 import { CHROMIUM, HAVE_CHROMIUM } from "./browser.ts";
 import { hasZulipReference, ZULIP_REFERENCE_MISSING } from "./zulip-reference.ts";
 import { freshDatabase } from "./services.ts";
 import { makeStoreTemplates } from "./store-templates.ts";
+import { writeZulipOpenApiJson } from "./openapi.ts";
 
 function reachable(host: string, port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -28,5 +32,11 @@ export default async function setup(): Promise<() => Promise<void>> {
     console.warn(`Note: ${ZULIP_REFERENCE_MISSING}.`);
   }
   if (!HAVE_CHROMIUM) console.warn(`Note: no Chromium at ${CHROMIUM} (apt-get install chromium): the page tests are skipped.`);
-  return makeStoreTemplates(() => freshDatabase());
+  const openApiDir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-openapi-"));
+  writeZulipOpenApiJson(path.join(openApiDir, "zulip.json"));
+  const removeTemplates = await makeStoreTemplates(() => freshDatabase());
+  return async () => {
+    await removeTemplates();
+    fs.rmSync(openApiDir, { recursive: true, force: true });
+  };
 }

@@ -24,7 +24,7 @@
  * - Siblings of `$ref` are ignored, as OpenAPI 3.0 specifies.
  * Validation runs on a `structuredClone` of the body, so the body under test is never mutated.
  */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import type { ErrorObject, ValidateFunction } from "ajv";
 import { parse } from "yaml";
 import { ajv } from "../../gateway/validate.ts";
@@ -64,19 +64,38 @@ interface Cache {
 const cache: Cache = ((globalThis as Record<symbol, unknown>)[CACHE_KEY] as Cache | undefined) ??
   ((globalThis as Record<symbol, unknown>)[CACHE_KEY] = {});
 
-/** The parsed (unconverted) OpenAPI document, parsed once per process. */
+/**
+ * The run's copy of the parsed document as JSON, written by the global setup (`writeZulipOpenApiJson`): each test
+ * file runs in a fresh process, and parsing the yaml there took 1.2 s where the JSON takes 15 ms (docs/testing.md).
+ */
+const OPENAPI_JSON_ENV = "CHORUS_TEST_ZULIP_OPENAPI_JSON";
+
+/** Parses zulip.yaml (with a clear error when it cannot be read). */
+function parseZulipOpenApi(): OpenApiDocument {
+  let text: string;
+  try {
+    text = readFileSync(ZULIP_OPENAPI_PATH, "utf8");
+  } catch (err) {
+    throw new Error(
+      `Cannot read Zulip's OpenAPI description at ${ZULIP_OPENAPI_PATH} (expected shared/zulip/zulip.yaml ` +
+        `beside the repository): ${(err as Error).message}`,
+    );
+  }
+  return parse(text, { maxAliasCount: -1 }) as OpenApiDocument;
+}
+
+/** Writes the parsed document as JSON to `file` for the run's test files (when the yaml is there). */
+export function writeZulipOpenApiJson(file: string): void {
+  if (!HAVE_ZULIP_OPENAPI) return;
+  writeFileSync(file, JSON.stringify(parseZulipOpenApi()));
+  process.env[OPENAPI_JSON_ENV] = file;
+}
+
+/** The parsed (unconverted) OpenAPI document, parsed once per process (from the run's JSON copy when there is one). */
 export function zulipOpenApi(): OpenApiDocument {
   if (!cache.doc) {
-    let text: string;
-    try {
-      text = readFileSync(ZULIP_OPENAPI_PATH, "utf8");
-    } catch (err) {
-      throw new Error(
-        `Cannot read Zulip's OpenAPI description at ${ZULIP_OPENAPI_PATH} (expected shared/zulip/zulip.yaml ` +
-          `beside the repository): ${(err as Error).message}`,
-      );
-    }
-    const doc = parse(text, { maxAliasCount: -1 }) as OpenApiDocument;
+    const copy = process.env[OPENAPI_JSON_ENV];
+    const doc = copy && existsSync(copy) ? (JSON.parse(readFileSync(copy, "utf8")) as OpenApiDocument) : parseZulipOpenApi();
     if (!isObject(doc) || !isObject(doc.paths) || !isObject(doc.components?.schemas)) {
       throw new Error(`${ZULIP_OPENAPI_PATH} does not look like an OpenAPI document (no paths/components.schemas)`);
     }
