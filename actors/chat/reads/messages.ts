@@ -17,7 +17,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
-import { highlightColumns, searchCondition, searchHighlights, searchOperand } from "./search.ts";
+import { highlightColumns, notSearchCondition, searchCondition, searchHighlights, searchOperand } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
@@ -78,7 +78,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const isGuest = user.role === ROLE.guest;
   const channelRef = channelTerm && (typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) });
   // One round trip for the access rule: subscribed channels, the user's conversations, and the channel named.
-  const kindColumn = (kind: "subscribed" | "dm" | "named") => sql<string>`${sql.lit(kind)}`.as("kind");
+  const kindColumn = (kind: "subscribed" | "dm" | "named" | "unfilled") => sql<string>`${sql.lit(kind)}`.as("kind");
   let reachableQuery = db
     .selectFrom("subscriptions")
     .innerJoin("streams", "streams.id", "subscriptions.stream_id")
@@ -100,7 +100,19 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
         .where(channelRef.id !== undefined ? sql<SqlBool>`id = ${channelRef.id}::bigint` : sql<SqlBool>`lower(name) = ${channelRef.name!.toLowerCase()}`),
     );
   }
+  const searches = narrow.some((t) => t.operator === "search");
+  if (searches) {
+    // Whether messages stored before their search documents were kept are still unfilled (actors/chat/search-fill.ts):
+    // in the same round trip, so that a search costs no statement more.
+    reachableQuery = reachableQuery.unionAll(
+      db
+        .selectFrom("message_search_fill")
+        .select([kindColumn("unfilled"), sql<number>`0`.as("id"), sql<boolean>`false`.as("invite_only"), sql<boolean>`false`.as("is_web_public"), sql<boolean>`false`.as("history_public_to_subscribers")])
+        .where("below", "is not", null),
+    );
+  }
   const reachable = await reachableQuery.modifyEnd(sql.raw(NAMED_STATEMENT)).execute();
+  const unfilled = reachable.some((r) => r.kind === "unfilled");
   const subscribed = reachable.filter((r) => r.kind === "subscribed");
   const dms = reachable.filter((r) => r.kind === "dm").map((r) => r.id);
   const dmAccess = dms.length ? sql<SqlBool>`(m.stream_id is null and m.recipient_id in (${sql.join(dms)}))` : undefined;
@@ -179,8 +191,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
         break;
       case "search":
         // The positive operands search together (as Zulip joins them), once; each negated one on its own.
-        if (term.negated) cond = searchCondition(String(term.operand));
-        else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) cond = searchCondition(searchOperand(narrow));
+        // A negated operand is its own condition (not negated below: see notSearchCondition).
+        if (term.negated) conds.push(notSearchCondition(String(term.operand), unfilled));
+        else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) cond = searchCondition(searchOperand(narrow), unfilled);
         break;
       case "has":
         cond = {
