@@ -71,6 +71,7 @@ async function narrowUsers(db: DB, user: UserRow, refs: Array<number | string>):
  */
 async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<CompiledNarrow> {
   const conds: Cond[] = [];
+  const searchConds: Cond[] = [];
   const positive = (op: string) => narrow.find((t) => t.operator === op && !t.negated);
   const channelTerm = positive("channel");
   const publicTerm = narrow.find((t) => t.operator === "channels");
@@ -192,8 +193,11 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
       case "search":
         // The positive operands search together (as Zulip joins them), once; each negated one on its own.
         // A negated operand is its own condition (not negated below: see notSearchCondition).
-        if (term.negated) conds.push(notSearchCondition(String(term.operand), unfilled));
-        else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) cond = searchCondition(searchOperand(narrow), unfilled);
+        if (term.negated) {
+          const not = notSearchCondition(String(term.operand), unfilled);
+          conds.push(not);
+          searchConds.push(not);
+        } else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) searchConds.push((cond = searchCondition(searchOperand(narrow), unfilled)));
         break;
       case "has":
         cond = {
@@ -212,7 +216,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const byFlag = narrow.some((t) => t.operator === "is" && !t.negated && FLAG_OPERANDS.has(String(t.operand)));
   // The access rule names one channel, not the reader's lists: the page's text is the same for every reader.
   const sameText = !!channelTerm && !(withDms && dmAccess);
-  return { conds, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText };
+  // Whether a condition reads the reader's flag row (um): a channel whose history they only see as received, an is: flag.
+  const readsFlags = received.length > 0 || narrow.some((t) => t.operator === "is" && FLAG_OPERANDS.has(String(t.operand)));
+  return { conds, searchConds, readsFlags, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText };
 }
 
 /**
@@ -226,6 +232,10 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
 type Walk = "messages" | "flags" | "matches";
 interface CompiledNarrow {
   conds: Cond[];
+  /** Those of `conds` that search (the positive operands' together, each negated one). */
+  searchConds: Cond[];
+  /** Whether a condition reads the reader's flag row (`um`). */
+  readsFlags: boolean;
   walk: Walk;
   /** Whether the page's statement has the same text for every reader (then a named statement on Postgres). */
   sameText: boolean;
@@ -330,6 +340,13 @@ export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>)
  * of a search, an expression no index is ordered by (`m.id + 0`), so that the planner gathers the matches from the
  * full-text index and sorts them, rather than walking every message newest first to test it.
  */
+/**
+ * How many of the narrow's messages nearest the anchor a search page tests first (the `nearby` statement of
+ * messageWindow): enough for a word in one message in twenty to fill a page of 20; a rarer word's page then comes
+ * from the index's matches.
+ */
+const RECENT_MATCH_WINDOW = 1_000;
+
 const ORDER: Record<Walk, RawBuilder<number>> = {
   messages: sql<number>`m.id`,
   flags: sql<number>`um.message_id`,
@@ -432,7 +449,7 @@ export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) 
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, walk, sameText }: CompiledNarrow, related = true) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread flag rows (user_messages_unread), whatever the narrow's own walk.
@@ -453,12 +470,42 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, wa
       .limit(limit)
       .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""))
       .execute();
+  // A search's page: the messages it is made of in a derived table, the reader's flags and the related columns
+  // joined to the page's rows only. `nearby`: the nearest RECENT_MATCH_WINDOW messages of the narrow without its
+  // search, from the anchor newest (or oldest) first, then those that match: the page when they hold enough (a
+  // common word), found without gathering and sorting every match of the index (the derived table keeps its limit;
+  // the search filters the rows it returns). Otherwise every match from the index (`m.id + 0`, as ORDER says),
+  // sorted. The reader's flag rows are joined inside only where a condition reads them: joined to every message,
+  // the planner hashed or merged all of them (49,550 rows for a page of none).
+  const matchesPage = (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number, nearby: boolean) => {
+    const inner = nearby ? conds.filter((c) => !searchConds.includes(c)) : conds;
+    const where = sql<SqlBool>`${sql.join(inner, sql` and `)}`;
+    const rows = (readsFlags ? messagesWhere(on, user, inner) : on.selectFrom("messages as m").where(where))
+      .selectAll("m")
+      .where("m.id", op, anchor)
+      .orderBy(nearby ? sql`m.id` : ORDER.matches, direction)
+      .limit(nearby ? RECENT_MATCH_WINDOW : limit);
+    return (on as Kysely<any>)
+      .selectFrom(rows.as("m"))
+      .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
+      .where(nearby ? sql<SqlBool>`${sql.join(searchConds, sql` and `)}` : sql<SqlBool>`true`)
+      .select(columns as any)
+      .orderBy("m.id", direction)
+      .limit(limit)
+      .execute() as ReturnType<typeof page>;
+  };
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0
       ? Promise.resolve([])
       : walk === "flags"
         ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
-        : page(db, op, direction, limit);
+        : walk === "matches"
+          ? // Serial plans: two parallel workers' start cost more than a search's own work (docs/reads.md).
+            withoutParallelWorkers(db, async (trx) => {
+              const near = await matchesPage(trx, op, direction, limit, true);
+              return near.length >= limit ? near : matchesPage(trx, op, direction, limit, false);
+            })
+          : page(db, op, direction, limit);
   // One extra row on each side tells whether the oldest / newest match was reached.
   const limits = sideLimits(q, anchor);
   const [before, atAndAfter] = await Promise.all([side("<", "desc", limits.before), side(">=", "asc", limits.atAndAfter)]);
