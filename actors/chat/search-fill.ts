@@ -3,8 +3,8 @@
  * newest first (the ones searched most), SEARCH_FILL_STEP rows per transaction of its own, so that no writer waits
  * long on a row it locks and the work yields to requests between steps. Every process runs one after migrating;
  * one fills at a time (the state row is taken with SKIP LOCKED), the others look again later in case that one
- * stops. Until `message_search_fill.below` is null, a search also reads the unfilled rows' document through the
- * expression index (reads/search.ts).
+ * stops. Until `message_search_fill.below` is null, a search matches the document parsed again through the
+ * expression index, as before (reads/search.ts).
  */
 import { sql, type Kysely } from "kysely";
 import { log } from "../../runtime/log.ts";

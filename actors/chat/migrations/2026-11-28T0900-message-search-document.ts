@@ -15,8 +15,8 @@ import { sql, type Kysely } from "kysely";
  *   reads the table once and indexes nothing;
  * - the existing rows are filled afterwards, newest first, in small transactions of their own
  *   (actors/chat/search-fill.ts), from `message_search_fill.below`: every message with an id below it may still be
- *   unfilled; null once the fill is done. Until then a search also matches the unfilled rows through the expression
- *   index (reads/search.ts `searchCondition`).
+ *   unfilled; null once the fill is done. Until then a search matches the document parsed again, as before, through
+ *   the expression index of 2026-11-28T0100, which covers every row (reads/search.ts `searchCondition`).
  * Idempotent (the read migrations' test re-runs it over a store whose documents it emptied): the fill starts over.
  */
 export async function up(db: Kysely<any>): Promise<void> {
