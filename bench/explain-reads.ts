@@ -113,7 +113,7 @@ try {
     const sent = captured.filter((q) => !captured.some((other) => other !== q && other.sql.includes(q.sql)));
     console.log(`\n### ${title}: ${sent.length} statement(s), ${ms.toFixed(1)} ms in all`);
     // A read's own settings (`set local`, withoutParallelWorkers) apply to its explained statements too.
-    const settings = sent.filter((q) => /^set /i.test(q.sql));
+    const settings = sent.filter((q) => /^(set |select set_config\()/i.test(q.sql));
     for (const q of sent.filter((q) => !settings.includes(q))) {
       const rows = await db.transaction().execute(async (trx) => {
         for (const setting of settings) await trx.executeQuery(CompiledQuery.raw(setting.sql, [...setting.parameters]));

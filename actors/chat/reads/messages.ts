@@ -328,12 +328,25 @@ function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messa
  * 18-118 ms on a loaded machine; the serial plan walks the index and stops at the page (docs/reads.md). Three more
  * round trips (begin, set, commit) of well under a millisecond.
  */
-export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
+export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T>;
+/** The same with `work_mem` set as well (in the same statement). */
+export function withoutParallelWorkers<T>(db: DB, workMem: string, read: (trx: DB) => Promise<T>): Promise<T>;
+export function withoutParallelWorkers<T>(db: DB, ...args: [(trx: DB) => Promise<T>] | [string, (trx: DB) => Promise<T>]): Promise<T> {
+  const [workMem, read] = args.length === 1 ? [undefined, args[0]] : args;
   return db.transaction().execute(async (trx) => {
-    await sql`set local max_parallel_workers_per_gather = 0`.execute(trx);
+    if (workMem) await sql`select set_config('max_parallel_workers_per_gather', '0', true), set_config('work_mem', ${workMem}, true)`.execute(trx);
+    else await sql`set local max_parallel_workers_per_gather = 0`.execute(trx);
     return read(trx);
   });
 }
+
+/**
+ * A search page's `work_mem`, with serial plans (two parallel workers' start cost more than most searches' own work):
+ * at the default 4 MB the bitmap of a common word's matches at 10,000,000 messages went lossy, and every row of a lossy
+ * block was rechecked (`budget coffee`: 66,228 lossy blocks, 1.6 s; 300 ms exact). A bitmap of 500,000 matches over
+ * 120,000 blocks fits in 16 MB; a search that needs less takes less.
+ */
+const SEARCH_WORK_MEM = "16MB";
 
 /**
  * What a page is ordered by, for each walk: the flag rows' message ids (their index's order), or, for the matches
@@ -500,8 +513,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       : walk === "flags"
         ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
         : walk === "matches"
-          ? // Serial plans: two parallel workers' start cost more than a search's own work (docs/reads.md).
-            withoutParallelWorkers(db, async (trx) => {
+          ? withoutParallelWorkers(db, SEARCH_WORK_MEM, async (trx) => {
               const near = await matchesPage(trx, op, direction, limit, true);
               return near.length >= limit ? near : matchesPage(trx, op, direction, limit, false);
             })
