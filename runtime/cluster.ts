@@ -163,10 +163,14 @@ export class ShardManager {
     await this.ticking;
     // No more heartbeats once stopped (below, the heartbeat is forgotten); leases held are released right after.
     await this.leases.close();
-    for (const [shard, lease] of [...this.held]) {
-      await this.drop(shard);
-      await this.store.releaseLease(lease, this.opts.node).catch(() => {});
-    }
+    // All shards at once, each lease released as soon as its own shard is dropped: one after another, a worker whose
+    // shards each waited out the transport's drain (parked turns) took longer than its 15 s shutdown bound.
+    await Promise.all(
+      [...this.held].map(async ([shard, lease]) => {
+        await this.drop(shard);
+        await this.store.releaseLease(lease, this.opts.node).catch(() => {});
+      }),
+    );
     // Stop counting as alive, or the other workers leave our released home shards alone until our last heartbeat
     // ages past leaseSeconds (tick skips the shards of a live home worker), which is as slow as a crash.
     await this.store.leave(this.opts.node).catch(() => {});

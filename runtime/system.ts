@@ -614,7 +614,7 @@ export class ActorSystem {
     for (const remove of this.unsample.splice(0)) remove();
     await this.opts.pubsub.unsubscribe(channels.notices, this.hearNotice);
     await this.opts.pubsub.unsubscribe(channels.shardHolders, this.hearShardHolder);
-    for (const shard of this.heldShards()) await this.dropShard(shard);
+    await Promise.all(this.heldShards().map((shard) => this.dropShard(shard)));
     for (const [corr, p] of this.pending) {
       clearTimeout(p.timer);
       p.reject(errors.shuttingDown());

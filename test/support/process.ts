@@ -153,6 +153,8 @@ export async function startChorus(
       const timer = setTimeout(() => killGroup(group, "SIGKILL"), 20_000);
       const code = await exited;
       clearTimeout(timer);
+      // Its last lines may still be in the pipes when it exits: read them (a test shows them when the code is wrong).
+      await Promise.race([new Promise((r) => (proc.stdout!.readableEnded ? r(undefined) : proc.stdout!.once("end", r))), new Promise((r) => setTimeout(r, 1000))]);
       return code;
     },
   };
