@@ -89,6 +89,11 @@ function namingPool(pool: pg.Pool) {
   };
 }
 
+/** Where the embedded store keeps its PGlite files under a data directory. */
+export function pgliteDirectory(dataDir: string): string {
+  return path.join(dataDir, "pglite");
+}
+
 export async function openDatabase(opts: { databaseUrl?: string; dataDir: string; poolSize?: number }): Promise<OpenDatabase> {
   if (opts.databaseUrl) {
     const pool = new pg.Pool({ connectionString: opts.databaseUrl, max: opts.poolSize ?? 10, types });
@@ -98,7 +103,7 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
     const prepared: Prepared = async (name, text, values) => (await pool.query({ name, text, values: values as unknown[] })).rows;
     return { db: new Kysely<KernelTables>({ dialect: new PostgresDialect({ pool: namingPool(pool) }) }), engine: "postgres", prepared };
   }
-  const dir = opts.dataDir === "memory://" ? "memory://" : path.join(opts.dataDir, "pglite");
+  const dir = opts.dataDir === "memory://" ? "memory://" : pgliteDirectory(opts.dataDir);
   if (dir !== "memory://") fs.mkdirSync(dir, { recursive: true });
   const client = await PGlite.create(dir, { parsers: { [pgliteTypes.INT8]: (v: string) => Number(v) } });
   // A new 16 MB WAL segment is written full of zeros by default: at 1,000 sends a second that is one every few

@@ -12,6 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { promisify } from "node:util";
+import { pgliteDirectory } from "../../runtime/store/db.ts";
 
 /** Where the global setup says the templates are (forks inherit its environment). */
 const PGLITE_TEMPLATE_ENV = "CHORUS_TEST_PGLITE_TEMPLATE";
@@ -36,7 +37,7 @@ export async function makeStoreTemplates(database: () => Promise<{ url: string; 
     await remove();
     throw new Error(`making the migrated store templates failed: ${(err as { stderr?: string }).stderr || (err as Error).message}`);
   }
-  process.env[PGLITE_TEMPLATE_ENV] = path.join(dir, "pglite");
+  process.env[PGLITE_TEMPLATE_ENV] = pgliteDirectory(dir);
   process.env[PG_TEMPLATE_ENV] = db.name;
   return remove;
 }
@@ -64,10 +65,10 @@ if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.ar
   await migrateTemplates(process.argv[2]!, process.argv[3]!);
 }
 
-/** Fills `dataDir` with a copy of the migrated PGlite directory, if the run has one (see openDatabase's layout). */
+/** Fills `dataDir` with a copy of the migrated PGlite directory, if the run has one. */
 export function copyPgliteTemplate(dataDir: string): void {
   const template = process.env[PGLITE_TEMPLATE_ENV];
-  if (template && fs.existsSync(template)) fs.cpSync(template, path.join(dataDir, "pglite"), { recursive: true });
+  if (template && fs.existsSync(template)) fs.cpSync(template, pgliteDirectory(dataDir), { recursive: true });
 }
 
 /** The migrated template database's name, if the run has one. */
