@@ -19,9 +19,15 @@
  *   memory. It errors once the client goes away.
  */
 import { STATUS_CODES } from "node:http";
+import { createRequire } from "node:module";
 import { Readable } from "node:stream";
-import uws from "uWebSockets.js";
+import type * as Uws from "uWebSockets.js";
 import { log } from "../runtime/log.ts";
+
+// Required where this module is evaluated rather than imported: the ahead-of-time build (gateway/build.ts) hoists a
+// package's static import above all of the bundle's code, which would load uWS before supported-node.ts refuses a
+// Node it has no native build for.
+const uws = createRequire(import.meta.url)("uWebSockets.js") as typeof Uws;
 
 export interface HttpRequest {
   method: string;
@@ -104,7 +110,7 @@ export interface HttpServer {
   /** Close every connection too. */
   close(): void;
   /** For socket.io's attachApp. */
-  readonly app: uws.TemplatedApp;
+  readonly app: Uws.TemplatedApp;
 }
 
 export interface HttpOptions {
@@ -151,7 +157,7 @@ interface UpgradeRequest {
   key: string;
   protocol: string;
   extensions: string;
-  context: uws.us_socket_context_t;
+  context: Uws.us_socket_context_t;
 }
 
 /** The user data of an upgraded socket: its stream, and once open the sink that writes to it. */
@@ -186,7 +192,7 @@ class UwsExchange implements HttpRequest {
     readonly path: string,
     readonly query: string,
     readonly headers: Record<string, string>,
-    private readonly res: uws.HttpResponse,
+    private readonly res: Uws.HttpResponse,
     private readonly opts: HttpOptions,
     /** What the upgrade needs, when the request is a WebSocket upgrade. */
     private readonly upgrade: UpgradeRequest | undefined,
@@ -425,10 +431,10 @@ function flushWrites(): void {
 
 export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
   const app = uws.App();
-  let listenSocket: uws.us_listen_socket | undefined;
+  let listenSocket: Uws.us_listen_socket | undefined;
   const maxUrlBytes = opts.maxUrlBytes ?? MAX_URL_BYTES;
 
-  const serve = (res: uws.HttpResponse, req: uws.HttpRequest, upgrade?: UpgradeRequest) => {
+  const serve = (res: Uws.HttpResponse, req: Uws.HttpRequest, upgrade?: UpgradeRequest) => {
     const headers: Record<string, string> = {};
     req.forEach((k, v) => (headers[k] = v));
     const exchange = new UwsExchange(req.getCaseSensitiveMethod().toUpperCase(), req.getUrl(), req.getQuery() ?? "", headers, res, opts, upgrade);
@@ -486,7 +492,7 @@ export function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       if (!socket) return reject(new Error(`cannot listen on ${opts.host}:${opts.port}`));
       listenSocket = socket;
       const server: HttpServer = {
-        port: uws.us_socket_local_port(socket as unknown as uws.us_socket),
+        port: uws.us_socket_local_port(socket as unknown as Uws.us_socket),
         app,
         stopListening() {
           if (listenSocket) uws.us_listen_socket_close(listenSocket);
@@ -519,7 +525,7 @@ class WebSocketSink implements StreamSink {
   private drain: (() => void) | undefined;
   private readonly closers: Array<() => void> = [];
 
-  constructor(private readonly ws: uws.WebSocket<WebSocketConnection>) {}
+  constructor(private readonly ws: Uws.WebSocket<WebSocketConnection>) {}
 
   get closed(): boolean {
     return this.socketClosed || this.ended;
@@ -598,7 +604,7 @@ class WebSocketSink implements StreamSink {
  * The request body as a Readable: uWS's chunks are copied in (uWS frees each after its callback) and the socket is
  * paused while the stream holds more than its high-water mark, resumed when the reader drains it.
  */
-function streamBody(res: uws.HttpResponse, exchange: HttpRequest): Readable {
+function streamBody(res: Uws.HttpResponse, exchange: HttpRequest): Readable {
   let paused = false;
   let done = false;
   const stream = new Readable({

@@ -12,6 +12,7 @@ import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../runtime/config.ts";
 import { startNode } from "../../gateway/main.ts";
+import { serverBuild } from "../support/server-build.ts";
 import { api, readZuliprc, startTestServer, type TestServer } from "../support/server.ts";
 import { call } from "./assistant/support.ts";
 import { copyPgliteTemplate } from "../support/store-templates.ts";
@@ -26,8 +27,8 @@ interface CliResult {
 }
 
 /** Run the CLI against a store: the embedded one under `dataDir` unless `env` names a DATABASE_URL. */
-function cli(env: Record<string, string>, args: string[], input?: string): Promise<CliResult> {
-  const child = run(path.join(ROOT, "node_modules/.bin/tsx"), ["gateway/manage.ts", ...args], { cwd: ROOT, env: { ...process.env, DATABASE_URL: "", REDIS_URL: "", ...env } });
+async function cli(env: Record<string, string>, args: string[], input?: string): Promise<CliResult> {
+  const child = run(process.execPath, [(await serverBuild()).manage, ...args], { cwd: ROOT, env: { ...process.env, DATABASE_URL: "", REDIS_URL: "", ...env } });
   if (input !== undefined) child.child.stdin!.end(input);
   return child.then(
     (r) => ({ code: 0, ...r }),

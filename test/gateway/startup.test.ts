@@ -11,10 +11,9 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { freePort } from "../support/process.ts";
+import { SERVER_NODE_FLAGS, serverBuild } from "../support/server-build.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
-const TSX = path.join(ROOT, "node_modules/.bin/tsx");
-const MAIN = path.join(ROOT, "gateway/main.ts");
 const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-startup-"));
 
 interface Outcome {
@@ -23,11 +22,12 @@ interface Outcome {
   stderr: string;
 }
 
-function start(env: Record<string, string>, cwd = ROOT): Promise<Outcome> {
+async function start(env: Record<string, string>, cwd = ROOT): Promise<Outcome> {
+  const { main } = await serverBuild();
   return new Promise((resolve) => {
     execFile(
-      TSX,
-      [MAIN],
+      process.execPath,
+      [...SERVER_NODE_FLAGS, main],
       { cwd, timeout: 60_000, env: { ...process.env, HOST: "127.0.0.1", PORT: "0", CHORUS_SECRET: "s", DATA_DIR: fs.mkdtempSync(path.join(scratch, "data-")), ...env } },
       (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? -1) : 0, stdout, stderr }),
     );
@@ -45,7 +45,7 @@ function expectRefusal(outcome: Outcome, ...lines: RegExp[]) {
 
 afterAll(() => fs.rmSync(scratch, { recursive: true, force: true }));
 
-// Each case starts tsx and loads the whole server: seconds each on a busy machine.
+// Each case loads the whole server: a second or more each on a busy machine.
 describe("start-up refusals", { timeout: 120_000 }, () => {
   it("names every malformed setting, one line each", async () => {
     const out = await start({ DATABASE_URL: "notaurl", PORT: "x", REDIS_URL: "http://h", RATE_LIMIT_API_BY_IP: "lots" });

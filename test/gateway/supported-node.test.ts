@@ -11,6 +11,7 @@ import { promisify } from "node:util";
 import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
 import { unsupportedNode } from "../../gateway/supported-node.ts";
+import { SERVER_NODE_FLAGS, serverBuild } from "../support/server-build.ts";
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -39,7 +40,7 @@ describe("supported Node versions", () => {
 
   it("refuses Node 22 with one line and exit code 1", async (ctx) => {
     if (!node.bin) return ctx.skip(node.reason);
-    const started = await run(node.bin, ["--import", "tsx", "gateway/main.ts"], {
+    const started = await run(node.bin, [...SERVER_NODE_FLAGS, (await serverBuild()).main], {
       cwd: ROOT,
       env: { ...process.env, PORT: "0", DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), "chorus-node22-data-")) },
       timeout: 30_000,

@@ -2,7 +2,8 @@
  * Runs once before the suite: the real Redis and Postgres must answer, or the run stops here with a clear
  * message instead of a hundred confusing failures. Says once, too, when Zulip's reference files are absent (the
  * checks that need them are skipped; see zulip-reference.ts). Then makes the migrated stores test servers start
- * from (store-templates.ts), and a JSON copy of Zulip's OpenAPI description (openapi.ts), removed after the run.
+ * from (store-templates.ts), the server's build that spawned servers run (server-build.ts), and a JSON copy of
+ * Zulip's OpenAPI description (openapi.ts), removed after the run.
  */
 import fs from "node:fs";
 import net from "node:net";
@@ -13,6 +14,7 @@ import { hasZulipReference, ZULIP_REFERENCE_MISSING } from "./zulip-reference.ts
 import { freshDatabase } from "./services.ts";
 import { makeStoreTemplates } from "./store-templates.ts";
 import { writeZulipOpenApiJson } from "./openapi.ts";
+import { makeServerBuild } from "./server-build.ts";
 
 function reachable(host: string, port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -34,8 +36,9 @@ export default async function setup(): Promise<() => Promise<void>> {
   if (!HAVE_CHROMIUM) console.warn(`Note: no Chromium at ${CHROMIUM} (apt-get install chromium): the page tests are skipped.`);
   const openApiDir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-openapi-"));
   writeZulipOpenApiJson(path.join(openApiDir, "zulip.json"));
-  const removeTemplates = await makeStoreTemplates(() => freshDatabase());
+  const [removeTemplates, removeBuild] = await Promise.all([makeStoreTemplates(() => freshDatabase()), makeServerBuild()]);
   return async () => {
+    removeBuild();
     await removeTemplates();
     fs.rmSync(openApiDir, { recursive: true, force: true });
   };

@@ -13,6 +13,8 @@ import pg from "pg";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 import { copyPgliteTemplate } from "./store-templates.ts";
 import { onHost, type ServicePlacement } from "./hosts.ts";
+import { SERVER_NODE_FLAGS, serverBuild } from "./server-build.ts";
+import { buildServer } from "../../gateway/build.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -76,9 +78,8 @@ export interface ChorusProcess {
 }
 
 /**
- * Start what `npm start` runs (`node --import tsx gateway/main.ts`, no npm in between) and wait until it answers.
- * Not the tsx command: it relays a signal to its child and, when the child has not said it got it within 30 ms (a
- * loaded machine), sends it again, and the server, which handles one SIGTERM, died of the second (exit 143).
+ * Start what `npm start` runs (the built server, `node … dist/main.mjs`: gateway/build.ts; no npm in between) and
+ * wait until it answers.
  * `joins`: a process joining a deployment that exists (it creates no organization, so writes no zuliprc; a
  * worker-only one answers only its probes): ready once `/ready` says so. `host`: run inside that host's network
  * namespace (test/support/hosts.ts), listening on its address.
@@ -89,7 +90,7 @@ export async function startChorus(
   opts: {
     joins?: boolean;
     host?: ServicePlacement;
-    /** Another checkout's Chorus (a base worktree, for A/B benchmarks). */
+    /** Another checkout's Chorus (a base worktree, for A/B benchmarks), built by this checkout's gateway/build.ts. */
     root?: string;
     /** Node flags NODE_OPTIONS may not carry (--cpu-prof); cluster workers inherit them. */
     nodeFlags?: string[];
@@ -102,7 +103,8 @@ export async function startChorus(
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
   // A new embedded store starts from the run's migrated one (store-templates.ts); not another checkout's.
   if (!dataDir && !env.DATABASE_URL && !opts.root) copyPgliteTemplate(dir);
-  const proc = spawn(...onHost(opts.host ?? { address }, process.execPath, ["--max-semi-space-size=64", ...(opts.nodeFlags ?? []), "--import", "tsx", "gateway/main.ts"]), {
+  const { main } = opts.root ? await buildServer({ root: opts.root }) : await serverBuild();
+  const proc = spawn(...onHost(opts.host ?? { address }, process.execPath, [...SERVER_NODE_FLAGS, ...(opts.nodeFlags ?? []), main]), {
     cwd: opts.root ?? ROOT,
     env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: address, CHORUS_SECRET: "e2e-secret", ...GENEROUS_RATE_LIMIT_ENV, ...env },
     stdio: ["ignore", "pipe", "pipe"],

@@ -1,0 +1,33 @@
+/**
+ * The server and the management CLI as `npm start` and `npm run manage` run them: built ahead of time
+ * (gateway/build.ts). The global setup builds them once per run (`makeServerBuild`); a file run without it builds
+ * into the checkout's `dist/` on first use.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { buildServer } from "../../gateway/build.ts";
+
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const BUILD_ENV = "CHORUS_TEST_SERVER_BUILD";
+
+/** Builds into a directory of this run's own (inside the checkout, as packages resolve from there); removed after. */
+export async function makeServerBuild(): Promise<() => void> {
+  fs.mkdirSync(path.join(ROOT, "dist"), { recursive: true });
+  const outdir = fs.mkdtempSync(path.join(ROOT, "dist", "test-"));
+  await buildServer({ outdir });
+  process.env[BUILD_ENV] = outdir;
+  return () => fs.rmSync(outdir, { recursive: true, force: true });
+}
+
+let built: Promise<{ main: string; manage: string }> | undefined;
+
+/** The built server (`main`) and CLI (`manage`) of this run. */
+export function serverBuild(): Promise<{ main: string; manage: string }> {
+  const outdir = process.env[BUILD_ENV];
+  built ??= outdir ? Promise.resolve({ main: path.join(outdir, "main.mjs"), manage: path.join(outdir, "manage.mjs") }) : buildServer();
+  return built;
+}
+
+/** Node's flags for the server, as package.json's `start` script gives them. */
+export const SERVER_NODE_FLAGS = ["--max-semi-space-size=64", "--enable-source-maps"];
