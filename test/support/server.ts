@@ -13,6 +13,7 @@ import { componentValidator, expectZulipResponse, responseValidator } from "./op
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 import { copyPgliteTemplate } from "./store-templates.ts";
 import { sql } from "kysely";
+import { Keyring } from "../../runtime/secrets.ts";
 import { Realm } from "../../actors/chat/organization/realm.protocol.ts";
 import { callZulip, type ApiResponse, type Credentials, type RawCallOptions } from "./zulip-call.ts";
 
@@ -218,8 +219,11 @@ function withoutDocumentedExtras(body: any): any {
 export async function createUser(server: TestServer, email: string, fullName = email.split("@")[0]!): Promise<Credentials & { id: number }> {
   const created = await api(server, "POST", "/users", { as: server.owner, params: { email, password: "pw-" + email, full_name: fullName } });
   if (created.status !== 200) throw new Error(`createUser: ${JSON.stringify(created.body)}`);
-  const key = await api(server, "POST", "/fetch_api_key", { params: { username: email, password: "pw-" + email } });
-  return { email, key: key.body.api_key, id: created.body.user_id };
+  // The key as the server stored it, rather than from POST /fetch_api_key: that would check the password, a second
+  // scrypt run (about 140 ms of CPU; test files create dozens of users per server). api.test covers fetch_api_key.
+  const stored = await server.node.store.db.selectFrom("users").select("api_key_enc").where("id", "=", created.body.user_id).executeTakeFirstOrThrow();
+  const { dataDir, secret } = server.node.config;
+  return { email, key: Keyring.load(dataDir, secret).decrypt(stored.api_key_enc), id: created.body.user_id };
 }
 
 /**
