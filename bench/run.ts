@@ -396,23 +396,33 @@ interface TimedMeasurement {
   context: Record<string, unknown>;
   rounds: number;
   ms: { mean: number; p50: number; max: number };
+  /** The client's own time on each answer after its last byte (its parse), when the scenario reports it. */
+  clientMs?: { p50: number; max: number };
   serverCpuMsPerRequest: number;
   /** Requests per second at the mean time, as a ratio to the raw uWS ceiling's req/s. */
   ratioToUws?: number;
+}
+
+/** The client's own time on the answers, where the scenario measured it apart. */
+function clientNote(m: TimedMeasurement): string {
+  return m.clientMs ? `; then the client's parse p50 ${fmt(m.clientMs.p50, 1)} ms, max ${fmt(m.clientMs.max, 1)}` : "";
 }
 
 async function measureTimed(scenario: TimedScenario, engine: Engine): Promise<TimedMeasurement> {
   const context = await scenario.prepare(engine, scenario.rounds);
   await scenario.once(engine, 0);
   const times: number[] = [];
+  const clientTimes: number[] = [];
   const cpu0 = process.cpuUsage();
   for (let round = 1; round <= scenario.rounds; round++) {
     const t0 = performance.now();
-    await scenario.once(engine, round);
-    times.push(performance.now() - t0);
+    const timed = await scenario.once(engine, round);
+    times.push(timed ? timed.ms : performance.now() - t0);
+    if (timed) clientTimes.push(timed.clientMs);
   }
   const cpu = process.cpuUsage(cpu0);
   const sorted = [...times].sort((a, b) => a - b);
+  const clientSorted = [...clientTimes].sort((a, b) => a - b);
   return {
     name: scenario.name,
     engine: engine.name,
@@ -420,6 +430,7 @@ async function measureTimed(scenario: TimedScenario, engine: Engine): Promise<Ti
     context,
     rounds: scenario.rounds,
     ms: { mean: times.reduce((a, b) => a + b, 0) / times.length, p50: sorted[Math.floor(sorted.length / 2)]!, max: sorted.at(-1)! },
+    ...(clientSorted.length ? { clientMs: { p50: clientSorted[Math.floor(clientSorted.length / 2)]!, max: clientSorted.at(-1)! } } : {}),
     serverCpuMsPerRequest: (cpu.user + cpu.system) / 1000 / scenario.rounds,
   };
 }
@@ -777,7 +788,7 @@ async function main(): Promise<number> {
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
           const m = await measureTimed(scenario, engine);
           timedResults.push(m);
-          console.log(`${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}; ${m.rounds} requests)`);
+          console.log(`${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}; ${m.rounds} requests)${clientNote(m)}`);
         }
         if (payload && !interrupted) {
           process.stdout.write(`measuring ${name} / ${transfers.join(", ")} (${TRANSFER_MIB} MiB by curl) … `);
@@ -922,7 +933,7 @@ async function main(): Promise<number> {
   for (const m of timedResults) {
     const ratio = m.ratioToUws === undefined ? "" : `, ${m.ratioToUws.toExponential(2)}× the uWS ceiling's req/s`;
     console.log(
-      `${m.engine} / ${m.name}: ${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}), ` +
+      `${m.engine} / ${m.name}: ${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)})${clientNote(m)}, ` +
         `server CPU ${fmt(m.serverCpuMsPerRequest, 1)} ms per request${ratio} [${m.describe}]`,
     );
   }

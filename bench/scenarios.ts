@@ -773,8 +773,19 @@ export interface TimedScenario {
   rounds: number;
   /** Once per engine: the state for rounds + 1 requests; what it returns is recorded beside the figures. */
   prepare(engine: Engine, rounds: number): Promise<Record<string, unknown>>;
-  /** Request number `round` (0 is the warm-up); throws unless it did what it should. */
-  once(engine: Engine, round: number): Promise<void>;
+  /**
+   * Request number `round` (0 is the warm-up); throws unless it did what it should. Timed whole, unless it says what
+   * to count (`Timed`): a request whose answer the client then parses, or which needs undoing, times itself.
+   */
+  once(engine: Engine, round: number): Promise<void | Timed>;
+}
+
+/** What a timed request measured itself. */
+export interface Timed {
+  /** From sending the request to the last byte of its answer: the server's latency as the client sees it. */
+  ms: number;
+  /** The client's own work on the answer afterwards (parsing it), not counted in `ms`. */
+  clientMs: number;
 }
 
 const BULK_USERS = 1000;
