@@ -521,6 +521,9 @@ export class RedisStreamsTransport implements Transport {
       const args: (string | number)[] = [GROUP, this.nodeId, Math.max(this.batch, sent.length)];
       for (const entry of sent) args.push(JSON.stringify(entry));
       answer = (await appendAndTake.run(this.cmd, [s.key], args)) as typeof answer;
+    } catch (err) {
+      void this.recoverTaken(s).catch((recoverErr) => this.onError(recoverErr, `recovering takes on shard ${s.shard}`));
+      throw err;
     } finally {
       s.takesAnswered++;
     }
@@ -533,6 +536,32 @@ export class RedisStreamsTransport implements Transport {
       if (!raw) continue;
       this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous, entry: own.get(raw[0]) });
       previous = raw[0];
+    }
+    this.handOver(s);
+  }
+
+  /**
+   * A take that failed without an answer (a command timeout on an overloaded Redis, a dropped connection) may still
+   * have run: its entries are then pending for this node and handed to nobody, while the entries taken after them
+   * wait for them (`after`) until AFTER_WAIT_MS, then go first, and the lost ones come much later with a claim
+   * (claimIdleMs): out of order. So this node's pending entries of the shard are read again now and handed over in
+   * stream order with the rest. Skipped: entries handed over already (their turn or its acknowledgement not done:
+   * `unacked`) and those already waiting. The send itself still fails, and its sender may send again: a duplicate,
+   * which at-least-once delivery allows, rather than a reordering, which the contract does not.
+   */
+  private async recoverTaken(s: ShardLoop): Promise<void> {
+    let from = "0-0";
+    for (;;) {
+      const res = (await this.cmd.call("XREADGROUP", "GROUP", GROUP, this.nodeId, "COUNT", this.batch, "STREAMS", s.key, from)) as [string, RawEntry[]][] | null;
+      if (this.shards.get(s.shard) !== s || s.stopping) return;
+      const entries = res?.[0]?.[1] ?? [];
+      const waiting = new Set(s.waiting.map((w) => w.id));
+      for (const raw of entries) {
+        // An entry trimmed since has no fields: nothing to hand over.
+        if (raw?.[1] && !s.unacked.has(raw[0]) && !waiting.has(raw[0])) this.queueInOrder(s, { id: raw[0], fields: raw[1] });
+      }
+      if (entries.length < this.batch) break;
+      from = entries.at(-1)![0];
     }
     this.handOver(s);
   }
