@@ -36,7 +36,7 @@ it.skipIf(!available)("hands over the entries of a take whose answer was lost, b
   // out a command (5 s) but not the loop's read: were the loop to fail too, its own recovery (a claim of everything
   // pending) would restore the order by itself.
   transport = new RedisStreamsTransport({ url: redis!.url, prefix: "takes", blockMs: 4_000, claimIdleMs: 60_000 });
-  await transport.start({ onEntry: (_shard: number, entry: Entry) => void handed.push(entry.body), onReply: () => {}, onLost: () => {} });
+  await transport.start({ onEntry: async (_shard: number, entry: Entry) => void handed.push(entry.body), onReply: () => {}, onLost: () => {} });
   await transport.acquire(0);
   await transport.send(0, { targets: ["channel:1"], body: "before" });
 
