@@ -17,7 +17,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
-import { highlightColumns, searchCondition, searchHighlights, searchOperand } from "./search.ts";
+import { highlightColumns, notSearchCondition, searchCondition, searchHighlights, searchOperand } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
@@ -71,6 +71,7 @@ async function narrowUsers(db: DB, user: UserRow, refs: Array<number | string>):
  */
 async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<CompiledNarrow> {
   const conds: Cond[] = [];
+  const searchConds: Cond[] = [];
   const positive = (op: string) => narrow.find((t) => t.operator === op && !t.negated);
   const channelTerm = positive("channel");
   const publicTerm = narrow.find((t) => t.operator === "channels");
@@ -78,7 +79,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const isGuest = user.role === ROLE.guest;
   const channelRef = channelTerm && (typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) });
   // One round trip for the access rule: subscribed channels, the user's conversations, and the channel named.
-  const kindColumn = (kind: "subscribed" | "dm" | "named") => sql<string>`${sql.lit(kind)}`.as("kind");
+  const kindColumn = (kind: "subscribed" | "dm" | "named" | "unfilled") => sql<string>`${sql.lit(kind)}`.as("kind");
   let reachableQuery = db
     .selectFrom("subscriptions")
     .innerJoin("streams", "streams.id", "subscriptions.stream_id")
@@ -100,7 +101,19 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
         .where(channelRef.id !== undefined ? sql<SqlBool>`id = ${channelRef.id}::bigint` : sql<SqlBool>`lower(name) = ${channelRef.name!.toLowerCase()}`),
     );
   }
+  const searches = narrow.some((t) => t.operator === "search");
+  if (searches) {
+    // Whether messages stored before their search documents were kept are still unfilled (actors/chat/search-fill.ts):
+    // in the same round trip, so that a search costs no statement more.
+    reachableQuery = reachableQuery.unionAll(
+      db
+        .selectFrom("message_search_fill")
+        .select([kindColumn("unfilled"), sql<number>`0`.as("id"), sql<boolean>`false`.as("invite_only"), sql<boolean>`false`.as("is_web_public"), sql<boolean>`false`.as("history_public_to_subscribers")])
+        .where("below", "is not", null),
+    );
+  }
   const reachable = await reachableQuery.modifyEnd(sql.raw(NAMED_STATEMENT)).execute();
+  const unfilled = reachable.some((r) => r.kind === "unfilled");
   const subscribed = reachable.filter((r) => r.kind === "subscribed");
   const dms = reachable.filter((r) => r.kind === "dm").map((r) => r.id);
   const dmAccess = dms.length ? sql<SqlBool>`(m.stream_id is null and m.recipient_id in (${sql.join(dms)}))` : undefined;
@@ -179,8 +192,12 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
         break;
       case "search":
         // The positive operands search together (as Zulip joins them), once; each negated one on its own.
-        if (term.negated) cond = searchCondition(String(term.operand));
-        else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) cond = searchCondition(searchOperand(narrow));
+        // A negated operand is its own condition (not negated below: see notSearchCondition).
+        if (term.negated) {
+          const not = notSearchCondition(String(term.operand), unfilled);
+          conds.push(not);
+          searchConds.push(not);
+        } else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) searchConds.push((cond = searchCondition(searchOperand(narrow), unfilled)));
         break;
       case "has":
         cond = {
@@ -199,7 +216,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const byFlag = narrow.some((t) => t.operator === "is" && !t.negated && FLAG_OPERANDS.has(String(t.operand)));
   // The access rule names one channel, not the reader's lists: the page's text is the same for every reader.
   const sameText = !!channelTerm && !(withDms && dmAccess);
-  return { conds, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText };
+  // Whether a condition reads the reader's flag row (um): a channel whose history they only see as received, an is: flag.
+  const readsFlags = received.length > 0 || narrow.some((t) => t.operator === "is" && FLAG_OPERANDS.has(String(t.operand)));
+  return { conds, searchConds, readsFlags, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText };
 }
 
 /**
@@ -213,6 +232,10 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
 type Walk = "messages" | "flags" | "matches";
 interface CompiledNarrow {
   conds: Cond[];
+  /** Those of `conds` that search (the positive operands' together, each negated one). */
+  searchConds: Cond[];
+  /** Whether a condition reads the reader's flag row (`um`). */
+  readsFlags: boolean;
   walk: Walk;
   /** Whether the page's statement has the same text for every reader (then a named statement on Postgres). */
   sameText: boolean;
@@ -305,8 +328,16 @@ function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messa
  * 18-118 ms on a loaded machine; the serial plan walks the index and stops at the page (docs/reads.md). Three more
  * round trips (begin, set, commit) of well under a millisecond.
  */
-export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
-  return withLocalSetting(db, sql`set local max_parallel_workers_per_gather = 0`, read);
+export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T>;
+/** The same with `work_mem` set as well (in the same statement). */
+export function withoutParallelWorkers<T>(db: DB, workMem: string, read: (trx: DB) => Promise<T>): Promise<T>;
+export function withoutParallelWorkers<T>(db: DB, ...args: [(trx: DB) => Promise<T>] | [string, (trx: DB) => Promise<T>]): Promise<T> {
+  const [workMem, read] = args.length === 1 ? [undefined, args[0]] : args;
+  return db.transaction().execute(async (trx) => {
+    if (workMem) await sql`select set_config('max_parallel_workers_per_gather', '0', true), set_config('work_mem', ${workMem}, true)`.execute(trx);
+    else await sql`set local max_parallel_workers_per_gather = 0`.execute(trx);
+    return read(trx);
+  });
 }
 
 /** Runs `read` in a transaction whose statements run under `setting` (a `set local` statement). */
@@ -318,10 +349,25 @@ export function withLocalSetting<T>(db: DB, setting: RawBuilder<unknown>, read: 
 }
 
 /**
+ * A search page's `work_mem`, with serial plans (two parallel workers' start cost more than most searches' own work):
+ * at the default 4 MB the bitmap of a common word's matches at 10,000,000 messages went lossy, and every row of a lossy
+ * block was rechecked (`budget coffee`: 66,228 lossy blocks, 1.6 s; 300 ms exact). A bitmap of 500,000 matches over
+ * 120,000 blocks fits in 16 MB; a search that needs less takes less.
+ */
+const SEARCH_WORK_MEM = "16MB";
+
+/**
  * What a page is ordered by, for each walk: the flag rows' message ids (their index's order), or, for the matches
  * of a search, an expression no index is ordered by (`m.id + 0`), so that the planner gathers the matches from the
  * full-text index and sorts them, rather than walking every message newest first to test it.
  */
+/**
+ * How many of the narrow's messages nearest the anchor a search page tests first (the `nearby` statement of
+ * messageWindow): enough for a word in one message in twenty to fill a page of 20; a rarer word's page then comes
+ * from the index's matches.
+ */
+const RECENT_MATCH_WINDOW = 1_000;
+
 const ORDER: Record<Walk, RawBuilder<number>> = {
   messages: sql<number>`m.id`,
   flags: sql<number>`um.message_id`,
@@ -424,7 +470,7 @@ export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) 
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, walk, sameText }: CompiledNarrow, related = true) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread flag rows (user_messages_unread), whatever the narrow's own walk.
@@ -445,12 +491,41 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, wa
       .limit(limit)
       .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""))
       .execute();
+  // A search's page: the messages it is made of in a derived table, the reader's flags and the related columns
+  // joined to the page's rows only. `nearby`: the nearest RECENT_MATCH_WINDOW messages of the narrow without its
+  // search, from the anchor newest (or oldest) first, then those that match: the page when they hold enough (a
+  // common word), found without gathering and sorting every match of the index (the derived table keeps its limit;
+  // the search filters the rows it returns). Otherwise every match from the index (`m.id + 0`, as ORDER says),
+  // sorted. The reader's flag rows are joined inside only where a condition reads them: joined to every message,
+  // the planner hashed or merged all of them (49,550 rows for a page of none).
+  const matchesPage = (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number, nearby: boolean) => {
+    const inner = nearby ? conds.filter((c) => !searchConds.includes(c)) : conds;
+    const where = sql<SqlBool>`${sql.join(inner, sql` and `)}`;
+    const rows = (readsFlags ? messagesWhere(on, user, inner) : on.selectFrom("messages as m").where(where))
+      .selectAll("m")
+      .where("m.id", op, anchor)
+      .orderBy(nearby ? sql`m.id` : ORDER.matches, direction)
+      .limit(nearby ? RECENT_MATCH_WINDOW : limit);
+    return (on as Kysely<any>)
+      .selectFrom(rows.as("m"))
+      .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
+      .where(nearby ? sql<SqlBool>`${sql.join(searchConds, sql` and `)}` : sql<SqlBool>`true`)
+      .select(columns as any)
+      .orderBy("m.id", direction)
+      .limit(limit)
+      .execute() as ReturnType<typeof page>;
+  };
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0
       ? Promise.resolve([])
       : walk === "flags"
         ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
-        : page(db, op, direction, limit);
+        : walk === "matches"
+          ? withoutParallelWorkers(db, SEARCH_WORK_MEM, async (trx) => {
+              const near = await matchesPage(trx, op, direction, limit, true);
+              return near.length >= limit ? near : matchesPage(trx, op, direction, limit, false);
+            })
+          : page(db, op, direction, limit);
   // One extra row on each side tells whether the oldest / newest match was reached.
   const limits = sideLimits(q, anchor);
   const [before, atAndAfter] = await Promise.all([side("<", "desc", limits.before), side(">=", "asc", limits.atAndAfter)]);
