@@ -35,6 +35,14 @@ export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FI
       update messages m set search_document = to_tsvector('english'::regconfig, m.topic || ' ' || m.content)
       from batch where m.id = batch.id and m.search_document is null
     ),
+    -- The words of the batch's documents stored already (migration 2026-11-28T1200); the update above adds its own
+    -- through the words trigger.
+    words as (
+      insert into search_words (word)
+      select distinct unnest(tsvector_to_array(m.search_document)) from messages m join batch on m.id = batch.id
+      where m.search_document is not null
+      on conflict do nothing
+    ),
     moved as (
       update message_search_fill f set below = case when (select count(*) from batch) < ${step} then null else (select min(id) from batch) end
       where f.id = 1 and exists (select 1 from fill)
@@ -44,7 +52,26 @@ export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FI
       when exists (select 1 from moved) then case when (select below from moved) is null then 'done' else 'filled' end
       when exists (select 1 from message_search_fill where id = 1 and below is not null) then 'busy'
       else 'done' end as state`.execute(db);
+  if (rows[0]!.state === "done") await dropParsedIndex(db);
   return rows[0]!.state;
+}
+
+/**
+ * Once every document is stored (and its words), the expression index of 2026-11-28T0100 serves no search: dropped,
+ * so that an insert computes its document once (the trigger) instead of twice. Its lock is brief but exclusive: given
+ * up after a second behind a long reader, tried again at the next start.
+ */
+export async function dropParsedIndex(db: Kysely<Database>): Promise<void> {
+  try {
+    await db.transaction().execute(async (tx) => {
+      const { rows } = await sql<{ below: string | null }>`select below from message_search_fill where id = 1`.execute(tx);
+      if (rows[0]?.below !== null) return;
+      await sql`set local lock_timeout = '1s'`.execute(tx);
+      await sql`drop index if exists messages_search`.execute(tx);
+    });
+  } catch (err) {
+    log.warn({ err }, "store: dropping the parsed search index failed; tried again at the next start");
+  }
 }
 
 /** The background fill of one process (a store component: started after migrating, stopped before closing). */
@@ -61,6 +88,7 @@ export class SearchDocumentFill implements StoreComponent {
   }
 
   async recover(): Promise<void> {
+    await dropParsedIndex(this.store.db);
     this.schedule(0);
   }
 
