@@ -52,10 +52,11 @@ export async function up(db: Kysely<any>): Promise<void> {
         exit when part is null;
         lexeme := (tsvector_to_array(part[2]::tsvector))[1];
         select array_agg('''' || replace(replace(w.word, '\\', '\\\\'), '''', '''''') || '''') into words
-        from (select word from search_words where word >= lexeme and word < lexeme || chr(1114111) order by word limit most + 1) w;
+        from (select word from search_words where word > lexeme collate "C" and word < (lexeme || chr(1114111)) collate "C" order by word limit most + 1) w;
         result := result || part[1] || case
           when coalesce(cardinality(words), 0) > most then part[2] || ':*'
-          else '(' || array_to_string(array_prepend(part[2], coalesce(words, '{}')), ' | ') || ')' end;
+          when words is null then part[2]
+          else '(' || array_to_string(array_prepend(part[2], words), ' | ') || ')' end;
         rest := part[4];
       end loop;
       return (result || rest)::tsquery;

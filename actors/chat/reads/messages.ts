@@ -218,7 +218,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const sameText = !!channelTerm && !(withDms && dmAccess);
   // Whether a condition reads the reader's flag row (um): a channel whose history they only see as received, an is: flag.
   const readsFlags = received.length > 0 || narrow.some((t) => t.operator === "is" && FLAG_OPERANDS.has(String(t.operand)));
-  return { conds, searchConds, readsFlags, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText };
+  return { conds, searchConds, readsFlags, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText, oneChannel: !!channelTerm };
 }
 
 /**
@@ -239,6 +239,8 @@ interface CompiledNarrow {
   walk: Walk;
   /** Whether the page's statement has the same text for every reader (then a named statement on Postgres). */
   sameText: boolean;
+  /** Whether the narrow names a channel (its messages are walked along messages_stream_id). */
+  oneChannel?: boolean;
 }
 
 /** The `is:` operands read from the reader's flags, which a page walks the flag rows for. */
@@ -334,7 +336,10 @@ export function withoutParallelWorkers<T>(db: DB, workMem: string, read: (trx: D
 export function withoutParallelWorkers<T>(db: DB, ...args: [(trx: DB) => Promise<T>] | [string, (trx: DB) => Promise<T>]): Promise<T> {
   const [workMem, read] = args.length === 1 ? [undefined, args[0]] : args;
   return db.transaction().execute(async (trx) => {
-    if (workMem) await sql`select set_config('max_parallel_workers_per_gather', '0', true), set_config('work_mem', ${workMem}, true)`.execute(trx);
+    // A search's statements, also without sequential scans: the capped matches (a limit over the search's matches)
+    // are estimated from the default selectivity of a query computed at run time, and a scan of the table that
+    // stops at the limit looked cheap; when the word is rare it reads the whole table.
+    if (workMem) await sql`select set_config('max_parallel_workers_per_gather', '0', true), set_config('work_mem', ${workMem}, true), set_config('enable_seqscan', 'off', true)`.execute(trx);
     else await sql`set local max_parallel_workers_per_gather = 0`.execute(trx);
     return read(trx);
   });
@@ -362,11 +367,16 @@ const SEARCH_WORK_MEM = "16MB";
  * full-text index and sorts them, rather than walking every message newest first to test it.
  */
 /**
- * How many of the narrow's messages nearest the anchor a search page tests first (the `nearby` statement of
- * messageWindow): enough for a word in one message in twenty to fill a page of 20; a rarer word's page then comes
- * from the index's matches.
+ * The bounds of a search page's statements (messageWindow; docs/reads.md "Search words"), an object so that the tests
+ * can shrink them and take each statement's path on a small store.
+ * - `recent`: how many of the narrow's messages nearest the anchor the nearby walk tests: enough for a word in one
+ *   message in twenty to fill a page of 20; a rarer word's page then comes from the index's matches.
+ * - `channel`: the same along one channel (messages_stream_id, the channel's messages only): a channel (or topic)
+ *   smaller than this is searched by its walk alone, its stored documents tested, whatever the words' frequencies.
+ * - `cap`: at most how many matches of the search's index alone the capped statement reads before the narrow's other
+ *   conditions: a rare word's, or none; a common word's page is left to the nearby walk or the full plan.
  */
-const RECENT_MATCH_WINDOW = 1_000;
+export const SEARCH_WINDOWS = { recent: 1_000, channel: 20_000, cap: 2_000 };
 
 const ORDER: Record<Walk, RawBuilder<number>> = {
   messages: sql<number>`m.id`,
@@ -470,7 +480,7 @@ export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) 
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText }: CompiledNarrow, related = true) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText, oneChannel }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread flag rows (user_messages_unread), whatever the narrow's own walk.
@@ -491,25 +501,70 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       .limit(limit)
       .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""))
       .execute();
-  // A search's page: the messages it is made of in a derived table, the reader's flags and the related columns
-  // joined to the page's rows only. `nearby`: the nearest RECENT_MATCH_WINDOW messages of the narrow without its
-  // search, from the anchor newest (or oldest) first, then those that match: the page when they hold enough (a
-  // common word), found without gathering and sorting every match of the index (the derived table keeps its limit;
-  // the search filters the rows it returns). Otherwise every match from the index (`m.id + 0`, as ORDER says),
-  // sorted. The reader's flag rows are joined inside only where a condition reads them: joined to every message,
-  // the planner hashed or merged all of them (49,550 rows for a page of none).
-  const matchesPage = (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number, nearby: boolean) => {
-    const inner = nearby ? conds.filter((c) => !searchConds.includes(c)) : conds;
-    const where = sql<SqlBool>`${sql.join(inner, sql` and `)}`;
-    const rows = (readsFlags ? messagesWhere(on, user, inner) : on.selectFrom("messages as m").where(where))
+  // A search's page, in up to three statements, each the page when it can tell (docs/reads.md "Search words"). The
+  // messages a statement tests are in a derived table; the reader's flags and the related columns are joined to the
+  // page's rows only (joined to every message, the planner hashed or merged all of the reader's flag rows).
+  // 1. `nearby`: the narrow's nearest messages from the anchor without the search (SEARCH_WINDOWS.recent, or
+  //    SEARCH_WINDOWS.channel along one channel), newest (or oldest) first, tested against the stored document: the
+  //    page when they hold enough (a common word), or when the window is not full (every message of the narrow on
+  //    that side was tested: a channel or topic smaller than the window). The window's last row comes back as a
+  //    sentinel (`window_rank`) to tell.
+  // 2. `capped`: the search's matches from its index alone, at most SEARCH_WINDOWS.cap + 1 of them (the limit fences the
+  //    narrow's other conditions out of the index scan, so that the planner does not AND the search's few matches
+  //    with the bitmap of every message the reader can read), then the narrow's conditions: the page when they were
+  //    not more than the cap (a rare word, no match). Otherwise a single sentinel row says so.
+  // 3. every match, from the indexes as the planner likes (the BitmapAnd of the search and the reader's access),
+  //    sorted (`m.id + 0`, as ORDER says).
+  const otherConds = conds.filter((c) => !searchConds.includes(c));
+  const all = (list: Cond[]) => (list.length ? sql<SqlBool>`${sql.join(list, sql` and `)}` : sql<SqlBool>`true`);
+  type Rows = Awaited<ReturnType<typeof page>>;
+  const strip = (rows: Array<Record<string, unknown>>) => rows.map(({ window_rank: _r, matched: _m, match_count: _c, ...row }) => row) as unknown as Rows;
+  const nearbyPage = async (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+    const window = oneChannel ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
+    const walked = (readsFlags ? messagesWhere(on, user, otherConds) : on.selectFrom("messages as m").where(all(otherConds)))
       .selectAll("m")
       .where("m.id", op, anchor)
-      .orderBy(nearby ? sql`m.id` : ORDER.matches, direction)
-      .limit(nearby ? RECENT_MATCH_WINDOW : limit);
+      .orderBy(sql`m.id`, direction)
+      .limit(window);
+    const ranked = (on as Kysely<any>).selectFrom(walked.as("m")).selectAll("m").select(sql<number>`row_number() over ()`.as("window_rank"));
+    const rows = (await (on as Kysely<any>)
+      .selectFrom(ranked.as("m"))
+      .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
+      .where(sql<SqlBool>`(${all(searchConds)}) or m.window_rank = ${window}`)
+      .select([...(columns as readonly any[]), sql<number>`m.window_rank`.as("window_rank"), sql<boolean>`${all(searchConds)}`.as("matched")])
+      .orderBy("m.id", direction)
+      .limit(limit + 1)
+      .execute()) as Array<Record<string, unknown>>;
+    const matched = rows.filter((r) => r.matched).slice(0, limit);
+    const full = rows.some((r) => Number(r.window_rank) === window);
+    return matched.length >= limit || !full ? strip(matched) : undefined;
+  };
+  const cappedPage = async (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+    const MATCH_CAP = SEARCH_WINDOWS.cap;
+    const matches = (on as Kysely<any>).selectFrom("messages as m").selectAll("m").where(all(searchConds)).limit(MATCH_CAP + 1);
+    const counted = (on as Kysely<any>)
+      .selectFrom(matches.as("m"))
+      .selectAll("m")
+      .select([sql<number>`count(*) over ()`.as("match_count"), sql<number>`row_number() over ()`.as("window_rank")]);
+    const rows = (await (on as Kysely<any>)
+      .selectFrom(counted.as("m"))
+      .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
+      .where(sql<SqlBool>`(m.match_count <= ${MATCH_CAP} and m.id ${sql.raw(op)} ${anchor} and ${all(otherConds)}) or (m.match_count > ${MATCH_CAP} and m.window_rank = 1)`)
+      .select([...(columns as readonly any[]), sql<number>`m.match_count`.as("match_count")])
+      .orderBy("m.id", direction)
+      .limit(limit)
+      .execute()) as Array<Record<string, unknown>>;
+    return rows.some((r) => Number(r.match_count) > MATCH_CAP) ? undefined : strip(rows);
+  };
+  const everyMatch = (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+    const rows = (readsFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
+      .selectAll("m")
+      .where("m.id", op, anchor)
+      .orderBy(ORDER.matches, direction)
+      .limit(limit);
     return (on as Kysely<any>)
       .selectFrom(rows.as("m"))
       .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
-      .where(nearby ? sql<SqlBool>`${sql.join(searchConds, sql` and `)}` : sql<SqlBool>`true`)
       .select(columns as any)
       .orderBy("m.id", direction)
       .limit(limit)
@@ -522,8 +577,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
         ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
         : walk === "matches"
           ? withoutParallelWorkers(db, SEARCH_WORK_MEM, async (trx) => {
-              const near = await matchesPage(trx, op, direction, limit, true);
-              return near.length >= limit ? near : matchesPage(trx, op, direction, limit, false);
+              return (await nearbyPage(trx, op, direction, limit)) ?? (await cappedPage(trx, op, direction, limit)) ?? everyMatch(trx, op, direction, limit);
             })
           : page(db, op, direction, limit);
   // One extra row on each side tells whether the oldest / newest match was reached.
