@@ -15,6 +15,7 @@ import { sql, type Kysely } from "kysely";
  *   before (the parsed document through messages_search, the prefix as `:*`).
  * - `search_prefix_query(query, most)`: the query with each lexeme expanded to the words starting with it, or left a
  *   prefix when more than `most` do (a short prefix: its posting lists are many anyway).
+ * - `search_share(query)`: the share of messages a query matches, as the planner estimates it.
  * - The expression index of 2026-11-28T0100 (messages_search) is dropped once the fill is done (here on a store
  *   whose fill has nothing to do, else by the fill): every insert computed the document twice, for the trigger's
  *   column and for that index.
@@ -60,6 +61,18 @@ export async function up(db: Kysely<any>): Promise<void> {
         rest := part[4];
       end loop;
       return (result || rest)::tsquery;
+    end $$`.execute(db);
+  // The share of the messages a query matches, as the planner estimates it (its statistics of the stored documents'
+  // lexemes): whether a search page walks the nearest messages first or asks the index first (reads/messages.ts).
+  await sql`
+    create or replace function search_share(query tsquery) returns float8 language plpgsql volatile as $$
+    declare
+      plan json;
+      total float8;
+    begin
+      execute format('explain (format json) select 1 from messages where search_document @@ %L::tsquery', query::text) into plan;
+      select reltuples into total from pg_class where oid = 'messages'::regclass;
+      return (plan->0->'Plan'->>'Plan Rows')::float8 / greatest(total, 1);
     end $$`.execute(db);
   const { rows } = await sql<{ below: string | null; any: boolean }>`
     select (select below from message_search_fill where id = 1) as below, exists (select 1 from messages) as any`.execute(db);

@@ -17,7 +17,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
-import { highlightColumns, notSearchCondition, searchCondition, searchHighlights, searchOperand } from "./search.ts";
+import { highlightColumns, notSearchCondition, searchCondition, searchHighlights, searchOperand, storedMatch, tsquery } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
@@ -374,8 +374,10 @@ const SEARCH_WORK_MEM = "16MB";
  *   smaller than this is searched by its walk alone, its stored documents tested, whatever the words' frequencies.
  * - `cap`: at most how many matches of the search's index alone the capped statement reads before the narrow's other
  *   conditions: a rare word's, or none; a common word's page is left to the nearby walk or the full plan.
+ * - `first`: which of the two comes first: as the planner's estimate of the search's share of messages says (the
+ *   nearby walk when it should fill a page), or always one of them (the tests).
  */
-export const SEARCH_WINDOWS = { recent: 1_000, channel: 20_000, cap: 25_000 };
+export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; first: "estimate" | "nearby" | "capped" } = { recent: 1_000, channel: 20_000, cap: 25_000, first: "estimate" };
 
 const ORDER: Record<Walk, RawBuilder<number>> = {
   messages: sql<number>`m.id`,
@@ -519,7 +521,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   const all = (list: Cond[]) => (list.length ? sql<SqlBool>`${sql.join(list, sql` and `)}` : sql<SqlBool>`true`);
   type Rows = Awaited<ReturnType<typeof page>>;
   const strip = (rows: Array<Record<string, unknown>>) => rows.map(({ window_rank: _r, matched: _m, ...row }) => row) as unknown as Rows;
-  const nearbyPage = async (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+  const nearbyPage = async (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
     const window = oneChannel ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
     const walked = (readsFlags ? messagesWhere(on, user, otherConds) : on.selectFrom("messages as m").where(all(otherConds)))
       .selectAll("m")
@@ -545,7 +547,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
     const full = rows.some((r) => Number(r.window_rank) === window);
     return matched.length >= limit || !full ? strip(matched) : undefined;
   };
-  const cappedPage = async (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+  const cappedPage = async (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
     // Not for the parsed documents (a store still filling them), nor a narrow whose conditions read the reader's flags.
     if (!storedSearch || readsFlags) return undefined;
     const cap = SEARCH_WINDOWS.cap;
@@ -570,7 +572,8 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       .limit(limit)
       .execute() as Promise<Rows>;
   };
-  const everyMatch = (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+  const everyMatch = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+    const conds = [...otherConds, ...searchConds];
     const rows = (readsFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
       .selectAll("m")
       .where("m.id", op, anchor)
@@ -584,14 +587,43 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       .limit(limit)
       .execute() as ReturnType<typeof page>;
   };
+  // A search page's transaction: serial plans and SEARCH_WORK_MEM, and in the same statement, for the stored
+  // documents, the search's tsquery computed once (the last word expanded to its words: search_prefix_query) and
+  // sent back as text, to be a constant of the statements after it (the planner estimates a constant from its
+  // statistics; a computed query gets a fixed guess), and the share of messages it matches, as estimated.
+  const searchSettings = async (trx: DB): Promise<{ conds: Cond[]; share?: number }> => {
+    const settings = sql`set_config('max_parallel_workers_per_gather', '0', true), set_config('work_mem', ${SEARCH_WORK_MEM}, true)`;
+    if (!storedSearch) {
+      await sql`select ${settings}`.execute(trx);
+      return { conds: searchConds };
+    }
+    const negated = q.narrow.filter((t) => t.operator === "search" && t.negated).map((t) => sql`(${tsquery(String(t.operand), true)})::text`);
+    const { rows } = await sql<{ query: string; share: number | string; negated: string[] }>`
+      select ${settings}, x.q::text as query, search_share(x.q) as share,
+        ${negated.length ? sql`array[${sql.join(negated)}]` : sql`'{}'::text[]`} as negated
+      from (select ${tsquery(searchOperand(q.narrow), true)} as q) x`.execute(trx);
+    const row = rows[0]!;
+    return { conds: [storedMatch(row.query), ...row.negated.map((n) => sql<SqlBool>`not (${storedMatch(n)})`)], share: Number(row.share) };
+  };
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0
       ? Promise.resolve([])
       : walk === "flags"
         ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
         : walk === "matches"
-          ? withoutParallelWorkers(db, SEARCH_WORK_MEM, async (trx) => {
-              return (await nearbyPage(trx, op, direction, limit)) ?? (await cappedPage(trx, op, direction, limit)) ?? everyMatch(trx, op, direction, limit);
+          ? db.transaction().execute(async (trx) => {
+              const search = await searchSettings(trx);
+              const window = oneChannel ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
+              // The nearest messages first when the search is common enough to fill a page among them, as the
+              // planner estimates; its index first otherwise (a rare word, or words rare together).
+              const nearbyFirst = SEARCH_WINDOWS.first === "estimate" ? search.share === undefined || search.share * window >= limit : SEARCH_WINDOWS.first === "nearby";
+              const nearby = () => nearbyPage(trx, search.conds, op, direction, limit);
+              const capped = () => cappedPage(trx, search.conds, op, direction, limit);
+              return (
+                (await (nearbyFirst ? nearby() : capped())) ??
+                (await (nearbyFirst ? capped() : nearby())) ??
+                everyMatch(trx, search.conds, op, direction, limit)
+              );
             })
           : page(db, op, direction, limit);
   // One extra row on each side tells whether the oldest / newest match was reached.

@@ -77,6 +77,11 @@ export function searchCondition(operand: string, unfilled = false): RawBuilder<S
   return unfilled ? sql<SqlBool>`${PARSED_DOCUMENT} @@ ${tsquery(operand)}` : sql<SqlBool>`m.search_document @@ ${tsquery(operand, true)}`;
 }
 
+/** Whether message `m`'s stored document matches a tsquery given as its text (one computed by `tsquery(…, true)`). */
+export function storedMatch(query: string): RawBuilder<SqlBool> {
+  return sql<SqlBool>`m.search_document @@ ${query}::tsquery`;
+}
+
 /**
  * Whether message `m` does not match a search operand (a negated search operand). Never null: every row has its
  * document once the fill is done (its trigger fills each new row), and the parsed one before.

@@ -181,8 +181,15 @@ describe.each(ENGINES)("search on %s", (engine) => {
     const expected = await answers();
     const defaults = { ...SEARCH_WINDOWS };
     try {
-      // The nearby walk's window full at once (one message), so that the capped matches answer; then capped too.
-      for (const windows of [{ recent: 1, channel: 1, cap: 1_000 }, { recent: 1, channel: 1, cap: 0 }]) {
+      // The nearby walk's window full at once (one message), so that the capped matches answer; then capped too; in
+      // either order; and the nearby walk after the capped matches.
+      for (const windows of [
+        { recent: 1, channel: 1, cap: 1_000, first: "nearby" as const },
+        { recent: 1, channel: 1, cap: 1_000, first: "capped" as const },
+        { recent: 1, channel: 1, cap: 0, first: "nearby" as const },
+        { recent: 1, channel: 1, cap: 0, first: "capped" as const },
+        { recent: 1_000, channel: 1_000, cap: 0, first: "capped" as const },
+      ]) {
         Object.assign(SEARCH_WINDOWS, windows);
         expect(await answers()).toEqual(expected);
       }
