@@ -39,8 +39,8 @@ export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FI
     -- through the words trigger.
     words as (
       insert into search_words (word)
-      select distinct unnest(tsvector_to_array(m.search_document)) from messages m join batch on m.id = batch.id
-      where m.search_document is not null
+      select distinct w.word from messages m join batch on m.id = batch.id, unnest(tsvector_to_array(m.search_document)) w(word)
+      where m.search_document is not null and w.word !~ '^[0-9]+$'
       on conflict do nothing
     ),
     moved as (

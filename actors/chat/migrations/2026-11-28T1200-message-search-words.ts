@@ -7,8 +7,10 @@ import { sql, type Kysely } from "kysely";
  * skipping (230-265 ms at 10,000,000 messages for `budget & coffe:*`, a common word and a common prefix); whole words
  * OR-ed let GIN's AND skip through the lists (0.1 ms for `budget & coffe`).
  *
- * - `search_words`: every lexeme of every stored document (never removed: a word no document holds any more matches
- *   nothing), its own collation "C" so that a prefix is a range of the primary key.
+ * - `search_words`: every lexeme of every stored document but numbers (never removed: a word no document holds any
+ *   more matches nothing), its own collation "C" so that a prefix is a range of the primary key. Numbers (a lexeme of
+ *   digits only) are left out: every message of a log or a ticket system holds new ones, and a prefix of digits,
+ *   which alone could start one, stays a prefix (`12:*`).
  * - Kept by statement triggers over the rows a statement inserted or updated (transition tables): one statement per
  *   group commit, not per message. The documents stored before this migration are read by the background fill
  *   (actors/chat/search-fill.ts), restarted here when the store holds messages; until it is done, searches read as
@@ -28,7 +30,8 @@ export async function up(db: Kysely<any>): Promise<void> {
     create or replace function messages_search_words() returns trigger language plpgsql as $$
     begin
       insert into search_words (word)
-      select distinct unnest(tsvector_to_array(search_document)) from new_rows where search_document is not null
+      select distinct w.word from new_rows, unnest(tsvector_to_array(new_rows.search_document)) w(word)
+      where new_rows.search_document is not null and w.word !~ '^[0-9]+$'
       on conflict do nothing;
       return null;
     end $$`.execute(db);
@@ -54,6 +57,13 @@ export async function up(db: Kysely<any>): Promise<void> {
         part := regexp_match(rest, '^(.*?)(''(?:[^'']|'''')*'')(:\\*)?(.*)$', 's');
         exit when part is null;
         lexeme := (tsvector_to_array(part[2]::tsvector))[1];
+        words := null;
+        if lexeme ~ '^[0-9]+$' then
+          -- Numbers are not kept (search_words): a prefix of digits stays a prefix.
+          result := result || part[1] || part[2] || ':*';
+          rest := part[4];
+          continue;
+        end if;
         select array_agg('''' || replace(replace(w.word, '\\', '\\\\'), '''', '''''') || '''') into words
         from (select word from search_words where word > lexeme collate "C" and word < (lexeme || chr(1114111)) collate "C" order by word limit most + 1) w;
         result := result || part[1] || case

@@ -161,6 +161,11 @@ describe.each(ENGINES)("search on %s", (engine) => {
     // Words sent later are known as they commit.
     await toChannel(alice, "words", "quixotically", "garden");
     expect(await expanded("quix", 64)).toBe("'quix' | 'quixot'");
+    // Numbers are not kept: a prefix of digits stays a prefix, and finds them.
+    const numbered = await toChannel(alice, "words", "ticket 40417 closed", "garden");
+    expect(await expanded("404", 64)).toBe("'404':*");
+    expect((await sql<{ n: number }>`select count(*)::int as n from search_words where word = '40417'`.execute(db)).rows[0]!.n).toBe(0);
+    expect(ids(await search(alice, "ticket 404"))).toEqual([numbered]);
   });
 
   it("gives the same answers through each of a search page's statements (nearby walk, capped matches, every match)", async () => {
