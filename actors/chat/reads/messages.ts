@@ -332,16 +332,8 @@ function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messa
  * 18-118 ms on a loaded machine; the serial plan walks the index and stops at the page (docs/reads.md). Three more
  * round trips (begin, set, commit) of well under a millisecond.
  */
-export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T>;
-/** The same with `work_mem` set as well (in the same statement). */
-export function withoutParallelWorkers<T>(db: DB, workMem: string, read: (trx: DB) => Promise<T>): Promise<T>;
-export function withoutParallelWorkers<T>(db: DB, ...args: [(trx: DB) => Promise<T>] | [string, (trx: DB) => Promise<T>]): Promise<T> {
-  const [workMem, read] = args.length === 1 ? [undefined, args[0]] : args;
-  return db.transaction().execute(async (trx) => {
-    if (workMem) await sql`select set_config('max_parallel_workers_per_gather', '0', true), set_config('work_mem', ${workMem}, true)`.execute(trx);
-    else await sql`set local max_parallel_workers_per_gather = 0`.execute(trx);
-    return read(trx);
-  });
+export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
+  return withLocalSetting(db, sql`set local max_parallel_workers_per_gather = 0`, read);
 }
 
 /** Runs `read` in a transaction whose statements run under `setting` (a `set local` statement). */
