@@ -3,8 +3,9 @@
  * positive search operand together, each word stemmed by the English configuration and stop words dropped, a
  * quoted phrase matched as a phrase (its words in order), and the last word as a prefix as well (a query typed so
  * far finds what it starts to spell). Matched against a message's topic and Markdown content through its stored document and GIN index
- * (actors/chat/migrations/2026-11-28T0900-message-search-document.ts); highlighted in the rendered content and topic
- * (`match_content`, `match_subject`).
+ * (actors/chat/migrations/2026-11-28T0900-message-search-document.ts), the last word expanded to the stored words it
+ * starts (2026-11-28T1200-message-search-words.ts); highlighted in the rendered content and topic (`match_content`,
+ * `match_subject`).
  */
 import { sql, type Kysely, type RawBuilder, type SqlBool } from "kysely";
 import type { Database } from "../../schema.ts";
