@@ -168,7 +168,7 @@ export async function generateOrganization(db: Kysely<Database>, readers: { ordi
       select ${base} + g, ${userBase} + g % ${size.users}, 'thumbs_up', '1f44d', 'unicode_emoji'
       from generate_series(0, ${size.messages - 1}, 100) g`);
   });
-  for (const table of ["users", "streams", "subscriptions", "recipients", "recipient_members", "messages", "user_message_rows", "unread_messages", "reactions"]) {
+  for (const table of ["users", "streams", "subscriptions", "recipients", "recipient_members", "messages", "user_message_rows", "unread_messages", "reactions", "search_words"]) {
     await sql`analyze ${sql.table(table)}`.execute(db);
   }
   const channelIds = (await db.selectFrom("streams").select("id").where("realm_id", "=", realmId).where("name", "like", "gen-%").orderBy("id").execute()).map((r) => r.id);

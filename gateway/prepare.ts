@@ -12,6 +12,7 @@ import { SqlStore } from "../runtime/store/sql-store.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { loadChatConfig, type ChatConfig } from "../actors/chat/config.ts";
 import { MessageLog } from "../actors/chat/message-log.ts";
+import { SearchDocumentFill } from "../actors/chat/search-fill.ts";
 import { migrations } from "../actors/migrations/index.ts";
 import { bootstrapOrganization } from "../actors/chat/organization/realm.ts";
 import type { Database } from "../actors/schema.ts";
@@ -22,6 +23,8 @@ export const OWNER_EMAIL = "owner@chorus.example";
 export async function openStore(config: Config, chat: ChatConfig = loadChatConfig()): Promise<{ store: Store<Database>; messageLog: MessageLog }> {
   const store = new SqlStore<Database>(await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir }));
   const messageLog = new MessageLog(store, chat);
+  // The search documents of messages stored before they were kept (migration 2026-11-28T0900), filled after migrating.
+  new SearchDocumentFill(store);
   return { store, messageLog };
 }
 

@@ -523,6 +523,15 @@ export interface RealmUserVersionTable {
 }
 
 /** One row per realm, bumped by triggers on `streams` (migration 2026-11-28T0150): the cached channel objects' version. */
+/**
+ * Where the fill of `messages.search_document` stands (migration 2026-11-28T0900, actors/chat/search-fill.ts): one
+ * row; messages with an id below `below` may still be unfilled; null once every message has its document.
+ */
+export interface MessageSearchFillTable {
+  id: number;
+  below: number | null;
+}
+
 export interface ChannelVersionTable {
   realm_id: number;
   version: ColumnType<string, never, never>;
@@ -574,4 +583,5 @@ export interface ChatTables {
   send_attempts: SendAttemptTable;
   realm_user_versions: RealmUserVersionTable;
   channel_versions: ChannelVersionTable;
+  message_search_fill: MessageSearchFillTable;
 }

@@ -42,6 +42,8 @@ import * as realmUserVersions from "../chat/migrations/2026-11-28T0120-realm-use
 import * as channelSubscriberCounts from "../chat/migrations/2026-11-28T0130-channel-subscriber-counts.ts";
 import * as channelVersions from "../chat/migrations/2026-11-28T0150-channel-versions.ts";
 import * as unreadMessages from "../chat/migrations/2026-11-28T0800-unread-messages.ts";
+import * as messageSearchDocument from "../chat/migrations/2026-11-28T0900-message-search-document.ts";
+import * as messageSearchWords from "../chat/migrations/2026-11-28T1200-message-search-words.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -81,4 +83,6 @@ export const migrations: Record<string, Migration> = {
   "2026-11-28T0130-channel-subscriber-counts": channelSubscriberCounts,
   "2026-11-28T0150-channel-versions": channelVersions,
   "2026-11-28T0800-unread-messages": unreadMessages,
+  "2026-11-28T0900-message-search-document": messageSearchDocument,
+  "2026-11-28T1200-message-search-words": messageSearchWords,
 };

@@ -17,7 +17,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
-import { highlightColumns, searchCondition, searchHighlights, searchOperand } from "./search.ts";
+import { highlightColumns, notSearchCondition, searchCondition, searchHighlights, searchOperand, storedMatch, tsquery } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
@@ -71,6 +71,7 @@ async function narrowUsers(db: DB, user: UserRow, refs: Array<number | string>):
  */
 async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<CompiledNarrow> {
   const conds: Cond[] = [];
+  const searchConds: Cond[] = [];
   const positive = (op: string) => narrow.find((t) => t.operator === op && !t.negated);
   const channelTerm = positive("channel");
   const publicTerm = narrow.find((t) => t.operator === "channels");
@@ -78,7 +79,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const isGuest = user.role === ROLE.guest;
   const channelRef = channelTerm && (typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) });
   // One round trip for the access rule: subscribed channels, the user's conversations, and the channel named.
-  const kindColumn = (kind: "subscribed" | "dm" | "named") => sql<string>`${sql.lit(kind)}`.as("kind");
+  const kindColumn = (kind: "subscribed" | "dm" | "named" | "unfilled") => sql<string>`${sql.lit(kind)}`.as("kind");
   let reachableQuery = db
     .selectFrom("subscriptions")
     .innerJoin("streams", "streams.id", "subscriptions.stream_id")
@@ -100,7 +101,19 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
         .where(channelRef.id !== undefined ? sql<SqlBool>`id = ${channelRef.id}::bigint` : sql<SqlBool>`lower(name) = ${channelRef.name!.toLowerCase()}`),
     );
   }
+  const searches = narrow.some((t) => t.operator === "search");
+  if (searches) {
+    // Whether messages stored before their search documents were kept are still unfilled (actors/chat/search-fill.ts):
+    // in the same round trip, so that a search costs no statement more.
+    reachableQuery = reachableQuery.unionAll(
+      db
+        .selectFrom("message_search_fill")
+        .select([kindColumn("unfilled"), sql<number>`0`.as("id"), sql<boolean>`false`.as("invite_only"), sql<boolean>`false`.as("is_web_public"), sql<boolean>`false`.as("history_public_to_subscribers")])
+        .where("below", "is not", null),
+    );
+  }
   const reachable = await reachableQuery.modifyEnd(sql.raw(NAMED_STATEMENT)).execute();
+  const unfilled = reachable.some((r) => r.kind === "unfilled");
   const subscribed = reachable.filter((r) => r.kind === "subscribed");
   const dms = reachable.filter((r) => r.kind === "dm").map((r) => r.id);
   const dmAccess = dms.length ? sql<SqlBool>`(m.stream_id is null and m.recipient_id in (${sql.join(dms)}))` : undefined;
@@ -179,8 +192,12 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
         break;
       case "search":
         // The positive operands search together (as Zulip joins them), once; each negated one on its own.
-        if (term.negated) cond = searchCondition(String(term.operand));
-        else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) cond = searchCondition(searchOperand(narrow));
+        // A negated operand is its own condition (not negated below: see notSearchCondition).
+        if (term.negated) {
+          const not = notSearchCondition(String(term.operand), unfilled);
+          conds.push(not);
+          searchConds.push(not);
+        } else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) searchConds.push((cond = searchCondition(searchOperand(narrow), unfilled)));
         break;
       case "has":
         cond = {
@@ -199,7 +216,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const byFlag = narrow.some((t) => t.operator === "is" && !t.negated && FLAG_OPERANDS.has(String(t.operand)));
   // The access rule names one channel, not the reader's lists: the page's text is the same for every reader.
   const sameText = !!channelTerm && !(withDms && dmAccess);
-  return { conds, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText };
+  // Whether a condition reads the reader's flag row (um): a channel whose history they only see as received, an is: flag.
+  const readsFlags = received.length > 0 || narrow.some((t) => t.operator === "is" && FLAG_OPERANDS.has(String(t.operand)));
+  return { conds, searchConds, readsFlags, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled };
 }
 
 /**
@@ -213,9 +232,17 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
 type Walk = "messages" | "flags" | "matches";
 interface CompiledNarrow {
   conds: Cond[];
+  /** Those of `conds` that search (the positive operands' together, each negated one). */
+  searchConds: Cond[];
+  /** Whether a condition reads the reader's flag row (`um`). */
+  readsFlags: boolean;
   walk: Walk;
   /** Whether the page's statement has the same text for every reader (then a named statement on Postgres). */
   sameText: boolean;
+  /** Whether the narrow names a channel (its messages are walked along messages_stream_id). */
+  oneChannel?: boolean;
+  /** Whether a search reads the stored documents (every message has one: message_search_fill.below is null). */
+  storedSearch?: boolean;
 }
 
 /** The `is:` operands read from the reader's flags, which a page walks the flag rows for. */
@@ -318,10 +345,32 @@ export function withLocalSetting<T>(db: DB, setting: RawBuilder<unknown>, read: 
 }
 
 /**
+ * A search page's `work_mem`, with serial plans (two parallel workers' start cost more than most searches' own work):
+ * at the default 4 MB the bitmap of a common word's matches at 10,000,000 messages went lossy, and every row of a lossy
+ * block was rechecked (`budget coffee`: 66,228 lossy blocks, 1.6 s; 300 ms exact). A bitmap of 500,000 matches over
+ * 120,000 blocks fits in 16 MB; a search that needs less takes less.
+ */
+const SEARCH_WORK_MEM = "16MB";
+
+/**
  * What a page is ordered by, for each walk: the flag rows' message ids (their index's order), or, for the matches
  * of a search, an expression no index is ordered by (`m.id + 0`), so that the planner gathers the matches from the
  * full-text index and sorts them, rather than walking every message newest first to test it.
  */
+/**
+ * The bounds of a search page's statements (messageWindow; docs/reads.md "Search words"), an object so that the tests
+ * can shrink them and take each statement's path on a small store.
+ * - `recent`: how many of the narrow's messages nearest the anchor the nearby walk tests: enough for a word in one
+ *   message in twenty to fill a page of 20; a rarer word's page then comes from the index's matches.
+ * - `channel`: the same along one channel (messages_stream_id, the channel's messages only): a channel (or topic)
+ *   smaller than this is searched by its walk alone, its stored documents tested, whatever the words' frequencies.
+ * - `cap`: at most how many matches of the search's index alone the capped statement reads before the narrow's other
+ *   conditions: a rare word's, or none; a common word's page is left to the nearby walk or the full plan.
+ * - `first`: which of the two comes first: as the planner's estimate of the search's share of messages says (the
+ *   nearby walk when it should fill a page), or always one of them (the tests).
+ */
+export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; first: "estimate" | "nearby" | "capped" } = { recent: 1_000, channel: 20_000, cap: 25_000, first: "estimate" };
+
 const ORDER: Record<Walk, RawBuilder<number>> = {
   messages: sql<number>`m.id`,
   flags: sql<number>`um.message_id`,
@@ -424,7 +473,7 @@ export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) 
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, walk, sameText }: CompiledNarrow, related = true) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText, oneChannel, storedSearch }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread flag rows (user_messages_unread), whatever the narrow's own walk.
@@ -445,12 +494,130 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, wa
       .limit(limit)
       .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""))
       .execute();
+  // A search's page, in up to three statements, each the page when it can tell (docs/reads.md "Search words"). The
+  // messages a statement tests are in a derived table; the reader's flags and the related columns are joined to the
+  // page's rows only (joined to every message, the planner hashed or merged all of the reader's flag rows).
+  // 1. `nearby`: the narrow's nearest messages from the anchor without the search (SEARCH_WINDOWS.recent, or
+  //    SEARCH_WINDOWS.channel along one channel), newest (or oldest) first, tested against the stored document: the
+  //    page when they hold enough (a common word), or when the window is not full (every message of the narrow on
+  //    that side was tested: a channel or topic smaller than the window). The window's last row comes back as a
+  //    sentinel (`window_rank`) to tell.
+  // 2. `capped`: the search's matches from its index alone, at most SEARCH_WINDOWS.cap + 1 of them, streamed through
+  //    the narrow's other conditions (an aggregate: their count, and the page's ids among those that pass); when they
+  //    were not more than the cap (a rare word, or none), the page is those ids' messages (no statement for none).
+  //    Rather than the planner ANDing the search's matches with the bitmap of every message the reader can read
+  //    (495,000 of them at 10,000,000 messages: 200-300 ms to build).
+  // 3. every match, from the indexes as the planner likes (the BitmapAnd of the search and the reader's access),
+  //    sorted (`m.id + 0`, as ORDER says).
+  const otherConds = conds.filter((c) => !searchConds.includes(c));
+  const all = (list: Cond[]) => (list.length ? sql<SqlBool>`${sql.join(list, sql` and `)}` : sql<SqlBool>`true`);
+  type Rows = Awaited<ReturnType<typeof page>>;
+  const strip = (rows: Array<Record<string, unknown>>) => rows.map(({ window_rank: _r, matched: _m, ...row }) => row) as unknown as Rows;
+  const nearbyPage = async (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+    const window = oneChannel ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
+    const walked = (readsFlags ? messagesWhere(on, user, otherConds) : on.selectFrom("messages as m").where(all(otherConds)))
+      .selectAll("m")
+      .where("m.id", op, anchor)
+      .orderBy(sql`m.id`, direction)
+      .limit(window);
+    // Numbered in the walk's order, and ordered so at this level too: the planner then knows the rows come in the
+    // page's order (no sort of the whole window, and the page's limit stops the walk).
+    const ranked = (on as Kysely<any>)
+      .selectFrom(walked.as("m"))
+      .selectAll("m")
+      .select(sql<number>`row_number() over (order by m.id ${sql.raw(direction)})`.as("window_rank"))
+      .orderBy("m.id", direction);
+    const rows = (await (on as Kysely<any>)
+      .selectFrom(ranked.as("m"))
+      .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
+      .where(sql<SqlBool>`(${all(searchConds)}) or m.window_rank = ${window}`)
+      .select([...(columns as readonly any[]), sql<number>`m.window_rank`.as("window_rank"), sql<boolean>`${all(searchConds)}`.as("matched")])
+      .orderBy("m.id", direction)
+      .limit(limit + 1)
+      .execute()) as Array<Record<string, unknown>>;
+    const matched = rows.filter((r) => r.matched).slice(0, limit);
+    const full = rows.some((r) => Number(r.window_rank) === window);
+    return matched.length >= limit || !full ? strip(matched) : undefined;
+  };
+  const cappedPage = async (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+    // Not for the parsed documents (a store still filling them), nor a narrow whose conditions read the reader's flags.
+    if (!storedSearch || readsFlags) return undefined;
+    const cap = SEARCH_WINDOWS.cap;
+    // Planned without sequential scans: the query is computed at run time, its selectivity a guess, and a scan of the
+    // table that stops at the limit can look cheap (for a rare word it reads the whole table). Set back as the
+    // statement's result (after its planning), for the page's statement.
+    await sql`select set_config('enable_seqscan', 'off', true)`.execute(on);
+    const { rows } = await sql<{ n: string | number; ids: Array<string | number> | null }>`
+      select count(*) as n,
+        (array_agg(m.id order by m.id ${sql.raw(direction)}) filter (where m.id ${sql.raw(op)} ${anchor} and ${all(otherConds)}))[1:${limit}] as ids,
+        set_config('enable_seqscan', 'on', true) as restored
+      from (select * from messages m where ${all(searchConds)} limit ${cap + 1}) m`.execute(on);
+    if (Number(rows[0]!.n) > cap) return undefined;
+    const ids = (rows[0]!.ids ?? []).map(Number);
+    if (!ids.length) return [] as unknown as Rows;
+    return (on as Kysely<any>)
+      .selectFrom("messages as m")
+      .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
+      .where(sql<SqlBool>`m.id = any(${ids}::bigint[])`)
+      .select(columns as any)
+      .orderBy("m.id", direction)
+      .limit(limit)
+      .execute() as Promise<Rows>;
+  };
+  const everyMatch = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+    const conds = [...otherConds, ...searchConds];
+    const rows = (readsFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
+      .selectAll("m")
+      .where("m.id", op, anchor)
+      .orderBy(ORDER.matches, direction)
+      .limit(limit);
+    return (on as Kysely<any>)
+      .selectFrom(rows.as("m"))
+      .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
+      .select(columns as any)
+      .orderBy("m.id", direction)
+      .limit(limit)
+      .execute() as ReturnType<typeof page>;
+  };
+  // A search page's transaction: serial plans and SEARCH_WORK_MEM, and in the same statement, for the stored
+  // documents, the search's tsquery computed once (the last word expanded to its words: search_prefix_query) and
+  // sent back as text, to be a constant of the statements after it (the planner estimates a constant from its
+  // statistics; a computed query gets a fixed guess), and the share of messages it matches, as estimated.
+  const searchSettings = async (trx: DB): Promise<{ conds: Cond[]; share?: number }> => {
+    const settings = sql`set_config('max_parallel_workers_per_gather', '0', true), set_config('work_mem', ${SEARCH_WORK_MEM}, true)`;
+    if (!storedSearch) {
+      await sql`select ${settings}`.execute(trx);
+      return { conds: searchConds };
+    }
+    const negated = q.narrow.filter((t) => t.operator === "search" && t.negated).map((t) => sql`(${tsquery(String(t.operand), true)})::text`);
+    const { rows } = await sql<{ query: string; share: number | string; negated: string[] }>`
+      select ${settings}, x.q::text as query, search_share(x.q) as share,
+        ${negated.length ? sql`array[${sql.join(negated)}]` : sql`'{}'::text[]`} as negated
+      from (select ${tsquery(searchOperand(q.narrow), true)} as q) x`.execute(trx);
+    const row = rows[0]!;
+    return { conds: [storedMatch(row.query), ...row.negated.map((n) => sql<SqlBool>`not (${storedMatch(n)})`)], share: Number(row.share) };
+  };
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0
       ? Promise.resolve([])
       : walk === "flags"
         ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
-        : page(db, op, direction, limit);
+        : walk === "matches"
+          ? db.transaction().execute(async (trx) => {
+              const search = await searchSettings(trx);
+              const window = oneChannel ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
+              // The nearest messages first when the search is common enough to fill a page among them, as the
+              // planner estimates; its index first otherwise (a rare word, or words rare together).
+              const nearbyFirst = SEARCH_WINDOWS.first === "estimate" ? search.share === undefined || search.share * window >= limit : SEARCH_WINDOWS.first === "nearby";
+              const nearby = () => nearbyPage(trx, search.conds, op, direction, limit);
+              const capped = () => cappedPage(trx, search.conds, op, direction, limit);
+              return (
+                (await (nearbyFirst ? nearby() : capped())) ??
+                (await (nearbyFirst ? capped() : nearby())) ??
+                everyMatch(trx, search.conds, op, direction, limit)
+              );
+            })
+          : page(db, op, direction, limit);
   // One extra row on each side tells whether the oldest / newest match was reached.
   const limits = sideLimits(q, anchor);
   const [before, atAndAfter] = await Promise.all([side("<", "desc", limits.before), side(">=", "asc", limits.atAndAfter)]);

@@ -74,13 +74,15 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
   describe("appendMessage", () => {
     /** A new message has none of the bookkeeping an edit or a move adds (migration 2026-11-22T0500-messages). */
     const NEVER_EDITED = { edit_history: null, last_edit_time: null, last_moved_time: null };
+    /** Its search document (migration 2026-11-28T0900), made by the store's trigger from its topic and content. */
+    const SEARCHABLE = { search_document: expect.any(String) };
 
     it("stores a message and resolves with its id after commit", async () => {
       const fence = await fenceOn();
       const m = message();
       expect(await log.appendMessage(m, fence)).toBe(m.id);
       const row = await store.db.selectFrom("messages").selectAll().where("id", "=", m.id).executeTakeFirst();
-      expect(row).toEqual({ ...m, ...NEVER_EDITED });
+      expect(row).toEqual({ ...m, ...NEVER_EDITED, ...SEARCHABLE });
     });
 
     it("stores every column exactly, whatever characters its text holds, and a direct message's null channel", async () => {
@@ -98,7 +100,7 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
       const ids = await Promise.all(messages.map((m) => log.appendMessage(m, fence, [{ user_id: 7, flags: 0 }])));
       expect(ids).toEqual(messages.map((m) => m.id));
       const rows = await store.db.selectFrom("messages").selectAll().where("id", "in", ids).orderBy("id").execute();
-      expect(rows).toEqual(messages.map((m) => ({ ...m, ...NEVER_EDITED })));
+      expect(rows).toEqual(messages.map((m) => ({ ...m, ...NEVER_EDITED, ...SEARCHABLE })));
     });
 
     it("stores 200 concurrent appends, resolves each with its own id, and group-commits them", async () => {
@@ -123,7 +125,7 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
       // A redelivery carrying the very same message (same id too) is also absorbed.
       expect(await log.appendMessage({ ...first }, fence)).toBe(first.id);
       const rows = await store.db.selectFrom("messages").selectAll().where("send_key", "=", key).execute();
-      expect(rows).toEqual([{ ...first, ...NEVER_EDITED }]);
+      expect(rows).toEqual([{ ...first, ...NEVER_EDITED, ...SEARCHABLE }]);
       expect(await storedIds([again.id])).toEqual([]);
     });
 

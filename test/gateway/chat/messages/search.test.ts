@@ -10,8 +10,10 @@ import { api, createUser, ENGINES, startTestServer, type TestServer } from "../.
 import { ids, messageApi, type User } from "../../../support/messages.ts";
 import { migrations } from "../../../../actors/migrations/index.ts";
 import { searchCondition } from "../../../../actors/chat/reads/search.ts";
+import { fillSearchDocuments } from "../../../../actors/chat/search-fill.ts";
+import { SEARCH_WINDOWS } from "../../../../actors/chat/reads/messages.ts";
 
-/** The migrations of issue 28, the last ones applied (0120, 0130, 0150 and 0800 re-run as they are: idempotent), and the indexes they make. */
+/** The migrations of issue 28, the last ones applied (0120, 0130, 0150, 0800, 0900 and 1200 re-run as they are: idempotent), and the indexes they make. */
 const READ_MIGRATIONS = [
   "2026-11-28T0100-message-search",
   "2026-11-28T0110-message-read-indexes",
@@ -19,8 +21,11 @@ const READ_MIGRATIONS = [
   "2026-11-28T0130-channel-subscriber-counts",
   "2026-11-28T0150-channel-versions",
   "2026-11-28T0800-unread-messages",
+  "2026-11-28T0900-message-search-document",
+  "2026-11-28T1200-message-search-words",
 ];
-const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted"];
+const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document"];
+const SEARCH_DOCUMENT_MIGRATION = "2026-11-28T0900-message-search-document";
 
 describe.each(ENGINES)("search on %s", (engine) => {
   let server: TestServer;
@@ -130,24 +135,145 @@ describe.each(ENGINES)("search on %s", (engine) => {
     const plan = await db.transaction().execute(async (trx) => {
       // On a table this small a sequential scan is cheaper; forbidding it shows whether the index can serve the query.
       await sql`set local enable_seqscan = off`.execute(trx);
-      const { rows } = await sql<{ "QUERY PLAN": string }>`explain select m.id from messages m where ${searchCondition('walking "new york" deve')}`.execute(trx);
-      return rows.map((r) => r["QUERY PLAN"]).join("\n");
+      const explain = async (unfilled: boolean) =>
+        (await sql<{ "QUERY PLAN": string }>`explain select m.id from messages m where ${searchCondition('walking "new york" deve', unfilled)}`.execute(trx)).rows
+          .map((r) => r["QUERY PLAN"])
+          .join("\n");
+      return { filled: await explain(false) };
     });
-    expect(plan).toContain("messages_search");
+    // The stored document's index. The expression's index (for a store whose documents are not all filled yet) is
+    // dropped on a store that has them all: an insert computes its document once.
+    expect(plan.filled).toContain("messages_search_document");
+    expect(plan.filled).not.toMatch(/messages_search\b(?!_)/);
+    const { rows } = await sql<{ n: number }>`select count(*)::int as n from pg_indexes where indexname = 'messages_search'`.execute(db);
+    expect(rows[0]!.n).toBe(0);
   });
+
+  it("expands the last word to the stored words it starts, or leaves a prefix that starts too many", async () => {
+    const db = server.node.store.db;
+    const expanded = async (text: string, most: number) =>
+      (await sql<{ q: string }>`select search_prefix_query(plainto_tsquery('english', ${text}), ${most})::text as q`.execute(db)).rows[0]!.q;
+    expect(await expanded("deve", 64)).toBe("'deve' | 'develop'");
+    expect(await expanded("deve", 0)).toBe("'deve':*");
+    expect(await expanded("zzz", 64)).toBe("'zzz'");
+    // A word split in parts (as the document's parser splits it) expands each part.
+    expect(await expanded("walk-dev", 64)).toBe("'walk-dev' & 'walk' & ( 'dev' | 'develop' )");
+    // Words sent later are known as they commit.
+    await toChannel(alice, "words", "quixotically", "garden");
+    expect(await expanded("quix", 64)).toBe("'quix' | 'quixot'");
+    // Numbers are not kept: a prefix of digits stays a prefix, and finds them.
+    const numbered = await toChannel(alice, "words", "ticket 40417 closed", "garden");
+    expect(await expanded("404", 64)).toBe("'404':*");
+    expect((await sql<{ n: number }>`select count(*)::int as n from search_words where word = '40417'`.execute(db)).rows[0]!.n).toBe(0);
+    expect(ids(await search(alice, "ticket 404"))).toEqual([numbered]);
+  });
+
+  it("gives the same answers through each of a search page's statements (nearby walk, capped matches, every match)", async () => {
+    const cases: Array<[User, string, unknown[]]> = [
+      [bob, "walk", []],
+      [bob, "deve", []],
+      [bob, "development", [{ operator: "channel", operand: "kitchen" }]],
+      [bob, "development", [{ operator: "sender", operand: alice.id, negated: true }]],
+      [bob, "development", [{ operator: "search", operand: "meeting", negated: true }]],
+      [bob, "development", [{ operator: "is", operand: "dm" }]],
+      [bob, "york new", []],
+      [bob, "secret", []],
+      [alice, "secret", []],
+      [carol, "development", [{ operator: "channels", operand: "public" }]],
+      [bob, "zanzibar", []],
+    ];
+    const answers = async () => Promise.all(cases.map(async ([as, operand, more]) => ids(await search(as, operand, more))));
+    const expected = await answers();
+    const defaults = { ...SEARCH_WINDOWS };
+    try {
+      // The nearby walk's window full at once (one message), so that the capped matches answer; then capped too; in
+      // either order; and the nearby walk after the capped matches.
+      for (const windows of [
+        { recent: 1, channel: 1, cap: 1_000, first: "nearby" as const },
+        { recent: 1, channel: 1, cap: 1_000, first: "capped" as const },
+        { recent: 1, channel: 1, cap: 0, first: "nearby" as const },
+        { recent: 1, channel: 1, cap: 0, first: "capped" as const },
+        { recent: 1_000, channel: 1_000, cap: 0, first: "capped" as const },
+      ]) {
+        Object.assign(SEARCH_WINDOWS, windows);
+        expect(await answers()).toEqual(expected);
+      }
+    } finally {
+      Object.assign(SEARCH_WINDOWS, defaults);
+    }
+  }, 120_000);
 
   it("builds the index over the messages a store already holds", async () => {
     const db = server.node.store.db;
     // The store as it was before the migrations: no index, the migrations not applied. (kysely runs migrations in
     // name order only: while these are the last ones, forgetting them lets them run again.)
-    for (const index of READ_INDEXES) await sql`drop index ${sql.id(index)}`.execute(db);
+    for (const index of READ_INDEXES) await sql`drop index if exists ${sql.id(index)}`.execute(db);
     await sql`delete from kysely_migration where name in (${sql.join(READ_MIGRATIONS)})`.execute(db);
     await server.node.store.migrate(migrations);
-    const { rows } = await sql<{ indexdef: string }>`select indexdef from pg_indexes where indexname = 'messages_search'`.execute(db);
-    expect(rows[0]?.indexdef).toContain("gin");
+    // The stored documents' index; the parsed expression's (0100) dropped again, every document being stored and
+    // its words known (1200).
+    const index = async (name: string) => (await sql<{ indexdef: string }>`select indexdef from pg_indexes where indexname = ${name}`.execute(db)).rows[0]?.indexdef;
+    expect(await index("messages_search_document")).toContain("gin");
+    expect(await index("messages_search")).toBeUndefined();
     expect(ids(await search(bob, "walk"))).toEqual([m.walked, m.walking]);
     // A message sent after the migration is indexed as it commits.
     const later = await toChannel(alice, "walks", "walking again", "kitchen");
     expect(ids(await search(bob, "walk"))).toEqual([m.walked, m.walking, later]);
+    m.later = later;
+  });
+
+  it("keeps each message's search document: filled for a store that held messages before, kept by sends and edits", async () => {
+    const db = server.node.store.db;
+    const state = async () => {
+      const below = (await sql<{ below: string | number | null }>`select below from message_search_fill`.execute(db)).rows[0]?.below;
+      return below === null || below === undefined ? null : Number(below);
+    };
+    const unfilledCount = async () => (await sql<{ n: number }>`select count(*)::int as n from messages where search_document is null`.execute(db)).rows[0]!.n;
+    const before = ids(await search(bob, "walk"));
+    const deve = ids(await search(bob, "deve"));
+    const notMeeting = ids(await search(bob, "development", [{ operator: "search", operand: "meeting", negated: true }]));
+    // The store as it was before the migration: no column. Its migration run as migrateToLatest runs it (the
+    // background fill of a server's start is not started by this: the test fills by steps itself).
+    await sql`drop trigger messages_search_document on messages`.execute(db);
+    await sql`alter table messages drop column search_document`.execute(db);
+    await migrations[SEARCH_DOCUMENT_MIGRATION]!.up(db);
+    const stored = (await sql<{ n: number; top: string }>`select count(*)::int as n, max(id)::text as top from messages`.execute(db)).rows[0]!;
+    expect(await unfilledCount()).toBe(stored.n);
+    expect(await state()).toBe(Number(stored.top) + 1);
+    // Rows not filled yet are found, by every form of search (the expression, parsed again, for every row).
+    expect(ids(await search(bob, "walk"))).toEqual(before);
+    expect(ids(await search(bob, "deve"))).toEqual(deve);
+    expect(ids(await search(bob, "development", [{ operator: "search", operand: "meeting", negated: true }]))).toEqual(notMeeting);
+    // A message sent meanwhile has its document as it commits.
+    const sent = await toChannel(alice, "errands", "walking once more", "kitchen");
+    expect(await unfilledCount()).toBe(stored.n);
+    expect(ids(await search(bob, "walk"))).toEqual([...before, sent]);
+    // Filled newest first, a few rows a step; a search in the middle of it finds filled and unfilled rows alike.
+    expect(await fillSearchDocuments(db, 3)).toBe("filled");
+    expect(await unfilledCount()).toBe(stored.n - 3);
+    expect(await state()).toBeLessThan(Number(stored.top) + 1);
+    expect(ids(await search(bob, "walk"))).toEqual([...before, sent]);
+    let steps = 1;
+    while ((await fillSearchDocuments(db, 3)) === "filled") steps++;
+    expect(steps).toBeGreaterThanOrEqual(Math.ceil(stored.n / 3) - 1);
+    expect(await unfilledCount()).toBe(0);
+    expect(await state()).toBeNull();
+    expect(await fillSearchDocuments(db, 3)).toBe("done");
+    // Done: the expression's index is dropped, and the words of every document are known (the prefix expanded).
+    expect((await sql<{ n: number }>`select count(*)::int as n from pg_indexes where indexname = 'messages_search'`.execute(db)).rows[0]!.n).toBe(0);
+    expect((await sql<{ n: number }>`select count(*)::int as n from search_words where word in ('develop', 'walk', 'york')`.execute(db)).rows[0]!.n).toBe(3);
+    // Filled: the same answers, from the stored documents alone.
+    expect(ids(await search(bob, "walk"))).toEqual([...before, sent]);
+    expect(ids(await search(bob, "deve"))).toEqual(deve);
+    expect(ids(await search(bob, "development", [{ operator: "search", operand: "meeting", negated: true }]))).toEqual(notMeeting);
+    // An edit of the content, and a move to another topic, change the document.
+    const edit = (id: number, params: Record<string, unknown>) => api(server, "PATCH", `/messages/${id}`, { as: alice, params, template: "/messages/{message_id}" });
+    expect((await edit(sent, { content: "running once more" })).status).toBe(200);
+    expect(ids(await search(bob, "walk"))).toEqual(before);
+    expect(ids(await search(bob, "run"))).toEqual([sent]);
+    expect((await edit(sent, { topic: "zeppelins", propagate_mode: "change_one" })).status).toBe(200);
+    expect(ids(await search(bob, "zeppelin"))).toContain(sent); // with the move's notification, where there is one
+    expect(ids(await search(bob, "zeppelin running"))).toEqual([sent]);
+    expect(await unfilledCount()).toBe(0);
   });
 });
