@@ -7,7 +7,7 @@
 import path from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { startDistributed } from "../support/process.ts";
-import { api, createUser, meOnNewConnection as me, readZuliprc, type TestServer } from "../support/server.ts";
+import { api, createUser, meOnNewConnection as me, readZuliprc } from "../support/server.ts";
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterAll(async () => {
@@ -69,8 +69,7 @@ it("renders a new custom emoji at once in every worker's conversations", async (
 
 it("names a renamed participant at once in every worker's direct-message conversations", async () => {
   const { target, owner } = await twoWorkers();
-  const asServer = { ...target, owner } as unknown as TestServer;
-  const others = await Promise.all(Array.from({ length: 8 }, (_, i) => createUser(asServer, `dm-${i}@example.com`, `DM ${i}`)));
+  const others = await Promise.all(Array.from({ length: 8 }, (_, i) => createUser({ ...target, owner }, `dm-${i}@example.com`, `DM ${i}`)));
   const ownerId = (await api(target, "GET", "/users/me", { as: owner })).body.user_id as number;
   const dm = async (to: number, content: string) =>
     expect((await api(target, "POST", "/messages", { as: owner, params: { type: "direct", to: JSON.stringify([to]), content } })).status).toBe(200);

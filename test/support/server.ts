@@ -216,14 +216,30 @@ function withoutDocumentedExtras(body: any): any {
 }
 
 /** Create a member with a password; returns their credentials. */
-export async function createUser(server: TestServer, email: string, fullName = email.split("@")[0]!): Promise<Credentials & { id: number }> {
+export async function createUser(
+  server: Pick<TestServer, "url" | "owner"> & { node?: RunningNode },
+  email: string,
+  fullName = email.split("@")[0]!,
+): Promise<Credentials & { id: number }> {
   const created = await api(server, "POST", "/users", { as: server.owner, params: { email, password: "pw-" + email, full_name: fullName } });
   if (created.status !== 200) throw new Error(`createUser: ${JSON.stringify(created.body)}`);
-  // The key as the server stored it, rather than from POST /fetch_api_key: that would check the password, a second
-  // scrypt run (about 140 ms of CPU; test files create dozens of users per server). api.test covers fetch_api_key.
-  const stored = await server.node.store.db.selectFrom("users").select("api_key_enc").where("id", "=", created.body.user_id).executeTakeFirstOrThrow();
-  const { dataDir, secret } = server.node.config;
-  return { email, key: Keyring.load(dataDir, secret).decrypt(stored.api_key_enc), id: created.body.user_id };
+  const id = created.body.user_id as number;
+  return { email, key: server.node ? await storedApiKey(server.node, id) : await fetchApiKey(server, email, "pw-" + email), id };
+}
+
+/**
+ * A user's key as the server in this process stored it: what POST /fetch_api_key answers, without its password
+ * check, a second scrypt run per created user (about 140 ms of CPU; test files create dozens of users per server).
+ */
+async function storedApiKey(node: RunningNode, userId: number): Promise<string> {
+  const stored = await node.store.db.selectFrom("users").select("api_key_enc").where("id", "=", userId).executeTakeFirstOrThrow();
+  return Keyring.load(node.config.dataDir, node.config.secret).decrypt(stored.api_key_enc);
+}
+
+async function fetchApiKey(server: { url: string }, email: string, password: string): Promise<string> {
+  const res = await api(server, "POST", "/fetch_api_key", { params: { username: email, password } });
+  if (res.status !== 200) throw new Error(`fetch_api_key: ${JSON.stringify(res.body)}`);
+  return res.body.api_key as string;
 }
 
 /**
