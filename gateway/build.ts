@@ -35,7 +35,7 @@ export async function buildServer(opts: { root?: string; outdir?: string } = {})
   const built = await Promise.all(
     Object.entries(ENTRIES).map(async ([name, entry]) => {
       const outfile = path.join(outdir, `${name}.mjs`);
-      await esbuild.build({
+      const result = await esbuild.build({
         entryPoints: [path.join(root, entry)],
         outfile,
         bundle: true,
@@ -46,7 +46,16 @@ export async function buildServer(opts: { root?: string; outdir?: string } = {})
         sourcemap: "linked",
         logLevel: "warning",
         plugins: [sourceAddresses(path.join(root, entry), outdir)],
+        write: false,
       });
+      // Each file replaced whole (written beside, then renamed over): a server started meanwhile (a worker forked
+      // while `npm run manage` builds) reads the old build or the new one, never half a file.
+      await fs.mkdir(outdir, { recursive: true });
+      for (const file of result.outputFiles) {
+        const partial = `${file.path}.${process.pid}.partial`;
+        await fs.writeFile(partial, file.contents);
+        await fs.rename(partial, file.path);
+      }
       return [name, outfile] as const;
     }),
   );
