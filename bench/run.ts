@@ -50,7 +50,7 @@ import {
   type AfterFigures,
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
-import { setMetricsEnabled } from "../runtime/metrics.ts";
+import { SERVER_CODE, serverCode } from "./server-code.ts";
 import { FANOUT_MEMBERS, FANOUT_SCENARIOS, FANOUT_TARGETS, FanoutClients, runFanoutCell, writeFanoutChart, type FanoutCell } from "./fanout.ts";
 import { READ_SCENARIOS, READ_TIMED_SCENARIOS } from "./reads.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
@@ -667,10 +667,11 @@ async function main(): Promise<number> {
     totalMemMb: Math.round(os.totalmem() / 2 ** 20),
     platform: `${os.platform()} ${os.release()} ${os.arch()}`,
     node: process.version,
+    serverCode: SERVER_CODE,
     loadAverageAtStart: os.loadavg(),
     ...gitInfo(),
   };
-  console.log(`chorus bench: ${machine.cpus} × ${machine.cpuModel}, node ${machine.node}, ${machine.platform}`);
+  console.log(`chorus bench: ${machine.cpus} × ${machine.cpuModel}, node ${machine.node}, ${machine.platform}; the server: ${SERVER_CODE}`);
   console.log(
     `autocannon flags: -c ${opts.connections} -p ${opts.pipelining} -d ${opts.duration} (timeout ${opts.timeout}s), ` +
       `after a discarded ${opts.warmup}s warm-up with the same flags; autocannon in a child process`,
@@ -749,6 +750,7 @@ async function main(): Promise<number> {
           try {
             const context = (await scenario.prepare(engine, { history: opts.history, population })) ?? undefined;
             // A scenario may run with the metrics switched off (METRICS=off's no-op instruments), to show what they cost.
+            const { setMetricsEnabled } = await serverCode();
             setMetricsEnabled(scenario.metrics ?? true);
             let measured: Awaited<ReturnType<typeof measure>>;
             try {

@@ -18,7 +18,8 @@ import { Keyring } from "../runtime/secrets.ts";
 import { ROLE } from "../actors/chat/organization/realm.ts";
 import { User } from "../actors/chat/users/user.protocol.ts";
 import { roleGroups, systemGroups } from "../actors/chat/organization/groups.ts";
-import { startNode, type RunningNode } from "../gateway/main.ts";
+import type { RunningNode } from "../gateway/main.ts";
+import { serverCode } from "./server-code.ts";
 import { startHttpServer } from "../gateway/http.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../test/support/services.ts";
 import { describeResource, removeResource, type Janitor, type Resource } from "./janitor.ts";
@@ -233,6 +234,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
       };
     }
 
+    const { startNode } = await serverCode();
     const running = await startNode(config);
     node = running;
     // Closed first (cleanups run in reverse): the database and Redis keys go after the node let go of them.

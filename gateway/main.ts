@@ -74,6 +74,9 @@ import { passwordResetRoutes } from "./chat/password-reset.ts";
 import { isPagePath, servePage, warmAssets } from "./pages/routes.ts";
 import type { Database } from "../actors/schema.ts";
 
+/** The metrics' switch, for the bench: it drives the build of this module, whose copy of runtime/metrics.ts is its own. */
+export { setMetricsEnabled };
+
 export interface RunningNode {
   port: number;
   config: Config;
