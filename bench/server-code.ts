@@ -6,7 +6,7 @@
  * the objects startNode returns.
  */
 import { pathToFileURL } from "node:url";
-import { buildServer } from "../gateway/build.ts";
+import { serverBuild } from "../test/support/server-build.ts";
 
 type ServerCode = Pick<typeof import("../gateway/main.ts"), "startNode" | "setMetricsEnabled">;
 
@@ -18,6 +18,6 @@ export const SERVER_CODE = fromSource ? "source through tsx (BENCH_SOURCE=1)" : 
 let loaded: Promise<ServerCode> | undefined;
 
 export function serverCode(): Promise<ServerCode> {
-  loaded ??= fromSource ? import("../gateway/main.ts") : buildServer().then(({ main }) => import(pathToFileURL(main).href) as Promise<ServerCode>);
+  loaded ??= fromSource ? import("../gateway/main.ts") : serverBuild().then(({ main }) => import(pathToFileURL(main).href) as Promise<ServerCode>);
   return loaded;
 }

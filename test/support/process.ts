@@ -14,7 +14,6 @@ import { freshDatabase, freshRedisPrefix, REDIS_URL } from "./services.ts";
 import { copyPgliteTemplate } from "./store-templates.ts";
 import { onHost, type ServicePlacement } from "./hosts.ts";
 import { SERVER_NODE_FLAGS, serverBuild } from "./server-build.ts";
-import { buildServer } from "../../gateway/build.ts";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -103,7 +102,7 @@ export async function startChorus(
   const dir = dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "chorus-e2e-"));
   // A new embedded store starts from the run's migrated one (store-templates.ts); not another checkout's.
   if (!dataDir && !env.DATABASE_URL && !opts.root) copyPgliteTemplate(dir);
-  const { main } = opts.root ? await buildServer({ root: opts.root }) : await serverBuild();
+  const { main } = await serverBuild(opts.root);
   const proc = spawn(...onHost(opts.host ?? { address }, process.execPath, [...SERVER_NODE_FLAGS, ...(opts.nodeFlags ?? []), main]), {
     cwd: opts.root ?? ROOT,
     env: { ...process.env, DATA_DIR: dir, PORT: String(port), HOST: address, CHORUS_SECRET: "e2e-secret", ...GENEROUS_RATE_LIMIT_ENV, ...env },

@@ -20,12 +20,20 @@ export async function makeServerBuild(): Promise<() => void> {
   return () => fs.rmSync(outdir, { recursive: true, force: true });
 }
 
-let built: Promise<{ main: string; manage: string }> | undefined;
+const builds = new Map<string, Promise<{ main: string; manage: string }>>();
 
-/** The built server (`main`) and CLI (`manage`) of this run. */
-export function serverBuild(): Promise<{ main: string; manage: string }> {
-  const outdir = process.env[BUILD_ENV];
-  built ??= outdir ? Promise.resolve({ main: path.join(outdir, "main.mjs"), manage: path.join(outdir, "manage.mjs") }) : buildServer();
+/**
+ * The built server (`main`) and CLI (`manage`) of this run, or of another checkout (`root`: a base worktree for A/B
+ * benchmarks, built by this checkout's gateway/build.ts into its own `dist/`), built once per process.
+ */
+export function serverBuild(root?: string): Promise<{ main: string; manage: string }> {
+  const outdir = root ? undefined : process.env[BUILD_ENV];
+  const key = root ?? ROOT;
+  let built = builds.get(key);
+  if (!built) {
+    built = outdir ? Promise.resolve({ main: path.join(outdir, "main.mjs"), manage: path.join(outdir, "manage.mjs") }) : buildServer({ root });
+    builds.set(key, built);
+  }
   return built;
 }
 

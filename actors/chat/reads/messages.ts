@@ -353,11 +353,6 @@ export function withLocalSetting<T>(db: DB, setting: RawBuilder<unknown>, read: 
 const SEARCH_WORK_MEM = "16MB";
 
 /**
- * What a page is ordered by, for each walk: the flag rows' message ids (their index's order), or, for the matches
- * of a search, an expression no index is ordered by (`m.id + 0`), so that the planner gathers the matches from the
- * full-text index and sorts them, rather than walking every message newest first to test it.
- */
-/**
  * The bounds of a search page's statements (messageWindow; docs/reads.md "Search words"), an object so that the tests
  * can shrink them and take each statement's path on a small store.
  * - `recent`: how many of the narrow's messages nearest the anchor the nearby walk tests: enough for a word in one
@@ -371,6 +366,11 @@ const SEARCH_WORK_MEM = "16MB";
  */
 export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; first: "estimate" | "nearby" | "capped" } = { recent: 1_000, channel: 20_000, cap: 25_000, first: "estimate" };
 
+/**
+ * What a page is ordered by, for each walk: the flag rows' message ids (their index's order), or, for the matches
+ * of a search, an expression no index is ordered by (`m.id + 0`), so that the planner gathers the matches from the
+ * full-text index and sorts them, rather than walking every message newest first to test it.
+ */
 const ORDER: Record<Walk, RawBuilder<number>> = {
   messages: sql<number>`m.id`,
   flags: sql<number>`um.message_id`,
