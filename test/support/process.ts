@@ -142,6 +142,8 @@ export async function startChorus(
     }
     await new Promise((r) => setTimeout(r, 200));
   }
+  // It answered, but its start-up line (which names its node: nodeIdOf) may still be in the pipe: read it first.
+  for (let i = 0; i < 50 && !/listening on port \d+ \(pid/.test(log); i++) await new Promise((r) => setTimeout(r, 100));
   return {
     address,
     port,
