@@ -81,7 +81,10 @@ function registerScenario(name: string, as: "ordinary" | "heavy", describe: stri
   return {
     name,
     describe,
-    rounds: 10,
+    rounds: 20,
+    // A server that has registered clients for a while: the first dozen registers run 1.5-10× slower (compilation, the
+    // realm's caches filled, Postgres's buffers); the first one's time is reported apart (`warm`).
+    warmRounds: 15,
     prepare: (engine) => prepareOrganization(engine, new Population(engine)),
     async once(engine) {
       const auth = readers.get(engine.name)![as];

@@ -395,6 +395,8 @@ interface TimedMeasurement {
   describe: string;
   context: Record<string, unknown>;
   rounds: number;
+  /** The unmeasured requests before: how many, the first's time (a cold server's) and their median. */
+  warm: { rounds: number; firstMs: number; p50Ms: number };
   ms: { mean: number; p50: number; max: number };
   /** The client's own time on each answer after its last byte (its parse), when the scenario reports it. */
   clientMs?: { p50: number; max: number };
@@ -403,18 +405,28 @@ interface TimedMeasurement {
   ratioToUws?: number;
 }
 
+function warmNote(m: TimedMeasurement): string {
+  return m.warm.rounds === 1 ? `one unmeasured of ${fmt(m.warm.firstMs, 1)} ms` : `${m.warm.rounds} unmeasured: the first ${fmt(m.warm.firstMs, 1)} ms, p50 ${fmt(m.warm.p50Ms, 1)}`;
+}
+
 /** The client's own time on the answers, where the scenario measured it apart. */
 function clientNote(m: TimedMeasurement): string {
   return m.clientMs ? `; then the client's parse p50 ${fmt(m.clientMs.p50, 1)} ms, max ${fmt(m.clientMs.max, 1)}` : "";
 }
 
 async function measureTimed(scenario: TimedScenario, engine: Engine): Promise<TimedMeasurement> {
-  const context = await scenario.prepare(engine, scenario.rounds);
-  await scenario.once(engine, 0);
+  const warmRounds = scenario.warmRounds ?? 1;
+  const context = await scenario.prepare(engine, warmRounds + scenario.rounds);
+  const warmTimes: number[] = [];
+  for (let round = 0; round < warmRounds; round++) {
+    const t0 = performance.now();
+    const timed = await scenario.once(engine, round);
+    warmTimes.push(timed ? timed.ms : performance.now() - t0);
+  }
   const times: number[] = [];
   const clientTimes: number[] = [];
   const cpu0 = process.cpuUsage();
-  for (let round = 1; round <= scenario.rounds; round++) {
+  for (let round = warmRounds; round < warmRounds + scenario.rounds; round++) {
     const t0 = performance.now();
     const timed = await scenario.once(engine, round);
     times.push(timed ? timed.ms : performance.now() - t0);
@@ -429,6 +441,7 @@ async function measureTimed(scenario: TimedScenario, engine: Engine): Promise<Ti
     describe: scenario.describe,
     context,
     rounds: scenario.rounds,
+    warm: { rounds: warmRounds, firstMs: warmTimes[0]!, p50Ms: [...warmTimes].sort((a, b) => a - b)[Math.floor(warmTimes.length / 2)]! },
     ms: { mean: times.reduce((a, b) => a + b, 0) / times.length, p50: sorted[Math.floor(sorted.length / 2)]!, max: sorted.at(-1)! },
     ...(clientSorted.length ? { clientMs: { p50: clientSorted[Math.floor(clientSorted.length / 2)]!, max: clientSorted.at(-1)! } } : {}),
     serverCpuMsPerRequest: (cpu.user + cpu.system) / 1000 / scenario.rounds,
@@ -790,7 +803,7 @@ async function main(): Promise<number> {
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
           const m = await measureTimed(scenario, engine);
           timedResults.push(m);
-          console.log(`${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}; ${m.rounds} requests)${clientNote(m)}`);
+          console.log(`${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}; ${m.rounds} requests after ${warmNote(m)})${clientNote(m)}`);
         }
         if (payload && !interrupted) {
           process.stdout.write(`measuring ${name} / ${transfers.join(", ")} (${TRANSFER_MIB} MiB by curl) … `);

@@ -771,13 +771,18 @@ export const SCENARIOS: Scenario[] = [fetchNewest, fetchBig, send, sendLimited, 
 export interface TimedScenario {
   name: string;
   describe: string;
-  /** Measured requests (a first, unmeasured one warms the paths up). */
+  /** Measured requests. */
   rounds: number;
-  /** Once per engine: the state for rounds + 1 requests; what it returns is recorded beside the figures. */
-  prepare(engine: Engine, rounds: number): Promise<Record<string, unknown>>;
   /**
-   * Request number `round` (0 is the warm-up); throws unless it did what it should. Timed whole, unless it says what
-   * to count (`Timed`): a request whose answer the client then parses, or which needs undoing, times itself.
+   * Unmeasured requests before them (default 1): enough for the server's code to be compiled and its caches filled,
+   * or the figures are of a cold server (a register's first dozen run 1.5-10× slower than the ones after).
+   */
+  warmRounds?: number;
+  /** Once per engine: the state for `requests` requests (warm-up and measured); what it returns is recorded beside the figures. */
+  prepare(engine: Engine, requests: number): Promise<Record<string, unknown>>;
+  /**
+   * Request number `round` (the warm-up ones first, from 0); throws unless it did what it should. Timed whole, unless
+   * it says what to count (`Timed`): a request whose answer the client then parses, or which needs undoing, times itself.
    */
   once(engine: Engine, round: number): Promise<void | Timed>;
 }
@@ -802,9 +807,9 @@ export const subscribeThousand: TimedScenario = {
   name: "subscribe",
   describe: `POST /api/v1/users/me/subscriptions: ${BULK_USERS} principals into one channel, one request`,
   rounds: 10,
-  async prepare(engine, rounds) {
+  async prepare(engine, requests) {
     bulkUserIds = (await new Population(engine).users("bulk", BULK_USERS)).map((u) => u.id);
-    const channels = Array.from({ length: rounds + 1 }, (_, i) => ({ name: `bulk-${i}` }));
+    const channels = Array.from({ length: requests }, (_, i) => ({ name: `bulk-${i}` }));
     await api(engine, "POST", "/api/v1/users/me/subscriptions", { subscriptions: JSON.stringify(channels) });
     return { users: BULK_USERS, channels: channels.length };
   },
