@@ -73,7 +73,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   async default_stream_groups() {
     return { realm_default_stream_groups: [] };
   },
-  async realm(s, u) {
+  async realm(s, u, o) {
     const realm = await realmNameAndDate(s.store.db, u.realm_id);
     const url = s.siteUrl();
     return {
@@ -86,7 +86,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
       ...serverRealmState(url),
       max_file_upload_size_mib: s.chat.maxFileUploadSizeMib,
       realm_upload_quota_mib: s.chat.realmUploadQuotaMib ?? null,
-      ...(await realmSettings(s.store.db, u.realm_id)),
+      ...(await registerRealmSettings(s, u, o)),
     };
   },
   async user_settings(s, u) {
@@ -162,7 +162,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     const db = s.store.db;
     // Deactivated users are listed apart, in realm_non_active_users.
     const everyUser = async () => (await realmUsersFor(db, u, options)).filter((x) => x.is_active);
-    const [cached, settings] = await Promise.all([realmUsersJson(db, u, o.clientGravatar), realmSettings(db, u.realm_id)]);
+    const [cached, settings] = await Promise.all([realmUsersJson(db, u, o.clientGravatar), registerRealmSettings(s, u, o)]);
     const users = cached === undefined ? await everyUser() : new JsonValue(cached);
     return { realm_users: users, ...(await ownUserState(db, u, settings, o.clientGravatar)) };
   },
@@ -177,14 +177,22 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
   },
 };
 
-/** Per register (its options object): its channel lists, made once for `subscription` and `stream`. */
-const channelsOfRegister = new WeakMap<InitialStateOptions, Promise<RegisterChannelLists>>();
-
-function registerChannels(s: Services, u: UserRow, o: InitialStateOptions) {
-  let lists = channelsOfRegister.get(o);
-  if (!lists) channelsOfRegister.set(o, (lists = registerChannelLists(s.store.db, u, { includeSubscribers: o.includeSubscribers, archived: o.archivedChannels })));
-  return lists;
+/** What more than one part of a register reads, read once per register (keyed by its options object). */
+function oncePerRegister<T>(make: (s: Services, u: UserRow, o: InitialStateOptions) => Promise<T>) {
+  const made = new WeakMap<InitialStateOptions, Promise<T>>();
+  return (s: Services, u: UserRow, o: InitialStateOptions): Promise<T> => {
+    let value = made.get(o);
+    if (!value) made.set(o, (value = make(s, u, o)));
+    return value;
+  };
 }
+
+/** The channel lists, for `subscription` and `stream`. */
+const registerChannels = oncePerRegister((s, u, o): Promise<RegisterChannelLists> =>
+  registerChannelLists(s.store.db, u, { includeSubscribers: o.includeSubscribers, archived: o.archivedChannels }),
+);
+/** The realm's settings, for `realm` and `realm_user`. */
+const registerRealmSettings = oncePerRegister((s, u) => realmSettings(s.store.db, u.realm_id));
 
 export const eventRoutes: RouteSpec[] = [
   {

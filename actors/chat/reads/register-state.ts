@@ -7,7 +7,7 @@
 import { sql, type Kysely, type SqlBool } from "kysely";
 import type { Database } from "../../schema.ts";
 import { FLAG_BITS } from "../conversations/flags.ts";
-import { inGroupSetting, ROLE, type GroupSettingValue } from "../organization/groups.ts";
+import { inGroupSettingOf, ROLE, userGroupIds, type GroupSettingValue } from "../organization/groups.ts";
 import { NOTIFICATION_BOT, WELCOME_BOT } from "../organization/system-bots.ts";
 import { gravatarUrl } from "../rendering/message-format.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
@@ -119,13 +119,8 @@ export function serverRealmState(siteUrl: string): Record<string, unknown> {
  * beside `realm_users`. `settings`: the realm's `realm_*` settings, for the can_* permissions.
  */
 export async function ownUserState(db: Kysely<Database>, user: UserRow, settings: Record<string, unknown>, clientGravatar: boolean) {
-  const may = (setting: string) => inGroupSetting(db, settings[setting] as GroupSettingValue, user.id);
-  const [canPublic, canPrivate, canWebPublic, canSubscribe, canInvite, others] = await Promise.all([
-    may("realm_can_create_public_channel_group"),
-    may("realm_can_create_private_channel_group"),
-    may("realm_can_create_web_public_channel_group"),
-    may("realm_can_add_subscribers_group"),
-    may("realm_can_invite_users_group"),
+  const [groups, others] = await Promise.all([
+    userGroupIds(db, user.id),
     db
       .selectFrom("users")
       .selectAll()
@@ -134,6 +129,9 @@ export async function ownUserState(db: Kysely<Database>, user: UserRow, settings
       .orderBy("id")
       .execute(),
   ]);
+  const may = (setting: string) => inGroupSettingOf(settings[setting] as GroupSettingValue, user.id, groups);
+  const [canPublic, canPrivate, canWebPublic] = [may("realm_can_create_public_channel_group"), may("realm_can_create_private_channel_group"), may("realm_can_create_web_public_channel_group")];
+  const [canSubscribe, canInvite] = [may("realm_can_add_subscribers_group"), may("realm_can_invite_users_group")];
   const systemBots = others.filter((u) => u.is_bot && (u.delivery_email === NOTIFICATION_BOT.email || u.delivery_email === WELCOME_BOT.email));
   const [inactive, bots] = await Promise.all([
     userObjectsFor(db, user, others.filter((u) => !u.is_active && !systemBots.includes(u)), { clientGravatar, includeProfileData: true }),

@@ -1,6 +1,6 @@
 /** POST /register's initial state for the features built on other actors: scheduled messages and topic visibility. */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { api, ENGINES, startTestServer, type TestServer } from "../../../support/server.ts";
+import { api, createUser, ENGINES, startTestServer, type TestServer } from "../../../support/server.ts";
 
 describe.each(ENGINES)("register state on %s", (engine) => {
   let server: TestServer;
@@ -26,5 +26,32 @@ describe.each(ENGINES)("register state on %s", (engine) => {
       expect.objectContaining({ scheduled_message_id: scheduled.body.scheduled_message_id, to: channelId, topic: "later", scheduled_delivery_timestamp: when, failed: false }),
     ]);
     expect(state.body.user_topics).toEqual([{ stream_id: channelId, topic_name: "noise", last_updated: expect.any(Number), visibility_policy: 1 }]);
+  });
+
+  it("says what the user may do from the realm's group settings, through subgroups", async () => {
+    const [inner, outside] = [await createUser(server, "inner-member@example.com"), await createUser(server, "outside-member@example.com")];
+    const group = async (name: string, params: Record<string, unknown>) =>
+      (await api(server, "POST", "/user_groups/create", { as: server.owner, params: { name, description: name, members: [], ...params } })).body.group_id as number;
+    const innerGroup = await group("creators-inner", { members: [inner.id] });
+    const creators = await group("creators", { subgroups: [innerGroup] });
+    const nobody = (await api(server, "GET", "/user_groups", { as: server.owner })).body.user_groups.find((g: { name: string }) => g.name === "role:nobody").id;
+    const patched = await api(server, "PATCH", "/realm", {
+      as: server.owner,
+      params: {
+        can_create_public_channel_group: { new: { direct_members: [], direct_subgroups: [creators] } },
+        can_create_private_channel_group: { new: nobody },
+        can_invite_users_group: { new: creators },
+        can_add_subscribers_group: { new: { direct_members: [outside.id], direct_subgroups: [] } },
+      },
+      validate: false,
+    });
+    expect(patched.status).toBe(200);
+    const may = async (as: typeof inner) => {
+      const state = (await api(server, "POST", "/register", { as, params: { fetch_event_types: ["realm_user"] } })).body;
+      const fields = ["can_create_streams", "can_create_public_streams", "can_create_private_streams", "can_invite_others_to_realm", "can_subscribe_other_users"];
+      return Object.fromEntries(fields.map((f) => [f, state[f]]));
+    };
+    expect(await may(inner)).toEqual({ can_create_streams: true, can_create_public_streams: true, can_create_private_streams: false, can_invite_others_to_realm: true, can_subscribe_other_users: false });
+    expect(await may(outside)).toEqual({ can_create_streams: false, can_create_public_streams: false, can_create_private_streams: false, can_invite_others_to_realm: false, can_subscribe_other_users: true });
   });
 });
