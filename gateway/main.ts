@@ -152,6 +152,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
         leaseSeconds: config.leaseSeconds,
         takeOverAtStart: !config.redisUrl,
         renewer: config.databaseUrl ? { databaseUrl: config.databaseUrl, stallSeconds: config.leaseStallSeconds } : undefined,
+        peers: pubsub,
       })
     : undefined;
   await shards?.start();

@@ -9,12 +9,19 @@
  * until their leases expire. Heartbeats and renewals are a LeaseKeeper's (lease-keeper.ts): on Postgres a thread of
  * their own, so a stalled event loop keeps its shards for up to a bound; the manager acts on a shard only while the
  * keeper says its lease is surely held.
+ *
+ * Changes are announced (`peers`): a worker that joined, left or handed shards back says so, and every other worker
+ * ticks at once on hearing it (reading the members afresh), so a joining worker gets its home shards and a stopping
+ * worker's shards are taken over within round trips, not at the others' next tick. Best effort: a notice missed is
+ * made up for by that next tick.
  */
 import type { ActorSystem } from "./system.ts";
 import { placeShards } from "./placement.ts";
 import type { Lease, Store } from "./store/store.ts";
 import { log } from "./log.ts";
 import { LoopLeaseKeeper, ThreadLeaseKeeper, type LeaseKeeper } from "./lease-keeper.ts";
+import type { PubSub } from "./transport/pubsub.ts";
+import { channels } from "./transport/redis-keys.ts";
 
 export interface ShardManagerOptions {
   node: string;
@@ -27,14 +34,21 @@ export interface ShardManagerOptions {
    * event loop stalls for up to `stallSeconds`. Without it, leases are renewed at each tick, on the event loop.
    */
   renewer?: { databaseUrl: string; stallSeconds: number };
+  /** The deployment's pub/sub, to announce this worker joining and leaving and hear the others do it. */
+  peers?: PubSub;
 }
 
 export class ShardManager {
   private readonly held = new Map<number, Lease>();
   private readonly leases: LeaseKeeper;
   private timer?: NodeJS.Timeout;
-  private ticking?: Promise<void>;
+  /** The tick running, and the one waiting to run after it (requests while one waits join it). */
+  private running?: Promise<void>;
+  private waiting?: { force: boolean; fresh: boolean; done: Promise<void> };
   private stopped = false;
+  private readonly hearPeer = (node: string) => {
+    if (node !== this.opts.node) void this.requestTick({ fresh: true });
+  };
   /** The live members at the last tick, and each shard's home among them. */
   private members = "";
   private homes: string[] = [];
@@ -55,18 +69,46 @@ export class ShardManager {
   /** Take the home shards (waiting for expired leases of a previous incarnation if need be) and keep renewing. */
   async start(): Promise<void> {
     await this.store.ensureShards(this.opts.shards);
+    await this.opts.peers?.subscribe(channels.members, this.hearPeer);
     await this.leases.start();
-    await this.tick(this.opts.takeOverAtStart);
+    await this.requestTick({ force: this.opts.takeOverAtStart });
+    // Our heartbeat is in the store now: the holders of our home shards hand them over when they hear of us.
+    await this.announce();
     const deadline = Date.now() + this.opts.leaseSeconds * 1000 * 2;
     while (!this.holdsHomeShards() && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 250));
-      await this.tick();
+      await this.requestTick();
     }
     const period = Math.max(200, (this.opts.leaseSeconds * 1000) / 3);
-    this.timer = setInterval(() => {
-      if (!this.ticking) this.ticking = this.tick().finally(() => (this.ticking = undefined));
-    }, period);
+    this.timer = setInterval(() => void this.requestTick(), period);
     this.timer.unref();
+  }
+
+  private async announce(): Promise<void> {
+    await this.opts.peers?.publish(channels.members, this.opts.node).catch((err) => log.warn({ err }, "could not announce a membership change"));
+  }
+
+  /**
+   * A tick after the one running (ticks never overlap). `fresh`: with the members as the store has them now, not as
+   * the lease keeper last read them (a peer just joined or left).
+   */
+  private requestTick(opts: { force?: boolean; fresh?: boolean } = {}): Promise<void> {
+    const waiting = this.waiting;
+    if (waiting) {
+      waiting.force ||= !!opts.force;
+      waiting.fresh ||= !!opts.fresh;
+      return waiting.done;
+    }
+    const next = { force: !!opts.force, fresh: !!opts.fresh, done: Promise.resolve() };
+    next.done = (this.running ?? Promise.resolve()).then(async () => {
+      this.waiting = undefined;
+      const run = this.tick(next.force, next.fresh);
+      this.running = run;
+      await run;
+      if (this.running === run) this.running = undefined;
+    });
+    this.waiting = next;
+    return next.done;
   }
 
   heldShards(): number[] {
@@ -104,11 +146,11 @@ export class ShardManager {
     this.homes = placeShards(this.opts.shards, alive);
   }
 
-  async tick(force = false): Promise<void> {
+  private async tick(force: boolean, fresh: boolean): Promise<void> {
     if (this.stopped) return;
     const { node, leaseSeconds, shards } = this.opts;
     try {
-      this.place(await this.leases.refresh());
+      this.place(await this.leases.refresh(fresh));
       let reclaimed = false;
       // A lease not renewed within its lifetime (the renewer was late, or stopped while this loop stalled past the
       // bound) is still ours unless another worker took it over: renewed here, or dropped if it was taken, all
@@ -124,9 +166,15 @@ export class ShardManager {
         await Promise.all(lost.map((lease) => this.drop(lease.shard)));
         if (renewed.size) this.system.leasesConfirmed();
       }
+      let handedBack = false;
       for (const [shard, lease] of [...this.held]) {
-        if (this.homes[shard] !== node) await this.handBack(shard, lease);
+        if (this.homes[shard] !== node) {
+          await this.handBack(shard, lease);
+          handedBack = true;
+        }
       }
+      // Their new home is waiting for them: it takes them at once on hearing this.
+      if (handedBack) await this.announce();
       for (let shard = 0; shard < shards; shard++) {
         if (this.held.has(shard)) continue;
         if (this.homes[shard] !== node) continue;
@@ -160,7 +208,8 @@ export class ShardManager {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
-    await this.ticking;
+    await this.opts.peers?.unsubscribe(channels.members, this.hearPeer);
+    await (this.waiting?.done ?? this.running);
     // No more heartbeats once stopped (below, the heartbeat is forgotten); leases held are released right after.
     await this.leases.close();
     // All shards at once, each lease released as soon as its own shard is dropped: one after another, a worker whose
@@ -174,5 +223,6 @@ export class ShardManager {
     // Stop counting as alive, or the other workers leave our released home shards alone until our last heartbeat
     // ages past leaseSeconds (tick skips the shards of a live home worker), which is as slow as a crash.
     await this.store.leave(this.opts.node).catch(() => {});
+    await this.announce();
   }
 }

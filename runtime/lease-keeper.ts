@@ -24,8 +24,11 @@ const CHECK_IN_MS = 250;
 export interface LeaseKeeper {
   /** Start keeping; resolves once the live members are known. */
   start(): Promise<void>;
-  /** The live members (this worker among them), renewing the held leases first if this keeper renews on the loop. */
-  refresh(): Promise<Set<string>>;
+  /**
+   * The live members (this worker among them), renewing the held leases first if this keeper renews on the loop.
+   * `fresh`: as the store has them now (a thread keeper otherwise answers with its last round's).
+   */
+  refresh(fresh?: boolean): Promise<Set<string>>;
   /** Keep renewing `lease`, acquired by a call made at `acquiredAt` (ms). */
   hold(lease: Lease, acquiredAt: number): void;
   /** Stop renewing the shard's lease (it is being released, or was lost). */
@@ -89,10 +92,18 @@ export class LoopLeaseKeeper implements LeaseKeeper {
 }
 
 /** What the event loop tells the renewer thread. */
-export type ToRenewer = { type: "hold"; shard: number; epoch: number } | { type: "forget"; shard: number } | { type: "stop" };
+export type ToRenewer =
+  | { type: "hold"; shard: number; epoch: number }
+  | { type: "forget"; shard: number }
+  /** Run a round now (after the one running); its report answers `request`. */
+  | { type: "round"; request: number }
+  | { type: "stop" };
 
-/** What the renewer thread tells the event loop after each round. */
-export type FromRenewer = { type: "renewed"; members: string[] } | { type: "stalled"; sinceMs: number } | { type: "stopped" };
+/**
+ * What the renewer thread tells the event loop after each round. `answers`: the highest round request received
+ * before the round began (0: none), so its members are at least as fresh as that request.
+ */
+export type FromRenewer = { type: "renewed"; members: string[]; answers: number } | { type: "stalled"; sinceMs: number } | { type: "stopped" };
 
 /** What the renewer thread starts with. */
 export interface RenewerData extends KeeperOptions {
@@ -123,7 +134,12 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
   private firstReport?: Promise<void>;
   private reported?: () => void;
   private stopping = false;
+  private closed?: Promise<void>;
   private listener?: () => void;
+  /** Round requests made (refresh(true)), the highest one a report has answered, and those waiting for theirs. */
+  private requested = 0;
+  private answered = 0;
+  private readonly awaitingRound: Array<{ request: number; answered: () => void }> = [];
 
   constructor(private readonly data: Omit<RenewerData, "cells">) {
     this.buffer = new SharedArrayBuffer(8 * (1 + data.shards));
@@ -172,6 +188,10 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
   private hear(message: FromRenewer): void {
     if (message.type === "renewed") {
       this.members = new Set(message.members);
+      this.answered = Math.max(this.answered, message.answers);
+      for (let i = this.awaitingRound.length - 1; i >= 0; i--) {
+        if (this.awaitingRound[i]!.request <= this.answered) this.awaitingRound.splice(i, 1)[0]!.answered();
+      }
       this.reported?.();
       this.listener?.();
     } else if (message.type === "stalled") {
@@ -183,7 +203,18 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
     this.thread?.postMessage(message);
   }
 
-  async refresh(): Promise<Set<string>> {
+  async refresh(fresh = false): Promise<Set<string>> {
+    if (fresh && this.thread && !this.stopping) {
+      const request = ++this.requested;
+      let timer: NodeJS.Timeout | undefined;
+      // A round that does not come (the thread restarting, or the loop stalled) leaves the last round's members.
+      await new Promise<void>((resolve) => {
+        this.awaitingRound.push({ request, answered: resolve });
+        timer = setTimeout(resolve, this.data.leaseSeconds * 1000);
+        this.post({ type: "round", request });
+      });
+      clearTimeout(timer);
+    }
     return new Set(this.members);
   }
 
@@ -207,7 +238,13 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
     this.listener = listener;
   }
 
-  async close(): Promise<void> {
+  /** Stop the thread (once: a second call waits for the first's). */
+  close(): Promise<void> {
+    this.closed ??= this.stopThread();
+    return this.closed;
+  }
+
+  private async stopThread(): Promise<void> {
     this.stopping = true;
     clearInterval(this.checkIn);
     const thread = this.thread;

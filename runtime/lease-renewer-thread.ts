@@ -23,13 +23,19 @@ let stopping = false;
 /** Told once per stall, not at every round of it. */
 let stalled = false;
 let wake: (() => void) | undefined;
+/** The highest round request received (ToRenewer "round"), and the highest a round has answered. */
+let requested = 0;
+let answered = 0;
 
 const tell = (message: FromRenewer) => port.postMessage(message);
 
 port.on("message", (message: ToRenewer) => {
   if (message.type === "hold") held.set(message.shard, { shard: message.shard, epoch: message.epoch });
   else if (message.type === "forget") held.delete(message.shard);
-  else {
+  else if (message.type === "round") {
+    requested = Math.max(requested, message.request);
+    wake?.();
+  } else {
     stopping = true;
     wake?.();
   }
@@ -46,6 +52,8 @@ const store = new SqlStore({
 });
 
 async function round(): Promise<void> {
+  // Answered by this round's report, or by none (stalled, failed): the loop's wait for it times out.
+  const answers = (answered = requested);
   const stalledMs = Date.now() - cells.checkIn();
   if (stalledMs > data.stallSeconds * 1000) {
     if (!stalled) tell({ type: "stalled", sinceMs: stalledMs });
@@ -66,7 +74,7 @@ async function round(): Promise<void> {
       cells.setValidUntil(lease.shard, 0);
     }
   }
-  tell({ type: "renewed", members: [...members] });
+  tell({ type: "renewed", members: [...members], answers });
 }
 
 while (!stopping) {
@@ -76,10 +84,15 @@ while (!stopping) {
   } catch (err) {
     log.error({ err }, "lease renewal failed");
   }
-  const waitMs = Math.max(0, periodMs - (Date.now() - started));
+  // A round asked for while this one ran goes next; otherwise the next is a period after this one began.
+  const waitMs = requested > answered ? 0 : Math.max(0, periodMs - (Date.now() - started));
   await new Promise<void>((resolve) => {
-    wake = resolve;
-    setTimeout(resolve, waitMs);
+    // Woken early, the timer goes too: a pending timer would keep a stopping thread alive until it fired.
+    const timer = setTimeout(resolve, waitMs);
+    wake = () => {
+      clearTimeout(timer);
+      resolve();
+    };
   });
 }
 await store.close();

@@ -10,6 +10,8 @@ export const channels = {
   notices: "notices",
   /** A shard's number, published by the process that just took its lease (ActorSystem.holdShard). */
   shardHolders: "shard-holders",
+  /** A worker's node id, published when it joined or left the deployment, or handed shards back (ShardManager). */
+  members: "members",
   /** The assistant's socket.io room events, relayed to the rooms of every worker (gateway/assistant/sockets.ts). */
   assistantRoomEvents: "assistant:room-events",
 } as const;

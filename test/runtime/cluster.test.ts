@@ -77,6 +77,7 @@ describe("ShardManager over Postgres and Redis Streams", () => {
   let scope = "";
   let scopes = 0;
   let workers: Worker[] = [];
+  let peers: MemoryPubSub;
   /** The test's own view of the store (an operator's connection). */
   let admin: SqlStore;
 
@@ -84,16 +85,24 @@ describe("ShardManager over Postgres and Redis Streams", () => {
     return new SqlStore(await openDatabase({ databaseUrl: database.url, dataDir: "unused", poolSize: 3 }));
   }
 
-  /** A worker process named `node`: its own store connection, transport and system; its manager is not started yet. */
-  async function worker(node: string): Promise<Worker> {
+  /**
+   * A worker process named `node`: its own store connection, transport and system; its manager is not started yet.
+   * The workers of a test share one pub/sub, as a deployment's share Redis's. `thread`: leases renewed from a thread.
+   */
+  async function worker(node: string, opts: { leaseSeconds?: number; thread?: boolean } = {}): Promise<Worker> {
     const store = await openStore();
     let recoveries = 0;
     store.attach({ recover: async () => void recoveries++, close: async () => {} });
     const transport = new RedisStreamsTransport({ url: REDIS_URL, prefix: scope, nodeId: node, blockMs: 200, claimIdleMs: 60_000, drainTimeoutMs: 500 });
-    // Notices play no part in shard ownership: an in-process pub/sub per worker is enough here.
-    const system = new ActorSystem({ transport, pubsub: new MemoryPubSub(), shards: SHARDS, kinds, askTimeoutMs: 10_000 });
+    const system = new ActorSystem({ transport, pubsub: peers, shards: SHARDS, kinds, askTimeoutMs: 10_000 });
     await system.start();
-    const manager = new ShardManager(store, system, { node, shards: SHARDS, leaseSeconds: LEASE });
+    const manager = new ShardManager(store, system, {
+      node,
+      shards: SHARDS,
+      leaseSeconds: opts.leaseSeconds ?? LEASE,
+      peers,
+      renewer: opts.thread ? { databaseUrl: database.url, stallSeconds: 10 } : undefined,
+    });
     let down = false;
     const w: Worker = {
       node,
@@ -137,6 +146,7 @@ describe("ShardManager over Postgres and Redis Streams", () => {
     admin = await openStore();
     await admin.migrate(migrations);
     scope = `${redisRun.prefix}:cluster-${++scopes}`;
+    peers = new MemoryPubSub();
   });
 
   afterEach(async () => {
@@ -236,6 +246,28 @@ describe("ShardManager over Postgres and Redis Streams", () => {
       expect(await at(w0.system, fenceActor(shard)).ask({})).toEqual({ shard, epoch: after.get(shard), node: w0.node });
     }
     for (const shard of homeA) expect(after.get(shard)).toBe(before.get(shard));
+  });
+
+  describe.each([
+    ["on the event loop", false],
+    ["from a renewer thread", true],
+  ])("with leases renewed %s", (_, thread) => {
+    it("a joining worker gets its home shards at once, not at the holders' next tick; a stopping one's go as fast", async () => {
+      // A tick every 10 s: what hearing of each other spares the workers waiting for.
+      const opts = { leaseSeconds: 30, thread };
+      const w0 = await worker(A, opts);
+      await w0.manager.start();
+      expect(sorted(w0.manager.heldShards())).toEqual(all);
+      const w1 = await worker(B, opts);
+      const joining = Date.now();
+      await w1.manager.start(); // resolves once it holds its home shards (or after two leases)
+      expect(Date.now() - joining).toBeLessThan(3000);
+      expect(sorted(w1.manager.heldShards())).toEqual(homeB);
+      expect(sorted(w0.manager.heldShards())).toEqual(homeA);
+
+      await w1.stop();
+      expect(await until(() => w0.manager.heldShards().length === SHARDS, 3000)).toBeLessThan(3000);
+    });
   });
 
   it("a crashed worker's shards are taken over after its lease expires with a higher epoch, its old fence is refused, and the shards go home when it is back", async () => {
