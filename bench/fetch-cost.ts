@@ -1,8 +1,8 @@
 /**
  * `npx tsx bench/fetch-cost.ts <database url> [fetches]`: what one GET /messages of the newest 20 of a channel costs
  * in CPU, on a generated organization left by `npx tsx bench/explain-reads.ts --keep` (its ordinary reader, user 2):
- * this process's CPU (fetchMessages and serializing its answer, as the gateway does) and the Postgres backend's
- * (/proc of the backend process: the database must run on this machine) per fetch, and the statements per fetch.
+ * this process's CPU (fetchMessages and serializing its answer, as the gateway does) and the database's Postgres
+ * backends' (/proc of each: the database must run on this machine) per fetch, and the statements per fetch.
  * One fetch at a time on one connection: CPU time, not wall time, so that a loaded machine shifts it less. Runs from
  * any checkout (it uses only fetchMessages, findUserById and openDatabase), so that two builds can take turns on
  * one database: the A/B of docs/reads.md.
@@ -30,18 +30,21 @@ const query: MessageQuery = {
   format: { applyMarkdown: true, clientGravatar: true },
   allowEmptyTopicName: false,
 };
-const backendPid = (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db)).rows[0]!.pid;
-/** The backend's CPU milliseconds so far (utime + stime, clock ticks of 10 ms). */
-const backendCpuMs = () => {
-  const fields = fs.readFileSync(`/proc/${backendPid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return (Number(fields[11]) + Number(fields[12])) * 10;
-};
+/** This database's backends (a channel's page runs on connections of its own: queryPlannedOnce), after the warm-up. */
+let backendPids: number[] = [];
+/** Their CPU milliseconds so far (utime + stime, clock ticks of 10 ms). */
+const backendCpuMs = () =>
+  backendPids.reduce((total, pid) => {
+    const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+    return total + (Number(fields[11]) + Number(fields[12])) * 10;
+  }, 0);
 /** Statements the backend ran (this database's transactions: each statement outside a transaction is one). */
 const transactions = async () =>
   Number((await sql<{ n: number }>`select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()`.execute(db)).rows[0]!.n);
 
 const once = async () => JSON.stringify({ result: "success", msg: "", ...(await fetchMessages(db, reader, query)) }).length;
 for (let i = 0; i < 200; i++) await once(); // warm: named statements prepared, code optimized
+backendPids = (await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and backend_type = 'client backend'`.execute(db)).rows.map((r) => r.pid);
 const xacts0 = await transactions();
 const cpu0 = process.cpuUsage();
 const backend0 = backendCpuMs();

@@ -1,11 +1,13 @@
 /**
  * The store's named statements on Postgres (runtime/store/db.ts NAMED_STATEMENT): a kysely statement that ends with
  * the marker is prepared once on its connection and reused by name, one that does not stays unnamed, and the answers
- * are the same either way; PGlite runs the marked statement as a plain one.
+ * are the same either way; PGlite runs the marked statement as a plain one. Statements planned once
+ * (queryPlannedOnce) run named on connections of their own that always take the generic plan.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sql, type Kysely } from "kysely";
-import { NAMED_STATEMENT, openDatabase } from "../../runtime/store/db.ts";
+import pg from "pg";
+import { NAMED_STATEMENT, openDatabase, queryPlannedOnce } from "../../runtime/store/db.ts";
 import { freshDatabase } from "../support/services.ts";
 
 describe("named statements on Postgres", () => {
@@ -38,6 +40,42 @@ describe("named statements on Postgres", () => {
     expect(named).toHaveLength(1);
     expect(named[0]).toContain(NAMED_STATEMENT);
   });
+});
+
+describe("statements planned once, on Postgres", () => {
+  it("run named on connections of their own that take the generic plan; the main pool, transactions and PGlite keep the planner's choice", async () => {
+    const database = await freshDatabase();
+    try {
+      const { db } = await openDatabase({ databaseUrl: database.url, dataDir: "memory://", poolSize: 1 });
+      const mode = "select current_setting('plan_cache_mode') as mode, $1::int as n";
+      expect(await queryPlannedOnce(db, mode, [1])).toEqual([{ mode: "force_generic_plan", n: 1 }]);
+      expect(await queryPlannedOnce(db, mode, [2])).toEqual([{ mode: "force_generic_plan", n: 2 }]);
+      const named = await queryPlannedOnce<{ statement: string }>(db, "select statement from pg_prepared_statements where $1::int = 1", [1]);
+      expect(named.map((r) => r.statement)).toContain(mode);
+      expect((await sql<{ mode: string }>`select current_setting('plan_cache_mode') as mode`.execute(db)).rows).toEqual([{ mode: "auto" }]);
+      const inTransaction = await db.transaction().execute((trx) => queryPlannedOnce(trx, mode, [3]));
+      expect(inTransaction).toEqual([{ mode: "auto", n: 3 }]);
+
+      // Both pools end with the database's handle.
+      await db.destroy();
+      const admin = new pg.Client({ connectionString: database.url });
+      await admin.connect();
+      // A backend leaves pg_stat_activity a moment after its client hung up.
+      const others = async () => (await admin.query("select count(*)::int as n from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()")).rows[0].n;
+      for (let i = 0; i < 40 && (await others()) > 0; i++) await new Promise((r) => setTimeout(r, 50));
+      const left = await others();
+      await admin.end();
+      expect(left).toBe(0);
+    } finally {
+      await database.drop();
+    }
+  });
+
+  it("run as any statement on PGlite", async () => {
+    const { db } = await openDatabase({ dataDir: "memory://" });
+    expect(await queryPlannedOnce(db, "select current_setting('plan_cache_mode') as mode, $1::int as n", [4])).toEqual([{ mode: "auto", n: 4 }]);
+    await db.destroy();
+  }, 60_000);
 });
 
 describe("named statements on PGlite", () => {

@@ -5,7 +5,7 @@
  */
 import { CompiledQuery, sql, type Kysely, type RawBuilder, type Selectable, type SqlBool } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
-import { NAMED_STATEMENT } from "../../../runtime/store/db.ts";
+import { NAMED_STATEMENT, queryPlannedOnce } from "../../../runtime/store/db.ts";
 import type { Database } from "../../schema.ts";
 import type { MessageEditColumns, MessageTable } from "../schema.ts";
 import { formatMessage, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
@@ -665,7 +665,8 @@ function oneChannelNarrow(narrow: Narrow): { channel: number | string; topic?: s
  * with pageColumns' columns. The channel's row comes back even when the page is empty (one row of nulls), and no
  * row at all when there is no such channel. Parameters: $1 realm, $2 the channel's id or lower-cased name, $3 the
  * reader, $4 whether the reader is a guest, $5 the anchor, $6 and $7 each side's limit, $8 the lower-cased topic.
- * One text per way of naming the channel, with or without a topic: named on Postgres, and built once.
+ * One text per way of naming the channel, with or without a topic, built once, and run planned once per connection
+ * (queryPlannedOnce: its generic plan, which is the walk of the channel's index for any values).
  *
  * Each side is two branches, of which the channel's access runs one: the whole history, or only what the reader
  * received. Spelled as one condition (`ch.history or um.flags is not null`) over a join to the flag rows, the
@@ -689,7 +690,7 @@ function channelPageText(byId: boolean, topic: boolean): string {
     select s.id, s.name, s.is_web_public or (not s.invite_only and not $4::boolean) or (sub.user_id is not null and s.history_public_to_subscribers) as history
     from streams s left join subscriptions sub on sub.user_id = $3 and sub.stream_id = s.id and sub.active
     where s.realm_id = $1 and ${byId ? "s.id = $2::bigint" : "lower(s.name) = $2"})
-  select ch.id as channel_id, p.* from ch left join lateral (${side("<", "desc", "$6")} union all ${side(">=", "asc", "$7")}) p on true ${NAMED_STATEMENT}`;
+  select ch.id as channel_id, p.* from ch left join lateral (${side("<", "desc", "$6")} union all ${side(">=", "asc", "$7")}) p on true`;
 }
 
 const CHANNEL_PAGE_TEXTS = [false, true].map((byId) => [false, true].map((topic) => channelPageText(byId, topic)));
@@ -700,7 +701,7 @@ async function channelPage(db: DB, user: UserRow, q: MessageRange, anchor: numbe
   const values: unknown[] = [user.realm_id, byId ? narrow.channel : String(narrow.channel).toLowerCase(), user.id, user.role === ROLE.guest, anchor, limits.before, limits.atAndAfter];
   if (narrow.topic !== undefined) values.push(narrow.topic.toLowerCase());
   const text = CHANNEL_PAGE_TEXTS[Number(byId)]![Number(narrow.topic !== undefined)]!;
-  const { rows } = await db.executeQuery<MessageRow & { channel_id: number }>(CompiledQuery.raw(text, values));
+  const rows = await queryPlannedOnce<MessageRow & { channel_id: number }>(db, text, values);
   if (!rows.length) throw badNarrow("Invalid narrow operator: unknown channel");
   const before: MessageRow[] = [];
   const atAndAfter: MessageRow[] = [];
