@@ -44,6 +44,7 @@ import * as channelVersions from "../chat/migrations/2026-11-28T0150-channel-ver
 import * as unreadMessages from "../chat/migrations/2026-11-28T0800-unread-messages.ts";
 import * as messageSearchDocument from "../chat/migrations/2026-11-28T0900-message-search-document.ts";
 import * as messageSearchWords from "../chat/migrations/2026-11-28T1200-message-search-words.ts";
+import * as unreadTriggersLinear from "../chat/migrations/2026-11-28T1600-unread-triggers-linear.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -85,4 +86,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-28T0800-unread-messages": unreadMessages,
   "2026-11-28T0900-message-search-document": messageSearchDocument,
   "2026-11-28T1200-message-search-words": messageSearchWords,
+  "2026-11-28T1600-unread-triggers-linear": unreadTriggersLinear,
 };

@@ -1,5 +1,5 @@
 /**
- * The `unread_messages` table (migration 2026-11-28T0800-unread-messages) follows every writer of the unread flag,
+ * The `unread_messages` table (migrations 2026-11-28T0800-unread-messages, 1600-unread-triggers-linear) follows every writer of the unread flag,
  * through a real server on both engines: after each kind of write, the table equals the unread flag rows joined to
  * their messages, and POST /register's `unread_msgs` lists exactly the unread messages the flags (rows and recipient
  * lists, through the `user_messages` view) say, in the channel and topic where they are now. And the migration
@@ -174,6 +174,39 @@ describe.each(ENGINES)("the unread table on %s", (engine) => {
     expect((await api(server, "POST", `/users/${carol.id}/reactivate`, { as: server.owner, template: "/users/{user_id}/reactivate" })).status).toBe(200);
     expect((await expectStateFollowsFlags(carol)).map(([id]) => id)).toContain(before);
     await sql`select chorus_expand_recipient_lists(null, null)`.execute(db());
+    await expectFollowed(alice, bob, carol);
+  });
+
+  // The triggers' statements run once per writing statement, on plans made once per session that take a transition
+  // table for one row: a statement joining two transition tables, or looking one up per row of another, was
+  // quadratic (13,000 flag rows in one group commit: 9.2 s; this test's writes took minutes, past the test's timeout).
+  // Writes of tens of thousands of rows at once are every day's: a busy channel's group commit, marking everything read.
+  it("follows writes of tens of thousands of rows in one statement each: inserted, read, unread, moved, deleted", async () => {
+    const template = await toChannel(alice, "bulk", "the template");
+    const first = 2_000_000_000; // far above the ids the server hands out (and within a 32-bit column that holds message ids)
+    const count = 15_000;
+    const ids = sql`between ${first}::bigint and ${first + count - 1}::bigint`;
+    await sql`
+      insert into messages (id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content, rendered_content, date_sent, sending_client)
+      select ${first}::bigint + g, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, 'bulk ' || g, rendered_content, date_sent, sending_client
+      from messages, generate_series(0, ${count - 1}) g where id = ${template}`.execute(db());
+    // Unread for bob and carol, read for alice, the sender: 45,000 rows.
+    await sql`
+      insert into user_message_rows (user_id, message_id, flags)
+      select u.id, ${first}::bigint + g, case when u.id = ${alice.id} then 1 else 0 end
+      from generate_series(0, ${count - 1}) g, (values (${alice.id}::int), (${bob.id}::int), (${carol.id}::int)) u(id)`.execute(db());
+    expect(await expectTableFollowsFlags()).toBeGreaterThanOrEqual(2 * count);
+    await sql`update user_message_rows set flags = flags | 1 where message_id ${ids}`.execute(db());
+    await expectTableFollowsFlags();
+    await sql`update user_message_rows set flags = (flags & ~1) | 2 where message_id ${ids}`.execute(db());
+    expect(await db().selectFrom("unread_messages").select("message_id").where("flags", "=", 2).where("message_id", ">=", first).execute()).toHaveLength(3 * count);
+    await expectTableFollowsFlags();
+    await sql`update messages set topic = 'bulk moved', stream_id = ${other} where id ${ids}`.execute(db());
+    await expectTableFollowsFlags();
+    await sql`delete from user_message_rows where message_id ${ids} and user_id = ${bob.id}`.execute(db());
+    await expectTableFollowsFlags();
+    await sql`delete from messages where id ${ids}`.execute(db());
+    expect(await db().selectFrom("unread_messages").select("message_id").where("message_id", ">=", first).execute()).toEqual([]);
     await expectFollowed(alice, bob, carol);
   });
 
