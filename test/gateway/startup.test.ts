@@ -3,7 +3,7 @@
  * no stack, exit code 1, within seconds. The unreachable services are ports nothing listens on; the read-only data
  * directory is a read-only tmpfs when the test may mount one (root), else a directory without write permission.
  */
-import { execFile, execFileSync } from "node:child_process";
+import { execFile, execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -111,5 +111,44 @@ describe("start-up refusals", { timeout: 120_000 }, () => {
       await start({ WORKERS: "1" }, cwd),
       /^chorus: DATABASE_URL must be a URL like postgres:\/\/user@host:5432\/database, got "from-dotenv"$/,
     );
+  });
+});
+
+// The README's command, as a process manager runs it: its SIGTERM goes to npm, which passes it to its script's
+// process; the script must be node itself (`exec`), or a shell in between dies and leaves the server running.
+describe("npm start", { timeout: 120_000 }, () => {
+  it("stops the server gracefully when npm is sent SIGTERM", async () => {
+    const port = await freePort();
+    const data = fs.mkdtempSync(path.join(scratch, "data-"));
+    const env: Record<string, string | undefined> = { ...process.env, HOST: "127.0.0.1", PORT: String(port), CHORUS_SECRET: "s", DATA_DIR: data };
+    delete env.DATABASE_URL;
+    delete env.REDIS_URL;
+    const npm = spawn("npm", ["start"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+    let output = "";
+    npm.stdout!.on("data", (d) => (output += d));
+    npm.stderr!.on("data", (d) => (output += d));
+    const npmExited = new Promise((resolve) => npm.once("exit", resolve));
+    const answers = () => fetch(`http://127.0.0.1:${port}/api/v1/server_settings`).then((r) => r.ok, () => false);
+    for (let i = 0; i < 600 && !(await answers()); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(await answers(), output).toBe(true);
+    const server = Number(fs.readFileSync(path.join(data, "chorus.pid"), "utf8"));
+    expect(server).not.toBe(npm.pid);
+
+    npm.kill("SIGTERM");
+    await npmExited;
+    const alive = () => {
+      try {
+        process.kill(server, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    for (let i = 0; i < 200 && alive(); i++) await new Promise((r) => setTimeout(r, 100));
+    const stoppedItself = !alive();
+    if (!stoppedItself) process.kill(server, "SIGKILL");
+    expect(stoppedItself, output).toBe(true);
+    expect(output).toMatch(/SIGTERM: shutting down/);
+    expect(await answers()).toBe(false);
   });
 });
