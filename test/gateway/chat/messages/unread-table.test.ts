@@ -183,7 +183,7 @@ describe.each(ENGINES)("the unread table on %s", (engine) => {
   // Writes of tens of thousands of rows at once are every day's: a busy channel's group commit, marking everything read.
   it("follows writes of tens of thousands of rows in one statement each: inserted, read, unread, moved, deleted", async () => {
     const template = await toChannel(alice, "bulk", "the template");
-    const first = 2_000_000_000; // far above the ids the server hands out (and within a 32-bit column that holds message ids)
+    const first = 2_000_000_000; // far above the ids the server hands out; below 2^31, as expectTableFollowsFlags reads ids as int
     const count = 15_000;
     const ids = sql`between ${first}::bigint and ${first + count - 1}::bigint`;
     await sql`
