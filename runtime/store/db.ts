@@ -64,8 +64,22 @@ const namedTexts = new Map<string, string>();
 function statementName(text: string): string | undefined {
   if (!text.endsWith(NAMED_STATEMENT)) return undefined;
   let name = namedTexts.get(text);
-  if (!name && namedTexts.size < MAX_NAMED_TEXTS) namedTexts.set(text, (name = `n${createHash("sha1").update(text).digest("hex").slice(0, 24)}`));
+  if (!name && namedTexts.size < MAX_NAMED_TEXTS) namedTexts.set(text, (name = hashedName("n", text)));
   return name;
+}
+
+/** A statement's name on Postgres: a hash of its text (under 63 bytes), after a letter saying which pool runs it. */
+function hashedName(prefix: string, text: string): string {
+  return `${prefix}${createHash("sha1").update(text).digest("hex").slice(0, 24)}`;
+}
+
+/** A pool of connections to Postgres, bigint columns as numbers. */
+function postgresPool(connectionString: string, max: number): pg.Pool {
+  const pool = new pg.Pool({ connectionString, max, types });
+  // An idle connection that Postgres closes (a restart, an administrator, a failover) is an 'error' event on the
+  // pool; unhandled, it would end the process. The pool drops that connection and opens another when needed.
+  pool.on("error", (err) => log.error(`postgres: idle connection lost (${err.message})`));
+  return pool;
 }
 
 /**
@@ -87,15 +101,11 @@ export async function queryPlannedOnce<R>(db: Kysely<any> | Transaction<any>, te
 const plannedOnce = new WeakMap<object, <R>(text: string, values: readonly unknown[]) => Promise<R[]>>();
 
 function plannedOncePool(connectionString: string, max: number) {
-  const pool = new pg.Pool({ connectionString, max, types });
+  const pool = postgresPool(connectionString, max);
   pool.on("connect", (client) => void client.query("set plan_cache_mode = force_generic_plan").catch(() => {}));
-  pool.on("error", (err) => log.error(`postgres: idle connection lost (${err.message})`));
+  // Its callers' texts are built once (a handful): each is named at its first run.
   const names = new Map<string, string>();
-  const nameOf = (text: string) => {
-    let name = names.get(text);
-    if (!name) names.set(text, (name = `g${createHash("sha1").update(text).digest("hex").slice(0, 24)}`));
-    return name;
-  };
+  const nameOf = (text: string) => names.get(text) ?? names.set(text, hashedName("g", text)).get(text)!;
   return {
     run: async <R>(text: string, values: readonly unknown[]) => (await pool.query({ name: nameOf(text), text, values: values as unknown[] })).rows as R[],
     end: () => pool.end(),
@@ -131,10 +141,7 @@ export function pgliteDirectory(dataDir: string): string {
 
 export async function openDatabase(opts: { databaseUrl?: string; dataDir: string; poolSize?: number }): Promise<OpenDatabase> {
   if (opts.databaseUrl) {
-    const pool = new pg.Pool({ connectionString: opts.databaseUrl, max: opts.poolSize ?? 10, types });
-    // An idle connection that Postgres closes (a restart, an administrator, a failover) is an 'error' event on the
-    // pool; unhandled, it would end the process. The pool drops that connection and opens another when needed.
-    pool.on("error", (err) => log.error(`postgres: idle connection lost (${err.message})`));
+    const pool = postgresPool(opts.databaseUrl, opts.poolSize ?? 10);
     const prepared: Prepared = async (name, text, values) => (await pool.query({ name, text, values: values as unknown[] })).rows;
     const planned = plannedOncePool(opts.databaseUrl, opts.poolSize ?? 10);
     const db = new Kysely<KernelTables>({ dialect: new PostgresDialect({ pool: namingPool(pool, planned.end) }) });
