@@ -45,6 +45,7 @@ import * as unreadMessages from "../chat/migrations/2026-11-28T0800-unread-messa
 import * as messageSearchDocument from "../chat/migrations/2026-11-28T0900-message-search-document.ts";
 import * as messageSearchWords from "../chat/migrations/2026-11-28T1200-message-search-words.ts";
 import * as unreadTriggersLinear from "../chat/migrations/2026-11-28T1600-unread-triggers-linear.ts";
+import * as unreadRowsByFlagRows from "../chat/migrations/2026-12-01T2330-unread-rows-by-flag-rows.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -87,4 +88,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-28T0900-message-search-document": messageSearchDocument,
   "2026-11-28T1200-message-search-words": messageSearchWords,
   "2026-11-28T1600-unread-triggers-linear": unreadTriggersLinear,
+  "2026-12-01T2330-unread-rows-by-flag-rows": unreadRowsByFlagRows,
 };

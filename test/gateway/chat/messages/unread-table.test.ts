@@ -1,5 +1,6 @@
 /**
- * The `unread_messages` table (migrations 2026-11-28T0800-unread-messages, 1600-unread-triggers-linear) follows every writer of the unread flag,
+ * The `unread_messages` table (migrations 2026-11-28T0800-unread-messages, 1600-unread-triggers-linear,
+ * 2026-12-01T2330-unread-rows-by-flag-rows) follows every writer of the unread flag,
  * through a real server on both engines: after each kind of write, the table equals the unread flag rows joined to
  * their messages, and POST /register's `unread_msgs` lists exactly the unread messages the flags (rows and recipient
  * lists, through the `user_messages` view) say, in the channel and topic where they are now. And the migration
@@ -224,6 +225,9 @@ describe.each(ENGINES)("the unread table on %s", (engine) => {
     await sql`delete from kysely_migration where name >= '2026-11-28T0800-unread-messages'`.execute(db());
     await server.node.store.migrate(migrations);
     expect(await expectTableFollowsFlags()).toBeGreaterThan(0);
+    // Moves and deletions reach the rows through the flag rows: the table has its primary key alone (2330).
+    const indexes = await sql<{ indexname: string }>`select indexname from pg_indexes where tablename = 'unread_messages' order by 1`.execute(db());
+    expect(indexes.rows.map((r) => r.indexname)).toEqual(["unread_messages_pkey"]);
     expect(await expectStateFollowsFlags(carol)).toContainEqual([unseen, "dm"]);
     // And the triggers are back.
     const next = (await send(bob, { type: "direct", to: JSON.stringify([carol.id]), content: "after" })).body.id;
