@@ -74,8 +74,8 @@ function hashedName(prefix: string, text: string): string {
 }
 
 /** A pool of connections to Postgres, bigint columns as numbers. */
-function postgresPool(connectionString: string, max: number): pg.Pool {
-  const pool = new pg.Pool({ connectionString, max, types });
+function postgresPool(connectionString: string, max: number, options?: string): pg.Pool {
+  const pool = new pg.Pool({ connectionString, max, types, options });
   // An idle connection that Postgres closes (a restart, an administrator, a failover) is an 'error' event on the
   // pool; unhandled, it would end the process. The pool drops that connection and opens another when needed.
   pool.on("error", (err) => log.error(`postgres: idle connection lost (${err.message})`));
@@ -101,8 +101,9 @@ export async function queryPlannedOnce<R>(db: Kysely<any> | Transaction<any>, te
 const plannedOnce = new WeakMap<object, <R>(text: string, values: readonly unknown[]) => Promise<R[]>>();
 
 function plannedOncePool(connectionString: string, max: number) {
-  const pool = postgresPool(connectionString, max);
-  pool.on("connect", (client) => void client.query("set plan_cache_mode = force_generic_plan").catch(() => {}));
+  // Set in the connection's startup message: a SET run from the pool's connect event raced the first statement the
+  // pool handed the new connection (pg queued it behind, and warned that pg@9 will refuse a query to a busy client).
+  const pool = postgresPool(connectionString, max, "-c plan_cache_mode=force_generic_plan");
   // Its callers' texts are built once (a handful): each is named at its first run.
   const names = new Map<string, string>();
   const nameOf = (text: string) => names.get(text) ?? names.set(text, hashedName("g", text)).get(text)!;
