@@ -427,7 +427,8 @@ export class ActorSystem {
       let holds: Promise<unknown>[] | undefined;
       const done = (error?: ChorusError, held?: Promise<unknown>) => {
         failure ??= error;
-        if (held) (holds ??= []).push(held);
+        // Turns of a fan-out hold the same work, the batch their rows are written in: awaited once, not once per turn.
+        if (held && held !== holds?.at(-1)) (holds ??= []).push(held);
         if (--remaining > 0) return;
         if (!single && entry.replyTo) void this.opts.transport.reply(entry.replyTo, { corr: entry.replyTo.corr, error: failure?.toJSON() });
         if (!holds) return resolve();

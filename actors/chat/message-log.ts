@@ -6,8 +6,9 @@
  * Guarantees (checked by test/actors/chat/message-log.test.ts against PGlite and Postgres):
  * - `appendMessage` and `appendUserEvent` group-commit: concurrent appends share one transaction; each resolves
  *   once committed, or is refused with FENCED when its fence is stale (the others of its batch commit). Appending
- *   the same `send_key` twice commits once and resolves both with the first id. A write-behind event (`behind`)
- *   may wait a few milliseconds for others to commit with.
+ *   the same `send_key` twice commits once and resolves both with the first id. A write-behind event
+ *   (`appendUserEventBehind`) waits a few milliseconds for others of its shard, and their one `BehindWrite` settles
+ *   once every one of them is committed (tried again after any failure but FENCED, which refuses them all).
  * - A message appended with an `attempt` commits only if that attempt was not abandoned first (`abandonAttempt`),
  *   and is refused with NOT_SENT otherwise; `abandonAttempt` answers the id stored under the send key, if any. Of an
  *   append and the abandonment of its attempt, exactly one wins, so a gateway that lost track of a send can still
@@ -80,6 +81,92 @@ type PendingMessage = {
 type PendingEvent = { event: UserEvent; fence: Fence; resolve(): void; reject(err: unknown): void };
 
 /**
+ * Events written behind their deliveries, gathered for one shard over one wait (`eventWriteDelayMs`), settled as
+ * one: `written` resolves once every row is committed, or rejects with FENCED at the first row refused so (the shard
+ * is no longer this process's: its next holder redelivers them all). A row that fails otherwise (the store is down)
+ * is tried again, with a doubling wait, until it is written or fenced: whoever holds a transport entry on `written`
+ * must not see it settle while a crash could still lose the row.
+ *
+ * Why one for many: a fan-out hands the log one row per recipient, and a promise, two closures and a retry loop per
+ * row were most of what a delivery kept alive until its commit, young objects that every scavenge in between copied
+ * (a 10,000-queue fan-out's scavenges took 21-39 ms each: docs/performance.md, 2026-12-01). A row is now one object.
+ */
+export interface BehindWrite {
+  readonly written: Promise<void>;
+  /** Settled: written, or refused as FENCED. */
+  readonly done: boolean;
+}
+
+/** The first wait before a failed write-behind row is tried again; it doubles up to the second. */
+const BEHIND_RETRY_MS = 50;
+const BEHIND_RETRY_MAX_MS = 5_000;
+
+class BehindBatch implements BehindWrite {
+  readonly written: Promise<void>;
+  done = false;
+  readonly rows: BehindRow[] = [];
+  private unwritten = 0;
+  private retryMs = BEHIND_RETRY_MS;
+  private retrying?: BehindRow[];
+  private settle!: (err?: unknown) => void;
+
+  constructor(
+    readonly epoch: number,
+    private readonly submit: (row: BehindRow) => void,
+  ) {
+    this.written = new Promise<void>((resolve, reject) => (this.settle = (err) => (err ? reject(err) : resolve())));
+    // Only FENCED, which each holder hears through its own hold: never an unhandled rejection.
+    this.written.catch(() => {});
+  }
+
+  /** Into the group commit, once nothing more joins it. */
+  start(): void {
+    this.unwritten = this.rows.length;
+    for (const row of this.rows) this.submit(row);
+  }
+
+  rowWritten(): void {
+    if (--this.unwritten === 0 && !this.done) {
+      this.done = true;
+      this.settle();
+    }
+  }
+
+  rowFailed(row: BehindRow, err: unknown): void {
+    if (this.done) return;
+    if (ChorusError.wrap(err).code === "FENCED") {
+      this.done = true;
+      this.settle(err);
+      return;
+    }
+    if (this.retrying) return void this.retrying.push(row);
+    this.retrying = [row];
+    log.warn(`store: writing ${this.rows.length} user events behind their deliveries failed (${(err as Error)?.message}); retrying in ${this.retryMs} ms`);
+    setTimeout(() => {
+      const again = this.retrying ?? [];
+      this.retrying = undefined;
+      this.retryMs = Math.min(this.retryMs * 2, BEHIND_RETRY_MAX_MS);
+      for (const r of again) this.submit(r);
+    }, this.retryMs);
+  }
+}
+
+/** A row of a BehindBatch, as the group commit holds it: its answers go to the batch (methods, not closures per row). */
+class BehindRow implements PendingEvent {
+  constructor(
+    readonly event: UserEvent,
+    readonly fence: Fence,
+    private readonly batch: BehindBatch,
+  ) {}
+  resolve(): void {
+    this.batch.rowWritten();
+  }
+  reject(err: unknown): void {
+    this.batch.rowFailed(this, err);
+  }
+}
+
+/**
  * One per process, over the process's store, to which it attaches itself: the store recovers it after migrating and
  * on a shard take-over (lists a crashed holder left), and closes it before the database.
  */
@@ -94,6 +181,9 @@ export class MessageLog implements StoreComponent {
     (batch) => this.commitMessages(batch),
   );
   private readonly events = new GroupCommit<PendingEvent>("events", () => 1, (batch) => commitEvents(this.store.prepared, batch));
+  /** Write-behind batches still gathering rows, by shard, and the one timer that starts them all. */
+  private readonly behind = new Map<number, BehindBatch>();
+  private behindTimer?: NodeJS.Timeout;
 
   /** Recipient lists this log committed may be unexpanded: an expansion is scheduled or running. */
   private listsWaiting = false;
@@ -141,6 +231,7 @@ export class MessageLog implements StoreComponent {
   /** Commits every pending append and expands the lists this log committed; before the database closes. */
   async close(): Promise<void> {
     clearInterval(this.attemptPruner);
+    this.startBehind();
     await Promise.all([this.messages.drain(), this.events.drain()]);
     this.closed = true;
     clearTimeout(this.listTimer);
@@ -267,12 +358,34 @@ export class MessageLog implements StoreComponent {
     };
   }
 
+  /** Group-committed; a repeated (user_id, seq) is stored once. */
+  appendUserEvent(event: UserEvent, fence: Fence): Promise<void> {
+    return new Promise((resolve, reject) => this.events.add({ event, fence, resolve, reject }));
+  }
+
   /**
-   * Group-committed; a repeated (user_id, seq) is stored once. `behind`: the caller does not wait on it before
-   * answering anyone, so it may wait a few milliseconds to share its commit with later events.
+   * An event written behind its delivery (the caller answers before it is committed): it waits a few milliseconds
+   * for others of its shard, and the answer is the batch they share (BehindWrite). A repeated (user_id, seq) is
+   * stored once.
    */
-  appendUserEvent(event: UserEvent, fence: Fence, opts?: { behind?: boolean }): Promise<void> {
-    return new Promise((resolve, reject) => this.events.add({ event, fence, resolve, reject }, opts?.behind ? (this.opts.eventWriteDelayMs ?? DEFAULT_EVENT_WRITE_DELAY_MS) : 0));
+  appendUserEventBehind(event: UserEvent, fence: Fence): BehindWrite {
+    let batch = this.behind.get(fence.shard);
+    if (!batch || batch.epoch !== fence.epoch) {
+      batch?.start();
+      this.behind.set(fence.shard, (batch = new BehindBatch(fence.epoch, (row) => this.events.add(row))));
+      this.behindTimer ??= setTimeout(() => this.startBehind(), this.opts.eventWriteDelayMs ?? DEFAULT_EVENT_WRITE_DELAY_MS);
+    }
+    batch.rows.push(new BehindRow(event, fence, batch));
+    return batch;
+  }
+
+  /** The gathering write-behind batches go to the group commit. */
+  private startBehind(): void {
+    clearTimeout(this.behindTimer);
+    this.behindTimer = undefined;
+    const batches = [...this.behind.values()];
+    this.behind.clear();
+    for (const batch of batches) batch.start();
   }
 
   /** The user's stored events after `afterSeq`, oldest first. */

@@ -32,7 +32,7 @@ import { sql } from "kysely";
 import { PARKED, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
-import type { UserEvent } from "../message-log.ts";
+import type { BehindWrite, UserEvent } from "../message-log.ts";
 import { formatSharedMessage, type MessageRecord } from "../rendering/message-format.ts";
 import { matchesNarrow } from "../reads/narrow.ts";
 import { messageRecords } from "../reads/messages.ts";
@@ -150,9 +150,6 @@ export async function usersFollowingPublicChannels(db: ActorDeps["store"]["db"],
 const SEQ_BLOCK = 1024;
 /** How long deactivating waits for the rows still being written behind. */
 const DEACTIVATE_WRITES_WAIT_MS = 5_000;
-/** The first wait before a failed write-behind is tried again; it doubles up to the second. */
-const WRITE_BEHIND_RETRY_MS = 50;
-const WRITE_BEHIND_RETRY_MAX_MS = 5_000;
 
 /** An event in a queue; one object for all the queues that take it. */
 interface QueuedEvent {
@@ -238,8 +235,11 @@ export class UserActor implements Actor {
   private typingWanted?: boolean;
   /** The user's realm and role, as seesUser last read them. */
   private viewer?: { realm_id: number; role: number; until: number };
-  /** Sequence numbers handed out whose events are still committing (pruning must not pass them), and their writes. */
-  private readonly inFlight = new Map<number, Promise<unknown>>();
+  /**
+   * Sequence numbers handed out whose events may still be committing (pruning must not pass them), in order, and
+   * their writes; the written ones at the front are forgotten as events come (forgetWritten).
+   */
+  private readonly inFlight = new Map<number, BehindWrite>();
 
   constructor(
     private readonly ctx: ActorContext,
@@ -295,7 +295,8 @@ export class UserActor implements Actor {
     // and a row lost to the lease's release would have the shard's next holder queue the redelivered event again,
     // under a new id (a repeat the client sees). A shard handed over gracefully repeats nothing. Bounded: a store
     // that does not answer must not hold the hand-over (nor a shutdown) forever.
-    await Promise.race([Promise.allSettled(this.inFlight.values()), new Promise((r) => setTimeout(r, DEACTIVATE_WRITES_WAIT_MS).unref())]);
+    const writes = new Set([...this.inFlight.values()].map((w) => w.written));
+    await Promise.race([Promise.allSettled(writes), new Promise((r) => setTimeout(r, DEACTIVATE_WRITES_WAIT_MS).unref())]);
     // The queues live on in the store; an empty answer sends the client straight back to poll the new owner.
     for (const q of this.queues.values()) if (q.poll) this.finishPoll(q, { events: [] });
     const unwritten = new Map<number, QueuedEvent>();
@@ -824,30 +825,35 @@ export class UserActor implements Actor {
     if (unwritten) return;
     // The turn ends while the row commits, so the next deliveries join the same group commit.
     const row: UserEvent = { user_id: this.userId, seq, payload: persisted(event) };
-    const written = behind ? this.writeBehind(row) : this.deps.messageLog.appendUserEvent(row, this.ctx.fence());
-    const settled = written.finally(() => this.inFlight.delete(seq));
-    this.inFlight.set(seq, settled);
-    if (!behind) return this.ctx.completeWhen(settled);
-    this.ctx.holdAcknowledgement(settled);
-    settled.catch(() => {}); // only FENCED: the shard's next owner restores the queue and gets the entry again
+    this.forgetWritten();
+    if (behind) {
+      // Tried again until written or the shard is lost (FENCED: its next owner restores the queue and gets the
+      // entry again): the transport entry is acknowledged once it settles, so giving up on a failing store would
+      // acknowledge an event that a crash could then lose. The event is in the queues meanwhile; only the row waits.
+      const write = this.deps.messageLog.appendUserEventBehind(row, this.ctx.fence());
+      this.inFlight.set(seq, write);
+      return this.ctx.holdAcknowledgement(write.written);
+    }
+    const write = { written: this.deps.messageLog.appendUserEvent(row, this.ctx.fence()), done: false };
+    const settled = () => void (write.done = true);
+    write.written.then(settled, settled);
+    this.inFlight.set(seq, write);
+    this.ctx.completeWhen(write.written);
   }
 
-  /**
-   * A delivered event's row, retried until it is written or the shard is lost (FENCED): its transport entry is
-   * acknowledged once this settles, so giving up on a failing store would acknowledge an event that a crash could
-   * then lose. The event is in the queues meanwhile; only the row waits.
-   */
-  private async writeBehind(row: UserEvent): Promise<void> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await this.deps.messageLog.appendUserEvent(row, this.ctx.fence(), { behind: true });
-      } catch (err) {
-        if (ChorusError.wrap(err).code === "FENCED") throw err;
-        const retryMs = Math.min(WRITE_BEHIND_RETRY_MS * 2 ** attempt, WRITE_BEHIND_RETRY_MAX_MS);
-        if (attempt === 0) log.warn(`user ${this.userId}: writing event ${row.seq} failed (${(err as Error)?.message}); retrying`);
-        await new Promise((r) => setTimeout(r, retryMs));
-      }
+  /** Drop the written events at the front of inFlight (in sequence order): what is left may still be committing. */
+  private forgetWritten(): void {
+    for (const [seq, write] of this.inFlight) {
+      if (!write.done) return;
+      this.inFlight.delete(seq);
     }
+  }
+
+  /** The lowest sequence number whose event may still be committing, if any. */
+  private firstInFlight(): number | undefined {
+    this.forgetWritten();
+    for (const [seq, write] of this.inFlight) if (!write.done) return seq;
+    return undefined;
   }
 
   private accepts(q: EventQueue, event: StoredEvent): boolean {
@@ -908,7 +914,8 @@ export class UserActor implements Actor {
       }
     }
     const held = [...this.queues.values()].map((q) => (q.items[0] ? q.items[0].seq - 1 : this.nextSeq - 1));
-    const settled = Math.min(this.nextSeq - 1, ...held, ...[...this.inFlight.keys()].map((seq) => seq - 1));
+    const committing = this.firstInFlight();
+    const settled = Math.min(this.nextSeq - 1, ...held, ...(committing === undefined ? [] : [committing - 1]));
     if (settled >= this.seqFloor) {
       // The floor goes into the snapshot before the rows go: ids never repeat, even after a crash in between.
       this.seqFloor = settled + 1;

@@ -379,11 +379,46 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
       const fence = await fenceOn();
       const userId = nextId++;
       const payloads = [{ text: 'a "quoted" \\ back\\slash, {brace}' }, { list: [1, "NULL", null], nested: { ü: "👋" } }, { empty: "" }];
-      await Promise.all(payloads.map((payload, i) => log.appendUserEvent({ user_id: userId, seq: i + 1, payload }, fence, { behind: i === 2 })));
+      await Promise.all(payloads.map((payload, i) => (i === 2 ? log.appendUserEventBehind({ user_id: userId, seq: i + 1, payload }, fence).written : log.appendUserEvent({ user_id: userId, seq: i + 1, payload }, fence))));
       await log.appendUserEvent({ user_id: userId, seq: 1, payload: { text: "a later copy" } }, fence);
       expect(await log.userEventsAfter(userId, 0)).toEqual(payloads.map((payload, i) => ({ user_id: userId, seq: i + 1, payload })));
       await expectCode(log.appendUserEvent({ user_id: userId, seq: 9, payload: {} }, { ...fence, epoch: fence.epoch - 1 }), "FENCED");
       expect(await log.userEventsAfter(userId, 3)).toEqual([]);
+    });
+
+    it("writes events behind as one batch per shard and wait: settled once every row is committed, tried again after a failure, refused whole when fenced", async () => {
+      const fence = await fenceOn();
+      const [ann, bob] = [nextId++, nextId++];
+      const first = log.appendUserEventBehind({ user_id: ann, seq: 1, payload: { n: 1 } }, fence);
+      const second = log.appendUserEventBehind({ user_id: bob, seq: 1, payload: { n: 2 } }, fence);
+      expect(second).toBe(first);
+      expect(first.done).toBe(false);
+      await first.written;
+      expect(first.done).toBe(true);
+      expect(await log.userEventsAfter(ann, 0)).toEqual([{ user_id: ann, seq: 1, payload: { n: 1 } }]);
+      expect(await log.userEventsAfter(bob, 0)).toEqual([{ user_id: bob, seq: 1, payload: { n: 2 } }]);
+
+      // The store refuses the rows (a constraint stands in for a store that fails): tried again until they are written.
+      await sql`alter table user_events add constraint behind_refused check (seq < 1000)`.execute(store.db);
+      const refused = log.appendUserEventBehind({ user_id: ann, seq: 1000, payload: { n: 3 } }, fence);
+      const alongside = log.appendUserEventBehind({ user_id: bob, seq: 2, payload: { n: 4 } }, fence);
+      expect(alongside).toBe(refused);
+      await sleep(300);
+      expect(refused.done).toBe(false);
+      await sql`alter table user_events drop constraint behind_refused`.execute(store.db);
+      await refused.written;
+      expect(await log.userEventsAfter(ann, 1)).toEqual([{ user_id: ann, seq: 1000, payload: { n: 3 } }]);
+      expect(await log.userEventsAfter(bob, 1)).toEqual([{ user_id: bob, seq: 2, payload: { n: 4 } }]);
+
+      // Another epoch of the shard is another batch; a stale one is refused as FENCED, and nothing of it is stored.
+      const stale = log.appendUserEventBehind({ user_id: ann, seq: 1001, payload: {} }, { ...fence, epoch: fence.epoch - 1 });
+      const current = log.appendUserEventBehind({ user_id: bob, seq: 3, payload: {} }, fence);
+      expect(current).not.toBe(stale);
+      await expectCode(stale.written, "FENCED");
+      expect(stale.done).toBe(true);
+      await current.written;
+      expect(await log.userEventsAfter(ann, 1000)).toEqual([]);
+      expect(await log.userEventsAfter(bob, 2)).toHaveLength(1);
     });
   });
 
