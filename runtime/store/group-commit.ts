@@ -29,16 +29,13 @@ export interface CommitOutcome<P> {
 
 /**
  * One stream of group commits: whatever accumulated while the previous commit ran goes into the next one. Under load
- * a batch grows to what arrives during one commit; idle, an append commits alone with no added delay. An append may
- * instead ask to wait up to `delayMs` for company (a write-behind), unless an earlier commit takes it along.
+ * a batch grows to what arrives during one commit; idle, an append commits alone with no added delay. (A write-behind
+ * that waits for company gathers it before adding: the message log's BehindBatch.)
  */
 export class GroupCommit<P extends { fence: Fence; resolve(value: never): void; reject(err: unknown): void }> {
   private pending: P[] = [];
   /** A commit is running or about to. */
   private running = false;
-  /** Some pending append may not wait any longer. */
-  private due = false;
-  private timer?: NodeJS.Timeout;
 
   constructor(
     private readonly name: string,
@@ -46,14 +43,9 @@ export class GroupCommit<P extends { fence: Fence; resolve(value: never): void; 
     private readonly commit: (batch: P[]) => Promise<CommitOutcome<P>>,
   ) {}
 
-  add(p: P, delayMs = 0): void {
+  add(p: P): void {
     this.pending.push(p);
-    if (delayMs <= 0) this.start();
-    else
-      this.timer ??= setTimeout(() => {
-        this.timer = undefined;
-        this.start();
-      }, delayMs);
+    this.start();
   }
 
   /** Commit everything pending now; resolves once nothing is pending or committing. */
@@ -68,7 +60,6 @@ export class GroupCommit<P extends { fence: Fence; resolve(value: never): void; 
    * read, so every commit would hold one append.
    */
   private start(): void {
-    this.due = true;
     if (this.running) return;
     this.running = true;
     setImmediate(() => void this.run());
@@ -76,9 +67,8 @@ export class GroupCommit<P extends { fence: Fence; resolve(value: never): void; 
 
   private async run(): Promise<void> {
     try {
-      while (this.due && this.pending.length) {
+      while (this.pending.length) {
         const batch = takeBatch(this.pending, this.rowsOf);
-        if (!this.pending.length) this.due = false;
         await tracer.startActiveSpan(`store.commit ${this.name}`, async (span) => {
           span.setAttribute("chorus.batch_size", batch.length);
           const started = performance.now();
@@ -99,7 +89,6 @@ export class GroupCommit<P extends { fence: Fence; resolve(value: never): void; 
           }
         });
       }
-      this.due = false;
     } finally {
       this.running = false;
     }
