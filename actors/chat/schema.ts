@@ -550,6 +550,8 @@ export interface ChatTables {
   recipients: RecipientTable;
   recipient_members: RecipientMemberTable;
   user_messages: UserMessageTable;
+  /** A view: the unread ones of `user_messages` (migration 2026-12-02T0330), from `unread_messages` and the lists. */
+  unread_user_messages: UserMessageTable;
   user_message_rows: UserMessageTable;
   user_message_lists: UserMessageListTable;
   unread_messages: UnreadMessageTable;

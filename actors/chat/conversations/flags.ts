@@ -131,7 +131,7 @@ export class FlagsActor implements Actor {
   private async markAllRead(): Promise<MarkedRead> {
     let count = 0;
     for (;;) {
-      const marked = await this.markRead(sql<UnreadRow>`select message_id from user_messages where user_id = ${this.userId} and (flags & ${FLAG_BITS.read}) = 0 limit ${MARK_ALL_BATCH}`);
+      const marked = await this.markRead(sql<UnreadRow>`select message_id from unread_user_messages where user_id = ${this.userId} limit ${MARK_ALL_BATCH}`);
       count += marked.length;
       if (marked.length < MARK_ALL_BATCH) break;
     }
@@ -143,8 +143,8 @@ export class FlagsActor implements Actor {
   private async markChannelRead(msg: MarkChannelRead): Promise<MarkedRead> {
     const topic = msg.topic === undefined ? sql`` : sql`and lower(m.topic) = ${msg.topic.toLowerCase()}`;
     const marked = await this.markRead(
-      sql<UnreadRow>`select um.message_id from user_messages um join messages m on m.id = um.message_id
-        where um.user_id = ${this.userId} and (um.flags & ${FLAG_BITS.read}) = 0 and m.stream_id = ${msg.streamId} ${topic}`,
+      sql<UnreadRow>`select um.message_id from unread_user_messages um join messages m on m.id = um.message_id
+        where um.user_id = ${this.userId} and m.stream_id = ${msg.streamId} ${topic}`,
     );
     if (marked.length) await this.announce(readEvent(marked, false));
     return { count: marked.length };

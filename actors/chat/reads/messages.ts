@@ -214,22 +214,25 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   // A dm operator reaches the conversation even with a channel operator beside it (which then matches nothing).
   if (withDms && dmAccess && (channelTerm || publicTerm)) conds[0] = sql<SqlBool>`(${conds[0]} or ${dmAccess})`;
   const byFlag = narrow.some((t) => t.operator === "is" && !t.negated && FLAG_OPERANDS.has(String(t.operand)));
+  const byUnread = narrow.some((t) => t.operator === "is" && !t.negated && t.operand === "unread");
   // The access rule names one channel, not the reader's lists: the page's text is the same for every reader.
   const sameText = !!channelTerm && !(withDms && dmAccess);
   // Whether a condition reads the reader's flag row (um): a channel whose history they only see as received, an is: flag.
   const readsFlags = received.length > 0 || narrow.some((t) => t.operator === "is" && FLAG_OPERANDS.has(String(t.operand)));
-  return { conds, searchConds, readsFlags, walk: byFlag ? "flags" : positive("search") ? "matches" : "messages", sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled };
+  const walk: Walk = byUnread ? "unread" : byFlag ? "flags" : positive("search") ? "matches" : "messages";
+  return { conds, searchConds, readsFlags, walk, sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled };
 }
 
 /**
  * How a narrow's page is found. `messages`: newest (or oldest) first along an index of messages (the primary key,
  * or the channel's, topic's, conversation's or sender's), each checked against the narrow. `flags`: along the
  * reader's flag rows that have the flag (partial indexes), each joined to its message: a starred page would
- * otherwise check every message the reader can read. `matches`: every match of the search from the full-text index,
+ * otherwise check every message the reader can read. `unread`: the same along the reader's unread rows
+ * (`unread_user_messages`: the unread table and the lists; the flag rows have no index of their unread ones). `matches`: every match of the search from the full-text index,
  * then the page of them: walking messages newest first computed the document of each (3.6 s to find none of
  * 1,000,000).
  */
-type Walk = "messages" | "flags" | "matches";
+type Walk = "messages" | "flags" | "unread" | "matches";
 interface CompiledNarrow {
   conds: Cond[];
   /** Those of `conds` that search (the positive operands' together, each negated one). */
@@ -310,11 +313,11 @@ function topicPolicy(userId: number, policy: number): Cond {
 
 function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messages") {
   const where = sql<SqlBool>`${sql.join(conds, sql` and `)}`;
-  if (walk === "flags") {
+  if (walk === "flags" || walk === "unread") {
     // `+ 0`: the join must not make m.id and um.message_id one ordering, or the planner merge-joins the flag rows
     // with every message newest first (1.3 s for a starred page of 1,000,000 messages) instead of looking each up.
     return db
-      .selectFrom("user_messages as um")
+      .selectFrom(walk === "unread" ? "unread_user_messages as um" : "user_messages as um")
       .innerJoin("messages as m", (j) => j.on(sql<SqlBool>`m.id = um.message_id + 0`))
       .where("um.user_id", "=", user.id)
       .where(where);
@@ -374,6 +377,7 @@ export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; fir
 const ORDER: Record<Walk, RawBuilder<number>> = {
   messages: sql<number>`m.id`,
   flags: sql<number>`um.message_id`,
+  unread: sql<number>`um.message_id`,
   matches: sql<number>`m.id + 0`,
 };
 
@@ -476,8 +480,8 @@ export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) 
 async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText, oneChannel, storedSearch }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
-    // Along the reader's unread flag rows (user_messages_unread), whatever the narrow's own walk.
-    const first = await messagesWhere(db, user, [...conds, sql<SqlBool>`(um.flags & ${sql.lit(FLAG_BITS.read)}) = 0`], "flags")
+    // Along the reader's unread rows, whatever the narrow's own walk.
+    const first = await messagesWhere(db, user, conds, "unread")
       .select("um.message_id as id")
       .orderBy("um.message_id")
       .limit(1)
@@ -489,7 +493,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   const page = (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     messagesWhere(on, user, conds, walk)
       .select(columns)
-      .where(sql<number>`${ORDER[walk === "flags" ? "flags" : "messages"]}`, op, anchor)
+      .where(sql<number>`${ORDER[walk === "flags" || walk === "unread" ? walk : "messages"]}`, op, anchor)
       .orderBy(order, direction)
       .limit(limit)
       .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""))
@@ -600,7 +604,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0
       ? Promise.resolve([])
-      : walk === "flags"
+      : walk === "flags" || walk === "unread"
         ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
         : walk === "matches"
           ? db.transaction().execute(async (trx) => {

@@ -122,8 +122,8 @@ function withoutJit<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
 /** The user's unread messages from one sender (Zulip's do_mark_muted_user_messages_as_read marks them read). */
 export async function unreadMessageIdsFrom(db: DB, userId: number, senderId: number): Promise<number[]> {
   const { rows } = await sql<{ id: number }>`
-    select um.message_id as id from user_messages um join messages m on m.id = um.message_id
-    where um.user_id = ${userId} and m.sender_id = ${senderId} and (um.flags & ${FLAG_BITS.read}) = 0
+    select um.message_id as id from unread_user_messages um join messages m on m.id = um.message_id
+    where um.user_id = ${userId} and m.sender_id = ${senderId}
     order by um.message_id`.execute(db);
   return rows.map((r) => Number(r.id));
 }

@@ -1,6 +1,7 @@
 /**
  * The `unread_messages` table (migrations 2026-11-28T0800-unread-messages, 1600-unread-triggers-linear,
- * 2026-12-01T2330-unread-rows-by-flag-rows) follows every writer of the unread flag,
+ * 2026-12-01T2330-unread-rows-by-flag-rows) follows every writer of the unread flag, and the `unread_user_messages`
+ * view over it and the recipient lists (2026-12-02T0330) is exactly the unread rows of `user_messages`,
  * through a real server on both engines: after each kind of write, the table equals the unread flag rows joined to
  * their messages, and POST /register's `unread_msgs` lists exactly the unread messages the flags (rows and recipient
  * lists, through the `user_messages` view) say, in the channel and topic where they are now. And the migration
@@ -35,6 +36,12 @@ describe.each(ENGINES)("the unread table on %s", (engine) => {
       select um.user_id, um.message_id::int as message_id, m.stream_id, m.recipient_id, m.topic, um.flags
       from user_message_rows um join messages m on m.id = um.message_id where (um.flags & 1) = 0 order by 1, 2`.execute(db());
     expect(table.rows).toEqual(truth.rows);
+    // The view the unread reads walk: every unread flag of a message, rows and listed recipients alike.
+    const walked = await sql`select user_id, message_id::int as message_id, flags from unread_user_messages order by 1, 2`.execute(db());
+    const unread = await sql`
+      select user_id, message_id::int as message_id, flags from user_messages um
+      where (flags & 1) = 0 and exists (select 1 from messages m where m.id = um.message_id) order by 1, 2`.execute(db());
+    expect(walked.rows).toEqual(unread.rows);
     return table.rows.length;
   }
 
@@ -216,7 +223,7 @@ describe.each(ENGINES)("the unread table on %s", (engine) => {
   it("is filled by its migration from the flag rows a store already holds", async () => {
     // The store as before the migration: no table, no triggers, the migration not applied. (kysely runs migrations
     // in name order only: forgetting it and the later ones lets them run again; the later ones are idempotent.)
-    await sql`drop table unread_messages`.execute(db());
+    await sql`drop table unread_messages cascade`.execute(db()); // and the view over it (0330)
     for (const [trigger, table] of [
       ["unread_messages_flags_insert", "user_message_rows"], ["unread_messages_flags_update", "user_message_rows"], ["unread_messages_flags_delete", "user_message_rows"],
       ["unread_messages_moves", "messages"], ["unread_messages_deletions", "messages"],
@@ -230,6 +237,9 @@ describe.each(ENGINES)("the unread table on %s", (engine) => {
     // Moves and deletions reach the rows through the flag rows: the table has its primary key alone (2330).
     const indexes = await sql<{ indexname: string }>`select indexname from pg_indexes where tablename = 'unread_messages' order by 1`.execute(db());
     expect(indexes.rows.map((r) => r.indexname)).toEqual(["unread_messages_pkey"]);
+    // The flag rows keep no index of their unread ones: the unread reads walk the table (0330).
+    const flagIndexes = await sql<{ indexname: string }>`select indexname from pg_indexes where tablename = 'user_message_rows'`.execute(db());
+    expect(flagIndexes.rows.map((r) => r.indexname)).not.toContain("user_messages_unread");
     expect(await expectStateFollowsFlags(carol)).toContainEqual([unseen, "dm"]);
     // And the triggers are back.
     const next = (await send(bob, { type: "direct", to: JSON.stringify([carol.id]), content: "after" })).body.id;
