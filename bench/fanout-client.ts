@@ -21,12 +21,15 @@ import { emptyHistogram, record, type Histogram } from "./histogram.ts";
 export type FanoutTransport = "lp" | "sse" | "ws";
 
 export type FanoutRequest =
-  /** Start every member's client (a first dont_block poll activates its queue, then the long-poll or the stream). */
-  | { op: "open"; base: string; transport: FanoutTransport; members: QueueRef[]; messages: number; concurrency: number }
+  /**
+   * Start every member's client (a first dont_block poll activates its queue, then the long-poll or the stream).
+   * `warmup`: indices below are checked, not timed (known before the first message arrives).
+   */
+  | { op: "open"; base: string; transport: FanoutTransport; members: QueueRef[]; messages: number; warmup: number; concurrency: number }
   /** Send `messages` messages at `rate` per second, at most `maxInFlight` unanswered. */
   | { op: "send"; base: string; sender: string; channel: string; rate: number; messages: number; maxInFlight: number }
-  /** Wait until every member has every index in `acked` (or `timeoutMs` passes), then report; `warmup`: indices below are checked, not timed. */
-  | { op: "collect"; acked: number[]; warmup: number; timeoutMs: number }
+  /** Wait until every member has every index in `acked` (or `timeoutMs` passes), then report. */
+  | { op: "collect"; acked: number[]; timeoutMs: number }
   /** Stop every member's client. */
   | { op: "close" }
   /** This process's CPU time so far (µs). */
@@ -211,7 +214,7 @@ function webSocket(base: string, member: Member): Promise<void> {
 
 async function open(req: Extract<FanoutRequest, { op: "open" }>): Promise<{ open: number; failed: number; errorSamples: string[] }> {
   stopped = false;
-  Object.assign(stats, { latency: emptyHistogram(), warmup: 0, lastReceiptAt: 0 });
+  Object.assign(stats, { latency: emptyHistogram(), warmup: req.warmup, lastReceiptAt: 0 });
   members = req.members.map((ref) => new Member(ref, req.messages, stats));
   const errorSamples: string[] = [];
   let failed = 0;

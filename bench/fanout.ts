@@ -131,7 +131,7 @@ export async function runFanoutCell(
   const users = await world.users(channel, members, 1);
   await world.subscribe(channel, users);
   const problems: string[] = [];
-  const opened = await clients.open({ op: "open", base: engine.baseUrl, transport, messages, concurrency: 50 }, users.map((u) => ({ auth: u.auth, queueId: u.queues[0]! })));
+  const opened = await clients.open({ op: "open", base: engine.baseUrl, transport, messages, warmup: Math.floor(messages / 10), concurrency: 50 }, users.map((u) => ({ auth: u.auth, queueId: u.queues[0]! })));
   if (opened.failed) problems.push(`${opened.failed} of ${members} members could not connect: ${opened.errorSamples.join("; ")}`);
   let run;
   try {
@@ -139,7 +139,7 @@ export async function runFanoutCell(
       observed(engine, async () => {
         const cpu0 = await clients.cpuMicros();
         const sent = await clients.send({ op: "send", base: engine.baseUrl, sender: engine.authorization, channel, rate, messages, maxInFlight: MAX_IN_FLIGHT });
-        const received = await clients.collect({ op: "collect", acked: sent.acked, warmup: Math.floor(messages / 10), timeoutMs: DRAIN_TIMEOUT_MS });
+        const received = await clients.collect({ op: "collect", acked: sent.acked, timeoutMs: DRAIN_TIMEOUT_MS });
         return { result: { sent, received }, cpuMicros: (await clients.cpuMicros()) - cpu0 };
       }),
     );
