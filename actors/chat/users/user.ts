@@ -226,6 +226,13 @@ export class UserActor implements Actor {
   private seqFloor = 1;
   /** Sequence numbers below this are reserved by the stored snapshot (a restart starts there): the ones to hand out. */
   private seqReserved = 1;
+  /**
+   * How many sequence numbers may be left before the next block is reserved: a point of the block's middle half,
+   * drawn per activation. The members of a channel receive its messages in lockstep: with one threshold for all,
+   * every member wrote its snapshot at the same message (a 100-member channel: 100 transactions in one turn of the
+   * loop, a 127 ms stall on PGlite; docs/performance.md, 2026-12-02).
+   */
+  private readonly reserveAhead = Math.floor(SEQ_BLOCK * (0.25 + Math.random() * 0.5));
   /** The snapshot write in progress: writes go one at a time, each expecting the version the last one left. */
   private saving?: Promise<void>;
   /** Messages this activation queued lately (or restored), so that a delivery arriving twice is queued once. */
@@ -358,8 +365,8 @@ export class UserActor implements Actor {
   /** Write the queues and the sequence numbers' floor and reservation, after any write still in progress. */
   private saveSnapshot(): Promise<void> {
     const write = async () => {
-      // Every save reserves another block when fewer than half a block is left; it counts once it is stored.
-      const low = this.seqReserved - this.nextSeq < SEQ_BLOCK / 2;
+      // Every save reserves another block when fewer than `reserveAhead` are left; it counts once it is stored.
+      const low = this.seqReserved - this.nextSeq < this.reserveAhead;
       const reserved = low ? Math.max(this.seqReserved, this.nextSeq) + SEQ_BLOCK : this.seqReserved;
       const state: Snapshot = { queues: [...this.queues.values()].map((q) => q.spec), seqFloor: this.seqFloor, seqReserved: reserved };
       this.snapshotVersion = await this.deps.store.saveSnapshot(User.name, this.ctx.key, this.snapshotVersion, state, this.ctx.fence());
@@ -814,7 +821,7 @@ export class UserActor implements Actor {
     const seq = this.nextSeq++;
     // Reserve the next block while this one lasts: a delivery that found it spent would wait for a snapshot write
     // (a few ms on Postgres, every SEQ_BLOCK events of a busy user). A failed attempt is tried again at the next event.
-    if (this.seqReserved - this.nextSeq < SEQ_BLOCK / 2 && !this.saving) this.saveSnapshot().catch(() => {});
+    if (this.seqReserved - this.nextSeq < this.reserveAhead && !this.saving) this.saveSnapshot().catch(() => {});
     const unwritten = behind && !this.ctx.transportRedelivers;
     const item: QueuedEvent = unwritten ? { seq, event, unwritten } : { seq, event };
     for (const q of targets) {
