@@ -1,9 +1,11 @@
 /**
  * HTTP Basic authentication for /api/v1 (`email:api_key`). Every failure is 401 UNAUTHORIZED with
  * `WWW-Authenticate: Basic realm="zulip"`; only the message differs, as in Zulip. Successful lookups are cached
- * for a moment (keyed by the whole header, so a changed key or e-mail misses): the hot path does no query. A change
- * to an account drops every worker's cache at once (`forget`, a transport notice); the moment is the bound only for a
- * worker that missed the notice. Requests with the same header that arrive while its lookup runs wait for that one
+ * (keyed by the whole header, so a changed key or e-mail misses) for `cacheMs` (AUTH_CACHE_SECONDS, 30 s): the hot
+ * path does no query. A change to an account drops every worker's cache at once (`forget`, a transport notice);
+ * `cacheMs` is the bound only for a worker that missed the notice. It was 2 s: every long-polling client came back
+ * to the store every 2 s, 1,000 queries a second for a 2,000-member channel's members (docs/performance.md,
+ * 2026-12-02). Requests with the same header that arrive while its lookup runs wait for that one
  * lookup: when an entry expired under 50 concurrent senders, each of them used to query the store.
  */
 import { ChorusError, errors } from "../runtime/errors.ts";
@@ -15,7 +17,7 @@ import { log } from "../runtime/log.ts";
 
 export type AuthUser = UserRow;
 
-const CACHE_MS = 2000;
+export const DEFAULT_AUTH_CACHE_MS = 30_000;
 /** The notice that tells every worker to drop its cached credentials. */
 const CREDENTIALS_CHANGED = "credentials-changed";
 
@@ -40,6 +42,7 @@ export class Authenticator {
     private readonly keyring: Keyring,
     /** Tells every worker, this one included (ActorSystem.announce). */
     private readonly announce: (notice: string) => Promise<void>,
+    private readonly cacheMs = DEFAULT_AUTH_CACHE_MS,
   ) {}
 
   async authenticate(header: string | undefined): Promise<AuthUser> {
@@ -69,7 +72,7 @@ export class Authenticator {
     if (email.includes("\0") || key.includes("\0")) throw errors.unauthorized("Invalid API key");
     const user = await findUserByEmail(this.db, email);
     // The same header matched this very hash before (an expired entry): the key check, a hash, would say so again.
-    // A long-polling client comes back here every CACHE_MS (the hash was 0.9% of a 500-member long-poll cell).
+    // A long-polling client comes back here every `cacheMs` (the hash was 0.9% of a 500-member long-poll cell).
     const matchedBefore = before !== undefined && user !== undefined && before.api_key_hash === user.api_key_hash;
     if (!user || !(matchedBefore || this.keyring.apiKeyMatches(key, user.api_key_hash))) throw errors.unauthorized("Invalid API key");
     // Zulip's UserDeactivatedError and RealmDeactivatedError.
@@ -77,13 +80,13 @@ export class Authenticator {
     if (user.realm_deactivated) throw new ChorusError("REALM_DEACTIVATED", "This organization has been deactivated", 401);
     if (generation !== this.generation) return user; // read before an account changed: good for this request only
     if (this.cache.size > 10_000) this.cache.clear();
-    this.cache.set(header, { user, until: Date.now() + CACHE_MS });
+    this.cache.set(header, { user, until: Date.now() + this.cacheMs });
     return user;
   }
 
   /**
    * An account changed: this worker's next request reads it again, and so do the other workers' once the notice
-   * reaches them (it is published before this resolves; a worker that misses it serves the old row for CACHE_MS).
+   * reaches them (it is published before this resolves; a worker that misses it serves the old row for `cacheMs`).
    * Direct-message conversations read their participants' names and e-mails again alike.
    */
   async forget(): Promise<void> {

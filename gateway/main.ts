@@ -160,7 +160,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   const stopWakingSchedulers = hostsActors ? wakeSchedulers(system, store) : () => {};
 
   let port = config.port;
-  const auth = new Authenticator(store.db, keyring, (notice) => system.announce(notice));
+  const auth = new Authenticator(store.db, keyring, (notice) => system.announce(notice), config.authCacheMs);
   system.onNotice((notice) => {
     auth.onNotice(notice);
     onRealmEmojiNotice(notice);

@@ -38,6 +38,11 @@ export interface Config {
   maxBodyBytes: number;
   /** Default ask timeout. */
   askTimeoutMs: number;
+  /**
+   * How long a worker trusts credentials it checked without checking them again (AUTH_CACHE_SECONDS): a change to an
+   * account drops every worker's cache at once by a notice, so this bounds only a worker that missed the notice.
+   */
+  authCacheMs: number;
   /** Secret used to encrypt API keys; generated into dataDir when absent. */
   secret?: string;
   /**
@@ -160,6 +165,7 @@ const kernelSettings = {
   LEASE_STALL_SECONDS: nonNegativeInt({ default: 0 }),
   MAX_BODY_BYTES: nonNegativeInt({ default: 25 * 1024 * 1024 }),
   ASK_TIMEOUT_MS: nonNegativeInt({ default: 10_000 }),
+  AUTH_CACHE_SECONDS: nonNegativeInt({ default: 30 }),
   CHORUS_SECRET: str({ default: "" }),
   ACCESS_LOG: str({ choices: ["on", "off"], default: "on" }),
   METRICS: str({ choices: ["on", "off"], default: "on" }),
@@ -205,6 +211,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     leaseStallSeconds: env.LEASE_STALL_SECONDS || 2 * Math.max(2, env.LEASE_SECONDS),
     maxBodyBytes: env.MAX_BODY_BYTES,
     askTimeoutMs: env.ASK_TIMEOUT_MS,
+    authCacheMs: env.AUTH_CACHE_SECONDS * 1000,
     secret: env.CHORUS_SECRET || undefined,
     accessLog: env.ACCESS_LOG !== "off",
     metrics: env.METRICS !== "off",

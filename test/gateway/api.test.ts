@@ -18,7 +18,8 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
   let bob: Credentials & { id: number };
 
   beforeAll(async () => {
-    server = await startTestServer(engine, { heartbeatSeconds: 2, maxBodyBytes: 64 * 1024 });
+    // A short credentials cache (AUTH_CACHE_SECONDS is 30 by default), so that a test can outwait it.
+    server = await startTestServer(engine, { heartbeatSeconds: 2, maxBodyBytes: 64 * 1024, authCacheMs: 1000 });
     owner = server.owner;
     alice = await createUser(server, `alice-${engine.length}@example.com`, "Alice");
     bob = await createUser(server, `bob-${engine.length}@example.com`, "Bob");
@@ -64,7 +65,7 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       // Changed in the store behind this worker's back (as for a worker that missed the credentials notice).
       await db.updateTable("users").set({ api_key_hash: "changed elsewhere" }).where("id", "=", bob.id).execute();
       try {
-        await new Promise((r) => setTimeout(r, 2100)); // past the cache's moment (CACHE_MS in gateway/auth.ts)
+        await new Promise((r) => setTimeout(r, 1100)); // past the cache's moment (authCacheMs above)
         const res = await api(server, "GET", "/users/me", { as: bob });
         expect(res.status).toBe(401);
         expect(res.body.msg).toBe("Invalid API key");
