@@ -17,7 +17,6 @@ import { log } from "../runtime/log.ts";
 
 export type AuthUser = UserRow;
 
-export const DEFAULT_AUTH_CACHE_MS = 30_000;
 /** The notice that tells every worker to drop its cached credentials. */
 const CREDENTIALS_CHANGED = "credentials-changed";
 
@@ -42,7 +41,8 @@ export class Authenticator {
     private readonly keyring: Keyring,
     /** Tells every worker, this one included (ActorSystem.announce). */
     private readonly announce: (notice: string) => Promise<void>,
-    private readonly cacheMs = DEFAULT_AUTH_CACHE_MS,
+    /** How long a checked header is trusted without a query (Config.authCacheMs). */
+    private readonly cacheMs: number,
   ) {}
 
   async authenticate(header: string | undefined): Promise<AuthUser> {

@@ -34,7 +34,7 @@ describe("lookups on the send path", () => {
   it("checks a header's credentials once for requests that arrive together, and again after an account changes", async () => {
     const counter = new StatementCounter();
     const db = server.node.store.db.withPlugin(counter);
-    const auth = new Authenticator(db, Keyring.load(server.dataDir, server.node.config.secret), async () => {});
+    const auth = new Authenticator(db, Keyring.load(server.dataDir, server.node.config.secret), async () => {}, server.node.config.authCacheMs);
     const header = "Basic " + Buffer.from(`${server.owner.email}:${server.owner.key}`).toString("base64");
     const users = await Promise.all(Array.from({ length: 20 }, () => auth.authenticate(header)));
     expect(new Set(users.map((u) => u.id)).size).toBe(1);

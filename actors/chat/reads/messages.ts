@@ -228,11 +228,13 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
  * or the channel's, topic's, conversation's or sender's), each checked against the narrow. `flags`: along the
  * reader's flag rows that have the flag (partial indexes), each joined to its message: a starred page would
  * otherwise check every message the reader can read. `unread`: the same along the reader's unread rows
- * (`unread_user_messages`: the unread table and the lists; the flag rows have no index of their unread ones). `matches`: every match of the search from the full-text index,
- * then the page of them: walking messages newest first computed the document of each (3.6 s to find none of
- * 1,000,000).
+ * (`unread_user_messages`: the unread table and the lists; the flag rows have no index of their unread ones).
+ * `matches`: every match of the search from the full-text index, then the page of them: walking messages newest
+ * first computed the document of each (3.6 s to find none of 1,000,000).
  */
 type Walk = "messages" | "flags" | "unread" | "matches";
+/** The walks along the reader's flag rows (or unread rows), each joined to its message. */
+const alongFlagRows = (walk: Walk) => walk === "flags" || walk === "unread";
 interface CompiledNarrow {
   conds: Cond[];
   /** Those of `conds` that search (the positive operands' together, each negated one). */
@@ -313,7 +315,7 @@ function topicPolicy(userId: number, policy: number): Cond {
 
 function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messages") {
   const where = sql<SqlBool>`${sql.join(conds, sql` and `)}`;
-  if (walk === "flags" || walk === "unread") {
+  if (alongFlagRows(walk)) {
     // `+ 0`: the join must not make m.id and um.message_id one ordering, or the planner merge-joins the flag rows
     // with every message newest first (1.3 s for a starred page of 1,000,000 messages) instead of looking each up.
     return db
@@ -493,7 +495,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   const page = (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     messagesWhere(on, user, conds, walk)
       .select(columns)
-      .where(sql<number>`${ORDER[walk === "flags" || walk === "unread" ? walk : "messages"]}`, op, anchor)
+      .where(sql<number>`${ORDER[walk === "matches" ? "messages" : walk]}`, op, anchor)
       .orderBy(order, direction)
       .limit(limit)
       .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""))
@@ -604,7 +606,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0
       ? Promise.resolve([])
-      : walk === "flags" || walk === "unread"
+      : alongFlagRows(walk)
         ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
         : walk === "matches"
           ? db.transaction().execute(async (trx) => {
