@@ -9,7 +9,10 @@ import path from "node:path";
 import {
   CompiledQuery,
   Kysely,
+  PostgresAdapter,
   PostgresDialect,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
   type Transaction,
   type DatabaseConnection,
   type Dialect,
@@ -17,11 +20,12 @@ import {
   type QueryResult,
   type TransactionSettings,
 } from "kysely";
-import { PGlite, types as pgliteTypes } from "@electric-sql/pglite";
+import { PGlite } from "@electric-sql/pglite";
 import pg from "pg";
 import { serialize, type DatabaseError } from "pg-protocol";
 import { Parser } from "pg-protocol/dist/parser.js";
-import type { BackendMessage, DataRowMessage, RowDescriptionMessage } from "pg-protocol/dist/messages.js";
+import type { BackendMessage, CommandCompleteMessage, DataRowMessage, RowDescriptionMessage } from "pg-protocol/dist/messages.js";
+import { prepareValue } from "pg/lib/utils.js";
 import type { KernelTables } from "./schema.ts";
 import { log } from "../log.ts";
 
@@ -90,7 +94,9 @@ function postgresPool(connectionString: string, max: number, options?: string): 
  * running at 10,000,000 messages (docs/reads.md). On Postgres these run named on connections of their own, set to
  * `plan_cache_mode = force_generic_plan`; the setting is not the main pool's, where the plan of a statement that
  * runs unnamed must fit its values (a generic plan of the reader's newest messages took 620 ms there). Only for
- * statements whose every plan is the same walk whatever the values. Elsewhere (PGlite, a transaction), as any statement.
+ * statements whose every plan is the same walk whatever the values. On PGlite the statement runs named too, with
+ * the setting for its own implicit transaction only (PGliteSession.runGeneric): planning it again took most of an
+ * embedded fetch. In a transaction, as any statement.
  */
 export async function queryPlannedOnce<R>(db: Kysely<any> | Transaction<any>, text: string, values: readonly unknown[]): Promise<R[]> {
   const run = plannedOnce.get(db);
@@ -151,49 +157,90 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
   }
   const dir = opts.dataDir === "memory://" ? "memory://" : pgliteDirectory(opts.dataDir);
   if (dir !== "memory://") fs.mkdirSync(dir, { recursive: true });
-  const client = await PGlite.create(dir, { parsers: { [pgliteTypes.INT8]: (v: string) => Number(v) } });
+  const client = await PGlite.create(dir);
   // A new 16 MB WAL segment is written full of zeros by default: at 1,000 sends a second that is one every few
   // seconds, and the commit that crosses into it held the event loop for 40-50 ms. Off, Postgres writes the
   // segment's last byte only. The zeros reserve disk space ahead of need, which PGlite (it never fsyncs) gains
   // little from: a full disk fails the commit either way.
   await client.exec("set wal_init_zero = off");
-  const KyselyPGlite = await loadKyselyPGlite();
   // Kysely's connections and the prepared statements take turns on PGlite's one session through one lock, so that a
   // statement never interleaves with a transaction or another statement.
-  const lock = new SessionLock();
-  const db = new Kysely<KernelTables>({ dialect: serialised(new KyselyPGlite(client).dialect, lock) });
-  const session = new PGliteStatements(client, lock);
-  const prepared: Prepared = (name, text, values) => session.run(name, text, values);
+  const session = new PGliteSession(client, new SessionLock());
+  const db = new Kysely<KernelTables>({
+    dialect: {
+      createAdapter: () => new PostgresAdapter(),
+      createDriver: () => new PGliteDriver(session),
+      createIntrospector: (db) => new PostgresIntrospector(db),
+      createQueryCompiler: () => new PostgresQueryCompiler(),
+    },
+  });
+  const prepared: Prepared = async <R>(name: string, text: string, values: readonly unknown[]) => (await session.run<R>(name, text, values)).rows;
+  const names = new Map<string, string>();
+  plannedOnce.set(db, async <R>(text: string, values: readonly unknown[]) => {
+    const name = names.get(text) ?? names.set(text, hashedName("g", text)).get(text)!;
+    return (await session.runGeneric<R>(name, text, values)).rows;
+  });
   return { db, engine: "pglite", prepared };
 }
 
+/** What PGlite answered to one statement: its rows, and the command tag's verb and row count. */
+type Answer<R> = { rows: R[]; command: string; rowCount: number };
+
 /**
- * Named prepared statements on PGlite, sent as protocol messages: Bind, Describe, Execute and Sync (and Parse, the
- * first time) in one call into PGlite, the answer parsed with node-postgres's own protocol parser and type parsers.
- * PGlite's node-postgres adapter did the same in one call per message, each answer parsed into objects and emitted
- * as events to a pg.Client: 65 µs against 25 µs for a one-row insert, most of it JavaScript around the wasm.
+ * PGlite's one session, spoken to in Postgres's wire protocol, as node-postgres speaks to a server: every statement
+ * is Parse (a named statement's only the first time), Bind, Describe, Execute and Sync in one call into PGlite, the
+ * answer parsed with node-postgres's own protocol parser and type parsers, parameters prepared as node-postgres
+ * prepares them. So both engines read and write values alike (a bigint as a number, a bytea as a Buffer, a date as
+ * node-postgres sends it). PGlite's node-postgres adapter made one call per message and parsed each answer into
+ * objects emitted to a pg.Client (65 µs against 25 µs for a one-row insert); PGlite's own query(), which kysely-pglite
+ * used for every kysely statement, parses and describes the statement first, several calls into the wasm each.
  */
-class PGliteStatements {
+class PGliteSession {
   private readonly parsed = new Set<string>();
   private readonly parser = new Parser();
   constructor(
     private readonly client: PGlite,
-    private readonly lock: SessionLock,
+    readonly lock: SessionLock,
   ) {}
 
-  async run<R>(name: string, text: string, values: readonly unknown[]): Promise<R[]> {
+  /** A named statement, holding the session for it. */
+  async run<R>(name: string, text: string, values: readonly unknown[]): Promise<Answer<R>> {
     const release = await this.lock.acquire();
     try {
-      return await this.runHeld<R>(name, text, values);
+      return await this.exchange<R>(name, text, values);
     } finally {
       release();
     }
   }
 
-  private async runHeld<R>(name: string, text: string, values: readonly unknown[]): Promise<R[]> {
+  /**
+   * A named statement on its generic plan (see queryPlannedOnce), holding the session: the setting is local to a
+   * transaction of its own, begun and committed in the same call, so no other statement runs with it. A failure
+   * leaves that transaction aborted: it is rolled back before the session goes to anyone else.
+   */
+  async runGeneric<R>(name: string, text: string, values: readonly unknown[]): Promise<Answer<R>> {
+    const release = await this.lock.acquire();
+    try {
+      return await this.exchange<R>(name, text, values, GENERIC_PLAN);
+    } catch (err) {
+      await this.exchange("", "rollback", []);
+      throw err;
+    } finally {
+      release();
+    }
+  }
+
+  /**
+   * One statement, named (parsed once) or not (""), by a caller that holds the session; `around`, statements sent
+   * before and after it in the same call (their answers carry no rows; the answer's command is then not told).
+   */
+  async exchange<R>(name: string, text: string, values: readonly unknown[], around?: { before: Buffer; after: Buffer }): Promise<Answer<R>> {
     const messages: Buffer[] = [];
-    if (!this.parsed.has(name)) messages.push(serialize.parse({ name, text }));
-    messages.push(serialize.bind({ statement: name, values: values.map(textValue) }), serialize.describe({ type: "P" }), serialize.execute(), serialize.sync());
+    if (around) messages.push(around.before);
+    if (!name || !this.parsed.has(name)) messages.push(serialize.parse({ name, text }));
+    messages.push(serialize.bind({ statement: name, values: values.map(prepareValue) }), serialize.describe({ type: "P" }), serialize.execute());
+    if (around) messages.push(around.after);
+    messages.push(serialize.sync());
     // The answer is taken as it is written (a view into PGlite's memory, copied), not from execProtocolRaw: that one
     // also parses every answer into PGlite's own message objects and keeps them in a list that only its next
     // query() empties. That was about 45 µs a commit, and with queries rare (a busy send path) the lists lived long
@@ -203,25 +250,38 @@ class PGliteStatements {
     const chunks: Buffer[] = [];
     await this.client.execProtocolRawStream(Buffer.concat(messages), { syncToFs: false, onRawData: (chunk) => void chunks.push(Buffer.from(chunk)) });
     let columns: Column[] = [];
-    const rows: R[] = [];
+    const answer: Answer<R> = { rows: [], command: "", rowCount: 0 };
     let error: DatabaseError | undefined;
     this.parser.parse(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), (message: BackendMessage) => {
-      if (message.name === "parseComplete") this.parsed.add(name);
-      else if (message.name === "rowDescription") columns = columnsOf(message as RowDescriptionMessage);
-      else if (message.name === "dataRow") rows.push(rowOf(columns, (message as DataRowMessage).fields) as R);
+      if (message.name === "parseComplete") {
+        if (name) this.parsed.add(name);
+      } else if (message.name === "rowDescription") columns = columnsOf(message as RowDescriptionMessage);
+      else if (message.name === "dataRow") answer.rows.push(rowOf(columns, (message as DataRowMessage).fields) as R);
+      else if (message.name === "commandComplete" && !around) Object.assign(answer, commandOf((message as CommandCompleteMessage).text));
       else if (message.name === "error") error ??= message as DatabaseError;
     });
     if (error) throw error;
-    return rows;
+    return answer;
+  }
+
+  close(): Promise<void> {
+    return this.client.close();
   }
 }
 
-/** A parameter in Postgres's text format; the group commits pass strings (array literals), numbers and nulls. */
-function textValue(value: unknown): string | null {
-  if (value === null || value === undefined) return null;
-  if (typeof value === "string") return value;
-  if (typeof value === "number" || typeof value === "bigint" || typeof value === "boolean") return String(value);
-  throw new TypeError(`a prepared statement's parameter cannot be ${typeof value}`);
+/** Statements (unnamed, no parameters) as protocol messages, to go before or after another in one call. */
+function unnamed(...texts: string[]): Buffer {
+  return Buffer.concat(texts.flatMap((text) => [serialize.parse({ text }), serialize.bind({}), serialize.execute()]));
+}
+
+/** What runGeneric sends around its statement. */
+const GENERIC_PLAN = { before: unnamed("begin", "set local plan_cache_mode = force_generic_plan"), after: unnamed("commit") };
+
+/** A command tag ("INSERT 0 3", "UPDATE 2", "SELECT 5", "BEGIN"): its verb and, when it has one, its row count. */
+function commandOf(tag: string): { command: string; rowCount: number } {
+  const words = tag.split(" ");
+  const count = Number(words.at(-1));
+  return { command: words[0]!, rowCount: Number.isInteger(count) ? count : 0 };
 }
 
 /** A result column: its name, and the parser of its text values (looked up once per answer, not per value). */
@@ -240,15 +300,6 @@ function rowOf(columns: Column[], values: (string | null)[]): Record<string, unk
   return row;
 }
 
-/**
- * kysely-pglite's dialect, from its own module: the package's entry point also loads its code generator and live
- * queries (kysely-codegen and more), which added 0.7 s to every start of the server and of the CLI.
- */
-async function loadKyselyPGlite(): Promise<typeof import("kysely-pglite").KyselyPGlite> {
-  const module = (await import(new URL("kysely-pglite.js", import.meta.resolve("kysely-pglite")).href)) as typeof import("kysely-pglite");
-  return module.KyselyPGlite;
-}
-
 /** One holder at a time, in the order they asked: turns on PGlite's one session. */
 class SessionLock {
   private tail: Promise<void> = Promise.resolve();
@@ -263,81 +314,49 @@ class SessionLock {
 }
 
 /**
- * PGlite is one session, and kysely-pglite hands every caller a connection onto it: two concurrent transactions
- * would interleave their statements. This wraps its driver so a connection is held by one caller at a time
- * (a transaction, or a single query), which is what a pool of size one means.
+ * Kysely's driver on the session: PGlite is one session, so a connection is the session held by one caller at a
+ * time (a transaction, or a single query), which is what a pool of size one means. Statements run unnamed.
  */
-function serialised(dialect: Dialect, lock: SessionLock): Dialect {
-  return {
-    createAdapter: () => dialect.createAdapter(),
-    createIntrospector: (db) => dialect.createIntrospector(db),
-    createQueryCompiler: () => dialect.createQueryCompiler(),
-    createDriver: () => new SerialDriver(dialect.createDriver(), lock),
-  };
-}
-
-class SerialDriver implements Driver {
+class PGliteDriver implements Driver {
   private readonly releases = new Map<DatabaseConnection, () => void>();
-  constructor(
-    private readonly inner: Driver,
-    private readonly lock: SessionLock,
-  ) {}
-  init() {
-    return this.inner.init();
-  }
+  constructor(private readonly session: PGliteSession) {}
+  async init(): Promise<void> {}
   async acquireConnection(): Promise<DatabaseConnection> {
-    const release = await this.lock.acquire();
-    try {
-      const connection = new CountingConnection(await this.inner.acquireConnection());
-      this.releases.set(connection, release);
-      return connection;
-    } catch (err) {
-      release();
-      throw err;
-    }
+    const release = await this.session.lock.acquire();
+    const connection = new PGliteConnection(this.session);
+    this.releases.set(connection, release);
+    return connection;
   }
-  beginTransaction(c: DatabaseConnection, s: TransactionSettings) {
-    return this.inner.beginTransaction(unwrap(c), s);
+  async beginTransaction(c: DatabaseConnection, settings: TransactionSettings): Promise<void> {
+    const level = settings.isolationLevel ? ` isolation level ${settings.isolationLevel}` : "";
+    await c.executeQuery(CompiledQuery.raw(`start transaction${level}`));
   }
-  commitTransaction(c: DatabaseConnection) {
-    return this.inner.commitTransaction(unwrap(c));
+  async commitTransaction(c: DatabaseConnection): Promise<void> {
+    await c.executeQuery(CompiledQuery.raw("commit"));
   }
-  rollbackTransaction(c: DatabaseConnection) {
-    return this.inner.rollbackTransaction(unwrap(c));
+  async rollbackTransaction(c: DatabaseConnection): Promise<void> {
+    await c.executeQuery(CompiledQuery.raw("rollback"));
   }
   async releaseConnection(c: DatabaseConnection): Promise<void> {
-    await this.inner.releaseConnection(unwrap(c));
     const release = this.releases.get(c);
     this.releases.delete(c);
     release?.();
   }
-  destroy() {
-    return this.inner.destroy();
+  destroy(): Promise<void> {
+    return this.session.close();
   }
 }
 
-function unwrap(c: DatabaseConnection): DatabaseConnection {
-  return c instanceof CountingConnection ? c.inner : c;
-}
-
-/**
- * kysely-pglite passes PGlite's result through unchanged, and PGlite reports `rowCount`, not kysely's
- * `numAffectedRows`: without this every UPDATE/INSERT reads as having changed 0 rows (an update's
- * numUpdatedRows is 0n, an insert's numInsertedOrUpdatedRows undefined). Mapped as kysely's Postgres driver does.
- */
-class CountingConnection implements DatabaseConnection {
-  constructor(readonly inner: DatabaseConnection) {}
+class PGliteConnection implements DatabaseConnection {
+  constructor(private readonly session: PGliteSession) {}
   async executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
-    const result = (await this.inner.executeQuery<R>(query)) as QueryResult<R> & {
-      command?: string;
-      rowCount?: number;
-      affectedRows?: number;
-    };
-    const counted = ["INSERT", "UPDATE", "DELETE", "MERGE"].includes(result.command ?? "");
-    if (result.numAffectedRows !== undefined || !counted) return result;
-    return { ...result, numAffectedRows: BigInt(result.rowCount ?? result.affectedRows ?? 0) };
+    const { rows, command, rowCount } = await this.session.exchange<R>("", query.sql, query.parameters);
+    // As kysely's Postgres driver: an INSERT, UPDATE, DELETE or MERGE tells how many rows it changed.
+    const counted = command === "INSERT" || command === "UPDATE" || command === "DELETE" || command === "MERGE";
+    return counted ? { rows, numAffectedRows: BigInt(rowCount) } : { rows };
   }
-  streamQuery<R>(query: CompiledQuery, chunkSize?: number): AsyncIterableIterator<QueryResult<R>> {
-    return this.inner.streamQuery<R>(query, chunkSize);
+  // eslint-disable-next-line require-yield
+  async *streamQuery<R>(): AsyncIterableIterator<QueryResult<R>> {
+    throw new Error("the embedded store does not stream query results");
   }
 }

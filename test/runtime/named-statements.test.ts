@@ -84,9 +84,21 @@ describe("statements planned once, on Postgres", () => {
     }
   });
 
-  it("run as any statement on PGlite", async () => {
+  it("run named on PGlite with the generic plan for their own statement only, a failure rolled back", async () => {
     const { db } = await openDatabase({ dataDir: "memory://" });
-    expect(await queryPlannedOnce(db, "select current_setting('plan_cache_mode') as mode, $1::int as n", [4])).toEqual([{ mode: "auto", n: 4 }]);
+    const mode = "select current_setting('plan_cache_mode') as mode, $1::int as n";
+    expect(await queryPlannedOnce(db, mode, [4])).toEqual([{ mode: "force_generic_plan", n: 4 }]);
+    expect(await queryPlannedOnce(db, mode, [5])).toEqual([{ mode: "force_generic_plan", n: 5 }]);
+    const named = await queryPlannedOnce<{ statement: string }>(db, "select statement from pg_prepared_statements where $1::int = 1", [1]);
+    expect(named.map((r) => r.statement)).toContain(mode);
+    // The session's other statements keep the planner's choice, and are in no transaction.
+    expect((await sql<{ mode: string }>`select current_setting('plan_cache_mode') as mode`.execute(db)).rows).toEqual([{ mode: "auto" }]);
+    const inTransaction = await db.transaction().execute((trx) => queryPlannedOnce(trx, mode, [3]));
+    expect(inTransaction).toEqual([{ mode: "auto", n: 3 }]);
+    // A failing one leaves neither its transaction nor its setting behind.
+    await expect(queryPlannedOnce(db, "select 1 / $1::int as n", [0])).rejects.toThrow(/division by zero/);
+    expect((await sql<{ mode: string; xid: string | null }>`select current_setting('plan_cache_mode') as mode`.execute(db)).rows).toEqual([{ mode: "auto" }]);
+    await db.transaction().execute(async (trx) => void (await sql`select 1`.execute(trx)));
     await db.destroy();
   }, 60_000);
 });
