@@ -127,6 +127,11 @@ const httpDuration = new HotHistogram(
 );
 const messagesSent = new Counter({ name: "chorus_messages_sent_total", help: "Chat messages committed", registers: [registry] });
 const deliveries = new Counter({ name: "chorus_message_deliveries_total", help: "Chat messages delivered to a user's event queues", registers: [registry] });
+const userEventRowsSkipped = new Counter({
+  name: "chorus_user_event_rows_skipped_total",
+  help: "Event rows written behind their deliveries that were not written: every queue had acknowledged the event first",
+  registers: [registry],
+});
 const sseStreams = new Gauge({ name: "chorus_sse_streams", help: "Server-sent event streams open", registers: [registry] });
 const activations = new Counter({ name: "chorus_actor_activations_total", help: "Actor activations created", labelNames: ["kind"], registers: [registry] });
 const turnSeconds = new HotHistogram("chorus_actor_turn_seconds", "Time an actor's turn ran until its answer", ["kind"], SECONDS);
@@ -142,6 +147,7 @@ interface Instruments {
   http(method: string, route: string, status: number): ObserverLike;
   messagesSent: CounterLike;
   deliveries: CounterLike;
+  userEventRowsSkipped: CounterLike;
   sseStreams: GaugeLike;
   activations(kind: string): CounterLike;
   turnSeconds(kind: string): ObserverLike;
@@ -166,6 +172,7 @@ function counting(): Instruments {
     http: (method, route, status) => http(`${method} ${route} ${status}`),
     messagesSent,
     deliveries,
+    userEventRowsSkipped,
     sseStreams,
     activations: byKind,
     turnSeconds: turns,
@@ -180,6 +187,7 @@ const silent: Instruments = {
   http: () => NO_COUNT,
   messagesSent: NO_COUNT,
   deliveries: NO_COUNT,
+  userEventRowsSkipped: NO_COUNT,
   sseStreams: NO_COUNT,
   activations: () => NO_COUNT,
   turnSeconds: () => NO_COUNT,

@@ -97,6 +97,16 @@ export interface BehindWrite {
   readonly done: boolean;
 }
 
+/**
+ * Who knows, when a write-behind batch goes to the store, whether a row of it is still wanted (the user actor): a
+ * row is there to rebuild the event's queues after a crash, and an event that every queue's client has
+ * acknowledged by then has nothing left to rebuild. A long-polling client acknowledges each answer with its next
+ * poll, a few milliseconds later, most often before the batch's wait is over.
+ */
+export interface EventRowKeeper {
+  rowWanted(seq: number): boolean;
+}
+
 /** The first wait before a failed write-behind row is tried again; it doubles up to the second. */
 const BEHIND_RETRY_MS = 50;
 const BEHIND_RETRY_MAX_MS = 5_000;
@@ -119,10 +129,17 @@ class BehindBatch implements BehindWrite {
     this.written.catch(() => {});
   }
 
-  /** Into the group commit, once nothing more joins it. */
+  /** Into the group commit, once nothing more joins it: the rows still wanted; settled at once if none is. */
   start(): void {
-    this.unwritten = this.rows.length;
-    for (const row of this.rows) this.submit(row);
+    const wanted = this.rows.filter((row) => row.keeper?.rowWanted(row.event.seq) ?? true);
+    if (wanted.length < this.rows.length) metrics().userEventRowsSkipped.inc(this.rows.length - wanted.length);
+    this.unwritten = wanted.length;
+    if (!wanted.length) {
+      this.done = true;
+      this.settle();
+      return;
+    }
+    for (const row of wanted) this.submit(row);
   }
 
   rowWritten(): void {
@@ -157,6 +174,7 @@ class BehindRow implements PendingEvent {
     readonly event: UserEvent,
     readonly fence: Fence,
     private readonly batch: BehindBatch,
+    readonly keeper: EventRowKeeper | undefined,
   ) {}
   resolve(): void {
     this.batch.rowWritten();
@@ -366,16 +384,17 @@ export class MessageLog implements StoreComponent {
   /**
    * An event written behind its delivery (the caller answers before it is committed): it waits a few milliseconds
    * for others of its shard, and the answer is the batch they share (BehindWrite). A repeated (user_id, seq) is
-   * stored once.
+   * stored once. `keeper`, asked when the wait is over, may say the row is no longer wanted: it is then not written
+   * (and counts as written for the batch).
    */
-  appendUserEventBehind(event: UserEvent, fence: Fence): BehindWrite {
+  appendUserEventBehind(event: UserEvent, fence: Fence, keeper?: EventRowKeeper): BehindWrite {
     let batch = this.behind.get(fence.shard);
     if (!batch || batch.epoch !== fence.epoch) {
       batch?.start();
       this.behind.set(fence.shard, (batch = new BehindBatch(fence.epoch, (row) => this.events.add(row))));
       this.behindTimer ??= setTimeout(() => this.startBehind(), this.opts.eventWriteDelayMs ?? DEFAULT_EVENT_WRITE_DELAY_MS);
     }
-    batch.rows.push(new BehindRow(event, fence, batch));
+    batch.rows.push(new BehindRow(event, fence, batch, keeper));
     return batch;
   }
 

@@ -32,7 +32,7 @@ import { sql } from "kysely";
 import { PARKED, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
-import type { BehindWrite, UserEvent } from "../message-log.ts";
+import type { BehindWrite, EventRowKeeper, UserEvent } from "../message-log.ts";
 import { formatSharedMessage, type MessageRecord } from "../rendering/message-format.ts";
 import { matchesNarrow } from "../reads/narrow.ts";
 import { messageRecords } from "../reads/messages.ts";
@@ -219,7 +219,7 @@ type UserTimers = {
   expire: Op<{ op: "expire" }, void>;
 };
 
-export class UserActor implements Actor {
+export class UserActor implements Actor, EventRowKeeper {
   private readonly queues = new Map<string, EventQueue>();
   private readonly userId: number;
   private nextSeq = 1;
@@ -471,9 +471,13 @@ export class UserActor implements Actor {
     return PARKED;
   }
 
-  /** Acknowledge: everything up to `lastEventId` is gone for good. */
+  /**
+   * Acknowledge: everything up to `lastEventId` is gone for good. An id above every one handed out acknowledges
+   * those only: the events after it are still to be heard (and their rows written, see rowWanted).
+   */
   private acknowledge(q: EventQueue, lastEventId: number): void {
-    if (lastEventId > q.acked) q.acked = lastEventId;
+    const heard = Math.min(lastEventId, this.nextSeq - 1);
+    if (heard > q.acked) q.acked = heard;
     let drop = 0;
     while (drop < q.items.length && q.items[drop]!.seq <= lastEventId) drop++;
     if (drop) q.items.splice(0, drop);
@@ -837,7 +841,7 @@ export class UserActor implements Actor {
       // Tried again until written or the shard is lost (FENCED: its next owner restores the queue and gets the
       // entry again): the transport entry is acknowledged once it settles, so giving up on a failing store would
       // acknowledge an event that a crash could then lose. The event is in the queues meanwhile; only the row waits.
-      const write = this.deps.messageLog.appendUserEventBehind(row, this.ctx.fence());
+      const write = this.deps.messageLog.appendUserEventBehind(row, this.ctx.fence(), this);
       this.inFlight.set(seq, write);
       return this.ctx.holdAcknowledgement(write.written);
     }
@@ -846,6 +850,18 @@ export class UserActor implements Actor {
     write.written.then(settled, settled);
     this.inFlight.set(seq, write);
     this.ctx.completeWhen(write.written);
+  }
+
+  /**
+   * Whether the row of event `seq`, written behind, is still wanted when its batch goes to the store: not once every
+   * queue has acknowledged the event (a long-poll's next poll), since no rebuilt queue would hold it. A queue gone
+   * meanwhile wants nothing. The row's other use, telling a rebuilt activation which redelivered messages it queued
+   * already, is lost with it: a crash before the delivery's transport entry is acknowledged then shows the client the
+   * message again under a new id, the repeat docs/chaos.md counts ("A message event repeated under a new event id").
+   */
+  rowWanted(seq: number): boolean {
+    for (const q of this.queues.values()) if (q.acked < seq) return true;
+    return false;
   }
 
   /** Drop the written events at the front of inFlight (in sequence order): what is left may still be committing. */

@@ -422,6 +422,28 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
     });
   });
 
+  describe("appendUserEventBehind's keeper", () => {
+    it("writes only the rows the keeper still wants when the batch goes, and settles a batch that wants none at once", async () => {
+      const fence = await fenceOn();
+      const [ann, bob] = [nextId++, nextId++];
+      const asked: number[] = [];
+      const annKeeper = { rowWanted: (seq: number) => (asked.push(seq), seq !== 1) };
+      const batch = log.appendUserEventBehind({ user_id: ann, seq: 1, payload: { n: 1 } }, fence, annKeeper);
+      log.appendUserEventBehind({ user_id: ann, seq: 2, payload: { n: 2 } }, fence, annKeeper);
+      log.appendUserEventBehind({ user_id: bob, seq: 1, payload: { n: 3 } }, fence);
+      expect(asked).toEqual([]); // asked when the batch goes, not when the row joins it
+      await batch.written;
+      expect(asked).toEqual([1, 2]);
+      expect(await log.userEventsAfter(ann, 0)).toEqual([{ user_id: ann, seq: 2, payload: { n: 2 } }]);
+      expect(await log.userEventsAfter(bob, 0)).toEqual([{ user_id: bob, seq: 1, payload: { n: 3 } }]);
+
+      const unwanted = log.appendUserEventBehind({ user_id: ann, seq: 3, payload: {} }, fence, { rowWanted: () => false });
+      await unwanted.written;
+      expect(unwanted.done).toBe(true);
+      expect(await log.userEventsAfter(ann, 2)).toEqual([]);
+    });
+  });
+
   describe("allocateMessageIds", () => {
     it("hands out disjoint blocks of 256, each above every block before it", async () => {
       const sequential: { first: number; size: number }[] = [];

@@ -237,6 +237,31 @@ it("keeps an embedded queue's events, under the same ids, across a graceful rest
   expect(more.body.events.map((e: any) => e.message.id)).toEqual([next]);
 }, 90_000);
 
+it("writes no row for an event every queue acknowledged before its batch went, and restores the rest", async () => {
+  // A batch goes 1.5 s after its first row: the first message is acknowledged within that window, the second not.
+  const { server, send, events, killAndPoll } = await distributedQueue("acked", { EVENT_WRITE_DELAY_MS: "1500" });
+  const first = await send("one");
+  const heard = (await events()).body.events;
+  expect(heard.map((e: any) => e.message.id)).toEqual([first]);
+  const second = await send("two");
+  // The next poll acknowledges the first event only (it asks for what came after it).
+  expect((await events(heard[0].id)).body.events.map((e: any) => e.message.id)).toEqual([second]);
+  await eventually("the second event's row is written", async () => (await storedEvents(server.databaseUrl)) >= 1);
+  await new Promise((r) => setTimeout(r, 300));
+  expect(await storedEvents(server.databaseUrl)).toBe(1);
+
+  // An acknowledgement past every id handed out covers those only: the next event's row is written.
+  const acknowledgedAhead = await events(1_000_000_000);
+  expect(acknowledgedAhead.status).toBe(200);
+  const third = await send("three");
+  await eventually("the third event's row is written", async () => (await storedEvents(server.databaseUrl)) === 2);
+
+  // Asked from the start, the rebuilt queue has what has rows: not the first event, acknowledged before its batch.
+  const after = await killAndPoll();
+  expect(after.status).toBe(200);
+  expect(after.body.events.map((e: any) => e.message.id)).toEqual([second, third]);
+}, 90_000);
+
 it("keeps writing a delivered event while the store refuses it, and holds its entry until it is written", async () => {
   const { server, send, events, killAndPoll } = await distributedQueue("refused");
   const admin = await adminClient(server.databaseUrl);
