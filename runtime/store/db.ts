@@ -24,7 +24,7 @@ import { PGlite } from "@electric-sql/pglite";
 import pg from "pg";
 import { serialize, type DatabaseError } from "pg-protocol";
 import { Parser } from "pg-protocol/dist/parser.js";
-import type { BackendMessage, CommandCompleteMessage, DataRowMessage, RowDescriptionMessage } from "pg-protocol/dist/messages.js";
+import type { BackendMessage, CommandCompleteMessage, DataRowMessage, ReadyForQueryMessage, RowDescriptionMessage } from "pg-protocol/dist/messages.js";
 import { prepareValue } from "pg/lib/utils.js";
 import type { KernelTables } from "./schema.ts";
 import { log } from "../log.ts";
@@ -58,8 +58,8 @@ const types = {
  * statement, parsed and planned once per connection: for hot reads whose text is the same from one request to the
  * next (GET /messages of a channel), where planning cost as much as running (docs/reads.md). The name is a hash of
  * the text. Statements whose text varies (a list of ids spelled out) must not carry it: each text is a statement
- * held by every connection; past MAX_NAMED_TEXTS distinct texts, further ones run unnamed. PGlite ignores it (a
- * comment).
+ * held by every connection; past MAX_NAMED_TEXTS distinct texts, further ones run unnamed. On PGlite every
+ * statement runs named (PGliteSession.query).
  */
 export const NAMED_STATEMENT = "/* named */";
 const MAX_NAMED_TEXTS = 500;
@@ -198,6 +198,10 @@ type Answer<R> = { rows: R[]; command: string; rowCount: number };
 class PGliteSession {
   private readonly parsed = new Set<string>();
   private readonly parser = new Parser();
+  /** Kysely's statements' names by text, least recently run first (see query). */
+  private readonly queryNames = new Map<string, string>();
+  /** Named statements to close (Close messages go ahead of the next call's statement). */
+  private closing: string[] = [];
   constructor(
     private readonly client: PGlite,
     readonly lock: SessionLock,
@@ -231,11 +235,53 @@ class PGliteSession {
   }
 
   /**
+   * A kysely statement, by a caller that holds the session: named, so that PGlite parses it once and plans it as
+   * Postgres plans any prepared statement (custom plans for its first runs, then the generic plan where that is
+   * estimated no dearer). Planning in wasm took most of an embedded read: a register 34.6 → 21.0 ms p50 when every
+   * statement was named (docs/performance.md, 2026-12-02). The QUERY_NAMES texts run most lately keep their names;
+   * the one run least lately is closed to make room.
+   */
+  query<R>(text: string, values: readonly unknown[]): Promise<Answer<R>> {
+    let name = this.queryNames.get(text);
+    if (name === undefined) {
+      name = hashedName("k", text);
+      if (this.queryNames.size >= QUERY_NAMES) {
+        const [oldest, oldName] = this.queryNames.entries().next().value!;
+        this.queryNames.delete(oldest);
+        this.forget(oldName);
+      }
+    } else this.queryNames.delete(text);
+    this.queryNames.set(text, name);
+    return this.exchange<R>(name, text, values);
+  }
+
+  private forget(name: string): void {
+    if (this.parsed.delete(name)) this.closing.push(name);
+  }
+
+  /**
    * One statement, named (parsed once) or not (""), by a caller that holds the session; `around`, statements sent
    * before and after it in the same call (their answers carry no rows; the answer's command is then not told).
+   * A named statement whose table changed its columns since it was parsed ("cached plan must not change result
+   * type") is parsed again, and run again when that failure left no transaction aborted.
    */
   async exchange<R>(name: string, text: string, values: readonly unknown[], around?: { before: Buffer; after: Buffer }): Promise<Answer<R>> {
+    try {
+      return await this.send<R>(name, text, values, around);
+    } catch (err) {
+      if (!name || (err as DatabaseError).code !== "0A000" || !this.parsed.has(name)) throw err;
+      this.forget(name);
+      if (this.transactionStatus !== "I") throw err;
+      return this.send<R>(name, text, values, around);
+    }
+  }
+
+  /** The session's transaction status after the last call: idle (I), in a transaction (T), in a failed one (E). */
+  private transactionStatus = "I";
+
+  private async send<R>(name: string, text: string, values: readonly unknown[], around?: { before: Buffer; after: Buffer }): Promise<Answer<R>> {
     const messages: Buffer[] = [];
+    for (const closed of this.closing.splice(0)) messages.push(serialize.close({ type: "S", name: closed }));
     if (around) messages.push(around.before);
     if (!name || !this.parsed.has(name)) messages.push(serialize.parse({ name, text }));
     messages.push(serialize.bind({ statement: name, values: values.map(prepareValue) }), serialize.describe({ type: "P" }), serialize.execute());
@@ -259,6 +305,7 @@ class PGliteSession {
       else if (message.name === "dataRow") answer.rows.push(rowOf(columns, (message as DataRowMessage).fields) as R);
       else if (message.name === "commandComplete" && !around) Object.assign(answer, commandOf((message as CommandCompleteMessage).text));
       else if (message.name === "error") error ??= message as DatabaseError;
+      else if (message.name === "readyForQuery") this.transactionStatus = (message as ReadyForQueryMessage).status;
     });
     if (error) throw error;
     return answer;
@@ -268,6 +315,9 @@ class PGliteSession {
     return this.client.close();
   }
 }
+
+/** How many of kysely's statement texts keep a prepared statement in PGlite's session (PGliteSession.query). */
+const QUERY_NAMES = 500;
 
 /** Statements (unnamed, no parameters) as protocol messages, to go before or after another in one call. */
 function unnamed(...texts: string[]): Buffer {
@@ -315,7 +365,8 @@ class SessionLock {
 
 /**
  * Kysely's driver on the session: PGlite is one session, so a connection is the session held by one caller at a
- * time (a transaction, or a single query), which is what a pool of size one means. Statements run unnamed.
+ * time (a transaction, or a single query), which is what a pool of size one means. Every statement runs named
+ * (PGliteSession.query).
  */
 class PGliteDriver implements Driver {
   private readonly releases = new Map<DatabaseConnection, () => void>();
@@ -350,7 +401,7 @@ class PGliteDriver implements Driver {
 class PGliteConnection implements DatabaseConnection {
   constructor(private readonly session: PGliteSession) {}
   async executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
-    const { rows, command, rowCount } = await this.session.exchange<R>("", query.sql, query.parameters);
+    const { rows, command, rowCount } = await this.session.query<R>(query.sql, query.parameters);
     // As kysely's Postgres driver: an INSERT, UPDATE, DELETE or MERGE tells how many rows it changed.
     const counted = command === "INSERT" || command === "UPDATE" || command === "DELETE" || command === "MERGE";
     return counted ? { rows, numAffectedRows: BigInt(rowCount) } : { rows };

@@ -104,10 +104,45 @@ describe("statements planned once, on Postgres", () => {
 });
 
 describe("named statements on PGlite", () => {
-  it("runs a marked statement as a plain one", async () => {
+  it("runs every statement named, parsed once, with the planner's choice of plan", async () => {
     const { db } = await openDatabase({ dataDir: "memory://" });
-    const row = await (db as Kysely<any>).selectNoFrom(sql<number>`${6}::int * ${7}::int`.as("product")).modifyEnd(sql.raw(NAMED_STATEMENT)).executeTakeFirstOrThrow();
-    expect(row).toEqual({ product: 42 });
+    const product = (a: number, b: number) => (db as Kysely<any>).selectNoFrom(sql<number>`${a}::int * ${b}::int`.as("product")).executeTakeFirstOrThrow();
+    expect(await product(6, 7)).toEqual({ product: 42 });
+    expect(await product(3, 5)).toEqual({ product: 15 });
+    const prepared = await sql<{ statement: string; calls: number }>`select statement, generic_plans + custom_plans as calls from pg_prepared_statements`.execute(db);
+    expect(prepared.rows).toContainEqual({ statement: expect.stringContaining(`"product"`), calls: 2 });
+    expect((await sql<{ mode: string }>`select current_setting('plan_cache_mode') as mode`.execute(db)).rows).toEqual([{ mode: "auto" }]);
+    await db.destroy();
+  }, 60_000);
+
+  it("keeps 500 statements prepared, closing the one run least lately", async () => {
+    const { db } = await openDatabase({ dataDir: "memory://" });
+    const k = db as Kysely<any>;
+    const run = async (i: number) => (await sql<{ n: number }>`select ${sql.raw(String(i))}::int + ${1}::int as n`.execute(k)).rows[0]!.n;
+    for (let i = 0; i < 520; i++) expect(await run(i)).toBe(i + 1);
+    expect(await run(3)).toBe(4); // closed, prepared again
+    const prepared = async () => (await sql<{ statement: string }>`select statement from pg_prepared_statements`.execute(k)).rows.map((r) => r.statement);
+    const texts = await prepared();
+    expect(texts.length).toBeLessThanOrEqual(500);
+    expect(texts).toContain("select 3::int + $1::int as n");
+    expect(texts).not.toContain("select 10::int + $1::int as n");
+    expect(texts).toContain("select 519::int + $1::int as n");
+    await db.destroy();
+  }, 60_000);
+
+  it("parses a statement again once its table's columns changed, in a transaction or not", async () => {
+    const { db } = await openDatabase({ dataDir: "memory://" });
+    const k = db as Kysely<any>;
+    await sql`create table widened (a int)`.execute(k);
+    await k.insertInto("widened").values({ a: 1 }).execute();
+    const all = (on: Kysely<any> = k) => on.selectFrom("widened").selectAll().execute();
+    expect(await all()).toEqual([{ a: 1 }]);
+    await sql`alter table widened add column b text default 'x'`.execute(k);
+    expect(await all()).toEqual([{ a: 1, b: "x" }]);
+    await sql`alter table widened add column c int default 2`.execute(k);
+    // In a transaction the first run fails (and with it the transaction); the next one is parsed anew.
+    await expect(k.transaction().execute((trx) => all(trx))).rejects.toThrow(/cached plan must not change result type/);
+    expect(await k.transaction().execute((trx) => all(trx))).toEqual([{ a: 1, b: "x", c: 2 }]);
     await db.destroy();
   }, 60_000);
 });
