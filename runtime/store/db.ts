@@ -200,6 +200,8 @@ class PGliteSession {
   private readonly parser = new Parser();
   /** Kysely's statements' names by text, least recently run first (see query). */
   private readonly queryNames = new Map<string, string>();
+  /** Kysely's statements that run unnamed (see query). */
+  private readonly unnamedTexts = new Set<string>();
   /** Named statements to close (Close messages go ahead of the next call's statement). */
   private closing: string[] = [];
   constructor(
@@ -241,7 +243,8 @@ class PGliteSession {
    * statement was named (docs/performance.md, 2026-12-02). The QUERY_NAMES texts run most lately keep their names;
    * the one run least lately is closed to make room.
    */
-  query<R>(text: string, values: readonly unknown[]): Promise<Answer<R>> {
+  async query<R>(text: string, values: readonly unknown[]): Promise<Answer<R>> {
+    if (this.unnamedTexts.has(text)) return this.exchange<R>("", text, values);
     let name = this.queryNames.get(text);
     if (name === undefined) {
       name = hashedName("k", text);
@@ -252,7 +255,19 @@ class PGliteSession {
       }
     } else this.queryNames.delete(text);
     this.queryNames.set(text, name);
-    return this.exchange<R>(name, text, values);
+    try {
+      return await this.exchange<R>(name, text, values);
+    } catch (err) {
+      // A statement whose generic plan Postgres cannot make (42P10: an ON CONFLICT arbiter whose index predicate
+      // names a parameter): unnamed from now on, and run again unnamed unless the failure aborted a transaction.
+      if ((err as DatabaseError).code !== "42P10") throw err;
+      this.unnamedTexts.add(text);
+      this.queryNames.delete(text);
+      this.forget(name);
+      log.warn(`pglite: a statement runs unnamed, its generic plan refused (${(err as Error).message}): ${text.slice(0, 200)}`);
+      if (this.transactionStatus !== "I") throw err;
+      return this.exchange<R>("", text, values);
+    }
   }
 
   private forget(name: string): void {

@@ -130,6 +130,20 @@ describe("named statements on PGlite", () => {
     await db.destroy();
   }, 60_000);
 
+  it("runs unnamed a statement whose generic plan Postgres refuses (an ON CONFLICT arbiter with a parameter)", async () => {
+    const { db } = await openDatabase({ dataDir: "memory://" });
+    const k = db as Kysely<any>;
+    await sql`create table arbiters (kind int, key int)`.execute(k);
+    await sql`create unique index arbiters_key on arbiters (key) where kind = 2`.execute(k);
+    // Postgres plans a prepared statement's first five runs for their values; the sixth and later would be generic.
+    for (let key = 0; key < 10; key++) {
+      await k.insertInto("arbiters").values({ kind: 2, key }).onConflict((c) => c.column("key").where("kind", "=", 2).doNothing()).execute();
+    }
+    await k.insertInto("arbiters").values({ kind: 2, key: 3 }).onConflict((c) => c.column("key").where("kind", "=", 2).doNothing()).execute();
+    expect((await sql<{ n: number }>`select count(*)::int as n from arbiters`.execute(k)).rows).toEqual([{ n: 10 }]);
+    await db.destroy();
+  }, 60_000);
+
   it("parses a statement again once its table's columns changed, in a transaction or not", async () => {
     const { db } = await openDatabase({ dataDir: "memory://" });
     const k = db as Kysely<any>;

@@ -129,7 +129,9 @@ export class ChannelActor extends Conversation {
       trx
         .insertInto("recipients")
         .values({ realm_id: realmId, type: RECIPIENT_STREAM, type_id: streamId, dm_key: null })
-        .onConflict((c) => c.column("type_id").where("type", "=", RECIPIENT_STREAM).doNothing())
+        // The arbiter index's predicate as a literal: a parameter there cannot be matched to the partial index on a
+        // prepared statement's generic plan (Postgres refuses it, 42P10), which PGlite uses after a few runs.
+        .onConflict((c) => c.column("type_id").where("type", "=", sql.lit(RECIPIENT_STREAM)).doNothing())
         .execute(),
     );
     return (await find())!.id;
