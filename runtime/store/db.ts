@@ -106,13 +106,18 @@ export async function queryPlannedOnce<R>(db: Kysely<any> | Transaction<any>, te
 
 const plannedOnce = new WeakMap<object, <R>(text: string, values: readonly unknown[]) => Promise<R[]>>();
 
+/** The planned-once statements' names, by text (on either engine). */
+function plannedOnceNames(): (text: string) => string {
+  const names = new Map<string, string>();
+  return (text) => names.get(text) ?? names.set(text, hashedName("g", text)).get(text)!;
+}
+
 function plannedOncePool(connectionString: string, max: number) {
   // Set in the connection's startup message: a SET run from the pool's connect event raced the first statement the
   // pool handed the new connection (pg queued it behind, and warned that pg@9 will refuse a query to a busy client).
   const pool = postgresPool(connectionString, max, "-c plan_cache_mode=force_generic_plan");
   // Its callers' texts are built once (a handful): each is named at its first run.
-  const names = new Map<string, string>();
-  const nameOf = (text: string) => names.get(text) ?? names.set(text, hashedName("g", text)).get(text)!;
+  const nameOf = plannedOnceNames();
   return {
     run: async <R>(text: string, values: readonly unknown[]) => (await pool.query({ name: nameOf(text), text, values: values as unknown[] })).rows as R[],
     end: () => pool.end(),
@@ -175,11 +180,8 @@ export async function openDatabase(opts: { databaseUrl?: string; dataDir: string
     },
   });
   const prepared: Prepared = async <R>(name: string, text: string, values: readonly unknown[]) => (await session.run<R>(name, text, values)).rows;
-  const names = new Map<string, string>();
-  plannedOnce.set(db, async <R>(text: string, values: readonly unknown[]) => {
-    const name = names.get(text) ?? names.set(text, hashedName("g", text)).get(text)!;
-    return (await session.runGeneric<R>(name, text, values)).rows;
-  });
+  const nameOf = plannedOnceNames();
+  plannedOnce.set(db, async <R>(text: string, values: readonly unknown[]) => (await session.runGeneric<R>(nameOf(text), text, values)).rows);
   return { db, engine: "pglite", prepared };
 }
 
