@@ -11,9 +11,16 @@ export const LIMITS = {
   max_messages_per_fetch: 5000,
 } as const;
 
-/** Zulip truncates over-long content and topics rather than refusing them (zerver/lib/message.py). */
+/**
+ * Zulip truncates over-long content and topics rather than refusing them (zerver/lib/message.py). Its limits count
+ * characters as Python does (code points), as the parameter validation's maxLength does: an emoji is one, not the
+ * two UTF-16 units of a JavaScript string, and a cut never splits one.
+ */
 export function truncate(text: string, max: number, marker: string): string {
-  return text.length > max ? text.slice(0, max - marker.length) + marker : text;
+  // A string of at most `max` UTF-16 units holds at most `max` code points: most texts stop here.
+  if (text.length <= max) return text;
+  const chars = Array.from(text);
+  return chars.length > max ? chars.slice(0, max - Array.from(marker).length).join("") + marker : text;
 }
 
 /**

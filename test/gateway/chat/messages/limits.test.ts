@@ -136,4 +136,20 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     expect(edited.status).toBe(200);
     expect((await get(alice, { narrow: [{ operator: "id", operand: id }] })).body.messages[0].subject).toBe("u".repeat(57) + "...");
   });
+
+  it("counts the limits in characters as Zulip does: an emoji is one, and a cut never splits one", async () => {
+    // 10,000 characters of which 5,000 are emoji (15,000 UTF-16 units): within Zulip's limit, kept whole.
+    const emoji = "🎉x".repeat(5_000);
+    const kept = await send(alice, { type: "stream", to: "general", topic: "🎉".repeat(60), content: emoji });
+    expect(kept.status).toBe(200);
+    const [m] = (await get(alice, { narrow: [{ operator: "id", operand: kept.body.id }] })).body.messages;
+    expect(m.content).toBe(emoji);
+    expect(m.subject).toBe("🎉".repeat(60));
+    // One character more: cut to 10,000 characters, the marker included, at a character's boundary.
+    const cut = await send(alice, { type: "stream", to: "general", topic: "🎉".repeat(61), content: emoji + "🎉" });
+    const [n] = (await get(alice, { narrow: [{ operator: "id", operand: cut.body.id }] })).body.messages;
+    expect(Array.from(n.content)).toHaveLength(10_000);
+    expect(n.content).toBe("🎉x".repeat(4_990) + "\n[message truncated]");
+    expect(n.subject).toBe("🎉".repeat(57) + "...");
+  });
 });
