@@ -55,6 +55,7 @@ import { scheduledRoutes } from "./chat/scheduled.ts";
 import { topicRoutes } from "./chat/topics.ts";
 import { wakeSchedulers } from "../actors/chat/conversations/scheduler.ts";
 import { onRealmEmojiNotice } from "../actors/chat/organization/realm-emoji.ts";
+import { Realm } from "../actors/chat/organization/realm.protocol.ts";
 import { compiledLinkifiers } from "../actors/chat/organization/linkifiers.ts";
 import { realmAlertWords } from "../actors/chat/users/alert-words.ts";
 import { usersMutingCache } from "../actors/chat/users/user-data.ts";
@@ -117,13 +118,24 @@ function tuneGarbageCollection(): void {
   v8.setFlagsFromString("--no-allocation-site-pretenuring");
 }
 
+/** The first owner, created by this start (prepareStore). */
+type CreatedOwner = { realmId: number; userId: number; email: string; apiKey: string };
+
+/** How the primary of several workers tells its first worker whom Welcome Bot should greet: `<realm id>:<user id>`. */
+const WELCOME_OWNER = "CHORUS_WELCOME_OWNER";
+
+function ownerToWelcome(): { realmId: number; userId: number } | undefined {
+  const m = /^(\d+):(\d+)$/.exec(process.env[WELCOME_OWNER] ?? "");
+  return m ? { realmId: Number(m[1]), userId: Number(m[2]) } : undefined;
+}
+
 export async function startNode(config: Config, opts: { workerIndex?: number; prepared?: boolean; chat?: ChatConfig } = {}): Promise<RunningNode> {
   tuneGarbageCollection();
   const unlock = config.databaseUrl ? () => {} : lockDataDir(config.dataDir);
   const keyring = Keyring.load(config.dataDir, config.secret);
   let store: Store<Database>;
   let messageLog: MessageLog;
-  let owner: { email: string; apiKey: string } | undefined;
+  let owner: CreatedOwner | undefined;
   const chat = opts.chat ?? loadChatConfig();
   if (opts.prepared) ({ store, messageLog } = await openStore(config, chat));
   else ({ store, messageLog, owner } = await prepareStore(config, keyring, chat));
@@ -236,6 +248,15 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     writeZuliprc(file, owner.email, owner.apiKey, siteFor(config, port));
     log.info(`created the organization; the owner's credentials are in ${file}`);
   }
+  // The first owner was created before any actor existed (here, or by the primary of several workers, which tells
+  // its first worker): Welcome Bot greets them now, once (the realm actor's send key names the account).
+  const welcomed = owner ?? ownerToWelcome();
+  if (welcomed && chat.welcomeMessages) {
+    await system
+      .ref(Realm, welcomed.realmId)
+      .ask({ op: "welcomeUser", userId: welcomed.userId })
+      .catch((err) => log.warn({ err }, "Welcome Bot's message to the owner failed"));
+  }
 
   let closing: Promise<void> | undefined;
   return {
@@ -304,7 +325,7 @@ async function main(): Promise<void> {
     // (with the whole server), rather than restarted every half second forever.
     const failedStarts = new Map<number, number>();
     const fork = (index: number) => {
-      const worker = cluster.fork({ WORKER_INDEX: String(index) });
+      const worker = cluster.fork({ WORKER_INDEX: String(index), ...(owner && index === 0 ? { [WELCOME_OWNER]: `${owner.realmId}:${owner.userId}` } : {}) });
       let serving = false;
       worker.on("message", (msg: unknown) => {
         if (msg === WORKER_SERVING) {

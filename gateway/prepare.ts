@@ -33,7 +33,7 @@ export async function prepareStore(
   config: Config,
   keyring: Keyring,
   chat: ChatConfig = loadChatConfig(),
-): Promise<{ store: Store<Database>; messageLog: MessageLog; owner?: { email: string; apiKey: string } }> {
+): Promise<{ store: Store<Database>; messageLog: MessageLog; owner?: { realmId: number; userId: number; email: string; apiKey: string } }> {
   const { store, messageLog } = await openStore(config, chat);
   await store.migrate(migrations);
   const owner = await bootstrapOrganization(store, keyring, {

@@ -123,6 +123,14 @@ export function int(name: string, fallback: number): number {
   return Number(raw);
 }
 
+/** An on/off setting from the environment ("on" or "off"; unset or empty: the fallback). */
+export function onOff(name: string, fallback: boolean): boolean {
+  const raw = process.env[name]?.trim().toLowerCase();
+  if (raw === undefined || raw === "") return fallback;
+  if (raw !== "on" && raw !== "off") throw new Error(`${name} must be "on" or "off", got ${JSON.stringify(process.env[name])}`);
+  return raw === "on";
+}
+
 /** Every problem found in the settings, one line each, so that an operator fixes them all in one go. */
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {

@@ -2,7 +2,7 @@
  * Chat's own tuning, read from the environment in one place (beside runtime/config.ts, which reads the kernel's and
  * the gateway's settings). Read when a node starts; tests pass overrides instead.
  */
-import { int } from "../../runtime/config.ts";
+import { int, onOff } from "../../runtime/config.ts";
 
 /** How long an event written behind its delivery waits for others to share its commit, by default. */
 export const DEFAULT_EVENT_WRITE_DELAY_MS = 10;
@@ -43,6 +43,11 @@ export interface ChatConfig {
   maxFileUploadSizeMib: number;
   /** Each organization's upload quota in MiB (register's realm_upload_quota_mib); undefined: no quota. */
   realmUploadQuotaMib?: number;
+  /**
+   * Whether Welcome Bot greets each new human account with a direct message, as Zulip does (on by default). Zulip's
+   * clients expect a feed that is never empty: zulip-terminal cannot start for a user without a single message.
+   */
+  welcomeMessages: boolean;
 }
 
 export function loadChatConfig(overrides: Partial<ChatConfig> = {}): ChatConfig {
@@ -58,6 +63,7 @@ export function loadChatConfig(overrides: Partial<ChatConfig> = {}): ChatConfig 
     recipientListAbove: overrides.recipientListAbove ?? int("RECIPIENT_LIST_ABOVE", DEFAULT_RECIPIENT_LIST_ABOVE),
     recipientListDelayMs: overrides.recipientListDelayMs ?? int("RECIPIENT_LIST_DELAY_MS", DEFAULT_RECIPIENT_LIST_DELAY_MS),
     maxFileUploadSizeMib: overrides.maxFileUploadSizeMib ?? Math.max(1, int("MAX_FILE_UPLOAD_SIZE_MIB", DEFAULT_MAX_FILE_UPLOAD_SIZE_MIB)),
+    welcomeMessages: overrides.welcomeMessages ?? onOff("WELCOME_MESSAGES", true),
     realmUploadQuotaMib: "realmUploadQuotaMib" in overrides ? overrides.realmUploadQuotaMib : env.REALM_UPLOAD_QUOTA_MIB ? int("REALM_UPLOAD_QUOTA_MIB", 0) : undefined,
   };
 }

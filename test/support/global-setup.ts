@@ -3,7 +3,7 @@
  * message instead of a hundred confusing failures. Says once, too, when Zulip's reference files are absent (the
  * checks that need them are skipped; see zulip-reference.ts). Then makes the migrated stores test servers start
  * from (store-templates.ts), the server's build that spawned servers run (server-build.ts), and a JSON copy of
- * Zulip's OpenAPI description (openapi.ts), removed after the run.
+ * Zulip's OpenAPI description (openapi.ts), removed after the run. Sets WELCOME_MESSAGES=off for the servers tests start.
  */
 import fs from "node:fs";
 import net from "node:net";
@@ -34,6 +34,10 @@ export default async function setup(): Promise<() => Promise<void>> {
     console.warn(`Note: ${ZULIP_REFERENCE_MISSING}.`);
   }
   if (!HAVE_CHROMIUM) console.warn(`Note: no Chromium at ${CHROMIUM} (apt-get install chromium): the page tests are skipped.`);
+  // Welcome Bot's message to every new account (on by default) would be one more message, conversation and user in
+  // every test's counts; the servers of the tests (in this process's forks, and the processes they spawn) start
+  // without it, and test/gateway/chat/users/welcome.test.ts turns it on.
+  process.env.WELCOME_MESSAGES ??= "off";
   const openApiDir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-openapi-"));
   writeZulipOpenApiJson(path.join(openApiDir, "zulip.json"));
   const [removeTemplates, removeBuild] = await Promise.all([makeStoreTemplates(() => freshDatabase()), makeServerBuild()]);

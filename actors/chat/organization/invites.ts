@@ -20,12 +20,11 @@ import type { InvitationTable } from "../schema.ts";
 import type { ActorDeps } from "../../deps.ts";
 import { inGroupSetting, ROLE, type GroupSettingValue } from "./groups.ts";
 import { realmSettings } from "../users/settings.ts";
-import { dmKey } from "../conversations/dm.ts";
-import { ensureSystemBot, NOTIFICATION_BOT, WELCOME_BOT } from "./system-bots.ts";
+import { NOTIFICATION_BOT, sendAsSystemBot, WELCOME_BOT } from "./system-bots.ts";
+import { welcomeNewUser } from "./onboarding.ts";
 import { EMAIL, insertAccount } from "./accounts.ts";
 import { EMAIL_REQUEST_LIMITS, longestWindow, refuseOverLimits } from "./rate-limits.ts";
 import { Channel } from "../conversations/channel.protocol.ts";
-import { Dm } from "../conversations/dm.protocol.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
 import type { AcceptInvite, CreateInviteLink, CreatedUser, Invite, InviteLinkCreated, InvitesProtocol, InviteTerms, JoinInviteLink, ResendInvite, RevokeInvite, TestWelcomeMessage } from "./realm.protocol.ts";
 import { User } from "../users/user.protocol.ts";
@@ -422,6 +421,7 @@ export class Invitations {
       .where((eb) => eb.or([eb("id", "in", [...invited, -1]), ...(invite.include_realm_default_subscriptions ? [eb("is_default", "=", true)] : [])]))
       .execute();
     for (const s of streams) await this.deps.system().ref(Channel, s.id).ask({ op: "subscribe", userIds: [userId] });
+    await welcomeNewUser(this.deps, this.ctx.fence(), this.realmId, userId);
     if (invite.welcome_message_custom_text) {
       await this.botMessage(WELCOME_BOT, userId, invite.welcome_message_custom_text, `invite-welcome:${invite.id}`);
     }
@@ -446,18 +446,8 @@ export class Invitations {
   }
 
   /** A direct message from a system bot. `sendKey`: one per invitation, so a redelivered accept sends it once. */
-  private async botMessage(which: typeof NOTIFICATION_BOT, to: number, content: string, sendKey: string): Promise<number> {
-    const bot = await ensureSystemBot(this.deps.store, this.ctx.fence(), this.deps.keyring, this.realmId, which);
-    const sent = await this.deps.system().ref(Dm, dmKey([bot.id, to])).ask({
-      op: "send",
-      senderId: bot.id,
-      sender: { email: bot.email, full_name: bot.full_name },
-      content,
-      client: "Internal",
-      sendKey,
-      readBySender: true,
-    });
-    return sent.id;
+  private botMessage(which: typeof NOTIFICATION_BOT, to: number, content: string, sendKey: string): Promise<number> {
+    return sendAsSystemBot(this.deps, this.ctx.fence(), this.realmId, which, to, content, sendKey);
   }
 
   /** Zulip's invites_changed: administrators, and the referrer, refetch the invitation list. */

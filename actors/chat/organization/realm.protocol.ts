@@ -20,6 +20,12 @@ export interface CreateUser {
   role: number;
 }
 
+/** Welcome Bot's message to an account created without the realm actor (the first owner, at first start); once only. */
+export interface WelcomeUser {
+  op: "welcomeUser";
+  userId: number;
+}
+
 export interface CreatedUser {
   user_id: number;
   api_key: string;
@@ -535,6 +541,7 @@ export interface UpdateUserSettingsDefaults {
 
 export type RealmProtocol = {
   createUser: Op<CreateUser, CreatedUser>;
+  welcomeUser: Op<WelcomeUser, Empty>;
   updateUserSettingsDefaults: Op<UpdateUserSettingsDefaults, Empty>;
   ensureChannels: Op<EnsureChannels, EnsuredChannel[]>;
   setDefaultChannel: Op<SetDefaultChannel, Empty>;

@@ -30,6 +30,7 @@ import { EMAIL_VISIBILITY, insertAccount, MAX_FULL_NAME_LENGTH } from "./account
 import { dispatch, forward, type Handlers, type MessageOf } from "../../../runtime/protocol.ts";
 import type { ChannelArchived, CreateGroup, CreateUser, CreatedUser, EnsureChannels, EnsuredChannel, GroupCreated, RealmProtocol, RealmUpdated, SetDefaultChannel, UpdateRealm, UpdateUser, UpdateUserSettingsDefaults, SetUserActive } from "./realm.protocol.ts";
 import { realmAlertWords } from "../users/alert-words.ts";
+import { welcomeNewUser } from "./onboarding.ts";
 import { User, type CapabilityFilter } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 
@@ -78,6 +79,7 @@ export class RealmActor implements Actor {
   /** The implementation of realm.protocol.ts; the parts' operations go to the parts' own tables. */
   private static readonly handlers: Handlers<RealmProtocol, RealmActor> = {
     createUser: (realm, msg) => realm.createUser(msg),
+    welcomeUser: async (realm, msg) => (await welcomeNewUser(realm.deps, realm.ctx.fence(), realm.realmId, msg.userId), {}),
     ensureChannels: (realm, msg) => realm.ensureChannels(msg),
     setDefaultChannel: (realm, msg) => realm.setDefaultChannel(msg),
     channelArchived: (realm, msg) => realm.channelArchived(msg),
@@ -286,6 +288,7 @@ export class RealmActor implements Actor {
   private async createUser(msg: CreateUser): Promise<CreatedUser> {
     const created = await this.deps.store.write(this.ctx.fence(), (trx) => insertAccount(trx, this.realmId, msg, this.deps.keyring));
     await this.announceUser(created.user_id);
+    await welcomeNewUser(this.deps, this.ctx.fence(), this.realmId, created.user_id);
     return created;
   }
 
@@ -416,7 +419,7 @@ export async function bootstrapOrganization(
   store: Store<Database>,
   keyring: Keyring,
   owner: { email: string; fullName: string; passwordHash: string | null },
-): Promise<{ realmId: number; email: string; apiKey: string } | undefined> {
+): Promise<{ realmId: number; userId: number; email: string; apiKey: string } | undefined> {
   return store.db.transaction().execute(async (trx) => {
     const existing = await trx.selectFrom("realms").select("id").executeTakeFirst();
     if (existing) return undefined;
@@ -427,6 +430,6 @@ export async function bootstrapOrganization(
       .executeTakeFirstOrThrow();
     await createSystemGroups(trx, realm.id);
     const created = await insertAccount(trx, realm.id, Object.assign({}, owner, { role: ROLE.owner }), keyring);
-    return { realmId: realm.id, email: owner.email, apiKey: created.api_key };
+    return { realmId: realm.id, userId: created.user_id, email: owner.email, apiKey: created.api_key };
   });
 }

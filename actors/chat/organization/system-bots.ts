@@ -10,6 +10,9 @@ import type { Store } from "../../../runtime/store/store.ts";
 import { insertAccount } from "./accounts.ts";
 import { ROLE } from "./groups.ts";
 import type { Database } from "../../schema.ts";
+import type { ActorDeps } from "../../deps.ts";
+import { dmKey } from "../conversations/dm.ts";
+import { Dm } from "../conversations/dm.protocol.ts";
 
 export const NOTIFICATION_BOT = { email: "notification-bot@zulip.com", fullName: "Notification Bot" };
 export const WELCOME_BOT = { email: "welcome-bot@zulip.com", fullName: "Welcome Bot" };
@@ -38,4 +41,22 @@ export async function ensureSystemBot(store: Store<Database>, fence: Fence, keyr
     if (!(err instanceof ChorusError && err.code === "BAD_REQUEST") && !String((err as Error)?.message).includes("unique")) throw err;
   }
   return (await find())!;
+}
+
+/**
+ * A direct message from a system bot to a user, created with the bot if need be. `sendKey` makes it once only: a
+ * repeated call with the same key answers the message stored the first time.
+ */
+export async function sendAsSystemBot(deps: ActorDeps, fence: Fence, realmId: number, which: typeof NOTIFICATION_BOT, to: number, content: string, sendKey: string): Promise<number> {
+  const bot = await ensureSystemBot(deps.store, fence, deps.keyring, realmId, which);
+  const sent = await deps.system().ref(Dm, dmKey([bot.id, to])).ask({
+    op: "send",
+    senderId: bot.id,
+    sender: { email: bot.email, full_name: bot.full_name },
+    content,
+    client: "Internal",
+    sendKey,
+    readBySender: true,
+  });
+  return sent.id;
 }
