@@ -34,7 +34,7 @@ import { metrics } from "../../runtime/metrics.ts";
 
 const tracer = trace.getTracer("chorus.store");
 
-export type NewMessage = Omit<MessageTable, "id"> & { id: number };
+export type NewMessage = Omit<MessageTable, "id" | "version"> & { id: number };
 
 /** A recipient of a new message and their initial flags (a `user_messages` row, Zulip's UserMessage). */
 export interface MessageRecipient {

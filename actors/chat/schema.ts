@@ -116,6 +116,8 @@ export interface MessageTable {
   sending_client: string;
   /** Set by the gateway per request: a redelivered send finds its first insert instead of writing twice. */
   send_key: string | null;
+  /** Changed by triggers whenever the message object's columns or reactions change (migration 2026-12-02T1800). */
+  version: ColumnType<number, never, never>;
 }
 
 /** An attempt to send a message, or its tombstone (migration 2026-11-27T2120-send-attempts). */

@@ -47,6 +47,7 @@ import * as messageSearchWords from "../chat/migrations/2026-11-28T1200-message-
 import * as unreadTriggersLinear from "../chat/migrations/2026-11-28T1600-unread-triggers-linear.ts";
 import * as unreadRowsByFlagRows from "../chat/migrations/2026-12-01T2330-unread-rows-by-flag-rows.ts";
 import * as unreadWalksByUnreadTable from "../chat/migrations/2026-12-02T0330-unread-walks-by-unread-table.ts";
+import * as messageVersions from "../chat/migrations/2026-12-02T1800-message-versions.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -91,4 +92,5 @@ export const migrations: Record<string, Migration> = {
   "2026-11-28T1600-unread-triggers-linear": unreadTriggersLinear,
   "2026-12-01T2330-unread-rows-by-flag-rows": unreadRowsByFlagRows,
   "2026-12-02T0330-unread-walks-by-unread-table": unreadWalksByUnreadTable,
+  "2026-12-02T1800-message-versions": messageVersions,
 };

@@ -72,8 +72,8 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
   });
 
   describe("appendMessage", () => {
-    /** A new message has none of the bookkeeping an edit or a move adds (migration 2026-11-22T0500-messages). */
-    const NEVER_EDITED = { edit_history: null, last_edit_time: null, last_moved_time: null };
+    /** A new message has none of the bookkeeping an edit or a move adds (migration 2026-11-22T0500-messages), and its first version (2026-12-02T1800). */
+    const NEVER_EDITED = { edit_history: null, last_edit_time: null, last_moved_time: null, version: 0 };
     /** Its search document (migration 2026-11-28T0900), made by the store's trigger from its topic and content. */
     const SEARCHABLE = { search_document: expect.any(String) };
 

@@ -2,10 +2,12 @@
  * GET /messages of one channel, or a topic of it: the narrow whose access and page are one statement
  * (actors/chat/reads/messages.ts channelPage). The window around every kind of anchor with Zulip's found_* flags,
  * the channel named by id or by name, an unknown channel, and a channel with protected history, where a reader sees
- * only what they received.
+ * only what they received. A page's messages come from the records this process keeps (message-records.ts): what
+ * changed since, written here or by another process straight into the store, is what the next page shows.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ENGINES, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
+import { sql } from "kysely";
+import { ENGINES, api, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
 import { ids, messageApi, type User } from "../../../support/messages.ts";
 
 describe.each(ENGINES)("a channel's page on %s", (engine) => {
@@ -89,5 +91,47 @@ describe.each(ENGINES)("a channel's page on %s", (engine) => {
     expect(ids(await get(alice, { narrow }))).toEqual([before, after]);
     expect(ids(await get(bob, { narrow }))).toEqual([after]);
     expect(ids(await get(bob, { narrow: [...narrow, { operator: "topic", operand: "t" }], anchor: before, num_before: 1, num_after: 1 }))).toEqual([after]);
+  });
+
+  it("shows what changed since the page was last read: edit, reaction, sender's name, a write by another process, deletion", async () => {
+    const id = await toChannel(alice, "kept", "as sent", "lobby");
+    const page = async () => (await get(bob, { narrow: lobbyNarrow, anchor: id, num_before: 1, num_after: 1 })).body.messages as Array<{ id: number }>;
+    // The message itself (a move's notification comes after it).
+    const newest = async () => (await page()).find((m) => m.id === id) as Record<string, any> | undefined;
+    const message = (params: Record<string, unknown>) => api(server, "PATCH", `/messages/${id}`, { as: alice, params, template: "/messages/{message_id}" });
+    const reaction = (method: string) =>
+      api(server, method, `/messages/${id}/reactions`, { as: bob, params: { emoji_name: "octopus" }, template: "/messages/{message_id}/reactions" });
+    expect(await newest()).toMatchObject({ id, content: "as sent", reactions: [], sender_full_name: "Alice" });
+
+    expect((await message({ content: "as **edited**" })).status).toBe(200);
+    expect(await newest()).toMatchObject({ id, content: "as **edited**", reactions: [] });
+    expect((await message({ topic: "moved here" })).status).toBe(200);
+    expect(await newest()).toMatchObject({ id, subject: "moved here" });
+    expect((await reaction("POST")).status).toBe(200);
+    expect((await newest())!.reactions).toEqual([expect.objectContaining({ emoji_name: "octopus", user_id: bob.id })]);
+    expect((await reaction("DELETE")).status).toBe(200);
+    expect((await newest())!.reactions).toEqual([]);
+    expect((await api(server, "PATCH", "/settings", { as: alice, params: { full_name: "Alice Renamed" } })).status).toBe(200);
+    expect(await newest()).toMatchObject({ id, sender_full_name: "Alice Renamed" });
+
+    // Another worker's writes reach this process only through the store: its triggers change the versions.
+    const db = server.node.store.db;
+    const version = async () => (await sql<{ version: number }>`select version from messages where id = ${id}`.execute(db)).rows[0]!.version;
+    await sql`update messages set content = 'elsewhere', rendered_content = '<p>elsewhere</p>' where id = ${id}`.execute(db);
+    expect(await newest()).toMatchObject({ id, content: "elsewhere" });
+    await sql`insert into reactions (message_id, user_id, emoji_name, emoji_code, reaction_type) values (${id}, ${alice.id}, 'tada', '1f389', 'unicode_emoji')`.execute(db);
+    expect((await newest())!.reactions).toEqual([expect.objectContaining({ emoji_name: "tada", user_id: alice.id })]);
+    await sql`delete from reactions where message_id = ${id}`.execute(db);
+    expect((await newest())!.reactions).toEqual([]);
+    await sql`update users set full_name = 'Alice Elsewhere' where id = ${alice.id}`.execute(db);
+    expect(await newest()).toMatchObject({ id, sender_full_name: "Alice Elsewhere" });
+    // The search documents' fill rewrites a column no message object shows: no new version.
+    const before = await version();
+    await sql`update messages set search_document = to_tsvector('english'::regconfig, topic || ' ' || content) where id = ${id}`.execute(db);
+    expect(await version()).toBe(before);
+
+    expect((await api(server, "DELETE", `/messages/${id}`, { as: server.owner, template: "/messages/{message_id}" })).status).toBe(200);
+    expect(await newest()).toBeUndefined();
+    expect((await page()).length).toBeGreaterThan(0);
   });
 });

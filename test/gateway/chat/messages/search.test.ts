@@ -13,7 +13,7 @@ import { searchCondition } from "../../../../actors/chat/reads/search.ts";
 import { fillSearchDocuments } from "../../../../actors/chat/search-fill.ts";
 import { SEARCH_WINDOWS } from "../../../../actors/chat/reads/messages.ts";
 
-/** The migrations of issue 28, the last ones applied (0120, 0130, 0150, 0800, 0900, 1200, 1600, 12-01T2330 and 12-02T0330 re-run as they are: idempotent), and the indexes they make. */
+/** The migrations of issue 28, the last ones applied (0120, 0130, 0150, 0800, 0900, 1200, 1600, 12-01T2330, 12-02T0330 and 12-02T1800 re-run as they are: idempotent), and the indexes they make. */
 const READ_MIGRATIONS = [
   "2026-11-28T0100-message-search",
   "2026-11-28T0110-message-read-indexes",
@@ -26,6 +26,7 @@ const READ_MIGRATIONS = [
   "2026-11-28T1600-unread-triggers-linear",
   "2026-12-01T2330-unread-rows-by-flag-rows",
   "2026-12-02T0330-unread-walks-by-unread-table",
+  "2026-12-02T1800-message-versions",
 ];
 const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document"];
 const SEARCH_DOCUMENT_MIGRATION = "2026-11-28T0900-message-search-document";
