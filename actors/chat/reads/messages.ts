@@ -493,14 +493,33 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   } else anchor = fixedAnchor(q.anchor);
   const order = ORDER[walk];
   const columns = pageColumns(searchOperand(q.narrow), related);
-  const page = (on: DB, op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
-    messagesWhere(on, user, conds, walk)
-      .select(columns)
-      .where(sql<number>`${ORDER[walk === "matches" ? "messages" : walk]}`, op, anchor)
-      .orderBy(order, direction)
-      .limit(limit)
-      .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""))
-      .execute();
+  // Along the flag rows, in a transaction of serial plans (withoutParallelWorkers); the records after it, outside it
+  // (on PGlite a statement outside a transaction waits for it to end).
+  const page = async (op: "<" | ">=", direction: "asc" | "desc", limit: number): Promise<MessageRow[]> => {
+    const read = <T>(statement: (on: DB) => Promise<T>) => (alongFlagRows(walk) ? withoutParallelWorkers(db, statement) : statement(db));
+    const rows = (on: DB) =>
+      messagesWhere(on, user, conds, walk)
+        .where(sql<number>`${ORDER[walk === "matches" ? "messages" : walk]}`, op, anchor)
+        .orderBy(order, direction)
+        .limit(limit)
+        .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""));
+    // The ids, versions and flags, and the kept records (a search's pages read their rows whole: their highlighting
+    // is the reader's).
+    if (!related) return read((on) => rows(on).select(columns).execute() as Promise<MessageRow[]>);
+    const refs = await read((on) =>
+      rows(on)
+        .select([
+          "m.id",
+          "m.version",
+          "um.flags",
+          sql.raw<string | null>(RELATED.streamName).as("stream_name"),
+          sql.raw<Person[] | null>(RELATED.people).as("people"),
+          sql.raw<string>(REALM_USER_VERSION(String(user.realm_id))).as("user_version"),
+        ])
+        .execute(),
+    );
+    return withRecords(db, refs, refs[0]?.user_version ?? "0");
+  };
   // A search's page, in up to three statements, each the page when it can tell (docs/reads.md "Search words"). The
   // messages a statement tests are in a derived table; the reader's flags and the related columns are joined to the
   // page's rows only (joined to every message, the planner hashed or merged all of the reader's flag rows).
@@ -607,24 +626,22 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0
       ? Promise.resolve([])
-      : alongFlagRows(walk)
-        ? withoutParallelWorkers(db, (trx) => page(trx, op, direction, limit))
-        : walk === "matches"
-          ? db.transaction().execute(async (trx) => {
-              const search = await searchSettings(trx);
-              const window = oneChannel ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
-              // The nearest messages first when the search is common enough to fill a page among them, as the
-              // planner estimates; its index first otherwise (a rare word, or words rare together).
-              const nearbyFirst = SEARCH_WINDOWS.first === "estimate" ? search.share === undefined || search.share * window >= limit : SEARCH_WINDOWS.first === "nearby";
-              const nearby = () => nearbyPage(trx, search.conds, op, direction, limit);
-              const capped = () => cappedPage(trx, search.conds, op, direction, limit);
-              return (
-                (await (nearbyFirst ? nearby() : capped())) ??
-                (await (nearbyFirst ? capped() : nearby())) ??
-                everyMatch(trx, search.conds, op, direction, limit)
-              );
-            })
-          : page(db, op, direction, limit);
+      : walk === "matches"
+        ? db.transaction().execute(async (trx) => {
+            const search = await searchSettings(trx);
+            const window = oneChannel ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
+            // The nearest messages first when the search is common enough to fill a page among them, as the
+            // planner estimates; its index first otherwise (a rare word, or words rare together).
+            const nearbyFirst = SEARCH_WINDOWS.first === "estimate" ? search.share === undefined || search.share * window >= limit : SEARCH_WINDOWS.first === "nearby";
+            const nearby = () => nearbyPage(trx, search.conds, op, direction, limit);
+            const capped = () => cappedPage(trx, search.conds, op, direction, limit);
+            return (
+              (await (nearbyFirst ? nearby() : capped())) ??
+              (await (nearbyFirst ? capped() : nearby())) ??
+              everyMatch(trx, search.conds, op, direction, limit)
+            );
+          })
+        : page(op, direction, limit);
   // One extra row on each side tells whether the oldest / newest match was reached.
   const limits = sideLimits(q, anchor);
   const [before, atAndAfter] = await Promise.all([side("<", "desc", limits.before), side(">=", "asc", limits.atAndAfter)]);
@@ -715,7 +732,7 @@ type PageRecord = Omit<MessageRow, "flags" | "stream_name" | "people" | "match_c
  * A page's row of a kept record, with the reader's flags. Spelled field by field: spreading the record (a row object
  * of pg's) into a new object cost a channel's page 13% of the server's CPU (a CPU profile of reads-fetch).
  */
-function pageRow(r: PageRecord, flags: number | null, streamName: string): MessageRow {
+function pageRow(r: PageRecord, ref: PageRef): MessageRow {
   return {
     id: r.id,
     sender_id: r.sender_id,
@@ -729,14 +746,35 @@ function pageRow(r: PageRecord, flags: number | null, streamName: string): Messa
     edit_history: r.edit_history,
     last_edit_time: r.last_edit_time,
     last_moved_time: r.last_moved_time,
-    flags,
+    flags: ref.flags,
     sender: r.sender,
-    stream_name: streamName,
-    people: null,
+    stream_name: ref.stream_name,
+    people: ref.people ?? null,
     reactions: r.reactions,
     match_content: null,
     match_subject: null,
   };
+}
+
+/** What a page's statement reads of a message: its id, its version, the reader's flags, and what the page names. */
+interface PageRef {
+  id: number;
+  version: number;
+  flags: number | null;
+  stream_name: string | null;
+  people?: Person[] | null;
+}
+
+/** The page's rows in its order, from its refs (read at the realm's `userVersion`) and the records kept or read. */
+async function withRecords(db: DB, refs: PageRef[], userVersion: string): Promise<MessageRow[]> {
+  if (!refs.length) return [];
+  const records = await pageRecords.current(db, refs, userVersion);
+  const rows: MessageRow[] = [];
+  for (const ref of refs) {
+    const record = records.get(ref.id);
+    if (record) rows.push(pageRow(record, ref)); // else deleted between the two statements
+  }
+  return rows;
 }
 
 const pageRecords = new MessageRecordCache<PageRecord>((db, ids) => queryPlannedOnce<PageRecord>(db, PAGE_RECORDS_TEXT, [ids]));
@@ -753,19 +791,34 @@ async function channelPage(db: DB, user: UserRow, q: MessageRange, anchor: numbe
   const refs = await queryPlannedOnce<Ref>(db, text, values);
   if (!refs.length) throw badNarrow("Invalid narrow operator: unknown channel");
   const messages = refs.filter((r): r is Ref & { id: number } => r.id !== null);
-  const records = await pageRecords.current(db, messages, refs[0]!.user_version);
   const before: MessageRow[] = [];
   const atAndAfter: MessageRow[] = [];
-  for (const ref of messages) {
-    const record = records.get(ref.id);
-    if (!record) continue; // deleted between the two statements
-    (ref.id < anchor ? before : atAndAfter).push(pageRow(record, ref.flags, ref.stream_name));
-  }
+  for (const row of await withRecords(db, messages, refs[0]!.user_version)) (row.id < anchor ? before : atAndAfter).push(row);
   return windowAround(q, anchor, before, atAndAfter);
 }
 
-/** A message row as a fetch reads it, with the reader's flags (null: a message the reader never received). */
-type MessageRow = Awaited<ReturnType<typeof messageWindow>>["rows"][number];
+/** A message row as a fetch reads it (pageColumns), with the reader's flags (null: a message the reader never received). */
+interface MessageRow {
+  id: number;
+  sender_id: number;
+  recipient_id: number;
+  stream_id: number | null;
+  topic: string;
+  content: string;
+  rendered_content: string;
+  date_sent: number;
+  sending_client: string;
+  edit_history: unknown[] | null;
+  last_edit_time: number | null;
+  last_moved_time: number | null;
+  flags: number | null;
+  sender: [string, string] | null;
+  stream_name: string | null;
+  people: Person[] | null;
+  reactions: unknown[] | null;
+  match_content: string | null;
+  match_subject: string | null;
+}
 
 /** The message record of a row: Zulip's message fields that do not depend on the reader. */
 function recordOf(
