@@ -798,19 +798,7 @@ async function channelPage(db: DB, user: UserRow, q: MessageRange, anchor: numbe
 }
 
 /** A message row as a fetch reads it (pageColumns), with the reader's flags (null: a message the reader never received). */
-interface MessageRow {
-  id: number;
-  sender_id: number;
-  recipient_id: number;
-  stream_id: number | null;
-  topic: string;
-  content: string;
-  rendered_content: string;
-  date_sent: number;
-  sending_client: string;
-  edit_history: unknown[] | null;
-  last_edit_time: number | null;
-  last_moved_time: number | null;
+type MessageRow = Pick<Selectable<MessageTable & MessageEditColumns>, (typeof MESSAGE_COLUMNS)[number] extends `m.${infer C}` ? C & keyof (MessageTable & MessageEditColumns) : never> & {
   flags: number | null;
   sender: [string, string] | null;
   stream_name: string | null;
@@ -818,7 +806,7 @@ interface MessageRow {
   reactions: unknown[] | null;
   match_content: string | null;
   match_subject: string | null;
-}
+};
 
 /** The message record of a row: Zulip's message fields that do not depend on the reader. */
 function recordOf(
