@@ -38,7 +38,8 @@ import { usersByRef, type UserRow } from "../../actors/chat/reads/users.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
 import type { RouteSpec, Services } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
-import { clientName, LIMITS, truncate } from "./zulip.ts";
+import { clientName, LIMITS } from "./zulip.ts";
+import { truncateCharacters } from "../../actors/chat/conversations/characters.ts";
 
 /** num_before / num_after: their sum is capped, as in Zulip, with one message for both ("Too many messages requested"). */
 const COUNT = { type: "integer", minimum: 0 } as const;
@@ -85,14 +86,14 @@ export async function directRecipients(services: Services, caller: UserRow, refs
 export function normaliseTopic(raw: string | undefined): string {
   const topic = (raw ?? "").trim();
   if (topic.includes("\u0000")) throw errors.badRequest("Topic must not contain null bytes");
-  return topic === "(no topic)" || topic === EMPTY_TOPIC_DISPLAY_NAME ? "" : truncate(topic, LIMITS.max_topic_length, "...");
+  return topic === "(no topic)" || topic === EMPTY_TOPIC_DISPLAY_NAME ? "" : truncateCharacters(topic, LIMITS.max_topic_length, "...");
 }
 
 /** Content as Zulip stores it: trailing whitespace and leading blank lines dropped, truncated past the limit. */
 export function normaliseContent(raw: string): string {
   const content = raw.replace(/\s+$/, "").replace(/^\n+/, "");
   if (content.includes("\u0000")) throw errors.badRequest("Message must not contain null bytes");
-  return truncate(content, LIMITS.max_message_length, "\n[message truncated]");
+  return truncateCharacters(content, LIMITS.max_message_length, "\n[message truncated]");
 }
 
 /** Who acts, for the owning actor's permission checks. */

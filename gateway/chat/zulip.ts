@@ -12,18 +12,6 @@ export const LIMITS = {
 } as const;
 
 /**
- * Zulip truncates over-long content and topics rather than refusing them (zerver/lib/message.py). Its limits count
- * characters as Python does (code points), as the parameter validation's maxLength does: an emoji is one, not the
- * two UTF-16 units of a JavaScript string, and a cut never splits one.
- */
-export function truncate(text: string, max: number, marker: string): string {
-  // A string of at most `max` UTF-16 units holds at most `max` code points: most texts stop here.
-  if (text.length <= max) return text;
-  const chars = Array.from(text);
-  return chars.length > max ? chars.slice(0, max - Array.from(marker).length).join("") + marker : text;
-}
-
-/**
  * Zulip's parse_user_agent (zerver/lib/user_agent.py): a client's name is its User-Agent's first token, before the
  * version ("ZulipTerminal/0.7.0 Linux" is ZulipTerminal, "ZulipMobile/27.1 (Android 11)" ZulipMobile); a request
  * without one is "Unspecified". Zulip's Client names are at most 30 characters.

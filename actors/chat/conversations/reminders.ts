@@ -6,6 +6,7 @@
 import type { Kysely } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
 import { encodeHashComponent } from "../rendering/markdown.ts";
+import { characterLength, truncateCharacters } from "./characters.ts";
 import type { Database } from "../../schema.ts";
 
 /** Zulip's MAX_REMINDER_NOTE_LENGTH. */
@@ -29,7 +30,7 @@ function unusedFence(text: string): string {
 /** The reminder's content: `maxLength` is the longest message, past which the quoted text is truncated. */
 export async function reminderContent(db: Kysely<Database>, siteUrl: string, m: RemindedMessage, rawNote: string | undefined, maxLength: number): Promise<string> {
   const note = rawNote?.trimEnd().replace(/^\n+/, "");
-  if (note && note.length > MAX_REMINDER_NOTE_LENGTH) throw errors.badRequest(`Maximum reminder note length: ${MAX_REMINDER_NOTE_LENGTH} characters`);
+  if (note && characterLength(note) > MAX_REMINDER_NOTE_LENGTH) throw errors.badRequest(`Maximum reminder note length: ${MAX_REMINDER_NOTE_LENGTH} characters`);
   const sender = await db.selectFrom("users").select(["id", "full_name"]).where("id", "=", m.sender_id).executeTakeFirstOrThrow();
   let what: string;
   let url: string;
@@ -47,8 +48,7 @@ export async function reminderContent(db: Kysely<Database>, siteUrl: string, m: 
   if (m.content.startsWith("/todo")) return content + `${who} [sent](${url}) a todo list.`;
   content += `${who} [said](${url}):\n`;
   const fence = unusedFence(m.content);
-  const room = maxLength - (content.length + 2 * fence.length + "quote\n\n".length);
-  const marker = "\n[message truncated]";
-  const quoted = m.content.length > room ? m.content.slice(0, room - marker.length) + marker : m.content;
+  const room = maxLength - characterLength(content + fence + fence + "quote\n\n");
+  const quoted = truncateCharacters(m.content, room, "\n[message truncated]");
   return content + `${fence}quote\n${quoted}\n${fence}`;
 }

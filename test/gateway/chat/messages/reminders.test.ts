@@ -71,6 +71,21 @@ describe.each(ENGINES)("reminders on %s", (engine) => {
     expect((await remind(owner, { scheduled_delivery_timestamp: now() + 60 })).body.code).toBe("REQUEST_VARIABLE_MISSING");
   });
 
+  it("counts the note and the quoted message in characters, as Zulip does, and never cuts one in two", async () => {
+    const emoji = "\u{1F642}";
+    const dm = (await api(server, "POST", "/messages", { as: bob, params: { type: "direct", to: [owner.id], content: emoji.repeat(9_990) } })).body.id;
+    const created = await remind(owner, { message_id: dm, scheduled_delivery_timestamp: now() + 600, note: emoji.repeat(1_000) });
+    expect(created.status, JSON.stringify(created.body)).toBe(200);
+    const reminder = (await list(owner)).find((r: any) => r.reminder_id === created.body.reminder_id);
+    // The whole reminder is the longest message Zulip stores, its quote cut to fit, in characters.
+    expect(Array.from(reminder.content)).toHaveLength(10_000);
+    expect(reminder.content).toMatch(/\n\[message truncated\]\n```$/);
+    expect(reminder.content).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/);
+    const long = await remind(owner, { message_id: dm, scheduled_delivery_timestamp: now() + 60, note: emoji.repeat(1_001) });
+    expect(long.body.msg).toBe("Maximum reminder note length: 1000 characters");
+    expect((await remove(owner, created.body.reminder_id)).status).toBe(200);
+  });
+
   it("is delivered at the time by Notification Bot, as a direct message to its owner", async () => {
     const dm = (await api(server, "POST", "/messages", { as: bob, params: { type: "direct", to: [owner.id], content: "call me" } })).body.id;
     const queue = (await api(server, "POST", "/register", { as: owner, params: { event_types: ["reminders"] } })).body.queue_id;
