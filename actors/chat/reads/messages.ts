@@ -499,7 +499,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
     const read = <T>(statement: (on: DB) => Promise<T>) => (alongFlagRows(walk) ? withoutParallelWorkers(db, statement) : statement(db));
     const rows = (on: DB) =>
       messagesWhere(on, user, conds, walk)
-        .where(sql<number>`${ORDER[walk === "matches" ? "messages" : walk]}`, op, anchor)
+        .where(order, op, anchor)
         .orderBy(order, direction)
         .limit(limit)
         .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""));
@@ -513,7 +513,6 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
           "m.version",
           "um.flags",
           sql.raw<string | null>(RELATED.streamName).as("stream_name"),
-          sql.raw<Person[] | null>(RELATED.people).as("people"),
           sql.raw<string>(REALM_USER_VERSION(String(user.realm_id))).as("user_version"),
         ])
         .execute(),
@@ -721,12 +720,12 @@ function channelPageText(byId: boolean, topic: boolean): string {
 const REALM_USER_VERSION = (realm: string) => `coalesce((select v.version from realm_user_versions v where v.realm_id = ${realm}), 0)::text`;
 
 /** What a page shows of a message that does not depend on the reader, by id, with its versions (message-records.ts). */
-const PAGE_RECORDS_TEXT = `select ${MESSAGE_COLUMNS.join(", ")}, m.version, ${RELATED.sender} as sender, ${RELATED.reactions} as reactions,
-    ${REALM_USER_VERSION("m.realm_id")} as user_version
+const PAGE_RECORDS_TEXT = `select ${MESSAGE_COLUMNS.join(", ")}, m.version, ${RELATED.sender} as sender, ${RELATED.people} as people,
+    ${RELATED.reactions} as reactions, ${REALM_USER_VERSION("m.realm_id")} as user_version
   from messages m where m.id = any($1::bigint[])`;
 
 /** A message's record as a page reads it: its row without the reader's flags and what the page itself names. */
-type PageRecord = Omit<MessageRow, "flags" | "stream_name" | "people" | "match_content" | "match_subject"> & VersionedRecord;
+type PageRecord = Omit<MessageRow, "flags" | "stream_name" | "match_content" | "match_subject"> & VersionedRecord;
 
 /**
  * A page's row of a kept record, with the reader's flags. Spelled field by field: spreading the record (a row object
@@ -749,20 +748,19 @@ function pageRow(r: PageRecord, ref: PageRef): MessageRow {
     flags: ref.flags,
     sender: r.sender,
     stream_name: ref.stream_name,
-    people: ref.people ?? null,
+    people: r.people,
     reactions: r.reactions,
     match_content: null,
     match_subject: null,
   };
 }
 
-/** What a page's statement reads of a message: its id, its version, the reader's flags, and what the page names. */
+/** What a page's statement reads of a message: its id, its version, the reader's flags, and its channel's name. */
 interface PageRef {
   id: number;
   version: number;
   flags: number | null;
   stream_name: string | null;
-  people?: Person[] | null;
 }
 
 /** The page's rows in its order, from its refs (read at the realm's `userVersion`) and the records kept or read. */
@@ -787,10 +785,11 @@ async function channelPage(db: DB, user: UserRow, q: MessageRange, anchor: numbe
   const values: unknown[] = [user.realm_id, byId ? narrow.channel : String(narrow.channel).toLowerCase(), user.id, user.role === ROLE.guest, anchor, limits.before, limits.atAndAfter];
   if (narrow.topic !== undefined) values.push(narrow.topic.toLowerCase());
   const text = CHANNEL_PAGE_TEXTS[Number(byId)]![Number(narrow.topic !== undefined)]!;
-  type Ref = { channel_id: number; stream_name: string; user_version: string; id: number | null; version: number; flags: number | null };
+  // The channel's row comes back once with null message columns when the page is empty.
+  type Ref = Omit<PageRef, "id"> & { id: number | null; channel_id: number; user_version: string };
   const refs = await queryPlannedOnce<Ref>(db, text, values);
   if (!refs.length) throw badNarrow("Invalid narrow operator: unknown channel");
-  const messages = refs.filter((r): r is Ref & { id: number } => r.id !== null);
+  const messages = refs.filter((r): r is Ref & PageRef => r.id !== null);
   const before: MessageRow[] = [];
   const atAndAfter: MessageRow[] = [];
   for (const row of await withRecords(db, messages, refs[0]!.user_version)) (row.id < anchor ? before : atAndAfter).push(row);

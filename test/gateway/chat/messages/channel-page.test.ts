@@ -93,6 +93,19 @@ describe.each(ENGINES)("a channel's page on %s", (engine) => {
     expect(ids(await get(bob, { narrow: [...narrow, { operator: "topic", operand: "t" }], anchor: before, num_before: 1, num_after: 1 }))).toEqual([after]);
   });
 
+  it("shows a direct message's members as they are now, renamed since the page was last read", async () => {
+    const { send } = messageApi(() => server);
+    const id = (await send(bob, { type: "direct", to: JSON.stringify([alice.id]), content: "psst" })).body.id as number;
+    const members = async () => {
+      const res = await get(alice, { narrow: [{ operator: "dm", operand: [bob.id] }], anchor: id, num_before: 0, num_after: 0 });
+      return (res.body.messages[0].display_recipient as Array<{ id: number; full_name: string }>).map((u) => [u.id, u.full_name]);
+    };
+    expect(await members()).toContainEqual([bob.id, "Bob"]);
+    await sql`update users set full_name = 'Bob Elsewhere' where id = ${bob.id}`.execute(server.node.store.db);
+    expect(await members()).toContainEqual([bob.id, "Bob Elsewhere"]);
+    await sql`update users set full_name = 'Bob' where id = ${bob.id}`.execute(server.node.store.db);
+  });
+
   // A channel's page (one statement), and the other walks: every message, a sender's, the reader's starred flag rows.
   it.each([
     ["a channel's page", () => lobbyNarrow],
