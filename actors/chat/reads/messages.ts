@@ -6,6 +6,7 @@
 import { CompiledQuery, sql, type Kysely, type RawBuilder, type Selectable, type SqlBool } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
 import { NAMED_STATEMENT, queryPlannedOnce } from "../../../runtime/store/db.ts";
+import { ReadBatches } from "../../../runtime/store/read-batches.ts";
 import type { Database } from "../../schema.ts";
 import type { MessageEditColumns, MessageTable } from "../schema.ts";
 import { formatMessage, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
@@ -684,12 +685,14 @@ function oneChannelNarrow(narrow: Narrow): { channel: number | string; topic?: s
 
 /**
  * The statement of a one-channel page: the channel and whether the reader may read its history (as compileNarrow
- * decides it), then, for each side of the anchor, the messages of the channel (and topic) the reader may read,
- * with pageColumns' columns. The channel's row comes back even when the page is empty (one row of nulls), and no
- * row at all when there is no such channel. Parameters: $1 realm, $2 the channel's id or lower-cased name, $3 the
- * reader, $4 whether the reader is a guest, $5 the anchor, $6 and $7 each side's limit, $8 the lower-cased topic.
- * One text per way of naming the channel, with or without a topic, built once, and run planned once per connection
- * (queryPlannedOnce: its generic plan, which is the walk of the channel's index for any values).
+ * decides it), then, for each side of the anchor, the ids, versions and reader's flags of the channel's (and
+ * topic's) messages the reader may read. The channel's row comes back even when the page is empty (one row of
+ * nulls), and no row at all when there is no such channel. It answers a batch of pages (ReadBatches): its
+ * parameters are arrays, one value per page of each of the realm, the channel's id or lower-cased name, the
+ * reader, whether the reader is a guest, the anchor, each side's limit, and the lower-cased topic; each row names
+ * its page (`n`). One text per way of naming the channel, with or without a topic, built once, and run planned
+ * once per connection (queryPlannedOnce: its generic plan, which is the walk of the channel's index per page for
+ * any values).
  *
  * Each side is two branches, of which the channel's access runs one: the whole history, or only what the reader
  * received. Spelled as one condition (`ch.history or um.flags is not null`) over a join to the flag rows, the
@@ -700,20 +703,23 @@ function oneChannelNarrow(narrow: Narrow): { channel: number | string; topic?: s
  * with every flag row of the index; a subquery leaves the page one plan, the walk of the channel's index.
  */
 function channelPageText(byId: boolean, topic: boolean): string {
-  const flagsOf = (column: string) => `(select um.${column} from user_messages um where um.message_id = m.id and um.user_id = $3)`;
+  const flagsOf = (column: string) => `(select um.${column} from user_messages um where um.message_id = m.id and um.user_id = q.reader)`;
   const branch = (access: string, op: "<" | ">=", direction: "asc" | "desc", limit: string) => `(
     select m.id, m.version, ${flagsOf("flags")} as flags
     from messages m
-    where m.stream_id = ch.id and ${access}${topic ? " and lower(m.topic) = $8" : ""} and m.id ${op} $5
+    where m.stream_id = ch.id and ${access}${topic ? " and lower(m.topic) = q.topic" : ""} and m.id ${op} q.anchor
     order by m.id ${direction} limit ${limit})`;
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: string) =>
     `${branch("ch.history", op, direction, limit)} union all ${branch(`not ch.history and ${flagsOf("message_id")} is not null`, op, direction, limit)}`;
-  return `with ch as (
-    select s.id, s.name, s.is_web_public or (not s.invite_only and not $4::boolean) or (sub.user_id is not null and s.history_public_to_subscribers) as history,
-      ${REALM_USER_VERSION("$1")} as user_version
-    from streams s left join subscriptions sub on sub.user_id = $3 and sub.stream_id = s.id and sub.active
-    where s.realm_id = $1 and ${byId ? "s.id = $2::bigint" : "lower(s.name) = $2"})
-  select ch.id as channel_id, ch.name as stream_name, ch.user_version, p.* from ch left join lateral (${side("<", "desc", "$6")} union all ${side(">=", "asc", "$7")}) p on true`;
+  const columns = ["realm bigint", `channel ${byId ? "bigint" : "text"}`, "reader bigint", "guest boolean", "anchor bigint", "before int", "after int", ...(topic ? ["topic text"] : [])];
+  return `select q.n::int as n, ch.id as channel_id, ch.name as stream_name, ch.user_version, p.*
+  from unnest(${columns.map((c, i) => `$${i + 1}::${c.split(" ")[1]}[]`).join(", ")}) with ordinality as q(${columns.map((c) => c.split(" ")[0]).join(", ")}, n)
+  cross join lateral (
+    select s.id, s.name, s.is_web_public or (not s.invite_only and not q.guest) or (sub.user_id is not null and s.history_public_to_subscribers) as history,
+      ${REALM_USER_VERSION("q.realm")} as user_version
+    from streams s left join subscriptions sub on sub.user_id = q.reader and sub.stream_id = s.id and sub.active
+    where s.realm_id = q.realm and ${byId ? "s.id = q.channel" : "lower(s.name) = q.channel"}) ch
+  left join lateral (${side("<", "desc", "q.before")} union all ${side(">=", "asc", "q.after")}) p on true`;
 }
 
 /** The realm's version of its users (what a message's sender fields are read from), as text. */
@@ -777,19 +783,24 @@ async function withRecords(db: DB, refs: PageRef[], userVersion: string): Promis
 
 const pageRecords = new MessageRecordCache<PageRecord>((db, ids) => queryPlannedOnce<PageRecord>(db, PAGE_RECORDS_TEXT, [ids]));
 
-const CHANNEL_PAGE_TEXTS = [false, true].map((byId) => [false, true].map((topic) => channelPageText(byId, topic)));
+/** A channel page's statement (channelPageText), its reads batched: one per way of naming the channel, with or without a topic. */
+type PageStatementRow = Omit<PageRef, "id"> & { n: number; id: number | null; channel_id: number; user_version: string };
+const CHANNEL_PAGES = [false, true].map((byId) =>
+  [false, true].map((topic) => {
+    const text = channelPageText(byId, topic);
+    return new ReadBatches<PageStatementRow>((db, columns) => queryPlannedOnce<PageStatementRow>(db, text, columns));
+  }),
+);
 
 async function channelPage(db: DB, user: UserRow, q: MessageRange, anchor: number, narrow: { channel: number | string; topic?: string }) {
   const byId = typeof narrow.channel === "number";
   const limits = sideLimits(q, anchor);
   const values: unknown[] = [user.realm_id, byId ? narrow.channel : String(narrow.channel).toLowerCase(), user.id, user.role === ROLE.guest, anchor, limits.before, limits.atAndAfter];
   if (narrow.topic !== undefined) values.push(narrow.topic.toLowerCase());
-  const text = CHANNEL_PAGE_TEXTS[Number(byId)]![Number(narrow.topic !== undefined)]!;
   // The channel's row comes back once with null message columns when the page is empty.
-  type Ref = Omit<PageRef, "id"> & { id: number | null; channel_id: number; user_version: string };
-  const refs = await queryPlannedOnce<Ref>(db, text, values);
+  const refs = await CHANNEL_PAGES[Number(byId)]![Number(narrow.topic !== undefined)]!.read(db, values);
   if (!refs.length) throw badNarrow("Invalid narrow operator: unknown channel");
-  const messages = refs.filter((r): r is Ref & PageRef => r.id !== null);
+  const messages = refs.filter((r): r is PageStatementRow & PageRef => r.id !== null);
   const before: MessageRow[] = [];
   const atAndAfter: MessageRow[] = [];
   for (const row of await withRecords(db, messages, refs[0]!.user_version)) (row.id < anchor ? before : atAndAfter).push(row);
