@@ -36,7 +36,7 @@ import { realmSettings } from "../../actors/chat/users/settings.ts";
 import { requireStream } from "../../actors/chat/reads/channels.ts";
 import { usersByRef, type UserRow } from "../../actors/chat/reads/users.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
-import type { RouteSpec, Services } from "./app.ts";
+import { SerializedFields, type RouteSpec, type Services } from "./app.ts";
 import { Bool, Id, Str } from "../params.ts";
 import { clientName, LIMITS } from "./zulip.ts";
 import { truncateCharacters } from "../../actors/chat/conversations/characters.ts";
@@ -245,7 +245,7 @@ export const messageRoutes: RouteSpec[] = [
         for (const name of ["anchor", "include_anchor", "use_first_unread_anchor", "num_before", "num_after"]) {
           if (params[name] !== undefined) throw errors.badRequest(`Unsupported parameter combination: ${name}, message_ids`);
         }
-        return fetchMessages(services.store.db, user, { anchor: 0, numBefore: 0, numAfter: 0, includeAnchor: true, messageIds: params.message_ids, ...base });
+        return fetchedJson(await fetchMessages(services.store.db, user, { anchor: 0, numBefore: 0, numAfter: 0, includeAnchor: true, messageIds: params.message_ids, ...base }));
       }
       if (params.num_before === undefined) throw chatErrors.missing("num_before");
       if (params.num_after === undefined) throw chatErrors.missing("num_after");
@@ -254,13 +254,15 @@ export const messageRoutes: RouteSpec[] = [
       }
       const near = narrow.find((t) => t.operator === "near" && !t.negated);
       const anchor = near ? (near.operand as number) : parseAnchor(params.anchor, params.use_first_unread_anchor ?? false);
-      return fetchMessages(services.store.db, user, {
-        anchor,
-        numBefore: params.num_before,
-        numAfter: params.num_after,
-        includeAnchor: params.include_anchor ?? true,
-        ...base,
-      });
+      return fetchedJson(
+        await fetchMessages(services.store.db, user, {
+          anchor,
+          numBefore: params.num_before,
+          numAfter: params.num_after,
+          includeAnchor: params.include_anchor ?? true,
+          ...base,
+        }),
+      );
     },
   },
   {
@@ -289,7 +291,7 @@ export const messageRoutes: RouteSpec[] = [
         allowEmptyTopicName: params.allow_empty_topic_name,
       });
       if (!messages[0]) throw errors.badRequest("Invalid message(s)");
-      return { raw_content: row.content, message: messages[0] };
+      return new SerializedFields(`"raw_content":${JSON.stringify(row.content)},"message":${messages[0]}`);
     },
   },
   {
@@ -550,4 +552,9 @@ function parseAnchor(raw: string | undefined, useFirstUnread: boolean): number |
   if (!/^[-+]?\d+$/.test(raw.trim())) throw errors.badRequest("Invalid anchor");
   const anchor = Number(raw.trim());
   return anchor < 0 ? 0 : anchor >= LARGER_THAN_MAX_MESSAGE_ID ? "newest" : anchor;
+}
+
+/** GET /messages' answer: its fields, and its messages as the JSON texts fetchMessages made of them. */
+function fetchedJson({ messages, ...fields }: { messages: string[] } & Record<string, unknown>): SerializedFields {
+  return new SerializedFields(`${JSON.stringify(fields).slice(1, -1)},"messages":[${messages.join(",")}]`);
 }

@@ -22,7 +22,7 @@ import { highlightColumns, notSearchCondition, searchCondition, searchHighlights
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
-import { topicLinks } from "../rendering/linkifiers.ts";
+import { topicLinks, type CompiledLinkifier } from "../rendering/linkifiers.ts";
 import { compiledLinkifiers } from "../organization/linkifiers.ts";
 import { MessageRecordCache, type VersionedRecord } from "./message-records.ts";
 
@@ -758,6 +758,7 @@ function pageRow(r: PageRecord, ref: PageRef): MessageRow {
     reactions: r.reactions,
     match_content: null,
     match_subject: null,
+    record: r,
   };
 }
 
@@ -816,6 +817,8 @@ type MessageRow = Pick<Selectable<MessageTable & MessageEditColumns>, (typeof ME
   reactions: unknown[] | null;
   match_content: string | null;
   match_subject: string | null;
+  /** The kept record the row was made of (pageRow): what its reader-independent JSON is kept with. */
+  record?: PageRecord;
 };
 
 /** The message record of a row: Zulip's message fields that do not depend on the reader. */
@@ -890,27 +893,75 @@ export async function messageRecords(db: DB, ids: number[]): Promise<Map<number,
   return new Map(records.flat().map((r) => [r.id, r]));
 }
 
-/** Zulip's message objects for a page of rows, with the reader's flags. */
-async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName">) {
+/**
+ * Zulip's message objects for a page of rows, with the reader's flags, each as its JSON text: what GET /messages
+ * writes. What does not depend on the reader is serialized once per kept record and format (keptHeads), and the
+ * reader's flags joined to it, so that a warm page is twenty string joins rather than twenty objects built and
+ * serialized (formatting and JSON.stringify were a third of a channel page's server CPU, docs/reads.md 2026-12-03).
+ */
+async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName">): Promise<MessageJson[]> {
   if (!rows.length) return [];
   const linkifiers = await compiledLinkifiers.get(db, user.realm_id);
+  const format = { ...q, linkifiers, realmStr: user.realm_str };
+  const slot = (q.format.applyMarkdown ? 4 : 0) + (q.format.clientGravatar ? 2 : 0) + (q.allowEmptyTopicName ? 1 : 0);
   return rows.map((r) => {
-    const sender = r.sender ? { email: r.sender[0], full_name: r.sender[1] } : undefined;
-    const record = recordOf(r, user.realm_str, sender, r.stream_id !== null ? (r.stream_name ?? "") : (r.people ?? []));
-    if (record.type === "stream") record.topic_links = topicLinks(linkifiers, r.topic);
-    if (record.type === "stream" && r.topic === "" && !q.allowEmptyTopicName) record.subject = EMPTY_TOPIC_DISPLAY_NAME;
-    const message: Record<string, unknown> = {
-      ...formatMessage(record, q.format),
-      reactions: r.reactions ?? [],
-      flags: r.flags === null ? HISTORICAL_FLAGS : flagList(r.flags),
-    };
-    if (r.match_content !== null) Object.assign(message, { match_content: r.match_content, match_subject: r.match_subject });
-    if (r.edit_history) message.edit_history = r.edit_history;
-    if (r.last_edit_time !== null) message.last_edit_timestamp = r.last_edit_time;
-    if (r.last_moved_time !== null) message.last_moved_timestamp = r.last_moved_time;
-    return message;
+    let json = `${r.record ? keptHead(r, r.record, slot, format) : messageHead(r, format)},"flags":${flagsJson(r.flags)}`;
+    if (r.match_content !== null) json += `,"match_content":${JSON.stringify(r.match_content)},"match_subject":${JSON.stringify(r.match_subject)}`;
+    return json + "}";
   });
 }
+
+/** A message object as JSON text (buildMessages). */
+export type MessageJson = string;
+
+/** What a message's JSON is built for, apart from the message: the request's format, and the realm's linkifiers and name. */
+type HeadFormat = Pick<MessageQuery, "format" | "allowEmptyTopicName"> & { linkifiers: CompiledLinkifier[]; realmStr: string };
+
+/**
+ * The message object's JSON without the reader's flags and without its closing brace: everything of it that does
+ * not depend on the reader.
+ */
+function messageHead(r: MessageRow, f: HeadFormat): string {
+  const sender = r.sender ? { email: r.sender[0], full_name: r.sender[1] } : undefined;
+  const record = recordOf(r, f.realmStr, sender, r.stream_id !== null ? (r.stream_name ?? "") : (r.people ?? []));
+  if (record.type === "stream") record.topic_links = topicLinks(f.linkifiers, r.topic);
+  if (record.type === "stream" && r.topic === "" && !f.allowEmptyTopicName) record.subject = EMPTY_TOPIC_DISPLAY_NAME;
+  const message = formatMessage(record, f.format);
+  message.reactions = r.reactions ?? [];
+  if (r.edit_history) message.edit_history = r.edit_history;
+  if (r.last_edit_time !== null) message.last_edit_timestamp = r.last_edit_time;
+  if (r.last_moved_time !== null) message.last_moved_timestamp = r.last_moved_time;
+  return JSON.stringify(message).slice(0, -1);
+}
+
+/**
+ * A kept record's head (messageHead), per format (`slot`), built again when what it was built with changed: the
+ * channel's name (a page reads it, a rename does not change the message's version), the realm's name, its
+ * linkifiers (a new compiled list on every change). It lives as long as the record does: a new version is a new
+ * record.
+ */
+function keptHead(r: MessageRow, record: PageRecord, slot: number, f: HeadFormat): string {
+  let heads = keptHeads.get(record);
+  if (!heads) keptHeads.set(record, (heads = []));
+  const kept = heads[slot];
+  if (kept && kept.streamName === r.stream_name && kept.realmStr === f.realmStr && kept.linkifiers === f.linkifiers) return kept.head;
+  const head = messageHead(r, f);
+  heads[slot] = { head, streamName: r.stream_name, realmStr: f.realmStr, linkifiers: f.linkifiers };
+  return head;
+}
+
+const keptHeads = new WeakMap<PageRecord, Array<{ head: string; streamName: string | null; realmStr: string; linkifiers: CompiledLinkifier[] } | undefined>>();
+
+/** The reader's flags as JSON, per flag bits (a few dozen combinations occur). */
+function flagsJson(bits: number | null): string {
+  if (bits === null) return HISTORICAL_FLAGS_JSON;
+  let json = flagsJsonByBits.get(bits);
+  if (json === undefined) flagsJsonByBits.set(bits, (json = JSON.stringify(flagList(bits))));
+  return json;
+}
+
+const flagsJsonByBits = new Map<number, string>();
+const HISTORICAL_FLAGS_JSON = JSON.stringify(HISTORICAL_FLAGS);
 
 /**
  * One message the user may read, for the routes that act on a message (edit, delete, react, flags): the row and

@@ -106,6 +106,44 @@ describe.each(ENGINES)("a channel's page on %s", (engine) => {
     await sql`update users set full_name = 'Bob' where id = ${bob.id}`.execute(server.node.store.db);
   });
 
+  // What a page shows of a kept message is serialized once per format and kept with it (buildMessages): the format
+  // asked for, and what the message's version does not follow (its channel's name, the realm's linkifiers), are
+  // as they are now at every read.
+  it.each([
+    ["a channel's page", (name: string) => [{ operator: "channel", operand: name }]],
+    ["every message", () => []],
+  ])("shows %s in the format asked for, with its channel's name and the realm's linkifiers as they are now", async (label, narrowOf) => {
+    const name = `formats ${label}`;
+    const channel = (await subscribe(alice, [name], { principals: [alice.id, bob.id] }))[name]!;
+    const id = await toChannel(alice, "ticket 42", "as **bold**", name);
+    const shown = async (params: Record<string, unknown> = {}, narrowName = name) =>
+      (await get(bob, { narrow: narrowOf(narrowName), anchor: id, num_before: 0, num_after: 0, ...params })).body.messages[0] as Record<string, any>;
+    expect(await shown({ apply_markdown: false })).toMatchObject({ id, content: "as **bold**", content_type: "text/x-markdown" });
+    expect(await shown({ apply_markdown: true })).toMatchObject({ id, content: "<p>as <strong>bold</strong></p>", content_type: "text/html" });
+    expect(await shown({ apply_markdown: false })).toMatchObject({ id, content: "as **bold**" });
+    expect((await shown({ client_gravatar: false })).avatar_url).toEqual(expect.stringContaining("gravatar"));
+    expect((await shown({ client_gravatar: true })).avatar_url).toBeNull();
+
+    const renamed = await api(server, "PATCH", `/streams/${channel}`, { as: server.owner, params: { new_name: `${name} renamed` }, template: "/streams/{stream_id}" });
+    expect(renamed.status, JSON.stringify(renamed.body)).toBe(200);
+    expect(await shown({}, `${name} renamed`)).toMatchObject({ id, display_recipient: `${name} renamed`, flags: [] });
+
+    expect((await shown({}, `${name} renamed`)).topic_links).toEqual([]);
+    const pattern = `ticket (?P<id>[0-9]+)`;
+    const linkifier = await api(server, "POST", "/realm/filters", { as: server.owner, params: { pattern, url_template: "https://tickets.example.com/{id}" } });
+    expect(linkifier.status, JSON.stringify(linkifier.body)).toBe(200);
+    try {
+      expect((await shown({}, `${name} renamed`)).topic_links).toEqual([{ text: "ticket 42", url: "https://tickets.example.com/42" }]);
+    } finally {
+      await api(server, "DELETE", `/realm/filters/${linkifier.body.id}`, { as: server.owner, template: "/realm/filters/{filter_id}" });
+    }
+    // The reader's own flags are the reader's, on the same kept message.
+    expect((await api(server, "POST", "/messages/flags", { as: bob, params: { messages: JSON.stringify([id]), op: "add", flag: "starred" } })).status).toBe(200);
+    expect((await shown({}, `${name} renamed`)).flags).toEqual(["starred"]);
+    const asAlice = (await get(alice, { narrow: narrowOf(`${name} renamed`), anchor: id, num_before: 0, num_after: 0 })).body.messages[0];
+    expect(asAlice.flags).toEqual(["read"]);
+  });
+
   // A channel's page (one statement), and the other walks: every message, a sender's, the reader's starred flag rows.
   it.each([
     ["a channel's page", () => lobbyNarrow],
