@@ -99,8 +99,8 @@ const USAGE = `usage: npm run bench -- [options]
                                             engines to run (default both: embedded and redis+postgres; all adds
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send-limited,send-unmetered,
-                                            send10,send1000,presence,reads-fetch,reads-search,reads-register,reads-register-heavy,
-                                            assistant,subscribe,upload,download,wake,fanout,register,queues,fanout-lp,fanout-sse,fanout-ws;
+                                            send10,send1000,presence,reads-fetch,reads-search,reads-search-one,reads-register,
+                                            reads-register-heavy,assistant,subscribe,upload,download,wake,fanout,register,queues,fanout-lp,fanout-sse,fanout-ws;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -397,7 +397,8 @@ interface TimedMeasurement {
   rounds: number;
   /** The unmeasured requests before: how many, the first's time (a cold server's) and their median. */
   warm: { rounds: number; firstMs: number; p50Ms: number };
-  ms: { mean: number; p50: number; max: number };
+  /** p99: the value below which 99% of the measured requests fall (the slowest one with fewer than 100 rounds). */
+  ms: { mean: number; p50: number; p99: number; max: number };
   /** The client's own time on each answer after its last byte (its parse), when the scenario reports it. */
   clientMs?: { p50: number; max: number };
   serverCpuMsPerRequest: number;
@@ -442,7 +443,12 @@ async function measureTimed(scenario: TimedScenario, engine: Engine): Promise<Ti
     context,
     rounds: scenario.rounds,
     warm: { rounds: warmRounds, firstMs: warmTimes[0]!, p50Ms: [...warmTimes].sort((a, b) => a - b)[Math.floor(warmTimes.length / 2)]! },
-    ms: { mean: times.reduce((a, b) => a + b, 0) / times.length, p50: sorted[Math.floor(sorted.length / 2)]!, max: sorted.at(-1)! },
+    ms: {
+      mean: times.reduce((a, b) => a + b, 0) / times.length,
+      p50: sorted[Math.floor(sorted.length / 2)]!,
+      p99: sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)]!,
+      max: sorted.at(-1)!,
+    },
     ...(clientSorted.length ? { clientMs: { p50: clientSorted[Math.floor(clientSorted.length / 2)]!, max: clientSorted.at(-1)! } } : {}),
     serverCpuMsPerRequest: (cpu.user + cpu.system) / 1000 / scenario.rounds,
   };
@@ -803,7 +809,7 @@ async function main(): Promise<number> {
           process.stdout.write(`measuring ${name} / ${scenario.name} … `);
           const m = await measureTimed(scenario, engine);
           timedResults.push(m);
-          console.log(`${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)}; ${m.rounds} requests after ${warmNote(m)})${clientNote(m)}`);
+          console.log(`${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, p99 ${fmt(m.ms.p99, 1)}, max ${fmt(m.ms.max, 1)}; ${m.rounds} requests after ${warmNote(m)})${clientNote(m)}`);
         }
         if (payload && !interrupted) {
           process.stdout.write(`measuring ${name} / ${transfers.join(", ")} (${TRANSFER_MIB} MiB by curl) … `);
@@ -948,7 +954,7 @@ async function main(): Promise<number> {
   for (const m of timedResults) {
     const ratio = m.ratioToUws === undefined ? "" : `, ${m.ratioToUws.toExponential(2)}× the uWS ceiling's req/s`;
     console.log(
-      `${m.engine} / ${m.name}: ${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, max ${fmt(m.ms.max, 1)})${clientNote(m)}, ` +
+      `${m.engine} / ${m.name}: ${fmt(m.ms.mean, 1)} ms per request (p50 ${fmt(m.ms.p50, 1)}, p99 ${fmt(m.ms.p99, 1)}, max ${fmt(m.ms.max, 1)})${clientNote(m)}, ` +
         `server CPU ${fmt(m.serverCpuMsPerRequest, 1)} ms per request${ratio} [${m.describe}]`,
     );
   }
