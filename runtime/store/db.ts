@@ -115,7 +115,10 @@ function plannedOnceNames(): (text: string) => string {
 function plannedOncePool(connectionString: string, max: number) {
   // Set in the connection's startup message: a SET run from the pool's connect event raced the first statement the
   // pool handed the new connection (pg queued it behind, and warned that pg@9 will refuse a query to a busy client).
-  const pool = postgresPool(connectionString, max, "-c plan_cache_mode=force_generic_plan");
+  // Without JIT: Postgres compiles a generic plan's expressions again at every execution when the plan's estimated
+  // cost is above jit_above_cost, and a channel's page over 10,000,000 messages was estimated that dear (its limit a
+  // parameter): 65-95 ms of compiling for 0.6 ms of running (docs/reads.md, 2026-12-03).
+  const pool = postgresPool(connectionString, max, "-c plan_cache_mode=force_generic_plan -c jit=off");
   // Its callers' texts are built once (a handful): each is named at its first run.
   const nameOf = plannedOnceNames();
   return {
