@@ -28,6 +28,7 @@ import {
   readableMessages,
   readReceiptUserIds,
   receivedInTopic,
+  type MessageJson,
 } from "../../actors/chat/reads/messages.ts";
 import { readableStream } from "../../actors/chat/reads/subscriptions.ts";
 import { renderMarkdown } from "../../actors/chat/rendering/markdown.ts";
@@ -555,6 +556,6 @@ function parseAnchor(raw: string | undefined, useFirstUnread: boolean): number |
 }
 
 /** GET /messages' answer: its fields, and its messages as the JSON texts fetchMessages made of them. */
-function fetchedJson({ messages, ...fields }: { messages: string[] } & Record<string, unknown>): SerializedFields {
+function fetchedJson({ messages, ...fields }: { messages: MessageJson[] } & Record<string, unknown>): SerializedFields {
   return new SerializedFields(`${JSON.stringify(fields).slice(1, -1)},"messages":[${messages.join(",")}]`);
 }

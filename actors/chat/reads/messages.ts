@@ -711,9 +711,10 @@ function channelPageText(byId: boolean, topic: boolean): string {
     order by m.id ${direction} limit ${limit})`;
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: string) =>
     `${branch("ch.history", op, direction, limit)} union all ${branch(`not ch.history and ${flagsOf("message_id")} is not null`, op, direction, limit)}`;
-  const columns = ["realm bigint", `channel ${byId ? "bigint" : "text"}`, "reader bigint", "guest boolean", "anchor bigint", "before int", "after int", ...(topic ? ["topic text"] : [])];
+  // The batch's parameters: one array per column, [name, type].
+  const columns = [["realm", "bigint"], ["channel", byId ? "bigint" : "text"], ["reader", "bigint"], ["guest", "boolean"], ["anchor", "bigint"], ["before", "int"], ["after", "int"], ...(topic ? [["topic", "text"]] : [])];
   return `select q.n::int as n, ch.id as channel_id, ch.name as stream_name, ch.user_version, p.*
-  from unnest(${columns.map((c, i) => `$${i + 1}::${c.split(" ")[1]}[]`).join(", ")}) with ordinality as q(${columns.map((c) => c.split(" ")[0]).join(", ")}, n)
+  from unnest(${columns.map(([, type], i) => `$${i + 1}::${type}[]`).join(", ")}) with ordinality as q(${columns.map(([name]) => name).join(", ")}, n)
   cross join lateral (
     select s.id, s.name, s.is_web_public or (not s.invite_only and not q.guest) or (sub.user_id is not null and s.history_public_to_subscribers) as history,
       ${REALM_USER_VERSION("q.realm")} as user_version
@@ -902,7 +903,8 @@ export async function messageRecords(db: DB, ids: number[]): Promise<Map<number,
 async function buildMessages(db: DB, user: UserRow, rows: MessageRow[], q: Pick<MessageQuery, "format" | "allowEmptyTopicName">): Promise<MessageJson[]> {
   if (!rows.length) return [];
   const linkifiers = await compiledLinkifiers.get(db, user.realm_id);
-  const format = { ...q, linkifiers, realmStr: user.realm_str };
+  // Written out, not spread: a spread object per request keeps what it refers to alive through young GCs (performance.md).
+  const format: HeadFormat = { format: q.format, allowEmptyTopicName: q.allowEmptyTopicName, linkifiers, realmStr: user.realm_str };
   const slot = (q.format.applyMarkdown ? 4 : 0) + (q.format.clientGravatar ? 2 : 0) + (q.allowEmptyTopicName ? 1 : 0);
   return rows.map((r) => {
     let json = `${r.record ? keptHead(r, r.record, slot, format) : messageHead(r, format)},"flags":${flagsJson(r.flags)}`;
