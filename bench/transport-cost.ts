@@ -4,7 +4,9 @@
  * on a Redis of your own (its INFO counts everyone's commands). Prints this process's CPU µs per entry (Node: the
  * transport and ioredis) and Redis's, and entries/s. `--root` runs another checkout's transport (A/B, interleaved).
  *
- *   npx tsx bench/transport-cost.ts --redis redis://127.0.0.1:6391 [--in-flight 1] [--entries 10000] [--root <dir>]
+ * `--content-bytes`: the size of the entry's message text (a chat message's entry to its recipients carries it rendered).
+ *
+ *   npx tsx bench/transport-cost.ts --redis redis://127.0.0.1:6391 [--in-flight 1] [--entries 10000] [--content-bytes 5] [--root <dir>]
  */
 import fs from "node:fs";
 import path from "node:path";
@@ -17,6 +19,7 @@ const { values } = parseArgs({
     redis: { type: "string" },
     "in-flight": { type: "string", default: "1" },
     entries: { type: "string", default: "10000" },
+    "content-bytes": { type: "string", default: "5" },
     root: { type: "string", default: path.resolve(import.meta.dirname, "..") },
   },
 });
@@ -36,7 +39,7 @@ async function redisCpuMicros(): Promise<number> {
 const transport: Transport = new RedisStreamsTransport({ url, prefix: `transport-cost-${process.pid}-${Date.now()}` });
 await transport.start({ onEntry: async () => {}, onReply: () => {} });
 await transport.acquire(1);
-const body = { op: "send", content: "hello", topic: "load", senderId: 5, queueId: "1795833008406:7", localId: "1" };
+const body = { op: "send", content: "hello".padEnd(Number(values["content-bytes"]), "o"), topic: "load", senderId: 5, queueId: "1795833008406:7", localId: "1" };
 
 async function send(n: number): Promise<void> {
   let next = 0;

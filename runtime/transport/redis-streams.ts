@@ -174,7 +174,8 @@ return redis.call('XTRIM', KEYS[1], 'MINID', '~', floor)`,
 /**
  * Append entries to a shard stream this node holds and, in the same step, take for this consumer every entry of
  * the stream not yet read by the group, the new ones included (see `appendAndTake`). Answers the entries' ids, the
- * group's last-delivered id before the take, and the entries taken. Without the group (Redis lost it) it only
+ * group's last-delivered id before the take, and the entries taken, those it just appended as their id alone (the
+ * caller has them: their payloads would only travel back to be dropped). Without the group (Redis lost it) it only
  * appends.
  */
 const appendAndTake = new LuaScript(
@@ -190,12 +191,20 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     if name == ARGV[1] then after = last end
   end
 end
-local ids = {}
-for i = 4, #ARGV do ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', '${ENTRY_FIELD}', ARGV[i]) end
+local ids, mine = {}, {}
+for i = 4, #ARGV do
+  local id = redis.call('XADD', KEYS[1], '*', '${ENTRY_FIELD}', ARGV[i])
+  ids[#ids + 1] = id
+  mine[id] = true
+end
 if not after then return {ids} end
 local read = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
 if not read then return {ids, after, {}} end
-return {ids, after, read[1][2]}`,
+local taken = read[1][2]
+for i = 1, #taken do
+  if mine[taken[i][1]] then taken[i] = {taken[i][1]} end
+end
+return {ids, after, taken}`,
 );
 
 /** Append replies only while the target node's reply stream exists (it keeps it alive while it runs). */
@@ -514,7 +523,8 @@ export class RedisStreamsTransport implements Transport {
    */
   private async appendAndTake(s: ShardLoop, sent: Entry[]): Promise<void> {
     s.takesSent++;
-    let answer: [string[], string?, RawEntry[]?];
+    // The entries taken: this call's own come back as their id alone (the script's comment).
+    let answer: [string[], string?, Array<[id: string, fields?: string[]] | null>?];
     try {
       // Takes answer in the order they were sent (one connection; the script is loaded at start, so no NOSCRIPT
       // retry reorders them), which is what counting them relies on.
@@ -534,7 +544,7 @@ export class RedisStreamsTransport implements Transport {
     let previous = after;
     for (const raw of entries) {
       if (!raw) continue;
-      this.queueInOrder(s, { id: raw[0], fields: raw[1], after: previous, entry: own.get(raw[0]) });
+      this.queueInOrder(s, { id: raw[0], fields: raw[1] ?? [], after: previous, entry: own.get(raw[0]) });
       previous = raw[0];
     }
     this.handOver(s);
