@@ -703,14 +703,13 @@ function oneChannelNarrow(narrow: Narrow): { channel: number | string; topic?: s
  * with every flag row of the index; a subquery leaves the page one plan, the walk of the channel's index.
  */
 function channelPageText(byId: boolean, topic: boolean): string {
-  const flagsOf = (column: string) => `(select um.${column} from user_messages um where um.message_id = m.id and um.user_id = q.reader)`;
   const branch = (access: string, op: "<" | ">=", direction: "asc" | "desc", limit: string) => `(
-    select m.id, m.version, ${flagsOf("flags")} as flags
+    select m.id, m.version, ${READER_FLAGS} as flags
     from messages m
     where m.stream_id = ch.id and ${access}${topic ? " and lower(m.topic) = q.topic" : ""} and m.id ${op} q.anchor
     order by m.id ${direction} limit ${limit})`;
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: string) =>
-    `${branch("ch.history", op, direction, limit)} union all ${branch(`not ch.history and ${flagsOf("message_id")} is not null`, op, direction, limit)}`;
+    `${branch("ch.history", op, direction, limit)} union all ${branch(`not ch.history and ${READER_FLAGS} is not null`, op, direction, limit)}`;
   // The batch's parameters: one array per column, [name, type].
   const columns = [["realm", "bigint"], ["channel", byId ? "bigint" : "text"], ["reader", "bigint"], ["guest", "boolean"], ["anchor", "bigint"], ["before", "int"], ["after", "int"], ...(topic ? [["topic", "text"]] : [])];
   return `select q.n::int as n, ch.id as channel_id, ch.name as stream_name, ch.user_version, p.*
@@ -722,6 +721,16 @@ function channelPageText(byId: boolean, topic: boolean): string {
     where s.realm_id = q.realm and ${byId ? "s.id = q.channel" : "lower(s.name) = q.channel"}) ch
   left join lateral (${side("<", "desc", "q.before")} union all ${side(">=", "asc", "q.after")}) p on true`;
 }
+
+/**
+ * The page reader's flags on message `m` (null: never received), as the view `user_messages` holds them: a reader
+ * has either a flag row or a place in the message's recipient list, never both (an expansion moves the reader), so
+ * the list is read only when there is no row. Through the view's union every message cost a probe of both tables
+ * (docs/reads.md, 2026-12-03 13:30).
+ */
+const READER_FLAGS = `coalesce(
+      (select r.flags from user_message_rows r where r.user_id = q.reader and r.message_id = m.id),
+      (select x.flags from user_message_lists l cross join lateral unnest(l.user_ids, l.flags) as x(user_id, flags) where l.message_id = m.id and x.user_id = q.reader))`;
 
 /** The realm's version of its users (what a message's sender fields are read from), as text. */
 const REALM_USER_VERSION = (realm: string) => `coalesce((select v.version from realm_user_versions v where v.realm_id = ${realm}), 0)::text`;

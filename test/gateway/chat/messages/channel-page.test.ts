@@ -7,10 +7,11 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sql } from "kysely";
-import { ENGINES, api, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
+import { FLAG_STORAGES, api, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
 import { ids, messageApi, type User } from "../../../support/messages.ts";
 
-describe.each(ENGINES)("a channel's page on %s", (engine) => {
+// Both flag storages: a page reads the reader's flags from their flag row, or else from the message's recipient list.
+describe.each(FLAG_STORAGES)("a channel's page on $engine, flags as $storage", ({ engine, overrides }) => {
   let server: TestServer;
   let alice: User;
   let bob: User;
@@ -20,7 +21,7 @@ describe.each(ENGINES)("a channel's page on %s", (engine) => {
   const lobby: number[] = [];
 
   beforeAll(async () => {
-    server = await startTestServer(engine);
+    server = await startTestServer(engine, overrides);
     alice = await createUser(server, "alice@example.com", "Alice");
     bob = await createUser(server, "bob@example.com", "Bob");
     channels = await subscribe(alice, ["lobby", "elsewhere"], { principals: [alice.id, bob.id] });
