@@ -222,7 +222,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   // Whether a condition reads the reader's flag row (um): a channel whose history they only see as received, an is: flag.
   const readsFlags = received.length > 0 || narrow.some((t) => t.operator === "is" && FLAG_OPERANDS.has(String(t.operand)));
   const walk: Walk = byUnread ? "unread" : byFlag ? "flags" : positive("search") ? "matches" : "messages";
-  return { conds, searchConds, readsFlags, walk, sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled };
+  const isDm = narrow.some((t) => t.operator === "is" && !t.negated && t.operand === "dm");
+  const conversations = walk === "messages" && isDm && withDms && !readsFlags && dms.length && dms.length <= CONVERSATION_WALKS_MAX ? dms : undefined;
+  return { conds, searchConds, readsFlags, walk, sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled, conversations };
 }
 
 /**
@@ -250,7 +252,15 @@ interface CompiledNarrow {
   oneChannel?: boolean;
   /** Whether a search reads the stored documents (every message has one: message_search_fill.below is null). */
   storedSearch?: boolean;
+  /** For an is:dm page whose conditions read only the message: the reader's conversations, walked one by one (alongConversations). */
+  conversations?: number[];
 }
+
+/**
+ * Past this many conversations an is:dm page walks the primary key again: each conversation's walk is an index
+ * descent (about 10 µs), and a reader in that many conversations has direct messages close together anyway.
+ */
+const CONVERSATION_WALKS_MAX = 500;
 
 /** The `is:` operands read from the reader's flags, which a page walks the flag rows for. */
 const FLAG_OPERANDS = new Set(["starred", "mentioned", "alerted", "unread"]);
@@ -333,6 +343,29 @@ function messagesWhere(db: DB, user: UserRow, conds: Cond[], walk: Walk = "messa
 }
 
 /**
+ * An is:dm page's messages: each of the reader's conversations walked along messages_recipient from the anchor,
+ * the narrow's conditions tested there, at most the page's limit of each; the page is then the nearest of them.
+ * Walked along the primary key instead, the page read past every message of the organization the reader cannot
+ * read: 4,439 rows for 21 at 1,000,000 messages (9-12 ms), against 50 short index walks (0.5-0.7 ms), and the
+ * former grows with the organization (docs/reads.md, 2026-12-03). Only for conditions that read the message alone:
+ * each conversation's first `limit` rows that pass are then all its page can hold.
+ */
+function alongConversations(db: DB, user: UserRow, conds: Cond[], recipients: number[], side: { op: "<" | ">="; anchor: number; direction: "asc" | "desc"; limit: number }) {
+  const walks = sql`(select c_m.* from unnest(${sql.val(recipients)}::int[]) as c(recipient_id) cross join lateral (
+      select * from messages m where m.recipient_id = c.recipient_id and ${sql.join(conds, sql` and `)} and m.id ${sql.raw(side.op)} ${side.anchor}
+      order by m.id ${sql.raw(side.direction)} limit ${side.limit}) c_m)`;
+  // The reader's flags looked up per row: joined, the planner merge-joined every flag row of the reader (49,550 at
+  // 1,000,000 messages) with the page's.
+  return (db as Kysely<any>)
+    .selectFrom(walks.as("m"))
+    .leftJoinLateral(
+      // `limit 1`: a subquery the planner cannot flatten into a join (at most one row matches anyway).
+      (eb) => eb.selectFrom("user_messages as r").select("r.flags").whereRef("r.message_id", "=", "m.id").where("r.user_id", "=", user.id).limit(1).as("um"),
+      (j) => j.onTrue(),
+    ) as unknown as ReturnType<typeof messagesWhere>;
+}
+
+/**
  * Runs `read` in a transaction whose statements get no parallel workers. Along the reader's flag rows (the
  * `user_messages` view: a union of the rows and the recipient lists), the planner chose a parallel plan for a page
  * of unread messages, whose two workers read and sorted every unread row to keep 21, and starting them cost
@@ -349,6 +382,15 @@ export function withLocalSetting<T>(db: DB, setting: RawBuilder<unknown>, read: 
     await setting.execute(trx);
     return read(trx);
   });
+}
+
+/**
+ * Runs `read` in a transaction without JIT. The conversations' walk (alongConversations) is estimated dear (a limit
+ * per conversation, each estimated to walk far), and past `jit_above_cost` Postgres compiled its expressions at every
+ * execution: 22 ms a page at 1,000,000 messages, 3 ms without (docs/reads.md, 2026-12-03).
+ */
+function withoutJit<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
+  return withLocalSetting(db, sql`set local jit = off`, read);
 }
 
 /**
@@ -481,7 +523,7 @@ export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) 
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText, oneChannel, storedSearch }: CompiledNarrow, related = true) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText, oneChannel, storedSearch, conversations }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread rows, whatever the narrow's own walk.
@@ -497,10 +539,10 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   // Along the flag rows, in a transaction of serial plans (withoutParallelWorkers); the records after it, outside it
   // (on PGlite a statement outside a transaction waits for it to end).
   const page = async (op: "<" | ">=", direction: "asc" | "desc", limit: number): Promise<MessageRow[]> => {
-    const read = <T>(statement: (on: DB) => Promise<T>) => (alongFlagRows(walk) ? withoutParallelWorkers(db, statement) : statement(db));
+    const read = <T>(statement: (on: DB) => Promise<T>) =>
+      alongFlagRows(walk) ? withoutParallelWorkers(db, statement) : conversations ? withoutJit(db, statement) : statement(db);
     const rows = (on: DB) =>
-      messagesWhere(on, user, conds, walk)
-        .where(order, op, anchor)
+      (conversations ? alongConversations(on, user, conds, conversations, { op, anchor, direction, limit }) : messagesWhere(on, user, conds, walk).where(order, op, anchor))
         .orderBy(order, direction)
         .limit(limit)
         .modifyEnd(sql.raw(sameText ? NAMED_STATEMENT : ""));

@@ -73,6 +73,26 @@ describe.each(ENGINES)("messages on %s", (engine) => {
       expect(notDm.body.messages.every((m: any) => m.type === "stream")).toBe(true);
     });
 
+    // An is:dm page walks each of the reader's conversations from the anchor (alongConversations in reads/messages.ts).
+    it("pages is:dm across the reader's conversations in id order, on both sides of an anchor, another condition beside it", async () => {
+      const isDm = { operator: "is", operand: "dm" };
+      const to = [[bob.id], [carol.id], [bob.id, carol.id]];
+      const sent: number[] = [];
+      for (let i = 0; i < 9; i++) sent.push((await send(alice, { type: "direct", to: JSON.stringify(to[i % 3]), content: `round ${i}` })).body.id);
+      const newest = await get(alice, { narrow: [isDm], anchor: "newest", num_before: 4, num_after: 0 });
+      expect(ids(newest)).toEqual(sent.slice(5));
+      const around = await get(alice, { narrow: [isDm], anchor: sent[4], num_before: 2, num_after: 2 });
+      expect(ids(around)).toEqual(sent.slice(2, 7));
+      expect(around.body).toMatchObject({ found_anchor: true, found_newest: false });
+      // Bob's messages lie behind five newer ones of Alice's in the same conversation: the sender is tested in the
+      // conversation's walk, not after it has kept its newest two.
+      const fromBob: number[] = [];
+      for (let i = 0; i < 2; i++) fromBob.push((await send(bob, { type: "direct", to: JSON.stringify([alice.id]), content: `bob ${i}` })).body.id);
+      for (let i = 0; i < 5; i++) await send(alice, { type: "direct", to: JSON.stringify([bob.id]), content: `alice ${i}` });
+      const bobs = await get(alice, { narrow: [isDm, { operator: "sender", operand: bob.id }], anchor: "newest", num_before: 2, num_after: 0 });
+      expect(ids(bobs)).toEqual(fromBob);
+    });
+
     it("delivers to every participant's queue, with read for the sender", async () => {
       const qb = await register(bob, ["message"]);
       const qa = await register(alice, ["message"]);
