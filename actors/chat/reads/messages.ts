@@ -354,15 +354,12 @@ function alongConversations(db: DB, user: UserRow, conds: Cond[], recipients: nu
   const walks = sql`(select c_m.* from unnest(${sql.val(recipients)}::int[]) as c(recipient_id) cross join lateral (
       select * from messages m where m.recipient_id = c.recipient_id and ${sql.join(conds, sql` and `)} and m.id ${sql.raw(side.op)} ${side.anchor}
       order by m.id ${sql.raw(side.direction)} limit ${side.limit}) c_m)`;
-  // The reader's flags looked up per row: joined, the planner merge-joined every flag row of the reader (49,550 at
-  // 1,000,000 messages) with the page's.
+  // The reader's flags as the channel's page reads them, per row: joined to the flag rows, the planner merge-joined
+  // every flag row of the reader (49,550 at 1,000,000 messages) with the page's.
+  const flags = sql`(select ${sql.raw(readerFlags("rd.id"))} as flags from (select ${user.id}::int as id) rd)`;
   return (db as Kysely<any>)
     .selectFrom(walks.as("m"))
-    .leftJoinLateral(
-      // `limit 1`: a subquery the planner cannot flatten into a join (at most one row matches anyway).
-      (eb) => eb.selectFrom("user_messages as r").select("r.flags").whereRef("r.message_id", "=", "m.id").where("r.user_id", "=", user.id).limit(1).as("um"),
-      (j) => j.onTrue(),
-    ) as unknown as ReturnType<typeof messagesWhere>;
+    .leftJoinLateral(flags.as("um"), (j) => j.onTrue()) as unknown as ReturnType<typeof messagesWhere>;
 }
 
 /**
@@ -746,12 +743,12 @@ function oneChannelNarrow(narrow: Narrow): { channel: number | string; topic?: s
  */
 function channelPageText(byId: boolean, topic: boolean): string {
   const branch = (access: string, op: "<" | ">=", direction: "asc" | "desc", limit: string) => `(
-    select m.id, m.version, ${READER_FLAGS} as flags
+    select m.id, m.version, ${readerFlags("q.reader")} as flags
     from messages m
     where m.stream_id = ch.id and ${access}${topic ? " and lower(m.topic) = q.topic" : ""} and m.id ${op} q.anchor
     order by m.id ${direction} limit ${limit})`;
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: string) =>
-    `${branch("ch.history", op, direction, limit)} union all ${branch(`not ch.history and ${READER_FLAGS} is not null`, op, direction, limit)}`;
+    `${branch("ch.history", op, direction, limit)} union all ${branch(`not ch.history and ${readerFlags("q.reader")} is not null`, op, direction, limit)}`;
   // The batch's parameters: one array per column, [name, type].
   const columns = [["realm", "bigint"], ["channel", byId ? "bigint" : "text"], ["reader", "bigint"], ["guest", "boolean"], ["anchor", "bigint"], ["before", "int"], ["after", "int"], ...(topic ? [["topic", "text"]] : [])];
   return `select q.n::int as n, ch.id as channel_id, ch.name as stream_name, ch.user_version, p.*
@@ -765,14 +762,14 @@ function channelPageText(byId: boolean, topic: boolean): string {
 }
 
 /**
- * The page reader's flags on message `m` (null: never received), as the view `user_messages` holds them: a reader
+ * The flags of `reader` (an SQL expression) on message `m` (null: never received), as the view `user_messages` holds them: a reader
  * has either a flag row or a place in the message's recipient list, never both (an expansion moves the reader), so
  * the list is read only when there is no row. Through the view's union every message cost a probe of both tables
  * (docs/reads.md, 2026-12-03 13:30).
  */
-const READER_FLAGS = `coalesce(
-      (select r.flags from user_message_rows r where r.user_id = q.reader and r.message_id = m.id),
-      (select x.flags from user_message_lists l cross join lateral unnest(l.user_ids, l.flags) as x(user_id, flags) where l.message_id = m.id and x.user_id = q.reader))`;
+const readerFlags = (reader: string) => `coalesce(
+      (select r.flags from user_message_rows r where r.user_id = ${reader} and r.message_id = m.id),
+      (select x.flags from user_message_lists l cross join lateral unnest(l.user_ids, l.flags) as x(user_id, flags) where l.message_id = m.id and x.user_id = ${reader}))`;
 
 /** The realm's version of its users (what a message's sender fields are read from), as text. */
 const REALM_USER_VERSION = (realm: string) => `coalesce((select v.version from realm_user_versions v where v.realm_id = ${realm}), 0)::text`;
