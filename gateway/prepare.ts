@@ -9,7 +9,7 @@ import type { Config } from "../runtime/config.ts";
 import type { Keyring } from "../runtime/secrets.ts";
 import { openDatabase } from "../runtime/store/db.ts";
 import { SqlStore } from "../runtime/store/sql-store.ts";
-import { EmbeddedMaintenance } from "../runtime/store/embedded-maintenance.ts";
+import { StoreMaintenance } from "../runtime/store/store-maintenance.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { loadChatConfig, type ChatConfig } from "../actors/chat/config.ts";
 import { MessageLog } from "../actors/chat/message-log.ts";
@@ -26,8 +26,9 @@ export async function openStore(config: Config, chat: ChatConfig = loadChatConfi
   const messageLog = new MessageLog(store, chat);
   // The search documents of messages stored before they were kept (migration 2026-11-28T0900), filled after migrating.
   new SearchDocumentFill(store);
-  // PGlite runs no autovacuum: its vacuums and analyzes, in turn with the requests.
-  if (store.engine === "pglite") new EmbeddedMaintenance(store);
+  // PGlite runs no autovacuum: its vacuums and analyzes, in turn with the requests. On both, the empty tables the
+  // planner has never seen analyzed (runtime/store/store-maintenance.ts).
+  new StoreMaintenance(store, { autovacuum: store.engine === "pglite" });
   return { store, messageLog };
 }
 
