@@ -77,9 +77,20 @@ function hashedName(prefix: string, text: string): string {
   return `${prefix}${createHash("sha1").update(text).digest("hex").slice(0, 24)}`;
 }
 
-/** A pool of connections to Postgres, bigint columns as numbers. */
-function postgresPool(connectionString: string, max: number, options?: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString, max, types, options });
+/**
+ * A pool of connections to Postgres, bigint columns as numbers, with `options` for the connection's startup.
+ *
+ * Every connection plans serially (`max_parallel_workers_per_gather = 0`). The reads here are short walks of
+ * indexes, and each time the planner chose parallel workers for one it was wrong: starting two workers cost 3-118 ms
+ * for pages whose own work was well under a millisecond (a page of unread messages, a channel's first_unread lookup
+ * over a table it had no statistics for, searches), where the serial plan walks the index and stops at the page
+ * (docs/reads.md). Serial for every statement rather than a transaction with `set local` around those: three round
+ * trips fewer for each of them, and a statement not yet caught can not go parallel either. On this 2-core machine a
+ * worker also takes a core the other requests wait for. The register's unread state of a reader with 100,000 unread
+ * messages measured the same either way (docs/reads.md, 2026-12-03).
+ */
+function postgresPool(connectionString: string, max: number, options = ""): pg.Pool {
+  const pool = new pg.Pool({ connectionString, max, types, options: `-c max_parallel_workers_per_gather=0 ${options}`.trim() });
   // An idle connection that Postgres closes (a restart, an administrator, a failover) is an 'error' event on the
   // pool; unhandled, it would end the process. The pool drops that connection and opens another when needed.
   pool.on("error", (err) => log.error(`postgres: idle connection lost (${err.message})`));

@@ -69,6 +69,10 @@ describe("statements planned once, on Postgres", () => {
       const named = await queryPlannedOnce<{ statement: string }>(db, "select statement from pg_prepared_statements where $1::int = 1", [1]);
       expect(named.map((r) => r.statement)).toContain(mode);
       expect((await sql<{ mode: string }>`select current_setting('plan_cache_mode') as mode`.execute(db)).rows).toEqual([{ mode: "auto" }]);
+      // Serial plans on both pools: parallel workers' start cost more than any of these reads (runtime/store/db.ts).
+      const workers = "select current_setting('max_parallel_workers_per_gather') as workers";
+      expect((await sql.raw<{ workers: string }>(workers).execute(db)).rows).toEqual([{ workers: "0" }]);
+      expect(await queryPlannedOnce(db, `${workers}, $1::int as n`, [1])).toEqual([{ workers: "0", n: 1 }]);
       const inTransaction = await db.transaction().execute((trx) => queryPlannedOnce(trx, mode, [3]));
       expect(inTransaction).toEqual([{ mode: "auto", n: 3 }]);
 

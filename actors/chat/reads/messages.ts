@@ -362,17 +362,6 @@ function alongConversations(db: DB, user: UserRow, conds: Cond[], recipients: nu
     .leftJoinLateral(flags.as("um"), (j) => j.onTrue()) as unknown as ReturnType<typeof messagesWhere>;
 }
 
-/**
- * Runs `read` in a transaction whose statements get no parallel workers. Along the reader's flag rows (the
- * `user_messages` view: a union of the rows and the recipient lists), the planner chose a parallel plan for a page
- * of unread messages, whose two workers read and sorted every unread row to keep 21, and starting them cost
- * 18-118 ms on a loaded machine; the serial plan walks the index and stops at the page (docs/reads.md). Three more
- * round trips (begin, set, commit) of well under a millisecond.
- */
-export function withoutParallelWorkers<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
-  return withLocalSetting(db, sql`set local max_parallel_workers_per_gather = 0`, read);
-}
-
 /** Runs `read` in a transaction whose statements run under `setting` (a `set local` statement). */
 export function withLocalSetting<T>(db: DB, setting: RawBuilder<unknown>, read: (trx: DB) => Promise<T>): Promise<T> {
   return db.transaction().execute(async (trx) => {
@@ -391,7 +380,7 @@ function withoutJit<T>(db: DB, read: (trx: DB) => Promise<T>): Promise<T> {
 }
 
 /**
- * A search page's `work_mem`, with serial plans (two parallel workers' start cost more than most searches' own work):
+ * A search page's `work_mem` (its plans are serial, as every statement's on Postgres: runtime/store/db.ts postgresPool):
  * at the default 4 MB the bitmap of a common word's matches at 10,000,000 messages went lossy, and every row of a lossy
  * block was rechecked (`budget coffee`: 66,228 lossy blocks, 1.6 s; 300 ms exact). A bitmap of 500,000 matches over
  * 120,000 blocks fits in 16 MB; a search that needs less takes less.
@@ -533,11 +522,11 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   } else anchor = fixedAnchor(q.anchor);
   const order = ORDER[walk];
   const columns = pageColumns(searchOperand(q.narrow), related);
-  // Along the flag rows, in a transaction of serial plans (withoutParallelWorkers); the records after it, outside it
-  // (on PGlite a statement outside a transaction waits for it to end).
+  // The conversations' walk in a transaction without JIT (withoutJit); the records after it, outside it (on PGlite a
+  // statement outside a transaction waits for it to end).
   const page = async (op: "<" | ">=", direction: "asc" | "desc", limit: number): Promise<MessageRow[]> => {
     const read = <T>(statement: (on: DB) => Promise<T>) =>
-      alongFlagRows(walk) ? withoutParallelWorkers(db, statement) : conversations ? withoutJit(db, statement) : statement(db);
+      conversations ? withoutJit(db, statement) : statement(db);
     const rows = (on: DB) =>
       (conversations ? alongConversations(on, user, conds, conversations, { op, anchor, direction, limit }) : messagesWhere(on, user, conds, walk).where(order, op, anchor))
         .orderBy(order, direction)
@@ -644,12 +633,12 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       .limit(limit)
       .execute() as ReturnType<typeof page>;
   };
-  // A search page's transaction: serial plans and SEARCH_WORK_MEM, and in the same statement, for the stored
+  // A search page's transaction: SEARCH_WORK_MEM, and in the same statement, for the stored
   // documents, the search's tsquery computed once (the last word expanded to its words: search_prefix_query) and
   // sent back as text, to be a constant of the statements after it (the planner estimates a constant from its
   // statistics; a computed query gets a fixed guess), and the share of messages it matches, as estimated.
   const searchSettings = async (trx: DB): Promise<{ conds: Cond[]; share?: number }> => {
-    const settings = sql`set_config('max_parallel_workers_per_gather', '0', true), set_config('work_mem', ${SEARCH_WORK_MEM}, true)`;
+    const settings = sql`set_config('work_mem', ${SEARCH_WORK_MEM}, true)`;
     if (!storedSearch) {
       await sql`select ${settings}`.execute(trx);
       return { conds: searchConds };
