@@ -112,7 +112,7 @@ try {
     const ms = performance.now() - t0;
     // The plugin also sees the branches of a union as they are built: keep the statements sent.
     const sent = captured.filter((q) => !captured.some((other) => other !== q && other.sql.includes(q.sql)));
-    // A read's own settings (`set local`, `set_config`: withoutParallelWorkers) are no statement to explain, but apply to the statements after them.
+    // A read's own settings (`set local`, `set_config`: withoutJit, the search's work_mem) are no statement to explain, but apply to the statements after them.
     const settings = sent.filter((q) => /^\s*(set |select set_config\()/i.test(q.sql));
     const statements = sent.filter((q) => !settings.includes(q));
     console.log(`\n### ${title}: ${statements.length} statement(s), ${ms.toFixed(1)} ms in all`);

@@ -1,16 +1,16 @@
 /**
  * `npx tsx bench/search-cost.ts <database url> [searches]`: what a GET /messages search (newest 20) costs on a
- * generated organization left by `npx tsx bench/explain-reads.ts --keep` (its ordinary reader, user 2), for the
- * searches docs/reads.md explains: wall time p50 / p99 and CPU per search of this process (fetchMessages and the
- * answer's JSON) and of the Postgres backend (/proc: the database must run on this machine). One search at a time on
- * one connection. Runs from any checkout (fetchMessages, findUserById and openDatabase only), so that two builds can
- * take turns on one database.
+ * generated organization left by `npx tsx bench/explain-reads.ts --keep` (its ordinary reader: bench/kept-store.ts),
+ * for the searches docs/reads.md explains: wall time p50 / p99 and CPU per search of this process (fetchMessages and
+ * the answer's JSON) and of the Postgres backend (/proc: the database must run on this machine). One search at a
+ * time on one connection. Runs from any checkout (with bench/kept-store.ts beside it: fetchMessages, findUserById,
+ * openDatabase), so that two builds can take turns on one database.
  */
 import fs from "node:fs";
 import { sql, type Kysely } from "kysely";
 import { openDatabase } from "../runtime/store/db.ts";
 import { fetchMessages, type MessageQuery } from "../actors/chat/reads/messages.ts";
-import { findUserById } from "../actors/chat/reads/users.ts";
+import { keptReader } from "./kept-store.ts";
 
 const url = process.argv[2];
 if (!url) throw new Error("usage: npx tsx bench/search-cost.ts <database url> [searches] [case]");
@@ -18,8 +18,7 @@ const searches = Number(process.argv[3] ?? 50);
 const only = process.argv[4];
 
 const db = (await openDatabase({ databaseUrl: url, dataDir: "/tmp", poolSize: 1 })).db as Kysely<any>;
-const realmId = (await sql<{ realm_id: number }>`select realm_id from users where id = 2`.execute(db)).rows[0]!.realm_id;
-const reader = (await findUserById(db, realmId, 2))!;
+const reader = await keptReader(db, "ordinary");
 const base: Omit<MessageQuery, "narrow"> = { anchor: "newest", numBefore: 20, numAfter: 0, includeAnchor: true, format: { applyMarkdown: true, clientGravatar: true }, allowEmptyTopicName: false };
 const search = (operand: string) => ({ operator: "search", operand, negated: false });
 const cases: Array<[string, MessageQuery["narrow"]]> = [
