@@ -162,6 +162,35 @@ export class ActorSystem {
     message: MessageFor<P, O> & { op: O },
     timeoutMs = this.opts.askTimeoutMs,
   ): Promise<void> {
+    await this.broadcastBy(kind, keys, message, timeoutMs);
+  }
+
+  /**
+   * `broadcast`, with the turns on shards held here run here, without the transport: on Redis Streams each such
+   * shard's entry otherwise costs a script call, the entry's JSON and a wake-up, at every chat message's fan-out
+   * (docs/performance.md, 2026-12-04). What those entries gave is then the caller's to keep: for each such turn a
+   * promise goes onto `held` (also when the broadcast fails) that settles once the work the turn held
+   * (ctx.holdAcknowledgement, which its entry would have been acknowledged after) has settled, or, for work refused
+   * as FENCED, once its entry is in the transport for the shard's next holder; it rejects with FENCED only if that
+   * send failed. A caller in a turn holds its own entry's acknowledgement on them: a crash before then leaves that
+   * entry to be delivered again, and so the broadcast made again.
+   *
+   * Order: such a turn may overtake entries of its shard still in the transport. None of them is one the caller
+   * already waited for (every broadcast and ask is answered after its turns), so only concurrent operations, which
+   * have no order between them anyway, can be reordered.
+   */
+  broadcastHeld<P extends ProtocolShape<P>, O extends keyof P>(
+    kind: ActorKind<P>,
+    keys: Iterable<string | number>,
+    message: MessageFor<P, O> & { op: O },
+    held: Promise<void>[],
+    timeoutMs = this.opts.askTimeoutMs,
+  ): Promise<void> {
+    return this.broadcastBy(kind, keys, message, timeoutMs, held);
+  }
+
+  /** One request per shard of `keys`; with `held`, those to shards held here run here (see broadcastHeld). */
+  private async broadcastBy(kind: ActorKind<any>, keys: Iterable<string | number>, message: unknown, timeoutMs: number, held?: Promise<void>[]): Promise<void> {
     if (this.closing) throw errors.shuttingDown();
     const byShard = new Map<number, ActorId[]>();
     for (const key of keys) {
@@ -171,7 +200,7 @@ export class ActorSystem {
       if (list) list.push(id);
       else byShard.set(shard, [id]);
     }
-    const results = await Promise.allSettled([...byShard].map(([shard, targets]) => this.request(shard, targets, message, timeoutMs, "broadcast")));
+    const results = await Promise.allSettled([...byShard].map(([shard, targets]) => this.request(shard, targets, message, timeoutMs, "broadcast", false, undefined, held)));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed) throw failed.reason;
   }
@@ -288,6 +317,7 @@ export class ActorSystem {
     spanName: string,
     transient = false,
     onMore?: (value: unknown) => void,
+    held?: Promise<void>[],
   ): Promise<T> {
     // An ask is a remote call (RPC's CLIENT kind) whose turn, on whichever process holds the actor, is its SERVER side.
     return tracer.startActiveSpan(spanName, { kind: SpanKind.CLIENT }, (span) => {
@@ -306,7 +336,7 @@ export class ActorSystem {
         };
         this.pending.set(corr, waiting);
       });
-      this.dispatch(shard, { targets, body, replyTo: { node: this.nodeId, corr }, trace: carrier() }, transient);
+      this.dispatch(shard, { targets, body, replyTo: { node: this.nodeId, corr }, trace: carrier() }, transient, held);
       return result.finally(() => span.end()).catch((err: ChorusError) => {
         span.setStatus({ code: SpanStatusCode.ERROR, message: err.code });
         throw err;
@@ -314,10 +344,31 @@ export class ActorSystem {
     });
   }
 
-  /** Hand an ask's entry to the transport, or, transient to a shard held here, straight to its turn. */
-  private dispatch(shard: number, entry: Entry & { replyTo: ReplyAddress }, transient: boolean): void {
+  /**
+   * Hand an ask's entry to the transport, or, to a shard held here, straight to its turns: when transient, or when
+   * its asker keeps what the entry's acknowledgement would have waited for (`held`: broadcastHeld). The latter only
+   * while the lease is sure, so that its turns run now: an entry held back (see guardShards) and then dropped with
+   * the shard would be left to a next holder that never gets it.
+   */
+  private dispatch(shard: number, entry: Entry & { replyTo: ReplyAddress }, transient: boolean, held?: Promise<void>[]): void {
     if (transient && this.servedHere.has(shard)) void this.onEntry(shard, entry).catch(() => {}); // nothing to acknowledge: no transport entry
+    else if (held && this.servedHere.has(shard) && (!this.leaseSure || this.leaseSure(shard))) held.push(this.onEntry(shard, entry).catch((err) => this.leaveToNextHolder(shard, entry, err)));
     else this.opts.transport.send(shard, entry).catch((err) => this.settle({ corr: entry.replyTo.corr, error: ChorusError.wrap(err).toJSON() }));
+  }
+
+  /**
+   * A turn run here without the transport (broadcastHeld) whose held work was refused as FENCED: its entry goes to the
+   * transport now, without its reply address (its asker has its answer), for the shard's next holder to run again.
+   * Any other failure is settled as the transport would settle it: acknowledged.
+   */
+  private async leaveToNextHolder(shard: number, entry: Entry, err: unknown): Promise<void> {
+    if (!(err instanceof LeftForNextHolder)) return;
+    try {
+      await this.opts.transport.send(shard, { targets: entry.targets, body: entry.body, trace: entry.trace });
+    } catch (sendErr) {
+      log.warn({ err: sendErr }, `an entry of shard ${shard} left to its next holder could not be sent to it`);
+      throw errors.fenced(shard);
+    }
   }
 
   private onReply(reply: Reply): void {

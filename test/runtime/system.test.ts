@@ -450,6 +450,48 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     await until(() => probe.ackHolds.length === 1); // the next holder ran the entry's turn again
   });
 
+  it("broadcastHeld runs the turns of shards held here without the transport, the others through it, and hands over what they hold", async () => {
+    const system = await node({ hold: (shard) => shard !== 6 });
+    const send = vi.spyOn(opened.at(-1)!.transport, "send");
+    const keyOf = (id: string) => id.slice("acker:".length);
+    const held: Promise<void>[] = [];
+    await system.broadcastHeld(untypedKind("acker"), [idOn("acker", 2, 0), idOn("acker", 2, 1), idOn("acker", 3, 0)].map(keyOf), { op: "hold", n: 1 }, held);
+    expect(send).not.toHaveBeenCalled();
+    expect(probe.ackHolds).toHaveLength(3); // every turn ran and answered, its work still held
+    expect(held).toHaveLength(2); // one per shard
+    let settled = false;
+    void Promise.all(held).then(() => (settled = true));
+    for (const settle of probe.ackHolds.splice(0, 2)) settle();
+    await sleep(30);
+    expect(settled).toBe(false); // one turn's work is still held
+    probe.ackHolds.shift()!();
+    await until(() => settled);
+
+    // A shard held by nobody: through the transport, its entry's acknowledgement the transport's own.
+    const nobodys = system.broadcastHeld(untypedKind("acker"), [keyOf(idOn("acker", 6))], { op: "hold", n: 2 }, held);
+    await until(() => send.mock.calls.length === 1);
+    expect(send.mock.calls[0]![0]).toBe(6);
+    await system.holdShard(6, 106);
+    await nobodys;
+    expect(held).toHaveLength(2);
+    probe.ackHolds.shift()!();
+  });
+
+  it.runIf(engine.distributed)("a turn broadcastHeld ran here whose held work was refused as FENCED goes to the shard's next holder", async () => {
+    const first = await node({ hold: (shard) => shard === 6 });
+    const held: Promise<void>[] = [];
+    await first.broadcastHeld(untypedKind("acker"), [idOn("acker", 6).slice("acker:".length)], { op: "hold", n: 1 }, held);
+    probe.ackHolds.shift()!(errors.fenced(6)); // the write-behind found the lease taken
+    await Promise.all(held); // settled once the entry is in the transport
+    // Served here until dropped, the entry's turn runs here again and is refused again; then the next holder has it.
+    await until(() => probe.ackHolds.length === 1);
+    probe.ackHolds.shift()!(errors.fenced(6));
+    await sleep(50); // past the acknowledgement's batching delay
+    await first.dropShard(6);
+    await node({ hold: (shard) => shard === 6 });
+    await until(() => probe.ackHolds.length === 1); // the next holder ran the turn again
+  });
+
   it("a parked ask resolved after the asker timed out is ignored", async () => {
     const system = await node();
     const err = await rejection(at(system, "parker:gone").ask({ op: "wait" }, 30));

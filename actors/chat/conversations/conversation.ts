@@ -160,11 +160,13 @@ export abstract class Conversation implements Actor {
       user === msg.senderId ? senderFlags : (mentions.get(user) ?? 0) | (startsRead(user) ? FLAG_BITS.read : 0);
     const rows = recipients.map((user_id) => ({ user_id, flags: flagsOf(user_id) }));
     // The turn ends here: the next send may take its id while this one commits (the store batches them). Its entry
-    // stays unacknowledged until the fan-out has been handed over: a worker that dies after the commit and before
-    // the deliveries leaves the entry to the next holder, whose redelivered send finds the stored message (by its
-    // send key) and delivers it. Acknowledged at the end of the turn, the message would be stored and in no queue.
+    // stays unacknowledged until the fan-out has been handed over, and the deliveries made here without the
+    // transport have written what they hold (`written`: see fanOut): a worker that dies before then leaves the entry to
+    // the next holder, whose redelivered send finds the stored message (by its send key) and delivers it.
+    // Acknowledged at the end of the turn, the message would be stored and in no queue.
     const topicKey = topic.toLowerCase();
     this.committing.set(topicKey, (this.committing.get(topicKey) ?? 0) + 1);
+    const written: Promise<void>[] = [];
     const delivered = this.deps.messageLog
       .appendMessage(
         {
@@ -201,7 +203,7 @@ export abstract class Conversation implements Actor {
         const recipientSet = new Set(recipients);
         const observers = this.observers().filter((u) => !recipientSet.has(u));
         if (observers.length) delivery.observers = observers;
-        await this.fanOut([...recipients, ...observers], delivery);
+        await this.fanOut([...recipients, ...observers], delivery, written);
         // The message is committed and delivered: a failure here costs a preview update, never the send.
         if (storedId === id && record.content.includes("/user_uploads/")) {
           await this.afterUploadsLinked(id, record.rendered_content).catch((err) => log.warn({ err }, "telling of a new message's uploads failed"));
@@ -214,7 +216,7 @@ export abstract class Conversation implements Actor {
         if (left) this.committing.set(topicKey, left);
         else this.committing.delete(topicKey);
       });
-    this.ctx.holdAcknowledgement(delivered);
+    this.ctx.holdAcknowledgement(delivered.then(() => Promise.all(written)));
     return PARKED;
   }
 
@@ -224,12 +226,14 @@ export abstract class Conversation implements Actor {
    * held unacknowledged meanwhile. Given up, a queue would miss a message whose send is answered with its id (the
    * gateway settles a failed send from the store). A delivery made twice is queued once (the user actors drop a
    * repeated message id); once the shard is gone, its next holder gets the send's entry again and delivers it.
+   * The users held here get it without the transport (broadcastHeld): what their deliveries hold goes onto `held`,
+   * which the send's entry is acknowledged after.
    */
-  private async fanOut(users: number[], delivery: DeliverMessage): Promise<void> {
+  private async fanOut(users: number[], delivery: DeliverMessage, held: Promise<void>[]): Promise<void> {
     const since = Date.now();
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.deps.system().broadcast(User, users, delivery);
+        return await this.deps.system().broadcastHeld(User, users, delivery, held);
       } catch (err) {
         const failure = ChorusError.wrap(err);
         if (failure.status < 500) throw failure;
