@@ -421,6 +421,8 @@ const ORDER: Record<Walk, RawBuilder<number>> = {
 export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
   const oneChannel = q.messageIds ? undefined : oneChannelNarrow(q.narrow);
   if (oneChannel && q.anchor !== "first_unread") return fetched(db, user, q, await channelPage(db, user, q, fixedAnchor(q.anchor), oneChannel));
+  const conversation = q.messageIds || q.anchor === "first_unread" ? undefined : oneConversationNarrow(q.narrow);
+  if (conversation) return fetched(db, user, q, await conversationPage(db, user, q, fixedAnchor(q.anchor as Exclude<MessageQuery["anchor"], "first_unread">), conversation));
   const compiled = await compileNarrow(db, user, q.narrow);
   const { conds } = compiled;
   if (q.messageIds) {
@@ -843,6 +845,62 @@ async function channelPage(db: DB, user: UserRow, q: MessageRange, anchor: numbe
   const before: MessageRow[] = [];
   const atAndAfter: MessageRow[] = [];
   for (const row of await withRecords(db, messages, refs[0]!.user_version)) (row.id < anchor ? before : atAndAfter).push(row);
+  return windowAround(q, anchor, before, atAndAfter);
+}
+
+/**
+ * A narrow that is one direct-message conversation (`dm:` and its users, nothing else): the users named, by id or
+ * API e-mail. Its page needs nothing of the reader's channels or other conversations (conversationPage).
+ */
+function oneConversationNarrow(narrow: Narrow): Array<number | string> | undefined {
+  if (narrow.length !== 1 || narrow[0]!.operator !== "dm" || narrow[0]!.negated) return undefined;
+  return operandUsers(narrow[0]!.operand);
+}
+
+/**
+ * The statement of a conversation's page, for the reader ($2) in the realm ($1): the users named, as usersByRef
+ * finds them (ids $3, lower-cased API e-mails $4); the conversation of those users and the reader (its key is
+ * dmKey's: the ids in order, comma-separated), which the reader takes part in by its key; then, for each side of the
+ * anchor ($5, limits $6 and $7), the ids, versions and reader's flags of its messages, along messages_recipient. One
+ * row of nulls when the page is empty. The same text for every reader, run planned once per connection: the plan
+ * is the walk of the conversation's index whatever the values.
+ */
+const CONVERSATION_PAGE_TEXT = `with named as (
+    select u.id, lower(u.email) as email from users u
+    where u.realm_id = $1::bigint and (u.id = any($3::int[]) or lower(u.email) = any($4::text[]))
+  ),
+  conversation as (
+    select r.id from recipients r
+    where r.type = ${RECIPIENT_DM} and r.realm_id = $1::bigint
+      and r.dm_key = (select string_agg(k.id::text, ',' order by k.id) from (select id from named union select $2::int) k)
+  )
+  select (select coalesce(array_agg(n.id), '{}') from named n) as named_ids, (select coalesce(array_agg(n.email), '{}') from named n) as named_emails,
+    ${REALM_USER_VERSION("$1::bigint")} as user_version, null::text as stream_name, p.*
+  from (select 1) one
+  left join lateral (
+    (select m.id, m.version, ${readerFlags("$2::bigint")} as flags from messages m
+      where m.recipient_id = (select c.id from conversation c) and m.id < $5::bigint order by m.id desc limit $6::int)
+    union all
+    (select m.id, m.version, ${readerFlags("$2::bigint")} as flags from messages m
+      where m.recipient_id = (select c.id from conversation c) and m.id >= $5::bigint order by m.id asc limit $7::int)
+  ) p on true`;
+
+type ConversationPageRow = Omit<PageRef, "id"> & { id: number | null; named_ids: number[]; named_emails: string[]; user_version: string };
+
+/** A `dm:` narrow's page in one statement (CONVERSATION_PAGE_TEXT); an unknown user is Zulip's BAD_NARROW, as compileNarrow's. */
+async function conversationPage(db: DB, user: UserRow, q: MessageRange, anchor: number, refs: Array<number | string>) {
+  const ids = [...new Set(refs.filter((r): r is number => typeof r === "number"))];
+  const emails = [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))];
+  const limits = sideLimits(q, anchor);
+  const rows = await queryPlannedOnce<ConversationPageRow>(db, CONVERSATION_PAGE_TEXT, [user.realm_id, user.id, ids, emails, anchor, limits.before, limits.atAndAfter]);
+  const found = rows[0]!;
+  const namedIds = new Set(found.named_ids.map(Number));
+  const namedEmails = new Set(found.named_emails);
+  for (const ref of refs) if (typeof ref === "number" ? !namedIds.has(ref) : !namedEmails.has(ref.toLowerCase())) throw badNarrow("Invalid narrow operator: unknown user");
+  const messages = rows.filter((r): r is ConversationPageRow & PageRef => r.id !== null);
+  const before: MessageRow[] = [];
+  const atAndAfter: MessageRow[] = [];
+  for (const row of await withRecords(db, messages, found.user_version)) (row.id < anchor ? before : atAndAfter).push(row);
   return windowAround(q, anchor, before, atAndAfter);
 }
 

@@ -1,0 +1,109 @@
+/**
+ * GET /messages of one direct-message conversation (`dm:` and its users, nothing else): the narrow whose users,
+ * conversation and page are one statement (actors/chat/reads/messages.ts conversationPage). Every page is checked
+ * against the general path's answer for the same conversation (`dm:` with `is:dm` beside it: the access rule's
+ * statement, then the page), with the users named by id and by e-mail (a list of ids, or e-mails in one string), one-to-one, group and self conversations,
+ * an unknown user, a conversation never started, and each reader's own flags.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FLAG_STORAGES, api, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
+import { ids, messageApi, type User } from "../../../support/messages.ts";
+
+describe.each(FLAG_STORAGES)("a conversation's page on $engine, flags as $storage", ({ engine, overrides }) => {
+  let server: TestServer;
+  let alice: User;
+  let bob: User;
+  let carol: User;
+  const { send, get } = messageApi(() => server);
+  /** Each conversation's messages, oldest first. */
+  const pair: number[] = [];
+  const group: number[] = [];
+  const own: number[] = [];
+
+  /** A message to a conversation named by all its participants (the sender among them, as Zulip allows). */
+  const dm = (participants: () => number[]) => async (from: User, content: string) =>
+    (await send(from, { type: "direct", to: JSON.stringify(participants()), content })).body.id as number;
+
+  beforeAll(async () => {
+    server = await startTestServer(engine, overrides);
+    alice = await createUser(server, "alice@example.com", "Alice");
+    bob = await createUser(server, "bob@example.com", "Bob");
+    carol = await createUser(server, "carol@example.com", "Carol");
+    // Interleaved, so that each conversation's page must skip the others' messages.
+    for (let i = 0; i < 5; i++) {
+      pair.push(await dm(() => [alice.id, bob.id])(i % 2 ? bob : alice, `pair ${i}`));
+      group.push(await dm(() => [alice.id, bob.id, carol.id])(i % 2 ? carol : alice, `group ${i}`));
+      own.push(await dm(() => [alice.id])(alice, `own ${i}`));
+    }
+  });
+  afterAll(async () => server?.close());
+
+  /** The page and the general path's page for the same conversation, the same window: both must agree. */
+  async function page(reader: User, operand: number[] | string, window: Record<string, unknown>) {
+    const one = await get(reader, { narrow: [{ operator: "dm", operand }], ...window });
+    const general = await get(reader, { narrow: [{ operator: "dm", operand }, { operator: "is", operand: "dm" }], ...window });
+    expect(one.status, JSON.stringify(one.body)).toBe(200);
+    const shape = (res: typeof one) => ({
+      ids: ids(res),
+      found: [res.body.anchor, res.body.found_anchor, res.body.found_oldest, res.body.found_newest],
+      flags: res.body.messages.map((m: { flags: string[] }) => m.flags),
+    });
+    expect(shape(one)).toEqual(shape(general));
+    return one;
+  }
+
+  it("answers the window around each kind of anchor with the found_* flags, the users named by id or e-mail", async () => {
+    for (const operand of [[bob.id], "Bob@Example.com"]) {
+      const newest = await page(alice, operand, { anchor: "newest", num_before: 3, num_after: 0 });
+      expect(ids(newest)).toEqual(pair.slice(2));
+      expect(newest.body).toMatchObject({ found_anchor: false, found_oldest: false, found_newest: true });
+      const oldest = await page(alice, operand, { anchor: "oldest", num_before: 0, num_after: 2 });
+      expect(ids(oldest)).toEqual(pair.slice(0, 2));
+      expect(oldest.body).toMatchObject({ found_oldest: true, found_newest: false });
+      const around = await page(alice, operand, { anchor: pair[2], num_before: 2, num_after: 2 });
+      expect(ids(around)).toEqual(pair);
+      expect(around.body).toMatchObject({ anchor: pair[2], found_anchor: true, found_oldest: true, found_newest: true });
+      // An anchor that is another conversation's message: found_anchor false, the window around where it would be.
+      const between = await page(alice, operand, { anchor: group[2], num_before: 1, num_after: 1, include_anchor: false });
+      expect(ids(between)).toEqual([pair[2], pair[3]]);
+      expect(between.body).toMatchObject({ found_anchor: false });
+    }
+    // The other participant reads the same conversation, with their own flags.
+    const fromBob = await page(bob, [alice.id], { anchor: "newest", num_before: 10, num_after: 0 });
+    expect(ids(fromBob)).toEqual(pair);
+    expect(fromBob.body.messages[0]).toMatchObject({ type: "private", content: "pair 0", sender_email: "alice@example.com", flags: [] });
+    expect(fromBob.body.messages[1]).toMatchObject({ sender_email: "bob@example.com", flags: ["read"] });
+  });
+
+  it("reads a group conversation whatever the operand's order, with or without the reader named", async () => {
+    for (const operand of [[bob.id, carol.id], [carol.id, bob.id], [carol.id, alice.id, bob.id], "carol@example.com, BOB@example.com"]) {
+      expect(ids(await page(alice, operand, { anchor: "newest", num_before: 10, num_after: 0 }))).toEqual(group);
+    }
+    expect(ids(await page(carol, [alice.id, bob.id], { anchor: "oldest", num_before: 0, num_after: 10 }))).toEqual(group);
+    // Bob and Carol alone have no conversation: nothing, with both ends found.
+    const none = await page(bob, [carol.id], { anchor: "newest", num_before: 5, num_after: 0 });
+    expect(ids(none)).toEqual([]);
+    expect(none.body).toMatchObject({ found_oldest: true, found_newest: true });
+  });
+
+  it("reads the reader's conversation with themselves", async () => {
+    expect(ids(await page(alice, [alice.id], { anchor: "newest", num_before: 10, num_after: 0 }))).toEqual(own);
+    expect(ids(await page(alice, "alice@example.com", { anchor: own[1], num_before: 1, num_after: 1 }))).toEqual(own.slice(0, 3));
+  });
+
+  it("shows each reader's own flags on the conversation's messages", async () => {
+    const starred = await api(server, "POST", "/messages/flags", { as: bob, params: { messages: JSON.stringify([pair[0]]), op: "add", flag: "starred" } });
+    expect(starred.status).toBe(200);
+    const asBob = await page(bob, [alice.id], { anchor: pair[0], num_before: 0, num_after: 0 });
+    expect(asBob.body.messages[0].flags).toEqual(["starred"]);
+    const asAlice = await page(alice, [bob.id], { anchor: pair[0], num_before: 0, num_after: 0 });
+    expect(asAlice.body.messages[0].flags).toEqual(["read"]);
+  });
+
+  it("refuses an unknown user, by id or e-mail, with BAD_NARROW", async () => {
+    for (const operand of [[987654], [bob.id, 987654], "nobody@example.com", "bob@example.com,nobody@example.com"]) {
+      const res = await get(alice, { narrow: [{ operator: "dm", operand }] });
+      expect([res.status, res.body.code, res.body.msg]).toEqual([400, "BAD_NARROW", "Invalid narrow operator: unknown user"]);
+    }
+  });
+});
