@@ -421,8 +421,14 @@ const ORDER: Record<Walk, RawBuilder<number>> = {
 export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
   const oneChannel = q.messageIds ? undefined : oneChannelNarrow(q.narrow);
   if (oneChannel && q.anchor !== "first_unread") return fetched(db, user, q, await channelPage(db, user, q, fixedAnchor(q.anchor), oneChannel));
-  const conversation = q.messageIds || q.anchor === "first_unread" ? undefined : oneConversationNarrow(q.narrow);
-  if (conversation) return fetched(db, user, q, await conversationPage(db, user, q, fixedAnchor(q.anchor as Exclude<MessageQuery["anchor"], "first_unread">), conversation));
+  if (!q.messageIds && q.anchor !== "first_unread") {
+    const conversation = oneConversationNarrow(q.narrow);
+    if (conversation) return fetched(db, user, q, await conversationPage(db, user, q, fixedAnchor(q.anchor), conversation));
+    if (onlyConversationsNarrow(q.narrow)) {
+      const window = await conversationsPage(db, user, q, fixedAnchor(q.anchor));
+      if (window) return fetched(db, user, q, window);
+    }
+  }
   const compiled = await compileNarrow(db, user, q.narrow);
   const { conds } = compiled;
   if (q.messageIds) {
@@ -841,11 +847,7 @@ async function channelPage(db: DB, user: UserRow, q: MessageRange, anchor: numbe
   // The channel's row comes back once with null message columns when the page is empty.
   const refs = await CHANNEL_PAGES[Number(byId)]![Number(narrow.topic !== undefined)]!.read(db, values);
   if (!refs.length) throw badNarrow("Invalid narrow operator: unknown channel");
-  const messages = refs.filter((r): r is PageStatementRow & PageRef => r.id !== null);
-  const before: MessageRow[] = [];
-  const atAndAfter: MessageRow[] = [];
-  for (const row of await withRecords(db, messages, refs[0]!.user_version)) (row.id < anchor ? before : atAndAfter).push(row);
-  return windowAround(q, anchor, before, atAndAfter);
+  return pageWindow(db, q, anchor, refs, refs[0]!.user_version);
 }
 
 /**
@@ -897,10 +899,59 @@ async function conversationPage(db: DB, user: UserRow, q: MessageRange, anchor: 
   const namedIds = new Set(found.named_ids.map(Number));
   const namedEmails = new Set(found.named_emails);
   for (const ref of refs) if (typeof ref === "number" ? !namedIds.has(ref) : !namedEmails.has(ref.toLowerCase())) throw badNarrow("Invalid narrow operator: unknown user");
-  const messages = rows.filter((r): r is ConversationPageRow & PageRef => r.id !== null);
+  return pageWindow(db, q, anchor, rows, found.user_version);
+}
+
+/** `is:dm` alone: every conversation of the reader's (conversationsPage). */
+function onlyConversationsNarrow(narrow: Narrow): boolean {
+  return narrow.length === 1 && narrow[0]!.operator === "is" && narrow[0]!.operand === "dm" && !narrow[0]!.negated;
+}
+
+/**
+ * The statement of an `is:dm` page for the reader ($1) of the realm ($2): each conversation the reader takes part in
+ * walked along messages_recipient from the anchor ($3), at most the side's limit ($4 before, $5 at and after) of
+ * each, the nearest of them kept, then their versions and the reader's flags. As alongConversations, with the
+ * reader's conversations read in the same statement, so that its text is the same for every reader and it runs
+ * planned once per connection. Past CONVERSATION_WALKS_MAX conversations it walks nothing and answers `walked`
+ * false (one row of nulls), and the general path pages instead. One row of nulls when the page is empty.
+ */
+const CONVERSATIONS_PAGE_TEXT = (() => {
+  const side = (op: "<" | ">=", direction: "asc" | "desc", limit: string) => `(
+    select w.id from mine c cross join lateral (
+      select m.id from messages m where m.recipient_id = c.recipient_id and m.id ${op} $3::bigint order by m.id ${direction} limit ${limit}) w
+    where (select walked from counted)
+    order by w.id ${direction} limit ${limit})`;
+  return `with mine as (select rm.recipient_id from recipient_members rm where rm.user_id = $1::int),
+  counted as (select count(*) <= ${CONVERSATION_WALKS_MAX} as walked from mine)
+  select (select walked from counted) as walked, ${REALM_USER_VERSION("$2::bigint")} as user_version, null::text as stream_name, p.*
+  from (select 1) one
+  left join lateral (
+    select m.id, m.version, ${readerFlags("$1::bigint")} as flags
+    from (${side("<", "desc", "$4::int")} union all ${side(">=", "asc", "$5::int")}) page join messages m on m.id = page.id
+  ) p on true`;
+})();
+
+type ConversationsPageRow = Omit<PageRef, "id"> & { id: number | null; walked: boolean; user_version: string };
+
+/** An `is:dm` page in one statement (CONVERSATIONS_PAGE_TEXT); undefined for a reader in too many conversations. */
+async function conversationsPage(db: DB, user: UserRow, q: MessageRange, anchor: number) {
+  const limits = sideLimits(q, anchor);
+  const rows = await queryPlannedOnce<ConversationsPageRow>(db, CONVERSATIONS_PAGE_TEXT, [user.id, user.realm_id, anchor, limits.before, limits.atAndAfter]);
+  if (!rows[0]!.walked) return undefined;
+  return pageWindow(db, q, anchor, rows, rows[0]!.user_version);
+}
+
+/**
+ * The window around `anchor` of a page statement's rows (one row of nulls when the page is empty), each side put in
+ * its order here: a statement's rows come in no order unless it sorts them last.
+ */
+async function pageWindow(db: DB, q: MessageRange, anchor: number, rows: Array<Omit<PageRef, "id"> & { id: number | null }>, userVersion: string) {
+  const messages = rows.filter((r): r is PageRef => r.id !== null);
   const before: MessageRow[] = [];
   const atAndAfter: MessageRow[] = [];
-  for (const row of await withRecords(db, messages, found.user_version)) (row.id < anchor ? before : atAndAfter).push(row);
+  for (const row of await withRecords(db, messages, userVersion)) (row.id < anchor ? before : atAndAfter).push(row);
+  before.sort((a, b) => b.id - a.id);
+  atAndAfter.sort((a, b) => a.id - b.id);
   return windowAround(q, anchor, before, atAndAfter);
 }
 

@@ -2,8 +2,9 @@
  * GET /messages of one direct-message conversation (`dm:` and its users, nothing else): the narrow whose users,
  * conversation and page are one statement (actors/chat/reads/messages.ts conversationPage). Every page is checked
  * against the general path's answer for the same conversation (`dm:` with `is:dm` beside it: the access rule's
- * statement, then the page), with the users named by id and by e-mail (a list of ids, or e-mails in one string), one-to-one, group and self conversations,
- * an unknown user, a conversation never started, and each reader's own flags.
+ * statement, then the page). The users are named by id and by e-mail (a list of ids, or e-mails in one string), in
+ * one-to-one, group and self conversations; also an unknown user, a conversation never started, and each reader's
+ * own flags. And `is:dm` alone, every conversation of the reader's (conversationsPage), against `is:dm` said twice.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FLAG_STORAGES, api, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
@@ -98,6 +99,28 @@ describe.each(FLAG_STORAGES)("a conversation's page on $engine, flags as $storag
     expect(asBob.body.messages[0].flags).toEqual(["starred"]);
     const asAlice = await page(alice, [bob.id], { anchor: pair[0], num_before: 0, num_after: 0 });
     expect(asAlice.body.messages[0].flags).toEqual(["read"]);
+  });
+
+  // is:dm alone is one statement too (conversationsPage); the general path's answer is is:dm said twice.
+  it("pages every conversation of the reader's with is:dm, around each kind of anchor", async () => {
+    const every = async (reader: User, window: Record<string, unknown>) => {
+      const one = await get(reader, { narrow: [{ operator: "is", operand: "dm" }], ...window });
+      const general = await get(reader, { narrow: [{ operator: "is", operand: "dm" }, { operator: "is", operand: "private" }], ...window });
+      expect(one.status, JSON.stringify(one.body)).toBe(200);
+      const shape = (res: typeof one) => [ids(res), res.body.found_anchor, res.body.found_oldest, res.body.found_newest, res.body.messages.map((m: { flags: string[] }) => m.flags)];
+      expect(shape(one)).toEqual(shape(general));
+      return one;
+    };
+    const alices = [...pair, ...group, ...own].sort((a, b) => a - b);
+    expect(ids(await every(alice, { anchor: "newest", num_before: 100, num_after: 0 }))).toEqual(alices);
+    expect(ids(await every(alice, { anchor: "newest", num_before: 4, num_after: 0 }))).toEqual(alices.slice(-4));
+    expect(ids(await every(alice, { anchor: "oldest", num_before: 0, num_after: 4 }))).toEqual(alices.slice(0, 4));
+    const around = await every(alice, { anchor: alices[7], num_before: 3, num_after: 3 });
+    expect(ids(around)).toEqual(alices.slice(4, 11));
+    expect(around.body).toMatchObject({ found_anchor: true, found_oldest: false, found_newest: false });
+    // Carol is in the group conversation only; Bob in the pair and the group.
+    expect(ids(await every(carol, { anchor: "newest", num_before: 100, num_after: 0 }))).toEqual(group);
+    expect(ids(await every(bob, { anchor: pair[2], num_before: 100, num_after: 100 }))).toEqual([...pair, ...group].sort((a, b) => a - b));
   });
 
   it("refuses an unknown user, by id or e-mail, with BAD_NARROW", async () => {
