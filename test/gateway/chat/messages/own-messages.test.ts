@@ -6,10 +6,11 @@
  * expected failure below).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ENGINES, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
+import { FLAG_STORAGES, api, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
 import { ids, messageApi, type User } from "../../../support/messages.ts";
 
-describe.each(ENGINES)("the reader's own messages on %s", (engine) => {
+// Both flag storages: every message's page reads the reader's flag rows, and the recipient lists not yet expanded.
+describe.each(FLAG_STORAGES)("the reader's own messages on $engine, flags as $storage", ({ engine, overrides }) => {
   let server: TestServer;
   let alice: User;
   let bob: User;
@@ -18,7 +19,7 @@ describe.each(ENGINES)("the reader's own messages on %s", (engine) => {
   let after: number;
 
   beforeAll(async () => {
-    server = await startTestServer(engine);
+    server = await startTestServer(engine, overrides);
     alice = await createUser(server, "alice@example.com", "Alice");
     bob = await createUser(server, "bob@example.com", "Bob");
     await subscribe(alice, ["archive"]);
@@ -45,6 +46,26 @@ describe.each(ENGINES)("the reader's own messages on %s", (engine) => {
   // Not yet: a search without a channel still reads the subscribed channels' history (reads/messages.ts
   // compileNarrow says why). Expected to fail, so that it is noticed when it passes.
   it.fails("shows in a search only what the reader received (not yet: the search's plans)", () => readsOwn([{ operator: "search", operand: "zebra" }]));
+
+  // Zulip's narrow [] joins UserMessage and nothing else (reads/messages.ts receivedPage).
+  it("keeps in every message what the reader received in a channel they have left, around any anchor", async () => {
+    await subscribe(alice, ["left"], { principals: [bob.id] });
+    const kept = await toChannel(alice, "t", "said before bob left", "left");
+    const left = await api(server, "DELETE", "/users/me/subscriptions", { as: bob, params: { subscriptions: JSON.stringify(["left"]) } });
+    expect(left.status, JSON.stringify(left.body)).toBe(200);
+    const unseen = await toChannel(alice, "t", "said after bob left", "left");
+    const newest = await get(bob, { narrow: [] });
+    expect(ids(newest)).toContain(kept);
+    expect(ids(newest)).not.toContain(unseen);
+    expect(ids(newest)).not.toContain(before);
+    expect(newest.body).toMatchObject({ found_newest: true, found_oldest: true });
+    const all = ids(newest);
+    const around = await get(bob, { narrow: [], anchor: all[1], num_before: 1, num_after: 1 });
+    expect(ids(around)).toEqual(all.slice(0, 3));
+    expect(around.body).toMatchObject({ found_anchor: true, found_oldest: true, found_newest: all.length <= 3 });
+    const keptShown = newest.body.messages.find((m: { id: number }) => m.id === kept);
+    expect(keptShown).toMatchObject({ display_recipient: "left", content: "said before bob left", flags: [] });
+  });
 
   it("shows the channel's history to the same reader when the channel is named", async () => {
     const named = await get(bob, { narrow: [{ operator: "channel", operand: "archive" }, { operator: "search", operand: "zebra" }] });
