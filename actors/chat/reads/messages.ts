@@ -141,17 +141,18 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
     // 1,000,000 messages 3 → 72 ms); planning it along the matches first is left to do (docs/reads.md, 2026-12-04).
     open = subscribed.filter((s) => s.history_public_to_subscribers).map((s) => s.id);
     received = subscribed.filter((s) => !s.history_public_to_subscribers).map((s) => s.id);
-  } else {
-    // Without a channel operator a narrow reads the reader's own messages, those they received (Zulip's
-    // ok_to_include_history is false, so its query joins UserMessage): never a channel's history from before they
-    // subscribed, public or not (chat-service.md: "a narrow lacking a channel operator searches the user's own
-    // message history").
-    received = subscribed.map((s) => s.id);
   }
+  // Without a channel operator (and but for a search, above) a narrow reads the reader's own messages, those they
+  // received, whichever channel or conversation (Zulip's ok_to_include_history is false, so its query joins
+  // UserMessage and nothing else): never a channel's history from before they subscribed, and still what they
+  // received in a channel they have left (chat-service.md: "a narrow lacking a channel operator searches the user's
+  // own message history"). As the one statement of `narrow=[]` reads it (receivedPage).
+  const ownMessages = !channelTerm && !publicTerm && !searches;
   const access: Cond[] = [];
+  if (ownMessages) access.push(sql<SqlBool>`um.flags is not null`);
   if (open.length) access.push(sql<SqlBool>`m.stream_id in (${sql.join(open)})`);
   if (received.length) access.push(sql<SqlBool>`(m.stream_id in (${sql.join(received)}) and um.flags is not null)`);
-  if (withDms && dmAccess) access.push(dmAccess);
+  if (withDms && dmAccess && !ownMessages) access.push(dmAccess);
   conds.push(access.length ? sql<SqlBool>`(${sql.join(access, sql` or `)})` : FALSE);
 
   for (const term of narrow) {
@@ -229,14 +230,19 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   // The access rule names one channel, not the reader's lists: the page's text is the same for every reader.
   const sameText = !!channelTerm && !(withDms && dmAccess);
   // Whether a condition reads the reader's flag row (um): a channel whose history they only see as received, an is: flag.
-  const readsFlags = received.length > 0 || narrow.some((t) => t.operator === "is" && FLAG_OPERANDS.has(String(t.operand)));
+  const flagTerms = narrow.some((t) => t.operator === "is" && FLAG_OPERANDS.has(String(t.operand)));
+  const readsFlags = received.length > 0 || ownMessages || flagTerms;
   // Every message the reader received, and nothing else asked: along the reader's flag rows. Along the messages,
   // with the received condition on every branch, the planner joined every flag row of the reader (8.3-8.6 ms of
   // Postgres a page at 1,000,000 messages, against 0.9-1.0 ms before the condition; docs/reads.md, 2026-12-04).
-  const everyReceived = !channelTerm && !publicTerm && narrow.length === 0;
+  const everyReceived = ownMessages && narrow.length === 0;
   const walk: Walk = byUnread ? "unread" : byFlag || everyReceived ? "flags" : positive("search") ? "matches" : "messages";
   const isDm = narrow.some((t) => t.operator === "is" && !t.negated && t.operand === "dm");
-  const conversations = walk === "messages" && isDm && withDms && !readsFlags && dms.length && dms.length <= CONVERSATION_WALKS_MAX ? dms : undefined;
+  // Walking the reader's own conversations is their access rule (every member received each message), so the walk
+  // takes the narrow's other conditions only, which must read the message alone.
+  const conversations =
+    walk === "messages" && isDm && withDms && !flagTerms && received.length === 0 && dms.length && dms.length <= CONVERSATION_WALKS_MAX ? dms : undefined;
+  if (conversations) conds[0] = sql<SqlBool>`true`;
   return { conds, searchConds, readsFlags, walk, sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled, conversations };
 }
 

@@ -63,6 +63,10 @@ describe.each(FLAG_STORAGES)("the reader's own messages on $engine, flags as $st
     const around = await get(bob, { narrow: [], anchor: all[1], num_before: 1, num_after: 1 });
     expect(ids(around)).toEqual(all.slice(0, 3));
     expect(around.body).toMatchObject({ found_anchor: true, found_oldest: true, found_newest: all.length <= 3 });
+    // The general path (the first_unread anchor, a sender's narrow) reads the same messages.
+    const fromFirstUnread = ids(await get(bob, { narrow: [], anchor: "first_unread", num_before: 50, num_after: 50 }));
+    expect(fromFirstUnread).toEqual(all);
+    expect(ids(await get(bob, { narrow: [{ operator: "sender", operand: alice.id }] }))).toContain(kept);
     const keptShown = newest.body.messages.find((m: { id: number }) => m.id === kept);
     expect(keptShown).toMatchObject({ display_recipient: "left", content: "said before bob left", flags: [] });
   });
