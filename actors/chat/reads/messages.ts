@@ -81,7 +81,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const isGuest = user.role === ROLE.guest;
   const channelRef = channelTerm && (typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) });
   // One round trip for the access rule: subscribed channels, the user's conversations, and the channel named.
-  const kindColumn = (kind: "subscribed" | "dm" | "named" | "unfilled") => sql<string>`${sql.lit(kind)}`.as("kind");
+  const kindColumn = (kind: "subscribed" | "left" | "dm" | "named" | "unfilled") => sql<string>`${sql.lit(kind)}`.as("kind");
   let reachableQuery = db
     .selectFrom("subscriptions")
     .innerJoin("streams", "streams.id", "subscriptions.stream_id")
@@ -104,6 +104,17 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
     );
   }
   const searches = narrow.some((t) => t.operator === "search");
+  // A search without a channel reads what the reader received (below), which may be in a channel they have left.
+  const searchesReceived = !!positive("search") && !channelTerm && !publicTerm;
+  if (searchesReceived) {
+    reachableQuery = reachableQuery.unionAll(
+      db
+        .selectFrom("subscriptions")
+        .select([kindColumn("left"), "stream_id as id", sql<boolean>`false`.as("invite_only"), sql<boolean>`false`.as("is_web_public"), sql<boolean>`false`.as("history_public_to_subscribers")])
+        .where("user_id", "=", user.id)
+        .where("active", "=", false),
+    );
+  }
   if (searches) {
     // Whether messages stored before their search documents were kept are still unfilled (actors/chat/search-fill.ts):
     // in the same round trip, so that a search costs no statement more.
@@ -135,19 +146,19 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
     if (isGuest) throw badNarrow("Invalid narrow operator: guests cannot search all public channels");
     const rows = await db.selectFrom("streams").select("id").where("realm_id", "=", user.realm_id).where("invite_only", "=", false).execute();
     open = rows.map((r) => r.id);
-  } else if (searches) {
-    // Not yet as Zulip (below): a search without a channel still reads the subscribed channels' history. With the
-    // received condition on every channel its plans walked the reader's flag rows (a search of no match at
-    // 1,000,000 messages 3 → 72 ms); planning it along the matches first is left to do (docs/reads.md, 2026-12-04).
-    open = subscribed.filter((s) => s.history_public_to_subscribers).map((s) => s.id);
-    received = subscribed.filter((s) => !s.history_public_to_subscribers).map((s) => s.id);
+  } else if (searchesReceived) {
+    // What a search may find: every message of the channels the reader is or was in, and their conversations (a
+    // superset of what they received, with no flag row in the condition). messageWindow keeps the received ones
+    // (`receivedOnly`), testing the flags of the page's candidates only: with the received condition here, the
+    // planner walked every flag row of the reader (a search of no match at 1,000,000 messages 3 → 72 ms).
+    open = reachable.filter((r) => r.kind === "subscribed" || r.kind === "left").map((r) => r.id);
   }
-  // Without a channel operator (and but for a search, above) a narrow reads the reader's own messages, those they
-  // received, whichever channel or conversation (Zulip's ok_to_include_history is false, so its query joins
-  // UserMessage and nothing else): never a channel's history from before they subscribed, and still what they
-  // received in a channel they have left (chat-service.md: "a narrow lacking a channel operator searches the user's
-  // own message history"). As the one statement of `narrow=[]` reads it (receivedPage).
-  const ownMessages = !channelTerm && !publicTerm && !searches;
+  // Without a channel operator a narrow reads the reader's own messages, those they received, whichever channel or
+  // conversation (Zulip's ok_to_include_history is false, so its query joins UserMessage and nothing else): never
+  // a channel's history from before they subscribed, and still what they received in a channel they have left
+  // (chat-service.md: "a narrow lacking a channel operator searches the user's own message history"). As the one
+  // statement of `narrow=[]` reads it (receivedPage); a search, as its candidates above.
+  const ownMessages = !channelTerm && !publicTerm && !searchesReceived;
   const access: Cond[] = [];
   if (ownMessages) access.push(sql<SqlBool>`um.flags is not null`);
   if (open.length) access.push(sql<SqlBool>`m.stream_id in (${sql.join(open)})`);
@@ -243,7 +254,9 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const conversations =
     walk === "messages" && isDm && withDms && !flagTerms && received.length === 0 && dms.length && dms.length <= CONVERSATION_WALKS_MAX ? dms : undefined;
   if (conversations) conds[0] = sql<SqlBool>`true`;
-  return { conds, searchConds, readsFlags, walk, sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled, conversations };
+  // Along the flag rows a page is what the reader received already.
+  const receivedOnly = searchesReceived && !alongFlagRows(walk);
+  return { conds, searchConds, readsFlags, walk, sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled, conversations, receivedOnly };
 }
 
 /**
@@ -273,7 +286,15 @@ interface CompiledNarrow {
   storedSearch?: boolean;
   /** For an is:dm page whose conditions read only the message: the reader's conversations, walked one by one (alongConversations). */
   conversations?: number[];
+  /**
+   * Whether the page keeps only what the reader received, of the messages `conds` allow (a search without a channel:
+   * `conds` name the candidates, and the received condition is tested on the page's candidates, RECEIVED).
+   */
+  receivedOnly?: boolean;
 }
+
+/** Whether the reader (the page's `user`, an SQL expression) received message `m`: a flag row, or a place in its recipient list. */
+const receivedBy = (reader: number) => sql<SqlBool>`(${sql.raw(readerFlags(String(reader)))} is not null)`;
 
 /**
  * Past this many conversations an is:dm page walks the primary key again: each conversation's walk is an index
@@ -417,8 +438,17 @@ const SEARCH_WORK_MEM = "16MB";
  *   conditions: a rare word's, or none; a common word's page is left to the nearby walk or the full plan.
  * - `first`: which of the two comes first: as the planner's estimate of the search's share of messages says (the
  *   nearby walk when it should fill a page), or always one of them (the tests).
+ * - `received`: for a search without a channel, how many candidates beyond twice the page's rows the capped and full
+ *   statements test for what the reader received before giving way (a reader's matches are mostly in channels they
+ *   were in at the time: the candidates nearest the anchor are mostly received).
  */
-export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; first: "estimate" | "nearby" | "capped" } = { recent: 1_000, channel: 20_000, cap: 25_000, first: "estimate" };
+export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; first: "estimate" | "nearby" | "capped"; received: number } = {
+  recent: 1_000,
+  channel: 20_000,
+  cap: 25_000,
+  first: "estimate",
+  received: 50,
+};
 
 /**
  * What a page is ordered by, for each walk: the flag rows' message ids (their index's order), or, for the matches
@@ -450,7 +480,7 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
     if (q.narrow.length === 0) return fetched(db, user, q, await receivedPage(db, user, q, fixedAnchor(q.anchor)));
   }
   const compiled = await compileNarrow(db, user, q.narrow);
-  const { conds } = compiled;
+  const conds = compiled.receivedOnly ? [...compiled.conds, sql<SqlBool>`um.flags is not null`] : compiled.conds;
   if (q.messageIds) {
     const rows = q.messageIds.length
       ? await messagesWhere(db, user, conds).select(pageColumns(searchOperand(q.narrow))).where("m.id", "in", q.messageIds).orderBy("m.id").execute()
@@ -537,7 +567,7 @@ export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) 
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText, oneChannel, storedSearch, conversations }: CompiledNarrow, related = true) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText, oneChannel, storedSearch, conversations, receivedOnly }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread rows, whatever the narrow's own walk.
@@ -591,7 +621,12 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   //    (495,000 of them at 10,000,000 messages: 200-300 ms to build).
   // 3. every match, from the indexes as the planner likes (the BitmapAnd of the search and the reader's access),
   //    sorted (`m.id + 0`, as ORDER says).
+  // A search without a channel (`receivedOnly`) keeps what the reader received: the nearby walk tests it on the
+  // window's matches; the capped and full statements take more candidates than the page (receivedCandidates), test
+  // them, and give way when too few were received (then the full statement with the received condition in it).
   const otherConds = conds.filter((c) => !searchConds.includes(c));
+  const compiledReadsFlags = readsFlags;
+  const receivedCandidates = (limit: number) => limit * 2 + SEARCH_WINDOWS.received;
   const all = (list: Cond[]) => (list.length ? sql<SqlBool>`${sql.join(list, sql` and `)}` : sql<SqlBool>`true`);
   type Rows = Awaited<ReturnType<typeof page>>;
   const strip = (rows: Array<Record<string, unknown>>) => rows.map(({ window_rank: _r, matched: _m, ...row }) => row) as unknown as Rows;
@@ -609,11 +644,12 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       .selectAll("m")
       .select(sql<number>`row_number() over (order by m.id ${sql.raw(direction)})`.as("window_rank"))
       .orderBy("m.id", direction);
+    const kept = all(receivedOnly ? [...searchConds, receivedBy(user.id)] : searchConds);
     const rows = (await (on as Kysely<any>)
       .selectFrom(ranked.as("m"))
       .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
-      .where(sql<SqlBool>`(${all(searchConds)}) or m.window_rank = ${window}`)
-      .select([...(columns as readonly any[]), sql<number>`m.window_rank`.as("window_rank"), sql<boolean>`${all(searchConds)}`.as("matched")])
+      .where(sql<SqlBool>`(${kept}) or m.window_rank = ${window}`)
+      .select([...(columns as readonly any[]), sql<number>`m.window_rank`.as("window_rank"), sql<boolean>`${kept}`.as("matched")])
       .orderBy("m.id", direction)
       .limit(limit + 1)
       .execute()) as Array<Record<string, unknown>>;
@@ -629,24 +665,54 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
     // table that stops at the limit can look cheap (for a rare word it reads the whole table). Set back as the
     // statement's result (after its planning), for the page's statement.
     await sql`select set_config('enable_seqscan', 'off', true)`.execute(on);
-    const { rows } = await sql<{ n: string | number; ids: Array<string | number> | null }>`
-      select count(*) as n,
-        (array_agg(m.id order by m.id ${sql.raw(direction)}) filter (where m.id ${sql.raw(op)} ${anchor} and ${all(otherConds)}))[1:${limit}] as ids,
+    const candidates = receivedOnly ? receivedCandidates(limit) : limit;
+    const passes = sql<SqlBool>`m.id ${sql.raw(op)} ${anchor} and ${all(otherConds)}`;
+    const { rows } = await sql<{ n: string | number; passing: string | number; ids: Array<string | number> | null }>`
+      select count(*) as n, count(*) filter (where ${passes}) as passing,
+        (array_agg(m.id order by m.id ${sql.raw(direction)}) filter (where ${passes}))[1:${candidates}] as ids,
         set_config('enable_seqscan', 'on', true) as restored
       from (select * from messages m where ${all(searchConds)} limit ${cap + 1}) m`.execute(on);
     if (Number(rows[0]!.n) > cap) return undefined;
     const ids = (rows[0]!.ids ?? []).map(Number);
     if (!ids.length) return [] as unknown as Rows;
-    return (on as Kysely<any>)
+    const page = await pageOfIds(on, ids, direction, limit);
+    return page.length < limit && Number(rows[0]!.passing) > ids.length ? undefined : page;
+  };
+  /** The page of these candidates (ids in the page's order): of them, what the reader received when `receivedOnly`. */
+  const pageOfIds = (on: DB, ids: number[], direction: "asc" | "desc", limit: number) =>
+    (on as Kysely<any>)
       .selectFrom("messages as m")
       .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
       .where(sql<SqlBool>`m.id = any(${ids}::bigint[])`)
+      .$if(!!receivedOnly, (b) => b.where(receivedBy(user.id)))
       .select(columns as any)
       .orderBy("m.id", direction)
       .limit(limit)
       .execute() as Promise<Rows>;
+  /**
+   * A search's page without a channel from every match: the nearest candidates (receivedCandidates of them, their
+   * flags tested after the limit), or, when too few of those were received, the received condition in the statement.
+   */
+  const everyReceivedMatch = async (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+    const candidates = receivedCandidates(limit);
+    const conds = [...otherConds, ...searchConds];
+    const nearest = (readsFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
+      .select("m.id")
+      .where("m.id", op, anchor)
+      .orderBy(ORDER.matches, direction)
+      .limit(candidates);
+    const tested = await (on as Kysely<any>)
+      .selectFrom(nearest.as("m"))
+      .select(["m.id", receivedBy(user.id).as("received")])
+      .orderBy("m.id", direction)
+      .execute();
+    if (tested.length < candidates || tested.filter((r) => r.received).length >= limit) {
+      const ids = tested.filter((r) => r.received).map((r) => Number(r.id));
+      return ids.length ? pageOfIds(on, ids, direction, limit) : ([] as unknown as Rows);
+    }
+    return everyMatch(on, [...searchConds, sql<SqlBool>`um.flags is not null`], op, direction, limit, true);
   };
-  const everyMatch = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+  const everyMatch = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, readsFlags = compiledReadsFlags) => {
     const conds = [...otherConds, ...searchConds];
     const rows = (readsFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
       .selectAll("m")
@@ -694,7 +760,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
             return (
               (await (nearbyFirst ? nearby() : capped())) ??
               (await (nearbyFirst ? capped() : nearby())) ??
-              everyMatch(trx, search.conds, op, direction, limit)
+              (receivedOnly ? everyReceivedMatch : everyMatch)(trx, search.conds, op, direction, limit)
             );
           })
         : page(op, direction, limit);
