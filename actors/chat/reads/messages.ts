@@ -479,7 +479,8 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
       const window = await conversationsPage(db, user, q, fixedAnchor(q.anchor));
       if (window) return fetched(db, user, q, window);
     }
-    if (q.narrow.length === 0) return fetched(db, user, q, await receivedPage(db, user, q, fixedAnchor(q.anchor)));
+    const received = receivedNarrow(q.narrow);
+    if (received) return fetched(db, user, q, await receivedPage(db, user, q, fixedAnchor(q.anchor), received));
   }
   const compiled = await compileNarrow(db, user, q.narrow);
   const conds = compiled.receivedOnly ? [...compiled.conds, sql<SqlBool>`um.flags is not null`] : compiled.conds;
@@ -1077,18 +1078,50 @@ async function conversationsPage(db: DB, user: UserRow, q: MessageRange, anchor:
 }
 
 /**
- * The statement of the page of every message the reader ($1) of the realm ($2) received, Zulip's narrow `[]`: its
- * query joins UserMessage and nothing else, so a channel the reader has left still shows what they received in it.
- * For each side of the anchor ($3, limits $4 and $5), the reader's flag rows along user_messages_pk and the messages
- * listing the reader in a recipient list not yet expanded (few: a list is expanded soon after its commit), the
- * nearest of them kept, then their versions and the reader's flags. One row of nulls when the page is empty.
+ * The narrows that read the reader's own rows and nothing else: every message they received (Zulip's narrow `[]`),
+ * or those with a flag (`is:` alone): receivedPage.
  */
-const RECEIVED_PAGE_TEXT = (() => {
+type ReceivedNarrow = "every" | "starred" | "mentioned" | "alerted" | "unread";
+
+function receivedNarrow(narrow: Narrow): ReceivedNarrow | undefined {
+  if (narrow.length === 0) return "every";
+  if (narrow.length !== 1 || narrow[0]!.operator !== "is" || narrow[0]!.negated) return undefined;
+  const operand = String(narrow[0]!.operand);
+  return operand === "starred" || operand === "mentioned" || operand === "alerted" || operand === "unread" ? operand : undefined;
+}
+
+/**
+ * Where each received narrow's rows are, as [the reader's rows (a table walked along its index of the reader's rows:
+ * user_messages_pk, a flag's partial index, unread_messages' key), which list entries count]. The flags' conditions
+ * are spelled with their bits as constants, as the partial indexes' predicates are (flagSet).
+ */
+const RECEIVED_ROWS: Record<ReceivedNarrow, { rows: string; listed: string }> = {
+  every: { rows: "user_message_rows r where true", listed: "true" },
+  starred: { rows: `user_message_rows r where (r.flags & ${FLAG_BITS.starred}) <> 0`, listed: `(x.flags & ${FLAG_BITS.starred}) <> 0` },
+  mentioned: { rows: `user_message_rows r where (r.flags & ${MENTION_FLAGS}) <> 0`, listed: `(x.flags & ${MENTION_FLAGS}) <> 0` },
+  alerted: { rows: `user_message_rows r where (r.flags & ${FLAG_BITS.has_alert_word}) <> 0`, listed: `(x.flags & ${FLAG_BITS.has_alert_word}) <> 0` },
+  // unread_messages holds exactly the unread flag rows (its triggers: migration 2026-11-28T0800).
+  unread: { rows: "unread_messages r where true", listed: `(x.flags & ${FLAG_BITS.read}) = 0` },
+};
+
+/**
+ * The statement of the page of the messages the reader ($1) of the realm ($2) received, every one (Zulip's narrow
+ * `[]`: its query joins UserMessage and nothing else, so a channel the reader has left still shows what they
+ * received in it) or those with a flag (`is:starred` and the like: Zulip's join to UserMessage with the flag). For
+ * each side of the anchor ($3, limits $4 and $5), the reader's rows along their index (RECEIVED_ROWS) and the
+ * messages listing the reader in a recipient list not yet expanded (few: a list is expanded soon after its commit),
+ * the nearest of them kept, then their versions and the reader's flags. One row of nulls when the page is empty.
+ * The same text for every reader: planned once per connection, where the general path read the access rule first
+ * and planned a page whose text named the reader's channels and conversations at every fetch.
+ */
+function receivedPageText(narrow: ReceivedNarrow): string {
+  const { rows, listed } = RECEIVED_ROWS[narrow];
+  const listedCondition = narrow === "every" ? "$1::int = any(l.user_ids)" : `exists (select 1 from unnest(l.user_ids, l.flags) as x(user_id, flags) where x.user_id = $1::int and ${listed})`;
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: string) => `(
     select w.id from (
-      (select r.message_id as id from user_message_rows r where r.user_id = $1::int and r.message_id ${op} $3::bigint order by r.message_id ${direction} limit ${limit})
+      (select r.message_id as id from ${rows} and r.user_id = $1::int and r.message_id ${op} $3::bigint order by r.message_id ${direction} limit ${limit})
       union all
-      (select l.message_id from user_message_lists l where $1::int = any(l.user_ids) and l.message_id ${op} $3::bigint order by l.message_id ${direction} limit ${limit})
+      (select l.message_id from user_message_lists l where ${listedCondition} and l.message_id ${op} $3::bigint order by l.message_id ${direction} limit ${limit})
     ) w order by w.id ${direction} limit ${limit})`;
   return `select ${REALM_USER_VERSION("$2::bigint")} as user_version, p.*
   from (select 1) one
@@ -1096,12 +1129,14 @@ const RECEIVED_PAGE_TEXT = (() => {
     select m.id, m.version, ${readerFlags("$1::bigint")} as flags, (select s.name from streams s where s.id = m.stream_id) as stream_name
     from (${side("<", "desc", "$4::int")} union all ${side(">=", "asc", "$5::int")}) page join messages m on m.id = page.id
   ) p on true`;
-})();
+}
 
-/** Zulip's narrow `[]` in one statement (RECEIVED_PAGE_TEXT). */
-async function receivedPage(db: DB, user: UserRow, q: MessageRange, anchor: number) {
+const RECEIVED_PAGE_TEXTS = Object.fromEntries((Object.keys(RECEIVED_ROWS) as ReceivedNarrow[]).map((n) => [n, receivedPageText(n)])) as Record<ReceivedNarrow, string>;
+
+/** A received narrow's page in one statement (receivedPageText). */
+async function receivedPage(db: DB, user: UserRow, q: MessageRange, anchor: number, narrow: ReceivedNarrow) {
   const limits = sideLimits(q, anchor);
-  const rows = await queryPlannedOnce<Omit<PageRef, "id"> & { id: number | null; user_version: string }>(db, RECEIVED_PAGE_TEXT, [user.id, user.realm_id, anchor, limits.before, limits.atAndAfter]);
+  const rows = await queryPlannedOnce<Omit<PageRef, "id"> & { id: number | null; user_version: string }>(db, RECEIVED_PAGE_TEXTS[narrow], [user.id, user.realm_id, anchor, limits.before, limits.atAndAfter]);
   return pageWindow(db, q, anchor, rows, rows[0]!.user_version);
 }
 

@@ -55,6 +55,57 @@ describe.each(FLAG_STORAGES)("flag narrows on $engine, flags as $storage", ({ en
     expect(await narrowed([{ operator: "channel", operand: "lobby" }, { operator: "is", operand: "starred", negated: true }])).toEqual([m.plain, m.mention, m.last]);
   });
 
+  // A flag narrow alone is one statement (reads/messages.ts receivedPage): the same answers as the general path's
+  // (the narrow said twice), around every kind of anchor, with more flagged messages than a page holds.
+  it("answers each flag narrow alone as the general path does, around every anchor", async () => {
+    const words = await api(server, "POST", "/users/me/alert_words", { as: bob, params: { alert_words: JSON.stringify(["pineapple"]) } });
+    expect(words.status).toBe(200);
+    const more: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      more.push(await toChannel(alice, "t", i % 2 ? `hi @**Bob** ${i}` : `pineapple ${i}`, "lobby"));
+      await toChannel(alice, "t", `filler ${i}`, "lobby");
+    }
+    const flag = (messages: number[], op: string, name: string) => api(server, "POST", "/messages/flags", { as: bob, params: { messages, op, flag: name } });
+    expect((await flag(more.slice(0, 4), "add", "starred")).status).toBe(200);
+    expect((await flag([more[1]!, more[2]!], "add", "read")).status).toBe(200);
+    const windows = [
+      { anchor: "newest", num_before: 2, num_after: 0 },
+      { anchor: "newest", num_before: 50, num_after: 0 },
+      { anchor: "oldest", num_before: 0, num_after: 2 },
+      { anchor: more[2], num_before: 1, num_after: 1 },
+      { anchor: more[2]! + 1, num_before: 2, num_after: 2, include_anchor: false },
+    ];
+    const shape = (res: Awaited<ReturnType<typeof get>>) => ({
+      ids: ids(res),
+      found: [res.body.anchor, res.body.found_anchor, res.body.found_oldest, res.body.found_newest],
+      flags: res.body.messages.map((x: { flags: string[] }) => x.flags),
+    });
+    const counts: Record<string, number> = {};
+    // Bob's flags, and Alice's: the sender's own messages are read as they are sent.
+    for (const reader of [bob, alice]) {
+      for (const operand of ["starred", "mentioned", "alerted", "unread"]) {
+        const term = { operator: "is", operand };
+        for (const window of windows) {
+          const one = await get(reader, { narrow: [term], ...window });
+          expect(one.status, JSON.stringify(one.body)).toBe(200);
+          expect(shape(one), `${operand} ${JSON.stringify(window)}`).toEqual(shape(await get(reader, { narrow: [term, term], ...window })));
+        }
+        counts[`${reader.email} ${operand}`] = ids(await get(reader, { narrow: [term] })).length;
+      }
+    }
+    // What each holds: Bob's 1 + 4 starred, 1 + 3 mentioned, 3 alerted, and unread all but the 2 + 2 read; Alice's none.
+    expect(counts).toEqual({
+      "bob@example.com starred": 5,
+      "bob@example.com mentioned": 4,
+      "bob@example.com alerted": 3,
+      "bob@example.com unread": 2 + 12 - 2,
+      "alice@example.com starred": 0,
+      "alice@example.com mentioned": 0,
+      "alice@example.com alerted": 0,
+      "alice@example.com unread": 0,
+    });
+  });
+
   it("anchors at the first unread message of the narrow", async () => {
     const res = await get(bob, { narrow: [{ operator: "channel", operand: "lobby" }], anchor: "first_unread", num_before: 1, num_after: 1 });
     expect(res.body.anchor).toBe(m.starred);
