@@ -468,20 +468,8 @@ const ORDER: Record<Walk, RawBuilder<number>> = {
  * looked up for the page only.
  */
 export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
-  const oneChannel = q.messageIds ? undefined : oneChannelNarrow(q.narrow);
-  if (oneChannel && q.anchor !== "first_unread") return fetched(db, user, q, await channelPage(db, user, q, fixedAnchor(q.anchor), oneChannel));
-  if (!q.messageIds && q.anchor !== "first_unread") {
-    const conversation = oneConversationNarrow(q.narrow);
-    if (conversation) return fetched(db, user, q, await conversationPage(db, user, q, fixedAnchor(q.anchor), conversation));
-    const sender = oneSenderNarrow(q.narrow);
-    if (sender !== undefined) return fetched(db, user, q, await senderPage(db, user, q, fixedAnchor(q.anchor), sender));
-    if (onlyConversationsNarrow(q.narrow)) {
-      const window = await conversationsPage(db, user, q, fixedAnchor(q.anchor));
-      if (window) return fetched(db, user, q, window);
-    }
-    const received = receivedNarrow(q.narrow);
-    if (received) return fetched(db, user, q, await receivedPage(db, user, q, fixedAnchor(q.anchor), received));
-  }
+  const window = q.messageIds ? undefined : await oneStatementWindow(db, user, q);
+  if (window) return fetched(db, user, q, window);
   const compiled = await compileNarrow(db, user, q.narrow);
   const conds = compiled.receivedOnly ? [...compiled.conds, sql<SqlBool>`um.flags is not null`] : compiled.conds;
   if (q.messageIds) {
@@ -491,6 +479,76 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
     return { messages: await buildMessages(db, user, rows, q), history_limited: false };
   }
   return fetched(db, user, q, await messageWindow(db, user, q, compiled));
+}
+
+/**
+ * The window of a narrow whose page is one statement planned once (a channel or topic, one conversation, one
+ * sender, is:dm, every message, a flag), or undefined for the general path. A first_unread anchor is found first
+ * (firstUnread) for a channel's and a received narrow's page.
+ */
+async function oneStatementWindow(db: DB, user: UserRow, q: MessageQuery): Promise<Awaited<ReturnType<typeof messageWindow>> | undefined> {
+  const channel = oneChannelNarrow(q.narrow);
+  const received = receivedNarrow(q.narrow);
+  if (q.anchor === "first_unread") {
+    if (!channel && !received) return undefined;
+    const anchor = await firstUnread(db, user, channel ?? received!);
+    return channel ? channelPage(db, user, q, anchor, channel) : receivedPage(db, user, q, anchor, received!);
+  }
+  const anchor = fixedAnchor(q.anchor);
+  if (channel) return channelPage(db, user, q, anchor, channel);
+  if (received) return receivedPage(db, user, q, anchor, received);
+  const conversation = oneConversationNarrow(q.narrow);
+  if (conversation) return conversationPage(db, user, q, anchor, conversation);
+  const sender = oneSenderNarrow(q.narrow);
+  if (sender !== undefined) return senderPage(db, user, q, anchor, sender);
+  if (onlyConversationsNarrow(q.narrow)) return conversationsPage(db, user, q, anchor);
+  return undefined;
+}
+
+/**
+ * The statement of a first_unread anchor, for the reader ($1) of the realm ($2): their first unread message, of
+ * those with the flags $6 (0: any) and, when a channel is named (by id $3 or lower-cased name $4), in that channel
+ * and topic ($5, lower-cased, or null); along unread_messages' key (it holds exactly the unread flag rows, with each
+ * message's channel and topic) and the recipient lists not yet expanded. Answers the anchor (LARGER_THAN_MAX_MESSAGE_ID
+ * when nothing is unread, as Zulip's) and the channel named (null: none such). The same text for every narrow it
+ * serves, planned once.
+ */
+const FIRST_UNREAD_TEXT = (() => {
+  const inNarrow = (stream: string, topic: string) =>
+    `($3::bigint is null and $4::text is null or ${stream} = (select c.id from named c)) and ($5::text is null or lower(${topic}) = $5::text)`;
+  return `with named as (
+    select s.id from streams s where s.realm_id = $2::bigint and (s.id = $3::bigint or lower(s.name) = $4::text) limit 1
+  )
+  select (select c.id from named c) as channel_id, coalesce(min(f.id), ${LARGER_THAN_MAX_MESSAGE_ID}::bigint) as anchor from (
+    (select r.message_id as id from unread_messages r
+      where r.user_id = $1::int and ($6::int = 0 or (r.flags & $6::int) <> 0) and ${inNarrow("r.stream_id", "r.topic")}
+      order by r.message_id limit 1)
+    union all
+    (select l.message_id from user_message_lists l join messages m on m.id = l.message_id
+      where exists (select 1 from unnest(l.user_ids, l.flags) as x(user_id, flags)
+          where x.user_id = $1::int and (x.flags & ${FLAG_BITS.read}) = 0 and ($6::int = 0 or (x.flags & $6::int) <> 0))
+        and ${inNarrow("m.stream_id", "m.topic")}
+      order by l.message_id limit 1)
+  ) f`;
+})();
+
+/** The flags a received narrow's messages have (FIRST_UNREAD_TEXT's $6; 0 for any). */
+const RECEIVED_FLAG_BITS: Record<ReceivedNarrow, number> = { every: 0, unread: 0, starred: FLAG_BITS.starred, mentioned: MENTION_FLAGS, alerted: FLAG_BITS.has_alert_word };
+
+/** The first_unread anchor of a channel's (or topic's) or a received narrow's page (FIRST_UNREAD_TEXT). */
+async function firstUnread(db: DB, user: UserRow, narrow: { channel: number | string; topic?: string } | ReceivedNarrow): Promise<number> {
+  const channel = typeof narrow === "object" ? narrow : undefined;
+  const byId = typeof channel?.channel === "number";
+  const rows = await queryPlannedOnce<{ channel_id: number | null; anchor: string | number }>(db, FIRST_UNREAD_TEXT, [
+    user.id,
+    user.realm_id,
+    channel && byId ? channel.channel : null,
+    channel && !byId ? String(channel.channel).toLowerCase() : null,
+    channel?.topic?.toLowerCase() ?? null,
+    typeof narrow === "string" ? RECEIVED_FLAG_BITS[narrow] : 0,
+  ]);
+  if (channel && rows[0]!.channel_id === null) throw badNarrow("Invalid narrow operator: unknown channel");
+  return Number(rows[0]!.anchor);
 }
 
 /** GET /messages' answer for a window of rows. */

@@ -106,6 +106,41 @@ describe.each(FLAG_STORAGES)("flag narrows on $engine, flags as $storage", ({ en
     });
   });
 
+  // A channel's, a topic's and a received narrow's first_unread anchor is one statement before the page's
+  // (reads/messages.ts firstUnread): the same window as the general path's (each term said twice), for a reader
+  // with unread messages and one without, the channel by name and by id.
+  it("finds the first unread anchor of a one-statement page as the general path does", async () => {
+    const lobbyId = (await api(server, "GET", "/get_stream_id", { as: bob, params: { stream: "lobby" } })).body.stream_id as number;
+    const narrows: unknown[][] = [
+      [{ operator: "channel", operand: "lobby" }],
+      [{ operator: "channel", operand: lobbyId }],
+      [{ operator: "channel", operand: "Lobby" }, { operator: "topic", operand: "T" }],
+      [{ operator: "channel", operand: "history" }],
+      [{ operator: "is", operand: "unread" }],
+      [{ operator: "is", operand: "starred" }],
+      [{ operator: "is", operand: "mentioned" }],
+    ];
+    const shape = (res: Awaited<ReturnType<typeof get>>) => ({
+      ids: ids(res),
+      found: [res.body.anchor, res.body.found_anchor, res.body.found_oldest, res.body.found_newest],
+    });
+    const window = { anchor: "first_unread", num_before: 2, num_after: 2 };
+    for (const reader of [bob, alice]) {
+      for (const narrow of narrows) {
+        const one = await get(reader, { narrow, ...window });
+        expect(one.status, JSON.stringify(one.body)).toBe(200);
+        expect(shape(one), `${reader.email} ${JSON.stringify(narrow)}`).toEqual(shape(await get(reader, { narrow: [...narrow, ...narrow], ...window })));
+      }
+    }
+    // Bob's first unread message anchors his combined feed and is:unread alike; Alice has none (the anchor past every message).
+    const unread = ids(await get(bob, { narrow: [{ operator: "is", operand: "unread" }], anchor: "oldest", num_before: 0, num_after: 1 }));
+    expect((await get(bob, { narrow: [], ...window })).body).toMatchObject({ anchor: unread[0], found_anchor: true });
+    expect((await get(alice, { narrow: [], ...window })).body).toMatchObject({ anchor: 10_000_000_000_000_000, found_anchor: false, found_newest: true });
+    const unknown = await get(bob, { narrow: [{ operator: "channel", operand: "nowhere" }], ...window });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body).toMatchObject({ code: "BAD_NARROW" });
+  });
+
   it("anchors at the first unread message of the narrow", async () => {
     const res = await get(bob, { narrow: [{ operator: "channel", operand: "lobby" }], anchor: "first_unread", num_before: 1, num_after: 1 });
     expect(res.body.anchor).toBe(m.starred);
