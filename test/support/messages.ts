@@ -36,6 +36,16 @@ export async function until(check: () => boolean, ms = 10_000): Promise<void> {
 /** The ids of a GET /messages answer, in order. */
 export const ids = (res: { body: any }): number[] => res.body.messages.map((m: any) => m.id);
 
+/**
+ * What a GET /messages answer says of its window: the ids, the anchor and its found_* flags, and each message's
+ * flags. Two ways of reading one narrow (a one-statement page and the general path) must agree on all of it.
+ */
+export const windowShape = (res: { body: any }) => ({
+  ids: ids(res),
+  found: [res.body.anchor, res.body.found_anchor, res.body.found_oldest, res.body.found_newest],
+  flags: res.body.messages.map((m: { flags: string[] }) => m.flags),
+});
+
 export function messageApi(server: () => TestServer) {
   const send = (as: Credentials, params: Record<string, unknown>) => api(server(), "POST", "/messages", { as, params });
   return {

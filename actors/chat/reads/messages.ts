@@ -765,12 +765,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
    */
   const everyReceivedMatch = async (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
     const candidates = receivedCandidates(limit);
-    const conds = [...otherConds, ...searchConds];
-    const nearest = (readsFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
-      .select("m.id")
-      .where("m.id", op, anchor)
-      .orderBy(ORDER.matches, direction)
-      .limit(candidates);
+    const nearest = nearestMatches(on, searchConds, op, direction, candidates, readsFlags).select("m.id");
     const tested = await (on as Kysely<any>)
       .selectFrom(nearest.as("m"))
       .select(["m.id", receivedBy(user.id).as("received")])
@@ -782,13 +777,16 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
     }
     return everyMatch(on, [...searchConds, sql<SqlBool>`um.flags is not null`], op, direction, limit, true);
   };
-  const everyMatch = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, readsFlags = compiledReadsFlags) => {
+  /** The narrow's matches nearest the anchor (its other conditions and these of the search), from the indexes, sorted. */
+  const nearestMatches = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, readsFlags: boolean) => {
     const conds = [...otherConds, ...searchConds];
-    const rows = (readsFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
-      .selectAll("m")
+    return (readsFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
       .where("m.id", op, anchor)
       .orderBy(ORDER.matches, direction)
       .limit(limit);
+  };
+  const everyMatch = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, readsFlags = compiledReadsFlags) => {
+    const rows = nearestMatches(on, searchConds, op, direction, limit, readsFlags).selectAll("m");
     return (on as Kysely<any>)
       .selectFrom(rows.as("m"))
       .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))

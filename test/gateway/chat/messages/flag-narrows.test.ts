@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, FLAG_STORAGES, startTestServer, type TestServer } from "../../../support/server.ts";
-import { ids, messageApi, type User } from "../../../support/messages.ts";
+import { ids, messageApi, windowShape, type User } from "../../../support/messages.ts";
 
 describe.each(FLAG_STORAGES)("flag narrows on $engine, flags as $storage", ({ engine, overrides }) => {
   let server: TestServer;
@@ -75,11 +75,6 @@ describe.each(FLAG_STORAGES)("flag narrows on $engine, flags as $storage", ({ en
       { anchor: more[2], num_before: 1, num_after: 1 },
       { anchor: more[2]! + 1, num_before: 2, num_after: 2, include_anchor: false },
     ];
-    const shape = (res: Awaited<ReturnType<typeof get>>) => ({
-      ids: ids(res),
-      found: [res.body.anchor, res.body.found_anchor, res.body.found_oldest, res.body.found_newest],
-      flags: res.body.messages.map((x: { flags: string[] }) => x.flags),
-    });
     const counts: Record<string, number> = {};
     // Bob's flags, and Alice's: the sender's own messages are read as they are sent.
     for (const reader of [bob, alice]) {
@@ -88,7 +83,7 @@ describe.each(FLAG_STORAGES)("flag narrows on $engine, flags as $storage", ({ en
         for (const window of windows) {
           const one = await get(reader, { narrow: [term], ...window });
           expect(one.status, JSON.stringify(one.body)).toBe(200);
-          expect(shape(one), `${operand} ${JSON.stringify(window)}`).toEqual(shape(await get(reader, { narrow: [term, term], ...window })));
+          expect(windowShape(one), `${operand} ${JSON.stringify(window)}`).toEqual(windowShape(await get(reader, { narrow: [term, term], ...window })));
         }
         counts[`${reader.email} ${operand}`] = ids(await get(reader, { narrow: [term] })).length;
       }
@@ -120,16 +115,12 @@ describe.each(FLAG_STORAGES)("flag narrows on $engine, flags as $storage", ({ en
       [{ operator: "is", operand: "starred" }],
       [{ operator: "is", operand: "mentioned" }],
     ];
-    const shape = (res: Awaited<ReturnType<typeof get>>) => ({
-      ids: ids(res),
-      found: [res.body.anchor, res.body.found_anchor, res.body.found_oldest, res.body.found_newest],
-    });
     const window = { anchor: "first_unread", num_before: 2, num_after: 2 };
     for (const reader of [bob, alice]) {
       for (const narrow of narrows) {
         const one = await get(reader, { narrow, ...window });
         expect(one.status, JSON.stringify(one.body)).toBe(200);
-        expect(shape(one), `${reader.email} ${JSON.stringify(narrow)}`).toEqual(shape(await get(reader, { narrow: [...narrow, ...narrow], ...window })));
+        expect(windowShape(one), `${reader.email} ${JSON.stringify(narrow)}`).toEqual(windowShape(await get(reader, { narrow: [...narrow, ...narrow], ...window })));
       }
     }
     // Bob's first unread message anchors his combined feed and is:unread alike; Alice has none (the anchor past every message).

@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FLAG_STORAGES, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
-import { ids, messageApi, type User } from "../../../support/messages.ts";
+import { ids, messageApi, windowShape, type User } from "../../../support/messages.ts";
 
 describe.each(FLAG_STORAGES)("a sender's page on $engine, flags as $storage", ({ engine, overrides }) => {
   let server: TestServer;
@@ -45,12 +45,7 @@ describe.each(FLAG_STORAGES)("a sender's page on $engine, flags as $storage", ({
     const one = await get(reader, { narrow: [term], ...window });
     const general = await get(reader, { narrow: [term, term], ...window });
     expect(one.status, JSON.stringify(one.body)).toBe(200);
-    const shape = (res: typeof one) => ({
-      ids: ids(res),
-      found: [res.body.anchor, res.body.found_anchor, res.body.found_oldest, res.body.found_newest],
-      flags: res.body.messages.map((m: { flags: string[] }) => m.flags),
-    });
-    expect(shape(one)).toEqual(shape(general));
+    expect(windowShape(one)).toEqual(windowShape(general));
     return one;
   }
 
