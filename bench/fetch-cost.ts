@@ -48,6 +48,8 @@ const NARROWS: Record<string, { narrow: MessageQuery["narrow"]; firstUnread?: bo
   "is:unread": { narrow: [is("unread")] },
   "channel,first_unread": { narrow: [channel], firstUnread: true },
   "all,first_unread": { narrow: [], firstUnread: true },
+  "dm,first_unread": { narrow: [{ operator: "dm", operand: [peer], negated: false }], firstUnread: true },
+  "is:dm,first_unread": { narrow: [is("dm")], firstUnread: true },
 };
 const queryOf = (name: string): MessageQuery => {
   const narrow = NARROWS[name];

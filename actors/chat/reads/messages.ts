@@ -489,48 +489,73 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
 async function oneStatementWindow(db: DB, user: UserRow, q: MessageQuery): Promise<Awaited<ReturnType<typeof messageWindow>> | undefined> {
   const channel = oneChannelNarrow(q.narrow);
   const received = receivedNarrow(q.narrow);
-  if (q.anchor === "first_unread") {
-    if (!channel && !received) return undefined;
-    const anchor = await firstUnread(db, user, channel ?? received!);
-    return channel ? channelPage(db, user, q, anchor, channel) : receivedPage(db, user, q, anchor, received!);
-  }
-  const anchor = fixedAnchor(q.anchor);
+  const conversation = oneConversationNarrow(q.narrow);
+  const conversations = onlyConversationsNarrow(q.narrow);
+  const sender = oneSenderNarrow(q.narrow);
+  let anchor: number;
+  if (q.anchor !== "first_unread") anchor = fixedAnchor(q.anchor);
+  else if (channel) anchor = await firstUnread(db, user, channel);
+  else if (received) anchor = await firstUnread(db, user, { received });
+  else if (conversation) anchor = await firstUnread(db, user, { conversation });
+  else if (conversations) anchor = await firstUnread(db, user, { conversations });
+  else return undefined;
   if (channel) return channelPage(db, user, q, anchor, channel);
   if (received) return receivedPage(db, user, q, anchor, received);
-  const conversation = oneConversationNarrow(q.narrow);
   if (conversation) return conversationPage(db, user, q, anchor, conversation);
-  const sender = oneSenderNarrow(q.narrow);
+  if (conversations) return conversationsPage(db, user, q, anchor);
   if (sender !== undefined) return senderPage(db, user, q, anchor, sender);
-  if (onlyConversationsNarrow(q.narrow)) return conversationsPage(db, user, q, anchor);
   return undefined;
 }
 
-/** Which first unread message firstUnread looks for: of a channel (by id or name, and maybe a topic), or of the reader's with these flags (0: any). */
-type FirstUnreadKind = { byId: boolean; topic: boolean } | { flags: number };
+/**
+ * A narrow whose first_unread anchor is one statement (firstUnread): a channel's or topic's, a received narrow's
+ * (every message, a flag), one conversation's, every conversation's (is:dm).
+ */
+type FirstUnreadNarrow =
+  | { channel: number | string; topic?: string }
+  | { received: ReceivedNarrow }
+  | { conversation: Array<number | string> }
+  | { conversations: true };
+
+/** Which first unread message a statement looks for: each kind has a text of its own (firstUnreadText). */
+type FirstUnreadKind = { byId: boolean; topic: boolean } | { flags: number } | { conversation: true } | { conversations: true };
 
 /**
- * The statement of a first_unread anchor, for the reader ($1): their first unread message, of a channel of the
- * realm ($2) named by id or lower-cased name ($3, and topic $4, lower-cased), or of those with the flags, along
- * unread_messages' key (it holds exactly the unread flag rows, with each message's channel and topic) and the
- * recipient lists not yet expanded. Answers the anchor (LARGER_THAN_MAX_MESSAGE_ID when nothing is unread, as
- * Zulip's) and, for a channel, its id (null: no such channel). One text per kind, its conditions spelled out: with
- * every kind's conditions in one text behind `$n is null or …`, the generic plan read all of unread_messages (13 ms
- * at 10,000,000 messages, docs/reads.md 2026-12-05).
+ * The statement of a first_unread anchor, for the reader ($1): their first unread message of the narrow, along
+ * unread_messages' key (it holds exactly the unread flag rows, with each message's channel, topic and recipient) and
+ * the recipient lists not yet expanded. The narrow: a channel of the realm ($2) named by id or lower-cased name ($3,
+ * and topic $4, lower-cased); the reader's messages with the flags; the conversation of the reader and the users
+ * named in the realm ($2) by id ($3) or lower-cased e-mail ($4), found by its key as conversationPage finds it; or
+ * every conversation (no channel). Answers the anchor (LARGER_THAN_MAX_MESSAGE_ID when nothing is unread, as Zulip's)
+ * and, for a channel, its id (null: no such channel). One text per kind, its conditions spelled out: with every
+ * kind's conditions in one text behind `$n is null or …`, the generic plan read all of unread_messages (13 ms at
+ * 10,000,000 messages, docs/reads.md 2026-12-05).
  */
 function firstUnreadText(kind: FirstUnreadKind): string {
   const channel = "byId" in kind ? kind : undefined;
   const flags = "flags" in kind && kind.flags ? kind.flags : 0;
-  const inNarrow = (stream: string, topic: string) =>
-    channel ? ` and ${stream} = (select c.id from named c)${channel.topic ? ` and lower(${topic}) = $4::text` : ""}` : "";
-  return `${channel ? `with named as (select s.id from streams s where s.realm_id = $2::bigint and ${channel.byId ? "s.id = $3::bigint" : "lower(s.name) = $3::text"})` : ""}
+  const inNarrow = (stream: string, topic: string, recipient: string) =>
+    channel
+      ? ` and ${stream} = (select c.id from named c)${channel.topic ? ` and lower(${topic}) = $4::text` : ""}`
+      : "conversation" in kind
+        ? ` and ${recipient} = (select c.id from conversation c)`
+        : "conversations" in kind
+          ? ` and ${stream} is null`
+          : "";
+  const ctes = channel
+    ? `with named as (select s.id from streams s where s.realm_id = $2::bigint and ${channel.byId ? "s.id = $3::bigint" : "lower(s.name) = $3::text"})`
+    : "conversation" in kind
+      ? `with ${conversationCtes("$2::bigint", "$1::int", "$3::int[]", "$4::text[]")}`
+      : "";
+  return `${ctes}
   select ${channel ? "(select c.id from named c)" : "null::bigint"} as channel_id, coalesce(min(f.id), ${LARGER_THAN_MAX_MESSAGE_ID}::bigint) as anchor from (
     (select r.message_id as id from unread_messages r
-      where r.user_id = $1::int${flags ? ` and (r.flags & ${flags}) <> 0` : ""}${inNarrow("r.stream_id", "r.topic")}
+      where r.user_id = $1::int${flags ? ` and (r.flags & ${flags}) <> 0` : ""}${inNarrow("r.stream_id", "r.topic", "r.recipient_id")}
       order by r.message_id limit 1)
     union all
     (select l.message_id from user_message_lists l join messages m on m.id = l.message_id
       where exists (select 1 from unnest(l.user_ids, l.flags) as x(user_id, flags)
-          where x.user_id = $1::int and (x.flags & ${FLAG_BITS.read}) = 0${flags ? ` and (x.flags & ${flags}) <> 0` : ""})${inNarrow("m.stream_id", "m.topic")}
+          where x.user_id = $1::int and (x.flags & ${FLAG_BITS.read}) = 0${flags ? ` and (x.flags & ${flags}) <> 0` : ""})${inNarrow("m.stream_id", "m.topic", "m.recipient_id")}
       order by l.message_id limit 1)
   ) f`;
 }
@@ -541,22 +566,29 @@ const FIRST_UNREAD_TEXTS = new Map<string, string>();
 const RECEIVED_FLAG_BITS: Record<ReceivedNarrow, number> = { every: 0, unread: 0, starred: FLAG_BITS.starred, mentioned: MENTION_FLAGS, alerted: FLAG_BITS.has_alert_word };
 
 /**
- * The first_unread anchor of a channel's (or topic's) or a received narrow's page (firstUnreadText). Every unread
- * message's is planned once (its plan is the walk of the reader's rows whatever the values); the others are planned
- * for their values: a generic plan cannot know how few of the reader's rows the channel or flag keeps, and took the
- * sequential scan.
+ * The first_unread anchor of a one-statement page (firstUnreadText). Every unread message's, a conversation's and
+ * every conversation's are planned once (each plan is the walk of the reader's rows, or the conversation's lookup,
+ * whatever the values); a channel's or a flag's is planned for its values: a generic plan cannot know how few of the
+ * reader's rows the channel or flag keeps, and took the sequential scan.
  */
-async function firstUnread(db: DB, user: UserRow, narrow: { channel: number | string; topic?: string } | ReceivedNarrow): Promise<number> {
-  const channel = typeof narrow === "object" ? narrow : undefined;
-  const kind: FirstUnreadKind = channel ? { byId: typeof channel.channel === "number", topic: channel.topic !== undefined } : { flags: RECEIVED_FLAG_BITS[narrow as ReceivedNarrow] };
+async function firstUnread(db: DB, user: UserRow, narrow: FirstUnreadNarrow): Promise<number> {
+  let kind: FirstUnreadKind;
+  const values: unknown[] = [user.id];
+  if ("channel" in narrow) {
+    kind = { byId: typeof narrow.channel === "number", topic: narrow.topic !== undefined };
+    values.push(user.realm_id, typeof narrow.channel === "number" ? narrow.channel : narrow.channel.toLowerCase());
+    if (narrow.topic !== undefined) values.push(narrow.topic.toLowerCase());
+  } else if ("received" in narrow) kind = { flags: RECEIVED_FLAG_BITS[narrow.received] };
+  else if ("conversation" in narrow) {
+    kind = { conversation: true };
+    values.push(user.realm_id, ...usersByKind(narrow.conversation));
+  } else kind = { conversations: true };
   const key = JSON.stringify(kind);
   const text = FIRST_UNREAD_TEXTS.get(key) ?? FIRST_UNREAD_TEXTS.set(key, firstUnreadText(kind)).get(key)!;
-  const values: unknown[] = [user.id];
-  if (channel) values.push(user.realm_id, typeof channel.channel === "number" ? channel.channel : channel.channel.toLowerCase());
-  if (channel?.topic !== undefined) values.push(channel.topic.toLowerCase());
   type Row = { channel_id: number | null; anchor: string | number };
-  const rows = "flags" in kind && !kind.flags ? await queryPlannedOnce<Row>(db, text, values) : (await db.executeQuery<Row>(CompiledQuery.raw(text, values))).rows;
-  if (channel && rows[0]!.channel_id === null) throw badNarrow("Invalid narrow operator: unknown channel");
+  const forItsValues = "byId" in kind || ("flags" in kind && kind.flags !== 0);
+  const rows = forItsValues ? (await db.executeQuery<Row>(CompiledQuery.raw(text, values))).rows : await queryPlannedOnce<Row>(db, text, values);
+  if ("channel" in narrow && rows[0]!.channel_id === null) throw badNarrow("Invalid narrow operator: unknown channel");
   return Number(rows[0]!.anchor);
 }
 
@@ -1021,15 +1053,22 @@ function oneConversationNarrow(narrow: Narrow): Array<number | string> | undefin
  * row of nulls when the page is empty. The same text for every reader, run planned once per connection: the plan
  * is the walk of the conversation's index whatever the values.
  */
-const CONVERSATION_PAGE_TEXT = `with named as (
+const conversationCtes = (realm: string, reader: string, ids: string, emails: string) => `named as (
     select u.id, lower(u.email) as email from users u
-    where u.realm_id = $1::bigint and (u.id = any($3::int[]) or lower(u.email) = any($4::text[]))
+    where u.realm_id = ${realm} and (u.id = any(${ids}) or lower(u.email) = any(${emails}))
   ),
   conversation as (
     select r.id from recipients r
-    where r.type = ${RECIPIENT_DM} and r.realm_id = $1::bigint
-      and r.dm_key = (select string_agg(k.id::text, ',' order by k.id) from (select id from named union select $2::int) k)
-  )
+    where r.type = ${RECIPIENT_DM} and r.realm_id = ${realm}
+      and r.dm_key = (select string_agg(k.id::text, ',' order by k.id) from (select id from named union select ${reader}) k)
+  )`;
+
+/** The users a `dm:` operand names, as its statements take them: [distinct ids, distinct lower-cased e-mails]. */
+function usersByKind(refs: Array<number | string>): [number[], string[]] {
+  return [[...new Set(refs.filter((r): r is number => typeof r === "number"))], [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))]];
+}
+
+const CONVERSATION_PAGE_TEXT = `with ${conversationCtes("$1::bigint", "$2::int", "$3::int[]", "$4::text[]")}
   select (select coalesce(array_agg(n.id), '{}') from named n) as named_ids, (select coalesce(array_agg(n.email), '{}') from named n) as named_emails,
     ${REALM_USER_VERSION("$1::bigint")} as user_version, null::text as stream_name, p.*
   from (select 1) one
@@ -1045,8 +1084,7 @@ type ConversationPageRow = Omit<PageRef, "id"> & { id: number | null; named_ids:
 
 /** A `dm:` narrow's page in one statement (CONVERSATION_PAGE_TEXT); an unknown user is Zulip's BAD_NARROW, as compileNarrow's. */
 async function conversationPage(db: DB, user: UserRow, q: MessageRange, anchor: number, refs: Array<number | string>) {
-  const ids = [...new Set(refs.filter((r): r is number => typeof r === "number"))];
-  const emails = [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))];
+  const [ids, emails] = usersByKind(refs);
   const limits = sideLimits(q, anchor);
   const rows = await queryPlannedOnce<ConversationPageRow>(db, CONVERSATION_PAGE_TEXT, [user.realm_id, user.id, ids, emails, anchor, limits.before, limits.atAndAfter]);
   const found = rows[0]!;

@@ -15,7 +15,7 @@ describe.each(FLAG_STORAGES)("a conversation's page on $engine, flags as $storag
   let alice: User;
   let bob: User;
   let carol: User;
-  const { send, get } = messageApi(() => server);
+  const { send, get, subscribe, toChannel } = messageApi(() => server);
   /** Each conversation's messages, oldest first. */
   const pair: number[] = [];
   const group: number[] = [];
@@ -116,6 +116,39 @@ describe.each(FLAG_STORAGES)("a conversation's page on $engine, flags as $storag
     // Carol is in the group conversation only; Bob in the pair and the group.
     expect(ids(await every(carol, { anchor: "newest", num_before: 100, num_after: 0 }))).toEqual(group);
     expect(ids(await every(bob, { anchor: pair[2], num_before: 100, num_after: 100 }))).toEqual([...pair, ...group].sort((a, b) => a - b));
+  });
+
+  // A conversation's and is:dm's first_unread anchor is one statement before the page (reads/messages.ts firstUnread).
+  it("anchors a conversation's page and is:dm at the first unread message as the general path does", async () => {
+    const read = await api(server, "POST", "/messages/flags", { as: bob, params: { messages: JSON.stringify([pair[0], group[0], pair[1]]), op: "add", flag: "read" } });
+    expect(read.status).toBe(200);
+    const window = { anchor: "first_unread", num_before: 1, num_after: 2 };
+    const isDm = { operator: "is", operand: "dm" };
+    const cases: Array<[User, unknown[], unknown[]]> = [
+      [bob, [{ operator: "dm", operand: [alice.id] }], [{ operator: "dm", operand: [alice.id] }, isDm]],
+      [bob, [{ operator: "dm", operand: "carol@example.com, ALICE@example.com" }], [{ operator: "dm", operand: [alice.id, carol.id] }, isDm]],
+      [bob, [isDm], [isDm, isDm]],
+      [carol, [isDm], [isDm, isDm]],
+      [alice, [{ operator: "dm", operand: [alice.id] }], [{ operator: "dm", operand: [alice.id] }, isDm]],
+      [carol, [{ operator: "dm", operand: [bob.id] }], [{ operator: "dm", operand: [bob.id] }, isDm]],
+    ];
+    for (const [reader, narrow, general] of cases) {
+      const one = await get(reader, { narrow, ...window });
+      expect(one.status, JSON.stringify(one.body)).toBe(200);
+      expect(windowShape(one), `${reader.email} ${JSON.stringify(narrow)}`).toEqual(windowShape(await get(reader, { narrow: general, ...window })));
+    }
+    // Bob's first unread in the pair is its third message, which anchors the window.
+    expect((await get(bob, { narrow: [{ operator: "dm", operand: [alice.id] }], ...window })).body).toMatchObject({ anchor: pair[2], found_anchor: true });
+    const unknown = await get(bob, { narrow: [{ operator: "dm", operand: [987654] }], ...window });
+    expect([unknown.status, unknown.body.code]).toEqual([400, "BAD_NARROW"]);
+    // A channel message unread before the first unread direct message: is:dm's anchor passes over it.
+    expect((await api(server, "POST", "/mark_all_as_read", { as: bob })).status).toBe(200);
+    await subscribe(alice, ["porch"], { principals: [alice.id, bob.id] });
+    await toChannel(alice, "t", "not a direct message", "porch");
+    const direct = await dm(() => [alice.id, bob.id])(alice, "pair again");
+    const dms = await get(bob, { narrow: [isDm], ...window });
+    expect(dms.body).toMatchObject({ anchor: direct, found_anchor: true });
+    expect(windowShape(dms)).toEqual(windowShape(await get(bob, { narrow: [isDm, isDm], ...window })));
   });
 
   it("refuses an unknown user, by id or e-mail, with BAD_NARROW", async () => {
