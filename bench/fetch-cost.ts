@@ -50,6 +50,7 @@ const NARROWS: Record<string, { narrow: MessageQuery["narrow"]; firstUnread?: bo
   "all,first_unread": { narrow: [], firstUnread: true },
   "dm,first_unread": { narrow: [{ operator: "dm", operand: [peer], negated: false }], firstUnread: true },
   "is:dm,first_unread": { narrow: [is("dm")], firstUnread: true },
+  "sender,first_unread": { narrow: [{ operator: "sender", operand: sender, negated: false }], firstUnread: true },
 };
 const queryOf = (name: string): MessageQuery => {
   const narrow = NARROWS[name];

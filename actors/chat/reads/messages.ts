@@ -498,6 +498,7 @@ async function oneStatementWindow(db: DB, user: UserRow, q: MessageQuery): Promi
   else if (received) anchor = await firstUnread(db, user, { received });
   else if (conversation) anchor = await firstUnread(db, user, { conversation });
   else if (conversations) anchor = await firstUnread(db, user, { conversations });
+  else if (sender !== undefined) anchor = await firstUnread(db, user, { sender });
   else return undefined;
   if (channel) return channelPage(db, user, q, anchor, channel);
   if (received) return receivedPage(db, user, q, anchor, received);
@@ -515,18 +516,20 @@ type FirstUnreadNarrow =
   | { channel: number | string; topic?: string }
   | { received: ReceivedNarrow }
   | { conversation: Array<number | string> }
-  | { conversations: true };
+  | { conversations: true }
+  | { sender: number | string };
 
 /** Which first unread message a statement looks for: each kind has a text of its own (firstUnreadText). */
-type FirstUnreadKind = { byId: boolean; topic: boolean } | { flags: number } | { conversation: true } | { conversations: true };
+type FirstUnreadKind = { byId: boolean; topic: boolean } | { flags: number } | { conversation: true } | { conversations: true } | { sender: true };
 
 /**
  * The statement of a first_unread anchor, for the reader ($1): their first unread message of the narrow, along
  * unread_messages' key (it holds exactly the unread flag rows, with each message's channel, topic and recipient) and
  * the recipient lists not yet expanded. The narrow: a channel of the realm ($2) named by id or lower-cased name ($3,
  * and topic $4, lower-cased); the reader's messages with the flags; the conversation of the reader and the users
- * named in the realm ($2) by id ($3) or lower-cased e-mail ($4), found by its key as conversationPage finds it; or
- * every conversation (no channel). Answers the anchor (LARGER_THAN_MAX_MESSAGE_ID when nothing is unread, as Zulip's)
+ * named in the realm ($2) by id ($3) or lower-cased e-mail ($4), found by its key as conversationPage finds it;
+ * every conversation (no channel); or a sender of the realm ($2) named by id ($3) or lower-cased e-mail ($4), each
+ * unread row's message looked up for its sender. Answers the anchor (LARGER_THAN_MAX_MESSAGE_ID when nothing is unread, as Zulip's)
  * and, for a channel, its id (null: no such channel). One text per kind, its conditions spelled out: with every
  * kind's conditions in one text behind `$n is null or …`, the generic plan read all of unread_messages (13 ms at
  * 10,000,000 messages, docs/reads.md 2026-12-05).
@@ -534,28 +537,35 @@ type FirstUnreadKind = { byId: boolean; topic: boolean } | { flags: number } | {
 function firstUnreadText(kind: FirstUnreadKind): string {
   const channel = "byId" in kind ? kind : undefined;
   const flags = "flags" in kind && kind.flags ? kind.flags : 0;
-  const inNarrow = (stream: string, topic: string, recipient: string) =>
+  const inNarrow = (stream: string, topic: string, recipient: string, sender: string) =>
     channel
       ? ` and ${stream} = (select c.id from named c)${channel.topic ? ` and lower(${topic}) = $4::text` : ""}`
       : "conversation" in kind
         ? ` and ${recipient} = (select c.id from conversation c)`
         : "conversations" in kind
           ? ` and ${stream} is null`
-          : "";
+          : "sender" in kind
+            ? ` and ${sender} = (select n.id from named n)`
+            : "";
   const ctes = channel
     ? `with named as (select s.id from streams s where s.realm_id = $2::bigint and ${channel.byId ? "s.id = $3::bigint" : "lower(s.name) = $3::text"})`
     : "conversation" in kind
       ? `with ${conversationCtes("$2::bigint", "$1::int", "$3::int[]", "$4::text[]")}`
-      : "";
+      : "sender" in kind
+        ? `with named as (select u.id from users u where u.realm_id = $2::bigint and (u.id = $3::int or lower(u.email) = $4::text) limit 1)`
+        : "";
+  // A sender's unread messages: each of the reader's unread rows in order, its message looked up (`+ 0`: not merged
+  // with every message of the sender).
+  const rows = "sender" in kind ? "unread_messages r join messages rm on rm.id = r.message_id + 0" : "unread_messages r";
   return `${ctes}
   select ${channel ? "(select c.id from named c)" : "null::bigint"} as channel_id, coalesce(min(f.id), ${LARGER_THAN_MAX_MESSAGE_ID}::bigint) as anchor from (
-    (select r.message_id as id from unread_messages r
-      where r.user_id = $1::int${flags ? ` and (r.flags & ${flags}) <> 0` : ""}${inNarrow("r.stream_id", "r.topic", "r.recipient_id")}
+    (select r.message_id as id from ${rows}
+      where r.user_id = $1::int${flags ? ` and (r.flags & ${flags}) <> 0` : ""}${inNarrow("r.stream_id", "r.topic", "r.recipient_id", "rm.sender_id")}
       order by r.message_id limit 1)
     union all
     (select l.message_id from user_message_lists l join messages m on m.id = l.message_id
       where exists (select 1 from unnest(l.user_ids, l.flags) as x(user_id, flags)
-          where x.user_id = $1::int and (x.flags & ${FLAG_BITS.read}) = 0${flags ? ` and (x.flags & ${flags}) <> 0` : ""})${inNarrow("m.stream_id", "m.topic", "m.recipient_id")}
+          where x.user_id = $1::int and (x.flags & ${FLAG_BITS.read}) = 0${flags ? ` and (x.flags & ${flags}) <> 0` : ""})${inNarrow("m.stream_id", "m.topic", "m.recipient_id", "m.sender_id")}
       order by l.message_id limit 1)
   ) f`;
 }
@@ -568,8 +578,8 @@ const RECEIVED_FLAG_BITS: Record<ReceivedNarrow, number> = { every: 0, unread: 0
 /**
  * The first_unread anchor of a one-statement page (firstUnreadText). Every unread message's, a conversation's and
  * every conversation's are planned once (each plan is the walk of the reader's rows, or the conversation's lookup,
- * whatever the values); a channel's or a flag's is planned for its values: a generic plan cannot know how few of the
- * reader's rows the channel or flag keeps, and took the sequential scan.
+ * whatever the values); a channel's, a flag's or a sender's is planned for its values: a generic plan cannot know
+ * how few of the reader's rows the channel, flag or sender keeps, and took the sequential scan.
  */
 async function firstUnread(db: DB, user: UserRow, narrow: FirstUnreadNarrow): Promise<number> {
   let kind: FirstUnreadKind;
@@ -582,11 +592,14 @@ async function firstUnread(db: DB, user: UserRow, narrow: FirstUnreadNarrow): Pr
   else if ("conversation" in narrow) {
     kind = { conversation: true };
     values.push(user.realm_id, ...usersByKind(narrow.conversation));
+  } else if ("sender" in narrow) {
+    kind = { sender: true };
+    values.push(user.realm_id, typeof narrow.sender === "number" ? narrow.sender : null, typeof narrow.sender === "string" ? narrow.sender.toLowerCase() : null);
   } else kind = { conversations: true };
   const key = JSON.stringify(kind);
   const text = FIRST_UNREAD_TEXTS.get(key) ?? FIRST_UNREAD_TEXTS.set(key, firstUnreadText(kind)).get(key)!;
   type Row = { channel_id: number | null; anchor: string | number };
-  const forItsValues = "byId" in kind || ("flags" in kind && kind.flags !== 0);
+  const forItsValues = "byId" in kind || "sender" in kind || ("flags" in kind && kind.flags !== 0);
   const rows = forItsValues ? (await db.executeQuery<Row>(CompiledQuery.raw(text, values))).rows : await queryPlannedOnce<Row>(db, text, values);
   if ("channel" in narrow && rows[0]!.channel_id === null) throw badNarrow("Invalid narrow operator: unknown channel");
   return Number(rows[0]!.anchor);

@@ -7,7 +7,7 @@
  * senders' messages between the sender's.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FLAG_STORAGES, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
+import { FLAG_STORAGES, api, createUser, startTestServer, type TestServer } from "../../../support/server.ts";
 import { ids, messageApi, windowShape, type User } from "../../../support/messages.ts";
 
 describe.each(FLAG_STORAGES)("a sender's page on $engine, flags as $storage", ({ engine, overrides }) => {
@@ -73,6 +73,23 @@ describe.each(FLAG_STORAGES)("a sender's page on $engine, flags as $storage", ({
     expect(ids(own)).toEqual([...received, ...notReceived].sort((a, b) => a - b));
     expect(own.body.messages[0].flags).toContain("read");
     expect(ids(await page(bob, carol.id, { anchor: "newest", num_before: 50, num_after: 0 }))).toHaveLength(4);
+  });
+
+  // A sender's first_unread anchor is one statement before the page (reads/messages.ts firstUnread).
+  it("anchors a sender's page at the first unread message as the general path does", async () => {
+    const read = await api(server, "POST", "/messages/flags", { as: bob, params: { messages: JSON.stringify(received.slice(0, 2)), op: "add", flag: "read" } });
+    expect(read.status).toBe(200);
+    const window = { anchor: "first_unread", num_before: 1, num_after: 1 };
+    for (const [reader, operand] of [[bob, alice.id], [bob, "ALICE@example.com"], [carol, alice.id], [alice, alice.id], [bob, carol.id]] as const) {
+      const term = { operator: "sender", operand };
+      const one = await get(reader, { narrow: [term], ...window });
+      expect(one.status, JSON.stringify(one.body)).toBe(200);
+      expect(windowShape(one), `${reader.email} ${operand}`).toEqual(windowShape(await get(reader, { narrow: [term, term], ...window })));
+    }
+    // Bob read Alice's first two: her third anchors his window; Carol's messages came between, unread, and are not hers.
+    expect((await get(bob, { narrow: [{ operator: "sender", operand: alice.id }], ...window })).body).toMatchObject({ anchor: received[2], found_anchor: true });
+    const unknown = await get(bob, { narrow: [{ operator: "sender", operand: 999_999 }], ...window });
+    expect([unknown.status, unknown.body.code]).toEqual([400, "BAD_NARROW"]);
   });
 
   it("answers an unknown sender as Zulip does, and a sender with no message an empty page", async () => {
