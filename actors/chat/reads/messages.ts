@@ -20,7 +20,7 @@ import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
 import { highlightColumns, notSearchCondition, searchCondition, searchHighlights, searchOperand, storedMatch, tsquery } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
-import { usersByRef, type UserRow } from "./users.ts";
+import { splitUserRefs, usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
 import { topicLinks, type CompiledLinkifier } from "../rendering/linkifiers.ts";
 import { compiledLinkifiers } from "../organization/linkifiers.ts";
@@ -482,42 +482,40 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
 }
 
 /**
- * The window of a narrow whose page is one statement planned once (a channel or topic, one conversation, one
- * sender, is:dm, every message, a flag), or undefined for the general path. A first_unread anchor is found first
- * (firstUnread) for a channel's and a received narrow's page.
+ * A narrow whose page is one statement planned once, and whose first_unread anchor is one statement before it
+ * (firstUnread): a channel or topic of it, every message or a flag (received), one conversation, every conversation
+ * (is:dm), one sender.
  */
-async function oneStatementWindow(db: DB, user: UserRow, q: MessageQuery): Promise<Awaited<ReturnType<typeof messageWindow>> | undefined> {
-  const channel = oneChannelNarrow(q.narrow);
-  const received = receivedNarrow(q.narrow);
-  const conversation = oneConversationNarrow(q.narrow);
-  const conversations = onlyConversationsNarrow(q.narrow);
-  const sender = oneSenderNarrow(q.narrow);
-  let anchor: number;
-  if (q.anchor !== "first_unread") anchor = fixedAnchor(q.anchor);
-  else if (channel) anchor = await firstUnread(db, user, channel);
-  else if (received) anchor = await firstUnread(db, user, { received });
-  else if (conversation) anchor = await firstUnread(db, user, { conversation });
-  else if (conversations) anchor = await firstUnread(db, user, { conversations });
-  else if (sender !== undefined) anchor = await firstUnread(db, user, { sender });
-  else return undefined;
-  if (channel) return channelPage(db, user, q, anchor, channel);
-  if (received) return receivedPage(db, user, q, anchor, received);
-  if (conversation) return conversationPage(db, user, q, anchor, conversation);
-  if (conversations) return conversationsPage(db, user, q, anchor);
-  if (sender !== undefined) return senderPage(db, user, q, anchor, sender);
-  return undefined;
-}
-
-/**
- * A narrow whose first_unread anchor is one statement (firstUnread): a channel's or topic's, a received narrow's
- * (every message, a flag), one conversation's, every conversation's (is:dm).
- */
-type FirstUnreadNarrow =
+type OneStatementNarrow =
   | { channel: number | string; topic?: string }
   | { received: ReceivedNarrow }
   | { conversation: Array<number | string> }
   | { conversations: true }
   | { sender: number | string };
+
+function oneStatementNarrow(narrow: Narrow): OneStatementNarrow | undefined {
+  const channel = oneChannelNarrow(narrow);
+  if (channel) return channel;
+  const received = receivedNarrow(narrow);
+  if (received) return { received };
+  const conversation = oneConversationNarrow(narrow);
+  if (conversation) return { conversation };
+  if (onlyConversationsNarrow(narrow)) return { conversations: true };
+  const sender = oneSenderNarrow(narrow);
+  return sender === undefined ? undefined : { sender };
+}
+
+/** The window of a narrow whose page is one statement (oneStatementNarrow), or undefined for the general path. */
+async function oneStatementWindow(db: DB, user: UserRow, q: MessageQuery): Promise<Awaited<ReturnType<typeof messageWindow>> | undefined> {
+  const narrow = oneStatementNarrow(q.narrow);
+  if (!narrow) return undefined;
+  const anchor = q.anchor === "first_unread" ? await firstUnread(db, user, narrow) : fixedAnchor(q.anchor);
+  if ("channel" in narrow) return channelPage(db, user, q, anchor, narrow);
+  if ("received" in narrow) return receivedPage(db, user, q, anchor, narrow.received);
+  if ("conversation" in narrow) return conversationPage(db, user, q, anchor, narrow.conversation);
+  if ("conversations" in narrow) return conversationsPage(db, user, q, anchor);
+  return senderPage(db, user, q, anchor, narrow.sender);
+}
 
 /** Which first unread message a statement looks for: each kind has a text of its own (firstUnreadText). */
 type FirstUnreadKind = { byId: boolean; topic: boolean } | { flags: number } | { conversation: true } | { conversations: true } | { sender: true };
@@ -552,7 +550,7 @@ function firstUnreadText(kind: FirstUnreadKind): string {
     : "conversation" in kind
       ? `with ${conversationCtes("$2::bigint", "$1::int", "$3::int[]", "$4::text[]")}`
       : "sender" in kind
-        ? `with named as (select u.id from users u where u.realm_id = $2::bigint and (u.id = $3::int or lower(u.email) = $4::text) limit 1)`
+        ? `with ${namedUserCte("$2::bigint", "$3::int", "$4::text")}`
         : "";
   // A sender's unread messages: each of the reader's unread rows in order, its message looked up (`+ 0`: not merged
   // with every message of the sender).
@@ -572,16 +570,13 @@ function firstUnreadText(kind: FirstUnreadKind): string {
 
 const FIRST_UNREAD_TEXTS = new Map<string, string>();
 
-/** The flags a received narrow's messages have (0: any). */
-const RECEIVED_FLAG_BITS: Record<ReceivedNarrow, number> = { every: 0, unread: 0, starred: FLAG_BITS.starred, mentioned: MENTION_FLAGS, alerted: FLAG_BITS.has_alert_word };
-
 /**
  * The first_unread anchor of a one-statement page (firstUnreadText). Every unread message's, a conversation's and
  * every conversation's are planned once (each plan is the walk of the reader's rows, or the conversation's lookup,
  * whatever the values); a channel's, a flag's or a sender's is planned for its values: a generic plan cannot know
  * how few of the reader's rows the channel, flag or sender keeps, and took the sequential scan.
  */
-async function firstUnread(db: DB, user: UserRow, narrow: FirstUnreadNarrow): Promise<number> {
+async function firstUnread(db: DB, user: UserRow, narrow: OneStatementNarrow): Promise<number> {
   let kind: FirstUnreadKind;
   const values: unknown[] = [user.id];
   if ("channel" in narrow) {
@@ -591,10 +586,10 @@ async function firstUnread(db: DB, user: UserRow, narrow: FirstUnreadNarrow): Pr
   } else if ("received" in narrow) kind = { flags: RECEIVED_FLAG_BITS[narrow.received] };
   else if ("conversation" in narrow) {
     kind = { conversation: true };
-    values.push(user.realm_id, ...usersByKind(narrow.conversation));
+    values.push(user.realm_id, ...splitUserRefs(narrow.conversation));
   } else if ("sender" in narrow) {
     kind = { sender: true };
-    values.push(user.realm_id, typeof narrow.sender === "number" ? narrow.sender : null, typeof narrow.sender === "string" ? narrow.sender.toLowerCase() : null);
+    values.push(user.realm_id, ...userRefValues(narrow.sender));
   } else kind = { conversations: true };
   const key = JSON.stringify(kind);
   const text = FIRST_UNREAD_TEXTS.get(key) ?? FIRST_UNREAD_TEXTS.set(key, firstUnreadText(kind)).get(key)!;
@@ -740,7 +735,6 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   // window's matches; the capped and full statements take more candidates than the page (receivedCandidates), test
   // them, and give way when too few were received (then the full statement with the received condition in it).
   const otherConds = conds.filter((c) => !searchConds.includes(c));
-  const compiledReadsFlags = readsFlags;
   const receivedCandidates = (limit: number) => limit * 2 + SEARCH_WINDOWS.received;
   const all = (list: Cond[]) => (list.length ? sql<SqlBool>`${sql.join(list, sql` and `)}` : sql<SqlBool>`true`);
   type Rows = Awaited<ReturnType<typeof page>>;
@@ -823,15 +817,15 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
     return everyMatch(on, [...searchConds, sql<SqlBool>`um.flags is not null`], op, direction, limit, true);
   };
   /** The narrow's matches nearest the anchor (its other conditions and these of the search), from the indexes, sorted. */
-  const nearestMatches = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, readsFlags: boolean) => {
+  const nearestMatches = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, withFlags: boolean) => {
     const conds = [...otherConds, ...searchConds];
-    return (readsFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
+    return (withFlags ? messagesWhere(on, user, conds) : on.selectFrom("messages as m").where(all(conds)))
       .where("m.id", op, anchor)
       .orderBy(ORDER.matches, direction)
       .limit(limit);
   };
-  const everyMatch = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, readsFlags = compiledReadsFlags) => {
-    const rows = nearestMatches(on, searchConds, op, direction, limit, readsFlags).selectAll("m");
+  const everyMatch = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, withFlags = readsFlags) => {
+    const rows = nearestMatches(on, searchConds, op, direction, limit, withFlags).selectAll("m");
     return (on as Kysely<any>)
       .selectFrom(rows.as("m"))
       .leftJoin("user_messages as um", (j) => j.onRef("um.message_id", "=", "m.id").on("um.user_id", "=", user.id))
@@ -1076,11 +1070,6 @@ const conversationCtes = (realm: string, reader: string, ids: string, emails: st
       and r.dm_key = (select string_agg(k.id::text, ',' order by k.id) from (select id from named union select ${reader}) k)
   )`;
 
-/** The users a `dm:` operand names, as its statements take them: [distinct ids, distinct lower-cased e-mails]. */
-function usersByKind(refs: Array<number | string>): [number[], string[]] {
-  return [[...new Set(refs.filter((r): r is number => typeof r === "number"))], [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))]];
-}
-
 const CONVERSATION_PAGE_TEXT = `with ${conversationCtes("$1::bigint", "$2::int", "$3::int[]", "$4::text[]")}
   select (select coalesce(array_agg(n.id), '{}') from named n) as named_ids, (select coalesce(array_agg(n.email), '{}') from named n) as named_emails,
     ${REALM_USER_VERSION("$1::bigint")} as user_version, null::text as stream_name, p.*
@@ -1097,7 +1086,7 @@ type ConversationPageRow = Omit<PageRef, "id"> & { id: number | null; named_ids:
 
 /** A `dm:` narrow's page in one statement (CONVERSATION_PAGE_TEXT); an unknown user is Zulip's BAD_NARROW, as compileNarrow's. */
 async function conversationPage(db: DB, user: UserRow, q: MessageRange, anchor: number, refs: Array<number | string>) {
-  const [ids, emails] = usersByKind(refs);
+  const [ids, emails] = splitUserRefs(refs);
   const limits = sideLimits(q, anchor);
   const rows = await queryPlannedOnce<ConversationPageRow>(db, CONVERSATION_PAGE_TEXT, [user.realm_id, user.id, ids, emails, anchor, limits.before, limits.atAndAfter]);
   const found = rows[0]!;
@@ -1106,6 +1095,13 @@ async function conversationPage(db: DB, user: UserRow, q: MessageRange, anchor: 
   for (const ref of refs) if (typeof ref === "number" ? !namedIds.has(ref) : !namedEmails.has(ref.toLowerCase())) throw badNarrow("Invalid narrow operator: unknown user");
   return pageWindow(db, q, anchor, rows, found.user_version);
 }
+
+/** The user a narrow names by id or lower-cased API e-mail (one of them null), as usersByRef finds them: `named`. */
+const namedUserCte = (realm: string, id: string, email: string) =>
+  `named as (select u.id from users u where u.realm_id = ${realm} and (u.id = ${id} or lower(u.email) = ${email}) limit 1)`;
+
+/** A user reference as namedUserCte's parameters: [id, lower-cased e-mail], one of them null. */
+const userRefValues = (ref: number | string): [number | null, string | null] => (typeof ref === "number" ? [ref, null] : [null, ref.toLowerCase()]);
 
 /** A narrow that is one sender (`sender:` and one user, by id or API e-mail, nothing else): senderPage. */
 function oneSenderNarrow(narrow: Narrow): number | string | undefined {
@@ -1129,9 +1125,7 @@ const SENDER_PAGE_TEXT = (() => {
     from messages m cross join lateral (select ${readerFlags("$2::bigint")} as flags) f
     where m.sender_id = (select n.id from named n) and m.id ${op} $5::bigint and f.flags is not null
     order by m.id ${direction} limit ${limit})`;
-  return `with named as (
-    select u.id from users u where u.realm_id = $1::bigint and (u.id = $3::int or lower(u.email) = $4::text) limit 1
-  )
+  return `with ${namedUserCte("$1::bigint", "$3::int", "$4::text")}
   select (select n.id from named n) as named_id, ${REALM_USER_VERSION("$1::bigint")} as user_version, p.*
   from (select 1) one
   left join lateral (${side("<", "desc", "$6::int")} union all ${side(">=", "asc", "$7::int")}) p on true`;
@@ -1140,12 +1134,10 @@ const SENDER_PAGE_TEXT = (() => {
 /** A `sender:` narrow's page in one statement (SENDER_PAGE_TEXT); an unknown user is Zulip's BAD_NARROW, as compileNarrow's. */
 async function senderPage(db: DB, user: UserRow, q: MessageRange, anchor: number, ref: number | string) {
   const limits = sideLimits(q, anchor);
-  const byId = typeof ref === "number";
   const rows = await queryPlannedOnce<Omit<PageRef, "id"> & { id: number | null; named_id: number | null; user_version: string }>(db, SENDER_PAGE_TEXT, [
     user.realm_id,
     user.id,
-    byId ? ref : null,
-    byId ? null : ref.toLowerCase(),
+    ...userRefValues(ref),
     anchor,
     limits.before,
     limits.atAndAfter,
@@ -1206,32 +1198,33 @@ function receivedNarrow(narrow: Narrow): ReceivedNarrow | undefined {
   return operand === "starred" || operand === "mentioned" || operand === "alerted" || operand === "unread" ? operand : undefined;
 }
 
+/** The flags a received narrow's messages have (0: any; unread is their lack of the read flag, receivedRows). */
+const RECEIVED_FLAG_BITS: Record<ReceivedNarrow, number> = { every: 0, unread: 0, starred: FLAG_BITS.starred, mentioned: MENTION_FLAGS, alerted: FLAG_BITS.has_alert_word };
+
 /**
- * Where each received narrow's rows are, as [the reader's rows (a table walked along its index of the reader's rows:
- * user_messages_pk, a flag's partial index, unread_messages' key), which list entries count]. The flags' conditions
- * are spelled with their bits as constants, as the partial indexes' predicates are (flagSet).
+ * Where a received narrow's rows are: [the reader's rows, walked along an index of theirs (user_messages_pk, a flag's
+ * partial index, unread_messages' key), which list entries count]. A flag's condition has its bits as constants, as
+ * the partial indexes' predicates spell them (flagSet).
  */
-const RECEIVED_ROWS: Record<ReceivedNarrow, { rows: string; listed: string }> = {
-  every: { rows: "user_message_rows r where true", listed: "true" },
-  starred: { rows: `user_message_rows r where (r.flags & ${FLAG_BITS.starred}) <> 0`, listed: `(x.flags & ${FLAG_BITS.starred}) <> 0` },
-  mentioned: { rows: `user_message_rows r where (r.flags & ${MENTION_FLAGS}) <> 0`, listed: `(x.flags & ${MENTION_FLAGS}) <> 0` },
-  alerted: { rows: `user_message_rows r where (r.flags & ${FLAG_BITS.has_alert_word}) <> 0`, listed: `(x.flags & ${FLAG_BITS.has_alert_word}) <> 0` },
+function receivedRows(narrow: ReceivedNarrow): { rows: string; listed: string } {
   // unread_messages holds exactly the unread flag rows (its triggers: migration 2026-11-28T0800).
-  unread: { rows: "unread_messages r where true", listed: `(x.flags & ${FLAG_BITS.read}) = 0` },
-};
+  if (narrow === "unread") return { rows: "unread_messages r where true", listed: `(x.flags & ${FLAG_BITS.read}) = 0` };
+  const bits = RECEIVED_FLAG_BITS[narrow];
+  return bits ? { rows: `user_message_rows r where (r.flags & ${bits}) <> 0`, listed: `(x.flags & ${bits}) <> 0` } : { rows: "user_message_rows r where true", listed: "true" };
+}
 
 /**
  * The statement of the page of the messages the reader ($1) of the realm ($2) received, every one (Zulip's narrow
  * `[]`: its query joins UserMessage and nothing else, so a channel the reader has left still shows what they
  * received in it) or those with a flag (`is:starred` and the like: Zulip's join to UserMessage with the flag). For
- * each side of the anchor ($3, limits $4 and $5), the reader's rows along their index (RECEIVED_ROWS) and the
+ * each side of the anchor ($3, limits $4 and $5), the reader's rows along their index (receivedRows) and the
  * messages listing the reader in a recipient list not yet expanded (few: a list is expanded soon after its commit),
  * the nearest of them kept, then their versions and the reader's flags. One row of nulls when the page is empty.
  * The same text for every reader: planned once per connection, where the general path read the access rule first
  * and planned a page whose text named the reader's channels and conversations at every fetch.
  */
 function receivedPageText(narrow: ReceivedNarrow): string {
-  const { rows, listed } = RECEIVED_ROWS[narrow];
+  const { rows, listed } = receivedRows(narrow);
   const listedCondition = narrow === "every" ? "$1::int = any(l.user_ids)" : `exists (select 1 from unnest(l.user_ids, l.flags) as x(user_id, flags) where x.user_id = $1::int and ${listed})`;
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: string) => `(
     select w.id from (
@@ -1247,7 +1240,7 @@ function receivedPageText(narrow: ReceivedNarrow): string {
   ) p on true`;
 }
 
-const RECEIVED_PAGE_TEXTS = Object.fromEntries((Object.keys(RECEIVED_ROWS) as ReceivedNarrow[]).map((n) => [n, receivedPageText(n)])) as Record<ReceivedNarrow, string>;
+const RECEIVED_PAGE_TEXTS = Object.fromEntries((Object.keys(RECEIVED_FLAG_BITS) as ReceivedNarrow[]).map((n) => [n, receivedPageText(n)])) as Record<ReceivedNarrow, string>;
 
 /** A received narrow's page in one statement (receivedPageText). */
 async function receivedPage(db: DB, user: UserRow, q: MessageRange, anchor: number, narrow: ReceivedNarrow) {

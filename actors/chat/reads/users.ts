@@ -218,14 +218,18 @@ export function realmUsers(db: DB, realmId: number) {
 }
 
 
+/** Users named by id or e-mail, as usersByRef and the statements that find them take them: [distinct ids, distinct lower-cased e-mails]. */
+export function splitUserRefs(refs: Array<number | string>): [number[], string[]] {
+  return [[...new Set(refs.filter((r): r is number => typeof r === "number"))], [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))]];
+}
+
 /**
  * Users of a realm named by id or API e-mail (case-insensitive), in the order named; undefined where none. As in
  * Zulip, a hidden address does not name its user (that would tell who owns it); the placeholder does. One query
  * whatever the length of the list: the names go as two arrays, not one bind parameter each.
  */
 export async function usersByRef(db: DB, realmId: number, refs: Array<number | string>) {
-  const ids = [...new Set(refs.filter((r): r is number => typeof r === "number"))];
-  const emails = [...new Set(refs.filter((r): r is string => typeof r === "string").map((e) => e.toLowerCase()))];
+  const [ids, emails] = splitUserRefs(refs);
   const rows = await db
     .selectFrom("users")
     .select(["id", "email", "is_active"])
