@@ -64,6 +64,20 @@ export const READ_SCENARIOS: Scenario[] = [
     { method: "GET", path: `/api/v1/messages?anchor=newest&num_before=20&num_after=0&narrow=${CHANNEL_NARROW}` },
     "ordinary",
   ),
+  // The fetches a client opens with (zulip-terminal, the web app): the combined feed around the first unread message,
+  // and the unread messages; each one statement planned once, with the anchor's before it.
+  readScenario(
+    "reads-fetch-feed",
+    "GET /api/v1/messages, every message the ordinary reader received, 10 each side of the first unread (anchor=first_unread&num_before=10&num_after=10)",
+    { method: "GET", path: `/api/v1/messages?anchor=first_unread&num_before=10&num_after=10&narrow=${narrowParam([])}` },
+    "ordinary",
+  ),
+  readScenario(
+    "reads-fetch-unread",
+    "GET /api/v1/messages, newest 20 of is:unread, as the ordinary reader",
+    { method: "GET", path: `/api/v1/messages?anchor=newest&num_before=20&num_after=0&narrow=${narrowParam([{ operator: "is", operand: "unread" }])}` },
+    "ordinary",
+  ),
   readScenario(
     "reads-search",
     'GET /api/v1/messages, newest 20 matches of search "budget coff" (a word and a prefix) in everything the ordinary reader can read',
