@@ -467,7 +467,8 @@ const ORDER: Record<Walk, RawBuilder<number>> = {
  * Each side is one index range scan limited to what was asked for; senders, conversations and reactions are
  * looked up for the page only.
  */
-export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
+export async function fetchMessages(db: DB, user: UserRow, asked: MessageQuery) {
+  const q = { ...asked, narrow: await withResolved(db, user, asked.narrow) };
   const window = q.messageIds ? undefined : await oneStatementWindow(db, user, q);
   if (window) return fetched(db, user, q, window);
   const compiled = await compileNarrow(db, user, q.narrow);
@@ -479,6 +480,37 @@ export async function fetchMessages(db: DB, user: UserRow, q: MessageQuery) {
     return { messages: await buildMessages(db, user, rows, q), history_limited: false };
   }
   return fetched(db, user, q, await messageWindow(db, user, q, compiled));
+}
+
+/** The operators that name a conversation, which a `with` term's message replaces. */
+const CONVERSATION_OPERATORS = new Set(["channel", "topic", "dm"]);
+
+/**
+ * Zulip's `with` operator (feature level 271: a permalink, which the mobile app sends with a topic's narrow): the
+ * narrow's conversation becomes the message's current one, its channel and topic or its direct-message
+ * conversation, the other terms kept, so that a permalink still opens the conversation after the message was
+ * moved. When the reader may not read the message, a narrow that names a conversation of its own (a `dm`, or a
+ * channel and a topic) is read without the term, and any other is invalid (zerver/lib/narrow.py,
+ * update_narrow_terms_containing_with_operator).
+ */
+async function withResolved(db: DB, user: UserRow, narrow: Narrow): Promise<Narrow> {
+  const withTerm = narrow.find((t) => t.operator === "with");
+  if (!withTerm) return narrow;
+  const rest = narrow.filter((t) => t !== withTerm);
+  const [message] = await readableMessages(db, user, [withTerm.operand as number]);
+  if (!message) {
+    const has = (op: string) => rest.some((t) => t.operator === op);
+    if (has("dm") || (has("channel") && has("topic"))) return rest;
+    throw badNarrow("Invalid narrow operator: Invalid 'with' operator");
+  }
+  const others = rest.filter((t) => !CONVERSATION_OPERATORS.has(t.operator));
+  if (message.stream_id !== null) {
+    return [{ operator: "channel", operand: message.stream_id, negated: false }, { operator: "topic", operand: message.topic, negated: false }, ...others];
+  }
+  // The conversation's other members; the reader's own conversation is named by the reader.
+  const members = await db.selectFrom("recipient_members").select("user_id").where("recipient_id", "=", message.recipient_id).orderBy("user_id").execute();
+  const peers = members.map((m) => m.user_id).filter((id) => id !== user.id);
+  return [{ operator: "dm", operand: peers.length ? peers : [user.id], negated: false }, ...others];
 }
 
 /**
@@ -671,7 +703,8 @@ export type MessageRange = Pick<MessageQuery, "anchor" | "numBefore" | "numAfter
  * The ids of the messages the user can read in a range of a narrow, oldest first, with Zulip's found_* flags:
  * the messages POST /messages/flags/narrow updates (Zulip's fetch_messages, as GET /messages reads them).
  */
-export async function messageIdsInRange(db: DB, user: UserRow, q: MessageRange) {
+export async function messageIdsInRange(db: DB, user: UserRow, asked: MessageRange) {
+  const q = { ...asked, narrow: await withResolved(db, user, asked.narrow) };
   const w = await messageWindow(db, user, q, await compileNarrow(db, user, q.narrow), false);
   return { ids: w.rows.map((r) => r.id), found_oldest: w.found_oldest, found_newest: w.found_newest };
 }

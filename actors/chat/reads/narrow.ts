@@ -15,7 +15,7 @@ const ALIASES: Record<string, string> = {
   "group-pm-with": "dm-including",
   streams: "channels",
 };
-const OPERATORS = new Set(["channel", "topic", "dm", "dm-including", "is", "sender", "id", "channels", "has", "near", "search"]);
+const OPERATORS = new Set(["channel", "topic", "dm", "dm-including", "is", "sender", "id", "channels", "has", "near", "search", "with"]);
 export const IS_OPERANDS = new Set(["dm", "private", "starred", "unread", "mentioned", "alerted", "resolved", "followed", "muted"]);
 export const HAS_OPERANDS = new Set(["link", "image", "attachment", "reaction"]);
 const MAX_TERMS = 100;
@@ -45,7 +45,7 @@ export function parseNarrow(raw: unknown): Narrow {
   if (raw === undefined || raw === null) return [];
   if (!Array.isArray(raw)) throw badNarrow("Invalid narrow: narrow must be a list");
   if (raw.length > MAX_TERMS) throw badNarrow(`Invalid narrow: at most ${MAX_TERMS} operators`);
-  return raw.map((term) => {
+  const terms = raw.map((term) => {
     let operator: unknown;
     let operand: unknown;
     let negated = false;
@@ -59,6 +59,9 @@ export function parseNarrow(raw: unknown): Narrow {
     if (typeof operator !== "string") throw badNarrow("Invalid narrow: operator must be a string");
     const op = ALIASES[operator] ?? operator;
     if (!OPERATORS.has(op)) throw badNarrow(`Invalid narrow operator: unknown operator ${operator}`);
+    // An id as text too, but never one past 2^53 (which Number() would round onto another id).
+    const asId = typeof operand === "string" && /^\d{1,16}$/.test(operand) ? Number(operand) : operand;
+    if (op === "with" && !isId(asId)) throw badNarrow("Invalid narrow operator: Invalid 'with' operator");
     // dm takes a list of user ids too; every other operand is a string or an id.
     const listOk = op === "dm" && Array.isArray(operand) && operand.length > 0 && operand.every(isId);
     if (!listOk && typeof operand !== "string" && !isId(operand)) throw badNarrow(`Invalid narrow operand for ${operator}`);
@@ -67,12 +70,12 @@ export function parseNarrow(raw: unknown): Narrow {
     if (op === "is" && !IS_OPERANDS.has(String(operand))) throw badNarrow(`Invalid narrow operator: unknown 'is' operand ${operand}`);
     if (op === "has" && !HAS_OPERANDS.has(String(operand))) throw badNarrow(`Invalid narrow operator: unknown 'has' operand ${operand}`);
     if (op === "channels" && operand !== "public") throw badNarrow(`Invalid narrow operator: unknown 'channels' operand ${operand}`);
-    // An id as text too, but never one past 2^53 (which Number() would round onto another id).
-    const asId = typeof operand === "string" && /^\d{1,16}$/.test(operand) ? Number(operand) : operand;
     if ((op === "id" || op === "near") && !isId(asId)) throw badNarrow(`Invalid narrow operand for ${operator}`);
-    const normalised = op === "is" && operand === "private" ? "dm" : op === "id" || op === "near" ? Number(operand) : operand;
+    const normalised = op === "is" && operand === "private" ? "dm" : op === "id" || op === "near" || op === "with" ? Number(operand) : operand;
     return { operator: op, operand: normalised, negated };
   });
+  if (terms.filter((t) => t.operator === "with").length > 1) throw badNarrow("Invalid narrow operator combination: Duplicate 'with' operators.");
+  return terms;
 }
 
 /** Users named by a dm / dm-including / sender operand: ids, or e-mails (a list, or comma-separated). */
@@ -142,5 +145,5 @@ export function matchesNarrow(narrow: Narrow, m: MessageRecord): boolean {
 }
 
 function isUndecided(term: Narrow[number]): boolean {
-  return term.operator === "near" || term.operator === "search" || (term.operator === "is" && !["dm", "resolved"].includes(String(term.operand)));
+  return term.operator === "near" || term.operator === "search" || term.operator === "with" || (term.operator === "is" && !["dm", "resolved"].includes(String(term.operand)));
 }
