@@ -9,6 +9,7 @@ import { defaultChannelIds } from "../../actors/chat/reads/channels.ts";
 import { registerChannelLists, type RegisterChannelLists } from "../../actors/chat/reads/channel-lists.ts";
 import { ARCHIVED_CHANNELS } from "../../actors/chat/conversations/channel.protocol.ts";
 import { unreadMessages } from "../../actors/chat/reads/unreads.ts";
+import { recentPrivateConversations } from "../../actors/chat/reads/recent-conversations.ts";
 import { maxMessageId } from "../../actors/chat/reads/messages.ts";
 import { realmNameAndDate } from "../../actors/chat/reads/realms.ts";
 import { userTopicsOf } from "../../actors/chat/reads/topics.ts";
@@ -153,9 +154,8 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
     const [statuses, access] = await Promise.all([userStatuses(s.store.db, u.realm_id), accessibleUsers(s.store.db, u)]);
     return { user_status: access ? Object.fromEntries(Object.entries(statuses).filter(([id]) => access.has(Number(id)))) : statuses };
   },
-  // Not built yet: the honest initial state is "none yet".
-  async recent_private_conversations() {
-    return { recent_private_conversations: [] };
+  async recent_private_conversations(s, u) {
+    return { recent_private_conversations: await recentPrivateConversations(s.store.db, u.id) };
   },
   async realm_user(s, u, o) {
     const options = { clientGravatar: o.clientGravatar, includeProfileData: true, siteUrl: s.siteUrl(), omitInaccessible: o.userListIncomplete, withBots: false };

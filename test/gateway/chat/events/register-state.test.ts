@@ -1,4 +1,7 @@
-/** POST /register's initial state for the features built on other actors: scheduled messages and topic visibility. */
+/**
+ * POST /register's initial state for the features built on other actors: scheduled messages, topic visibility, the
+ * recent direct-message conversations.
+ */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type TestServer } from "../../../support/server.ts";
 
@@ -26,6 +29,34 @@ describe.each(ENGINES)("register state on %s", (engine) => {
       expect.objectContaining({ scheduled_message_id: scheduled.body.scheduled_message_id, to: channelId, topic: "later", scheduled_delivery_timestamp: when, failed: false }),
     ]);
     expect(state.body.user_topics).toEqual([{ stream_id: channelId, topic_name: "noise", last_updated: expect.any(Number), visibility_policy: 1 }]);
+  });
+
+  // The mobile app's "Direct messages" screen lists recent_private_conversations (zulip-flutter RecentDmConversationsView).
+  it("lists the recent direct-message conversations, newest first, with the other members", async () => {
+    const [ann, ben, cat] = await Promise.all(["ann", "ben", "cat"].map((n) => createUser(server, `${n}@example.com`)));
+    const dm = async (as: typeof ann, to: number[]) => {
+      const res = await api(server, "POST", "/messages", { as, params: { type: "direct", to: JSON.stringify(to), content: "hi" } });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      return res.body.id as number;
+    };
+    const recent = async (as: typeof ann) =>
+      (await api(server, "POST", "/register", { as, params: { fetch_event_types: ["recent_private_conversations"] } })).body.recent_private_conversations;
+    expect(await recent(ann)).toEqual([]);
+    await dm(ann, [ben.id]);
+    const group = await dm(cat, [ann.id, ben.id]);
+    const self = await dm(ann, [ann.id]);
+    const toBen = await dm(ben, [ann.id]); // the conversation with Ben again, now its newest
+    const deleted = await dm(cat, [ben.id]);
+    expect(await recent(ann)).toEqual([
+      { max_message_id: toBen, user_ids: [ben.id] },
+      { max_message_id: self, user_ids: [] },
+      { max_message_id: group, user_ids: [ben.id, cat.id].sort((a, b) => a - b) },
+    ]);
+    expect((await api(server, "DELETE", `/messages/${deleted}`, { as: cat, template: "/messages/{message_id}" })).status).toBe(200);
+    expect(await recent(ben)).toEqual([
+      { max_message_id: toBen, user_ids: [ann.id] },
+      { max_message_id: group, user_ids: [ann.id, cat.id].sort((a, b) => a - b) },
+    ]);
   });
 
   it("says what the user may do from the realm's group settings, through subgroups", async () => {
