@@ -609,6 +609,28 @@ function joinBulletLists(state: StateCore): void {
   }
 }
 
+/**
+ * Tables as Python-Markdown's tables extension writes them, which Zulip's clients parse (the mobile app renders a
+ * table only when a cell's style is exactly `text-align: left;`, `center;` or `right;`): the alignment spelled so
+ * (markdown-it writes `text-align:left`), and a table of headers alone given one empty body row.
+ */
+function pythonMarkdownTables(state: StateCore): void {
+  const tokens = state.tokens;
+  for (let i = tokens.length - 1; i >= 0; i--) {
+    const token = tokens[i]!;
+    const style = token.attrGet("style");
+    if ((token.type === "th_open" || token.type === "td_open") && style) token.attrSet("style", String(style).replace(/^text-align:(\w+)$/, "text-align: $1;"));
+    if (token.type === "thead_close" && tokens[i + 1]?.type === "table_close") {
+      let columns = 0;
+      for (let j = i - 1; j >= 0 && tokens[j]!.type !== "thead_open"; j--) if (tokens[j]!.type === "th_open") columns++;
+      const open = (type: string, tag: string) => Object.assign(new state.Token(type, tag, 1), { block: true });
+      const close = (type: string, tag: string) => Object.assign(new state.Token(type, tag, -1), { block: true });
+      const cells = Array.from({ length: columns }, () => [open("td_open", "td"), close("td_close", "td")]).flat();
+      tokens.splice(i + 1, 0, open("tbody_open", "tbody"), open("tr_open", "tr"), ...cells, close("tr_close", "tr"), close("tbody_close", "tbody"));
+    }
+  }
+}
+
 const LIST_ITEM = /^( *)([*+-]|\d{1,9}[.)])( +|$)/;
 const INDENTED_ORDERED_ITEM = /^ +\d{1,9}[.)] /m;
 const TOP_LEVEL_FENCE = /^ {0,3}(`{3,}|~{3,})/;
@@ -913,6 +935,7 @@ function build(): MarkdownIt {
   md.core.ruler.after("zulip_linkifiers", "zulip_strong_outside", strongOutside);
   md.core.ruler.after("zulip_strong_outside", "zulip_previews", inlinePreviews);
   md.core.ruler.after("block", "zulip_join_bullet_lists", joinBulletLists);
+  md.core.ruler.after("zulip_join_bullet_lists", "zulip_tables", pythonMarkdownTables);
   md.core.ruler.after("normalize", "zulip_nested_lists", reindentNestedLists);
 
   // Only safe schemes; a URL without one is a web address (Zulip's sanitize_url).

@@ -212,6 +212,17 @@ describe("other Zulip syntax", () => {
     );
   });
 
+  // As Python-Markdown's tables extension writes them: the mobile app renders a table only with cells styled
+  // exactly so, and with a body (zulip-flutter parseTableContent).
+  it("writes a column's alignment and a table of headers alone as Zulip does", () => {
+    const aligned = renderMarkdown("| a | b | c | d |\n|:-|:-:|-:|-|\n| 1 | 2 | 3 | 4 |").html;
+    expect(aligned).toContain('<th style="text-align: left;">a</th>\n<th style="text-align: center;">b</th>\n<th style="text-align: right;">c</th>\n<th>d</th>');
+    expect(aligned).toContain('<td style="text-align: left;">1</td>\n<td style="text-align: center;">2</td>\n<td style="text-align: right;">3</td>\n<td>4</td>');
+    expect(renderMarkdown("| a | b |\n| - | - |").html).toBe(
+      "<table>\n<thead>\n<tr>\n<th>a</th>\n<th>b</th>\n</tr>\n</thead>\n<tbody>\n<tr>\n<td></td>\n<td></td>\n</tr>\n</tbody>\n</table>",
+    );
+  });
+
   it("renders spoilers and quotes with nested fences", () => {
     expect(renderMarkdown("```quote\n```spoiler Title\n```python\nx = 1\n```\n```\n```").html).toBe(
       "<blockquote>\n" +
