@@ -65,7 +65,7 @@ import { typingRoutes } from "./chat/typing.ts";
 import { meRoutes } from "./chat/me.ts";
 import { profileFieldRoutes } from "./chat/profile-fields.ts";
 import { organizationRoutes } from "./chat/organization.ts";
-import { emojiRoutes, isEmojiImagePath, serveEmojiImage } from "./chat/emoji.ts";
+import { emojiRoutes, isEmojiDataPath, isEmojiImagePath, serveEmojiData, serveEmojiImage } from "./chat/emoji.ts";
 import { linkifierRoutes } from "./chat/linkifiers.ts";
 import { userGroupRoutes } from "./chat/user-groups.ts";
 import { isUploadPath, isUploadRequest, serveUpload, uploadRoutes } from "./chat/uploads.ts";
@@ -198,6 +198,10 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub, rateLimiter });
   const handler: HttpHandler = (req) => {
     if (isZulipPath(req.path)) return app.handle(req);
+    if (isEmojiDataPath(req.path)) {
+      req.route = "/static/generated/emoji/{file}";
+      return serveEmojiData(req);
+    }
     if (isEmojiImagePath(req.path)) {
       req.route = "/user_avatars/{path}";
       return serveEmojiImage(store, req);

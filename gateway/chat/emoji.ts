@@ -9,6 +9,7 @@ import type { Store } from "../../runtime/store/store.ts";
 import { ROLE } from "../../actors/chat/organization/groups.ts";
 import { EMOJI_IMAGE_TYPES, emojiNameOf, imageKind, MAX_EMOJI_FILE_SIZE_MIB, realmEmojiImage, realmEmojiObjects } from "../../actors/chat/organization/realm-emoji.ts";
 import { askRealm, type RouteSpec } from "./app.ts";
+import { EMOJI_DATA_PREFIX, emojiDataDocument } from "../../actors/chat/rendering/emoji.ts";
 import type { HttpRequest, HttpResult, UploadedFile } from "../http.ts";
 import { Str, type ParamsSchema } from "../params.ts";
 import type { Database } from "../../actors/schema.ts";
@@ -68,6 +69,19 @@ export const emojiRoutes: RouteSpec[] = [
     },
   },
 ];
+
+/** The unicode emoji document of `server_emoji_data_url` (emojiDataDocument): public, as Zulip's static file is. */
+export function isEmojiDataPath(path: string): boolean {
+  return path.startsWith(EMOJI_DATA_PREFIX);
+}
+
+export function serveEmojiData(req: HttpRequest): HttpResult {
+  if (req.method !== "GET" && req.method !== "HEAD") return { status: 405, headers: { allow: "GET, HEAD", "content-type": "text/plain" }, body: "Method Not Allowed" };
+  const document = emojiDataDocument();
+  if (req.path !== document.path) return { status: 404, headers: { "content-type": "text/plain" }, body: "Not Found" };
+  const headers = { "content-type": "application/json", "cache-control": "public, max-age=31536000, immutable" };
+  return req.method === "HEAD" ? { status: 200, headers, body: "", headLength: document.body.length } : { status: 200, headers, body: document.body };
+}
 
 const EMOJI_IMAGE_PATH = /^\/user_avatars\/(\d{1,9})\/emoji\/images\/([^/]+)$/;
 

@@ -10,6 +10,7 @@ import { FLAG_BITS } from "../conversations/flags.ts";
 import { inGroupSettingOf, ROLE, userGroupIds, type GroupSettingValue } from "../organization/groups.ts";
 import { NOTIFICATION_BOT, WELCOME_BOT } from "../organization/system-bots.ts";
 import { gravatarUrl } from "../rendering/message-format.ts";
+import { emojiDataDocument } from "../rendering/emoji.ts";
 import { VISIBILITY } from "../users/user-topics.ts";
 import { userObjectsFor, type UserRow } from "./users.ts";
 import { MAX_CHANNEL_FOLDER_DESCRIPTION_LENGTH, MAX_CHANNEL_FOLDER_NAME_LENGTH } from "../organization/channel-folders.ts";
@@ -107,7 +108,7 @@ export function serverRealmState(siteUrl: string): Record<string, unknown> {
     server_name_changes_disabled: false,
     server_needs_upgrade: false,
     server_web_public_streams_enabled: false,
-    server_emoji_data_url: "",
+    server_emoji_data_url: new URL(emojiDataDocument().path, siteUrl).href,
     server_can_summarize_topics: false,
     // Not described yet: the permission settings' metadata (each setting's allowed groups) is not modelled.
     server_supported_permission_settings: { realm: {}, stream: {}, group: {} },

@@ -14,6 +14,7 @@
  *
  * The 1.3 MB JSON is read once, on first use, and only the two maps below are kept (about 0.5 MB).
  */
+import { createHash } from "node:crypto";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 
@@ -122,6 +123,24 @@ export function isKnownUnicodeEmojiCode(code: string): boolean {
 export function unicodeEmojiNames(): ReadonlyMap<string, readonly string[]> {
   return load().codeToNames;
 }
+
+/**
+ * The `server_emoji_data_url` document: `{"code_to_names": …}` of every unicode emoji, and the path it is served
+ * under, which carries a hash of its content (as Zulip's hashed static file does), so that clients may keep it until
+ * the emoji data changes. Made once, on first use.
+ */
+export function emojiDataDocument(): { path: string; body: Buffer } {
+  if (!emojiData) {
+    const body = Buffer.from(JSON.stringify({ code_to_names: Object.fromEntries(unicodeEmojiNames()) }));
+    emojiData = { path: `${EMOJI_DATA_PREFIX}${createHash("sha256").update(body).digest("hex").slice(0, 16)}.json`, body };
+  }
+  return emojiData;
+}
+
+/** Where the emoji data document is served: Zulip's static file name, with the content's hash in it. */
+export const EMOJI_DATA_PREFIX = "/static/generated/emoji/emoji_api.";
+
+let emojiData: { path: string; body: Buffer } | undefined;
 
 /** Zulip's rule for a `unicode_emoji` reaction: the code must exist and the name must be one of its names. */
 export function isValidUnicodeEmoji(name: string, code: string): boolean {
