@@ -51,6 +51,13 @@ const NARROWS: Record<string, { narrow: MessageQuery["narrow"]; firstUnread?: bo
   "dm,first_unread": { narrow: [{ operator: "dm", operand: [peer], negated: false }], firstUnread: true },
   "is:dm,first_unread": { narrow: [is("dm")], firstUnread: true },
   "sender,first_unread": { narrow: [{ operator: "sender", operand: sender, negated: false }], firstUnread: true },
+  // Narrows still on the general path (compileNarrow and messageWindow).
+  "channel,sender": { narrow: [channel, { operator: "sender", operand: sender, negated: false }] },
+  "channel,is:unread": { narrow: [channel, is("unread")] },
+  topic: { narrow: [{ operator: "topic", operand: "topic 3", negated: false }] },
+  "dm-including": { narrow: [{ operator: "dm-including", operand: [peer], negated: false }] },
+  "has:link": { narrow: [{ operator: "has", operand: "link", negated: false }] },
+  "is:resolved": { narrow: [is("resolved")] },
 };
 const queryOf = (name: string): MessageQuery => {
   const narrow = NARROWS[name];

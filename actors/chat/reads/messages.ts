@@ -207,7 +207,8 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
           unread: sql<SqlBool>`(um.flags is not null and (um.flags & ${sql.lit(FLAG_BITS.read)}) = 0)`,
           mentioned: flagSet(MENTION_FLAGS, term.negated),
           alerted: flagSet(FLAG_BITS.has_alert_word, term.negated),
-          resolved: sql<SqlBool>`m.topic like ${RESOLVED_TOPIC_PREFIX + "%"}`,
+          // A literal pattern: the partial index messages_resolved is on this very condition.
+          resolved: sql<SqlBool>`m.topic like ${sql.lit(RESOLVED_TOPIC_PREFIX + "%")}`,
           followed: sql<SqlBool>`${topicPolicy(user.id, VISIBILITY.followed)}`,
           // Zulip's is:muted: a muted topic, or a muted channel's topic the user has not unmuted or followed.
           muted: sql<SqlBool>`(${topicPolicy(user.id, VISIBILITY.muted)} or (m.stream_id in (select stream_id from subscriptions where user_id = ${user.id} and is_muted) and not ${topicPolicy(user.id, VISIBILITY.unmuted)} and not ${topicPolicy(user.id, VISIBILITY.followed)}))`,
