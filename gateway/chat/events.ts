@@ -10,6 +10,7 @@ import { registerChannelLists, type RegisterChannelLists } from "../../actors/ch
 import { ARCHIVED_CHANNELS } from "../../actors/chat/conversations/channel.protocol.ts";
 import { unreadMessages } from "../../actors/chat/reads/unreads.ts";
 import { recentPrivateConversations } from "../../actors/chat/reads/recent-conversations.ts";
+import { realmIconUrl } from "../../actors/chat/rendering/message-format.ts";
 import { maxMessageId } from "../../actors/chat/reads/messages.ts";
 import { realmNameAndDate } from "../../actors/chat/reads/realms.ts";
 import { userTopicsOf } from "../../actors/chat/reads/topics.ts";
@@ -82,7 +83,7 @@ const initialState: Record<string, (s: Services, u: UserRow, o: InitialStateOpti
       realm_date_created: realm.date_created,
       realm_url: url,
       realm_uri: url,
-      realm_icon_url: "",
+      realm_icon_url: realmIconUrl(u.realm_id),
       realm_icon_source: "G",
       ...serverRealmState(url),
       max_file_upload_size_mib: s.chat.maxFileUploadSizeMib,

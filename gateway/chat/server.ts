@@ -2,7 +2,8 @@
 import { ChorusError } from "../../runtime/errors.ts";
 import { verifyPassword } from "../../runtime/secrets.ts";
 import { findUserByEmail } from "../../actors/chat/reads/users.ts";
-import { serverRealmName } from "../../actors/chat/reads/realms.ts";
+import { serverRealm } from "../../actors/chat/reads/realms.ts";
+import { realmIconUrl } from "../../actors/chat/rendering/message-format.ts";
 import type { RouteSpec } from "./app.ts";
 import { Str } from "../params.ts";
 import { clientAddress } from "../rate-limiter.ts";
@@ -17,7 +18,7 @@ export const serverRoutes: RouteSpec[] = [
     auth: false,
     params: { type: "object", properties: {} },
     async handle({ services, req }) {
-      const realmName = await serverRealmName(services.store.db);
+      const realm = await serverRealm(services.store.db);
       const url = services.siteUrl(req.headers.host);
       return {
         authentication_methods: Object.fromEntries(AUTH_METHODS.map((m) => [m, m === "password" || m === "email"])),
@@ -31,8 +32,8 @@ export const serverRoutes: RouteSpec[] = [
         require_email_format_usernames: true,
         realm_url: url,
         realm_uri: url,
-        realm_name: realmName ?? "Chorus",
-        realm_icon: "",
+        realm_name: realm?.name ?? "Chorus",
+        realm_icon: realm ? realmIconUrl(realm.id) : "",
         realm_description: "",
         realm_web_public_access_enabled: false,
       };

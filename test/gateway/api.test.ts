@@ -37,6 +37,12 @@ describe.each(ENGINES)("Zulip API on %s", (engine) => {
       expect(res.status).toBe(200);
       expect(res.body.zulip_feature_level).toBeGreaterThanOrEqual(400);
       expect(res.body.authentication_methods.password).toBe(true);
+      // The organization's icon, as register's realm_icon_url says it: an image URL, never empty (the mobile app
+      // resolves "" to the organization's own page and shows a broken image).
+      expect(res.body.realm_icon).toMatch(/^https:\/\/secure\.gravatar\.com\/avatar\/[0-9a-f]{32}\?d=identicon$/);
+      const state = await api(server, "POST", "/register", { as: server.owner, params: { fetch_event_types: ["realm"] } });
+      expect(state.body.realm_icon_url).toBe(res.body.realm_icon);
+      expect(state.body.realm_icon_source).toBe("G");
     });
 
     it("refuses a request without credentials with 401 and the Basic challenge", async () => {

@@ -9,9 +9,9 @@ export async function serverRealmId(db: DB): Promise<number> {
   return (await db.selectFrom("realms").select("id").orderBy("id").executeTakeFirstOrThrow()).id;
 }
 
-/** The server organization's name for GET /server_settings (undefined before the first realm exists). */
-export async function serverRealmName(db: DB): Promise<string | undefined> {
-  return (await db.selectFrom("realms").select(["name"]).orderBy("id").executeTakeFirst())?.name;
+/** The server organization for GET /server_settings (undefined before the first realm exists). */
+export async function serverRealm(db: DB): Promise<{ id: number; name: string } | undefined> {
+  return db.selectFrom("realms").select(["id", "name"]).orderBy("id").executeTakeFirst();
 }
 
 /** A realm's name and creation time (POST /register's realm_name, realm_date_created). */

@@ -41,9 +41,18 @@ export interface FormatOptions {
 }
 
 export function gravatarUrl(email: string): string {
-  const hash = crypto.createHash("md5").update(email.trim().toLowerCase()).digest("hex");
-  return `https://secure.gravatar.com/avatar/${hash}?d=identicon&version=1`;
+  return `${identicon(email.trim().toLowerCase())}&version=1`;
 }
+
+/**
+ * A realm's icon while none is uploaded (realm_icon_source "G"): Zulip's get_realm_icon_url with Gravatar, the
+ * identicon of the realm's id. Clients show it beside the organization's name (the mobile app's account list).
+ */
+export function realmIconUrl(realmId: number): string {
+  return identicon(String(realmId));
+}
+
+const identicon = (key: string) => `https://secure.gravatar.com/avatar/${crypto.createHash("md5").update(key).digest("hex")}?d=identicon`;
 
 /** Zulip's /me status message: content starting with "/me " (Message.is_status_message). */
 export function isMeMessage(content: string): boolean {

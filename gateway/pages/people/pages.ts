@@ -3,13 +3,13 @@
  * password (`/accounts/password/reset/`, and the e-mailed link `/accounts/password/reset/{token}/`). The server
  * renders each page's text; the forms are the script's (people/browser/), which calls the public API.
  */
-import { serverRealmId, serverRealmName } from "../../../actors/chat/reads/realms.ts";
+import { serverRealm, serverRealmId } from "../../../actors/chat/reads/realms.ts";
 import { joinKey } from "../../../actors/chat/reads/invitations.ts";
 import { html } from "../html.ts";
 import type { PageContext, PageSet } from "../routes.ts";
 
 async function organizationName(ctx: PageContext): Promise<string> {
-  return (await serverRealmName(ctx.services.store.db)) ?? "Chorus";
+  return (await serverRealm(ctx.services.store.db))?.name ?? "Chorus";
 }
 
 /** How to reach this server from a Zulip app: shown on the landing page and after joining. */
