@@ -48,7 +48,7 @@ import * as unreadTriggersLinear from "../chat/migrations/2026-11-28T1600-unread
 import * as unreadRowsByFlagRows from "../chat/migrations/2026-12-01T2330-unread-rows-by-flag-rows.ts";
 import * as unreadWalksByUnreadTable from "../chat/migrations/2026-12-02T0330-unread-walks-by-unread-table.ts";
 import * as messageVersions from "../chat/migrations/2026-12-02T1800-message-versions.ts";
-import * as resolvedTopicsIndex from "../chat/migrations/2026-12-05T0400-resolved-topics-index.ts";
+import * as narrowPartialIndexes from "../chat/migrations/2026-12-05T0400-narrow-partial-indexes.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -94,5 +94,5 @@ export const migrations: Record<string, Migration> = {
   "2026-12-01T2330-unread-rows-by-flag-rows": unreadRowsByFlagRows,
   "2026-12-02T0330-unread-walks-by-unread-table": unreadWalksByUnreadTable,
   "2026-12-02T1800-message-versions": messageVersions,
-  "2026-12-05T0400-resolved-topics-index": resolvedTopicsIndex,
+  "2026-12-05T0400-narrow-partial-indexes": narrowPartialIndexes,
 };

@@ -207,7 +207,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
           unread: sql<SqlBool>`(um.flags is not null and (um.flags & ${sql.lit(FLAG_BITS.read)}) = 0)`,
           mentioned: flagSet(MENTION_FLAGS, term.negated),
           alerted: flagSet(FLAG_BITS.has_alert_word, term.negated),
-          // A literal pattern: the partial index messages_resolved is on this very condition.
+          // A literal pattern: the partial index messages_resolved (migration 2026-12-05T0400) is on this very condition.
           resolved: sql<SqlBool>`m.topic like ${sql.lit(RESOLVED_TOPIC_PREFIX + "%")}`,
           followed: sql<SqlBool>`${topicPolicy(user.id, VISIBILITY.followed)}`,
           // Zulip's is:muted: a muted topic, or a muted channel's topic the user has not unmuted or followed.
@@ -226,7 +226,8 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
       case "has":
         cond = {
           reaction: sql<SqlBool>`exists (select 1 from reactions r where r.message_id = m.id)`,
-          link: sql<SqlBool>`m.rendered_content ~* ${HAS_CONTENT.link}`,
+          // A literal pattern, as for is:resolved: the partial index messages_has_link is on this condition.
+          link: sql<SqlBool>`m.rendered_content ~* ${sql.lit(HAS_CONTENT.link)}`,
           // From the attachment records (the files the message claimed), as Zulip's has_attachment and has_image.
           image: sql<SqlBool>`(m.rendered_content ~* ${HAS_CONTENT.image} or exists (select 1 from attachment_messages am join attachments a on a.id = am.attachment_id where am.message_id = m.id and a.content_type like 'image/%'))`,
           attachment: sql<SqlBool>`exists (select 1 from attachment_messages am where am.message_id = m.id)`,

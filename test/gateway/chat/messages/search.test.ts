@@ -12,6 +12,7 @@ import { migrations } from "../../../../actors/migrations/index.ts";
 import { searchCondition } from "../../../../actors/chat/reads/search.ts";
 import { fillSearchDocuments } from "../../../../actors/chat/search-fill.ts";
 import { SEARCH_WINDOWS } from "../../../../actors/chat/reads/messages.ts";
+import { HAS_CONTENT, RESOLVED_TOPIC_PREFIX } from "../../../../actors/chat/reads/narrow.ts";
 
 /** The migrations of issue 28, the last ones applied (0120, 0130, 0150, 0800, 0900, 1200, 1600, 12-01T2330, 12-02T0330, 12-02T1800 and 12-05T0400 re-run as they are: idempotent), and the indexes they make. */
 const READ_MIGRATIONS = [
@@ -27,9 +28,9 @@ const READ_MIGRATIONS = [
   "2026-12-01T2330-unread-rows-by-flag-rows",
   "2026-12-02T0330-unread-walks-by-unread-table",
   "2026-12-02T1800-message-versions",
-  "2026-12-05T0400-resolved-topics-index",
+  "2026-12-05T0400-narrow-partial-indexes",
 ];
-const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document", "messages_resolved"];
+const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document", "messages_resolved", "messages_has_link"];
 const SEARCH_DOCUMENT_MIGRATION = "2026-11-28T0900-message-search-document";
 
 describe.each(ENGINES)("search on %s", (engine) => {
@@ -220,7 +221,9 @@ describe.each(ENGINES)("search on %s", (engine) => {
     const index = async (name: string) => (await sql<{ indexdef: string }>`select indexdef from pg_indexes where indexname = ${name}`.execute(db)).rows[0]?.indexdef;
     expect(await index("messages_search_document")).toContain("gin");
     expect(await index("messages_search")).toBeUndefined();
-    expect(await index("messages_resolved")).toContain("WHERE");
+    // The partial indexes' predicates are the pages' conditions (reads/messages.ts), which the planner must match.
+    expect(await index("messages_resolved")).toContain(`'${RESOLVED_TOPIC_PREFIX}%'`);
+    expect(await index("messages_has_link")).toContain(`'${HAS_CONTENT.link}'`);
     expect(ids(await search(bob, "walk"))).toEqual([m.walked, m.walking]);
     // A message sent after the migration is indexed as it commits.
     const later = await toChannel(alice, "walks", "walking again", "kitchen");
