@@ -104,6 +104,8 @@ try {
     ["search, a word and a prefix (the bench's)", [{ operator: "search", operand: "budget coff", negated: false }]],
     ["search, rare word (no match)", [{ operator: "search", operand: "zanzibar", negated: false }]],
     ["channel + search, prefix", [channel, { operator: "search", operand: "datab", negated: false }]],
+    ["is:resolved, newest 20", [{ operator: "is", operand: "resolved", negated: false }]],
+    ["has:link, newest 20", [{ operator: "has", operand: "link", negated: false }]],
   ];
   const explain = async (title: string, run: () => Promise<unknown>) => {
     captured.length = 0;
