@@ -57,6 +57,8 @@ const NARROWS: Record<string, { narrow: MessageQuery["narrow"]; firstUnread?: bo
   topic: { narrow: [{ operator: "topic", operand: "topic 3", negated: false }] },
   "dm-including": { narrow: [{ operator: "dm-including", operand: [peer], negated: false }] },
   "has:link": { narrow: [{ operator: "has", operand: "link", negated: false }] },
+  "has:attachment": { narrow: [{ operator: "has", operand: "attachment", negated: false }] },
+  "has:image": { narrow: [{ operator: "has", operand: "image", negated: false }] },
   "is:resolved": { narrow: [is("resolved")] },
 };
 const queryOf = (name: string): MessageQuery => {
@@ -89,7 +91,7 @@ const once = async (query: MessageQuery) => {
 };
 for (const name of which === "every" ? Object.keys(NARROWS) : [which]) {
   const query = queryOf(name);
-  for (let i = 0; i < 200; i++) await once(query); // warm: named statements prepared, code optimized
+  for (let i = 0; i < Math.min(200, fetches); i++) await once(query); // warm: named statements prepared, code optimized
   backendPids = (await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and backend_type = 'client backend'`.execute(db)).rows.map((r) => r.pid);
   const cpu0 = process.cpuUsage();
   const backend0 = backendCpuMs();

@@ -19,6 +19,7 @@ const TYPES = [
   "message", "subscription", "stream", "default_streams", "realm", "user_settings", "realm_user_settings_defaults",
   "realm_user_groups", "update_message_flags", "presence", "drafts", "user_topic", "realm_emoji", "realm_user",
   "user_status", "muted_topics", "starred_messages", "custom_profile_fields", "channel_folders", "alert_words",
+  "recent_private_conversations",
 ];
 
 const stops: Array<() => Promise<void>> = [];
