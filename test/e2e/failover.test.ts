@@ -11,6 +11,7 @@
  */
 import { setMaxListeners } from "node:events";
 import http from "node:http";
+import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { Redis } from "ioredis";
 import { afterAll, expect, it } from "vitest";
@@ -56,10 +57,10 @@ function poll(port: number, as: Credentials, queueId: string, lastEventId: numbe
 
 /**
  * What a Zulip client does with its queue from `since`: poll; on a dropped connection (the worker died), poll again;
- * on events, acknowledge them and poll again, until a message arrives or the queue is gone. Resolves with how
- * long after `since` that took, or undefined when `signal` stopped it first.
+ * on events, acknowledge them and poll again, until a message `awaited` arrives or the queue is gone. Resolves with
+ * how long after `since` that took, or undefined when `signal` stopped it first.
  */
-async function nextMessage(port: number, as: Credentials, queueId: string, since: () => number, signal: AbortSignal): Promise<number | undefined> {
+async function nextMessage(port: number, as: Credentials, queueId: string, since: () => number, awaited: (event: any) => boolean, signal: AbortSignal): Promise<number | undefined> {
   let lastEventId = -1;
   while (!signal.aborted) {
     let res: { status: number; body: any };
@@ -76,7 +77,7 @@ async function nextMessage(port: number, as: Credentials, queueId: string, since
       return Date.now() - since();
     }
     const events: any[] = res.body.events;
-    if (events.some((e) => e.type === "message")) return Date.now() - since();
+    if (events.some(awaited)) return Date.now() - since();
     if (events.length) lastEventId = events.at(-1).id;
   }
   return undefined;
@@ -86,7 +87,7 @@ async function nextMessage(port: number, as: Credentials, queueId: string, since
  * The same client on GET /events/stream: reconnects with Last-Event-ID when its stream ends (its worker died, or the
  * stream reported an error), until a message arrives.
  */
-async function nextMessageByStream(port: number, as: Credentials, queueId: string, since: () => number, signal: AbortSignal): Promise<number | undefined> {
+async function nextMessageByStream(port: number, as: Credentials, queueId: string, since: () => number, awaited: (event: any) => boolean, signal: AbortSignal): Promise<number | undefined> {
   const authorization = `Basic ${Buffer.from(`${as.email}:${as.key}`).toString("base64")}`;
   let lastId: string | undefined;
   while (!signal.aborted) {
@@ -102,7 +103,7 @@ async function nextMessageByStream(port: number, as: Credentials, queueId: strin
             text = text.slice(end + 2);
             lastId = /^id: (.*)$/m.exec(block)?.[1] ?? lastId;
             const data = /^data: (.*)$/m.exec(block)?.[1];
-            if (data && !block.startsWith("event: error") && JSON.parse(data).type === "message") {
+            if (data && !block.startsWith("event: error") && awaited(JSON.parse(data))) {
               res.destroy();
               return resolve(true);
             }
@@ -152,8 +153,12 @@ async function messagesAfter(server: ChorusProcess, owner: Credentials, user: Cr
   const stop = new AbortController();
   setMaxListeners(QUEUES * 4, stop.signal); // one per request in flight
   let faultAt = 0;
+  // Only this call's messages: a send of an earlier call that timed out during its fault may still commit, and
+  // reach these queues before this fault.
+  const phase = randomUUID();
+  const awaited = (e: any) => e.type === "message" && String(e.message.content).includes(phase);
   // Half the clients long-poll, half read the queue as server-sent events.
-  const clients = queues.map((q, i) => (i % 2 ? nextMessageByStream : nextMessage)(server.port, user, q, () => faultAt, stop.signal));
+  const clients = queues.map((q, i) => (i % 2 ? nextMessageByStream : nextMessage)(server.port, user, q, () => faultAt, awaited, stop.signal));
   await sleep(1000); // every poll is parked
   // From the fault's start: a queue refused once Redis is back may answer before a restart's `fault()` returns.
   faultAt = Date.now();
@@ -162,7 +167,7 @@ async function messagesAfter(server: ChorusProcess, owner: Credentials, user: Cr
   let waiting = true;
   const all = Promise.all(clients).finally(() => (waiting = false));
   while (waiting) {
-    const params = { type: "private", to: JSON.stringify([user.id]), content: `after the fault ${Date.now() - faultAt} ms` };
+    const params = { type: "private", to: JSON.stringify([user.id]), content: `${phase}: after the fault ${Date.now() - faultAt} ms` };
     await api(target, "POST", "/messages", { as: owner, params, validate: false, signal: AbortSignal.timeout(3000) }).catch(() => undefined);
     await sleep(500);
   }
