@@ -93,6 +93,30 @@ describe.each(ENGINES)("messages on %s", (engine) => {
       expect(ids(bobs)).toEqual(fromBob);
     });
 
+    // dm-including walks the reader's conversations with the user it names (reads/messages.ts conversationsWith).
+    it("pages dm-including across the conversations with that user, on both sides of an anchor, another condition beside it", async () => {
+      const dave = await createUser(server, "dave-including@example.com", "Dave");
+      const withDave = { operator: "dm-including", operand: dave.id };
+      const to = [[dave.id], [bob.id], [bob.id, dave.id], [carol.id]];
+      const sent: number[] = [];
+      for (let i = 0; i < 12; i++) sent.push((await send(alice, { type: "direct", to: JSON.stringify(to[i % 4]), content: `including ${i}` })).body.id);
+      const daves = sent.filter((_, i) => i % 4 === 0 || i % 4 === 2);
+      expect(ids(await get(alice, { narrow: [withDave], anchor: "newest", num_before: 100, num_after: 0 }))).toEqual(daves);
+      expect(ids(await get(alice, { narrow: [{ operator: "dm-including", operand: dave.email }], anchor: "newest", num_before: 3, num_after: 0 }))).toEqual(daves.slice(-3));
+      const around = await get(alice, { narrow: [withDave], anchor: daves[2], num_before: 1, num_after: 1 });
+      expect(ids(around)).toEqual(daves.slice(1, 4));
+      expect(around.body).toMatchObject({ found_anchor: true, found_newest: false, found_oldest: false });
+      // Dave's own message in the group, behind newer ones of Alice's: the sender is tested in each conversation's walk.
+      const fromDave = (await send(dave, { type: "direct", to: JSON.stringify([alice.id, bob.id]), content: "dave in the group" })).body.id;
+      for (let i = 0; i < 3; i++) await send(alice, { type: "direct", to: JSON.stringify([bob.id, dave.id]), content: `after dave ${i}` });
+      const daveSent = await get(alice, { narrow: [withDave, { operator: "sender", operand: dave.id }], anchor: "newest", num_before: 1, num_after: 0 });
+      expect(ids(daveSent)).toEqual([fromDave]);
+      // Carol is in none of Dave's conversations, and a user in no conversation of the reader's has an empty page.
+      expect(ids(await get(carol, { narrow: [withDave], anchor: "newest", num_before: 100, num_after: 0 }))).toEqual([]);
+      const erin = await createUser(server, "erin-including@example.com", "Erin");
+      expect(ids(await get(alice, { narrow: [{ operator: "dm-including", operand: erin.id }] }))).toEqual([]);
+    });
+
     it("delivers to every participant's queue, with read for the sender", async () => {
       const qb = await register(bob, ["message"]);
       const qa = await register(alice, ["message"]);
