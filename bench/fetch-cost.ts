@@ -60,6 +60,8 @@ const NARROWS: Record<string, { narrow: MessageQuery["narrow"]; firstUnread?: bo
   "has:attachment": { narrow: [{ operator: "has", operand: "attachment", negated: false }] },
   "has:image": { narrow: [{ operator: "has", operand: "image", negated: false }] },
   "is:resolved": { narrow: [is("resolved")] },
+  "is:followed": { narrow: [is("followed")] },
+  "is:muted": { narrow: [is("muted")] },
 };
 const queryOf = (name: string): MessageQuery => {
   const narrow = NARROWS[name];

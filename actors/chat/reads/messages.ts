@@ -216,6 +216,8 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
           // Zulip's is:muted: a muted topic, or a muted channel's topic the user has not unmuted or followed.
           muted: sql<SqlBool>`(${topicPolicy(user.id, VISIBILITY.muted)} or (m.stream_id in (select stream_id from subscriptions where user_id = ${user.id} and is_muted) and not ${topicPolicy(user.id, VISIBILITY.unmuted)} and not ${topicPolicy(user.id, VISIBILITY.followed)}))`,
         }[String(term.operand)];
+        // A reader who follows (or mutes) nothing has no such message: no walk past everything they received to find none.
+        if ((term.operand === "followed" || term.operand === "muted") && !(await hasVisibility(db, user.id, term.operand))) cond = FALSE;
         break;
       case "search":
         // The positive operands search together (as Zulip joins them), once; each negated one on its own.
@@ -252,7 +254,11 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   // with the received condition on every branch, the planner joined every flag row of the reader (8.3-8.6 ms of
   // Postgres a page at 1,000,000 messages, against 0.9-1.0 ms before the condition; docs/reads.md, 2026-12-04).
   const everyReceived = ownMessages && narrow.length === 0;
-  const walk: Walk = byUnread ? "unread" : byFlag || everyReceived ? "flags" : positive("search") ? "matches" : "messages";
+  // A topic's visibility (is:muted, is:followed) is no index of messages: along the messages the planner merge-joined
+  // the reader's flag rows with every message newest first, testing each (is:muted of nothing at 1,000,000 messages:
+  // 6.6 s; docs/reads.md, 2026-12-05). Along the reader's own rows a page costs at most what they received.
+  const byTopicPolicy = ownMessages && narrow.some((t) => t.operator === "is" && !t.negated && (t.operand === "muted" || t.operand === "followed"));
+  const walk: Walk = byUnread ? "unread" : byFlag || everyReceived || byTopicPolicy ? "flags" : positive("search") ? "matches" : "messages";
   const isDm = narrow.some((t) => t.operator === "is" && !t.negated && t.operand === "dm");
   // Walking the reader's own conversations is their access rule (every member received each message), so the walk
   // takes the narrow's other conditions only, which must read the message alone. is:dm walks every conversation of
@@ -378,6 +384,15 @@ export async function receivedInTopic(db: DB, userId: number, streamId: number, 
 }
 
 /** Whether the message's topic has this visibility policy for the user (Zulip's UserTopic). */
+/** Whether the user follows a topic, or mutes a topic or a channel: whether is:followed / is:muted can match anything. */
+async function hasVisibility(db: DB, userId: number, operand: "followed" | "muted"): Promise<boolean> {
+  const policy = operand === "followed" ? VISIBILITY.followed : VISIBILITY.muted;
+  const topics = sql<SqlBool>`exists (select 1 from user_topics ut where ut.user_id = ${userId} and ut.visibility_policy = ${policy})`;
+  const channels = operand === "muted" ? sql<SqlBool>`exists (select 1 from subscriptions s where s.user_id = ${userId} and s.is_muted)` : FALSE;
+  const { rows } = await sql<{ any: boolean }>`select (${topics} or ${channels}) as any`.execute(db);
+  return rows[0]!.any;
+}
+
 function topicPolicy(userId: number, policy: number): Cond {
   return sql<SqlBool>`exists (select 1 from user_topics ut where ut.user_id = ${userId} and ut.stream_id = m.stream_id and ut.topic_key = lower(m.topic) and ut.visibility_policy = ${policy})`;
 }

@@ -504,8 +504,21 @@ describe.each(ENGINES)("messages on %s", (engine) => {
       await api(server, "POST", "/user_topics", { as: alice, params: { stream_id: general, topic: "Lunch", visibility_policy: 3 } });
       expect(ids(await inLunch("followed"))).toEqual([lunch]);
       expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "muted" }] }))).toEqual([]);
+      // Muting nothing, -is:muted is every message she received.
+      const everything = ids(await get(alice, { narrow: [] }));
+      expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "muted", negated: true }] }))).toEqual(everything);
       await api(server, "POST", "/user_topics", { as: alice, params: { stream_id: general, topic: "lunch", visibility_policy: 1 } });
       expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "muted" }] }))).toEqual([lunch]);
+      expect(ids(await get(alice, { narrow: [{ operator: "is", operand: "muted", negated: true }] }))).toEqual(everything.filter((id) => id !== lunch));
+      // A muted channel's messages are muted too, but for the topics she unmuted or follows (the followed one above
+      // is muted now).
+      const setMuted = (value: boolean) =>
+        api(server, "POST", "/users/me/subscriptions/properties", { as: alice, params: { subscription_data: JSON.stringify([{ stream_id: general, property: "is_muted", value }]) } });
+      expect((await setMuted(true)).status).toBe(200);
+      const mutedNow = ids(await get(alice, { narrow: [{ operator: "is", operand: "muted" }] }));
+      expect(mutedNow).toContain(lunch);
+      expect(mutedNow.length).toBeGreaterThan(1);
+      expect((await setMuted(false)).status).toBe(200);
       const evs = await events(alice, q);
       expect(evs.slice(0, 3).map((e) => [e.type, e.stream_id, e.topic_name, e.visibility_policy])).toEqual([
         ["user_topic", general, "Lunch", 3],
