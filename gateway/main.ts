@@ -54,6 +54,7 @@ import { reactionRoutes } from "./chat/reactions.ts";
 import { scheduledRoutes } from "./chat/scheduled.ts";
 import { topicRoutes } from "./chat/topics.ts";
 import { wakeSchedulers } from "../actors/chat/conversations/scheduler.ts";
+import { redeliverLeftFanOuts } from "../actors/chat/conversations/fan-outs.ts";
 import { onRealmEmojiNotice } from "../actors/chat/organization/realm-emoji.ts";
 import { Realm } from "../actors/chat/organization/realm.protocol.ts";
 import { compiledLinkifiers } from "../actors/chat/organization/linkifiers.ts";
@@ -170,6 +171,9 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   await shards?.start();
   // Scheduled messages wait in the store; their actors must be woken after a restart or a shard move.
   const stopWakingSchedulers = hostsActors ? wakeSchedulers(system, store) : () => {};
+  // Sends come to their conversations without a transport entry where this process holds them: a fan-out a crashed
+  // holder left is found in the store instead.
+  const stopRedeliveringFanOuts = hostsActors && transport.redeliversAfterCrash ? redeliverLeftFanOuts(system, store, messageLog) : () => {};
 
   let port = config.port;
   const auth = new Authenticator(store.db, keyring, (notice) => system.announce(notice), config.authCacheMs);
@@ -273,6 +277,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
       closing ??= (async () => {
         http.stopListening();
         stopWakingSchedulers();
+        stopRedeliveringFanOuts();
         await webhooks.close();
         await mail?.close();
         await assistant.close();

@@ -70,6 +70,7 @@ export function actorKind<P extends ProtocolShape<P>>(name: string): ActorKind<P
 export interface Sender {
   ask(id: ActorId, body: unknown, timeoutMs?: number): Promise<unknown>;
   askTransient(id: ActorId, body: unknown, timeoutMs?: number): Promise<unknown>;
+  askDirect(id: ActorId, body: unknown, timeoutMs?: number): Promise<unknown>;
   askStream(id: ActorId, body: unknown, onMore: (value: unknown) => void, timeoutMs?: number): Promise<unknown>;
   tell(id: ActorId, body: unknown): Promise<void>;
 }
@@ -92,6 +93,14 @@ export class ActorRef<P extends ProtocolShape<P>> {
   /** An ask whose loss costs nothing if this process dies (an event-queue poll): see ActorSystem.askTransient. */
   askTransient<O extends keyof P>(message: MessageFor<P, O> & { op: O }, timeoutMs?: number): Promise<ReplyFor<P, O>> {
     return this.sender.askTransient(this.id, message, timeoutMs) as Promise<ReplyFor<P, O>>;
+  }
+
+  /**
+   * An ask whose turn keeps what it does durable by itself, needing no transport entry delivered again after a crash
+   * (a chat send: its commit records the fan-out still owed): see ActorSystem.askDirect.
+   */
+  askDirect<O extends keyof P>(message: MessageFor<P, O> & { op: O }, timeoutMs?: number): Promise<ReplyFor<P, O>> {
+    return this.sender.askDirect(this.id, message, timeoutMs) as Promise<ReplyFor<P, O>>;
   }
 
   /**

@@ -209,6 +209,7 @@ export class ActorSystem {
   private readonly sender: Sender = {
     ask: (id, body, timeoutMs) => this.ask(id, body, timeoutMs),
     askTransient: (id, body, timeoutMs) => this.askTransient(id, body, timeoutMs),
+    askDirect: (id, body, timeoutMs) => this.askDirect(id, body, timeoutMs),
     askStream: (id, body, onMore, timeoutMs) => this.askStream(id, body, onMore, timeoutMs),
     tell: (id, body) => this.tell(id, body),
   };
@@ -232,6 +233,19 @@ export class ActorSystem {
     if (this.closing) return Promise.reject(errors.shuttingDown());
     const shard = shardOf(id, this.opts.shards);
     return this.request(shard, [id], body, timeoutMs, `ask ${parseActorId(id).kind}`, true);
+  }
+
+  /**
+   * An ask whose turn makes what it does durable by itself, so that its transport entry would add nothing: queued here
+   * directly when this process holds the actor's shard and is sure of its lease, else sent through the transport. A
+   * chat send is one (its commit records the fan-out it owes until it is done: actors/chat/conversations/fan-outs.ts).
+   * On Redis Streams the entry would cost a script call, the entry's JSON and a wake-up of Redis and of this process.
+   * If this process dies during the turn, the ask dies with its asker; nothing is run again for it. Order: as with
+   * broadcastHeld, it may overtake only entries of operations concurrent with it.
+   */
+  private askDirect(id: ActorId, body: unknown, timeoutMs = this.opts.askTimeoutMs): Promise<unknown> {
+    if (this.closing) return Promise.reject(errors.shuttingDown());
+    return this.request(shardOf(id, this.opts.shards), [id], body, timeoutMs, `ask ${parseActorId(id).kind}`, false, undefined, undefined, true);
   }
 
   /**
@@ -308,7 +322,10 @@ export class ActorSystem {
     await this.opts.transport.send(shardOf(id, this.opts.shards), { targets: [id], body, trace: carrier() });
   }
 
-  /** `transient`: an askTransient (queued here when this process holds the shard; sent again by resendTransient). */
+  /**
+   * `transient`: an askTransient (queued here when this process holds the shard; sent again by resendTransient).
+   * `direct`: an askDirect (queued here when this process surely holds the shard).
+   */
   private request<T>(
     shard: number,
     targets: ActorId[],
@@ -318,6 +335,7 @@ export class ActorSystem {
     transient = false,
     onMore?: (value: unknown) => void,
     held?: Promise<void>[],
+    direct = false,
   ): Promise<T> {
     // An ask is a remote call (RPC's CLIENT kind) whose turn, on whichever process holds the actor, is its SERVER side.
     return tracer.startActiveSpan(spanName, { kind: SpanKind.CLIENT }, (span) => {
@@ -336,7 +354,7 @@ export class ActorSystem {
         };
         this.pending.set(corr, waiting);
       });
-      this.dispatch(shard, { targets, body, replyTo: { node: this.nodeId, corr }, trace: carrier() }, transient, held);
+      this.dispatch(shard, { targets, body, replyTo: { node: this.nodeId, corr }, trace: carrier() }, transient, held, direct);
       return result.finally(() => span.end()).catch((err: ChorusError) => {
         span.setStatus({ code: SpanStatusCode.ERROR, message: err.code });
         throw err;
@@ -345,13 +363,15 @@ export class ActorSystem {
   }
 
   /**
-   * Hand an ask's entry to the transport, or, to a shard held here, straight to its turns: when transient, or when
-   * its asker keeps what the entry's acknowledgement would have waited for (`held`: broadcastHeld). The latter only
-   * while the lease is sure, so that its turns run now: an entry held back (see guardShards) and then dropped with
-   * the shard would be left to a next holder that never gets it.
+   * Hand an ask's entry to the transport, or, to a shard held here, straight to its turns: when transient, when its
+   * turn keeps its own work durable (`direct`: askDirect), or when its asker keeps what the entry's acknowledgement
+   * would have waited for (`held`: broadcastHeld). The latter two only while the lease is sure, so that their turns
+   * run now: an entry held back (see guardShards) and then dropped with the shard would be left to a next holder
+   * that never gets it.
    */
-  private dispatch(shard: number, entry: Entry & { replyTo: ReplyAddress }, transient: boolean, held?: Promise<void>[]): void {
+  private dispatch(shard: number, entry: Entry & { replyTo: ReplyAddress }, transient: boolean, held?: Promise<void>[], direct = false): void {
     if (transient && this.servedHere.has(shard)) void this.onEntry(shard, entry).catch(() => {}); // nothing to acknowledge: no transport entry
+    else if (direct && this.servedHere.has(shard) && (!this.leaseSure || this.leaseSure(shard))) void this.onEntry(shard, entry).catch(() => {});
     else if (held && this.servedHere.has(shard) && (!this.leaseSure || this.leaseSure(shard))) held.push(this.onEntry(shard, entry).catch((err) => this.leaveToNextHolder(shard, entry, err)));
     else this.opts.transport.send(shard, entry).catch((err) => this.settle({ corr: entry.replyTo.corr, error: ChorusError.wrap(err).toJSON() }));
   }
@@ -451,6 +471,11 @@ export class ActorSystem {
 
   heldShards(): number[] {
     return [...this.epochs.keys()];
+  }
+
+  /** The shards this process holds, each with the epoch of its lease (what its fences carry). */
+  heldShardEpochs(): ReadonlyMap<number, number> {
+    return this.epochs;
   }
 
   /**

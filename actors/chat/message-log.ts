@@ -16,6 +16,8 @@
  * - A message's recipients (`user_messages`) are readable as soon as its append resolves. Past `listAbove`
  *   recipients they are committed as one list row and expanded into per-user rows soon after (the view
  *   `user_messages` shows either, exactly once); a writer of flag rows calls `expandRecipientLists` first.
+ * - A message appended with `owesFanOut` commits with a row in `pending_fan_outs` (its fence's shard and epoch),
+ *   only if the message itself was inserted; `fanOutDone` deletes that row a few milliseconds later.
  * - Message id blocks are disjoint and each block is above every block handed out before it.
  * What it leaves out: reads of messages (actors/chat/reads), and edits, which are ordinary fenced writes.
  */
@@ -68,11 +70,16 @@ const ATTEMPT_KEPT_MS = 24 * 3_600_000;
 const ATTEMPT_PRUNE_EVERY_MS = 10 * 60_000;
 const ATTEMPT_PRUNE_STEP = 10_000;
 
+/** How long a done fan-out's row waits for others to be deleted with it (see fanOutDone). */
+const FAN_OUT_DELETE_DELAY_MS = 20;
+
 /** A message waiting for the next group commit of messages. */
 type PendingMessage = {
   message: NewMessage;
   recipients?: MessageRecipient[];
   attempt?: string;
+  /** Its commit records the fan-out as owed (pending_fan_outs) until `fanOutDone`. */
+  owesFanOut?: boolean;
   fence: Fence;
   resolve(id: number): void;
   reject(err: unknown): void;
@@ -202,6 +209,9 @@ export class MessageLog implements StoreComponent {
   /** Write-behind batches still gathering rows, by shard, and the one timer that starts them all. */
   private readonly behind = new Map<number, BehindBatch>();
   private behindTimer?: NodeJS.Timeout;
+  /** Messages whose fan-out is done, their rows in pending_fan_outs not deleted yet, and the timer that deletes them. */
+  private readonly doneFanOuts: number[] = [];
+  private fanOutTimer?: NodeJS.Timeout;
 
   /** Recipient lists this log committed may be unexpanded: an expansion is scheduled or running. */
   private listsWaiting = false;
@@ -251,6 +261,8 @@ export class MessageLog implements StoreComponent {
     clearInterval(this.attemptPruner);
     this.startBehind();
     await Promise.all([this.messages.drain(), this.events.drain()]);
+    clearTimeout(this.fanOutTimer);
+    await this.deleteDoneFanOuts().catch(() => {}); // left rows only mean a message delivered again
     this.closed = true;
     clearTimeout(this.listTimer);
     await this.expanding;
@@ -265,14 +277,38 @@ export class MessageLog implements StoreComponent {
    * recipients' rows commit in the same transaction, and only with a message actually inserted. `attempt`: the
    * request's own id (see abandonAttempt); refused with NOT_SENT when it was abandoned first.
    */
-  appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[], attempt?: string): Promise<number> {
+  appendMessage(message: NewMessage, fence: Fence, recipients?: MessageRecipient[], attempt?: string, owesFanOut = false): Promise<number> {
     return new Promise((resolve, reject) => {
       const committed = (id: number) => {
         metrics().messagesSent.inc();
         resolve(id);
       };
-      this.messages.add({ message, recipients, attempt, fence, resolve: committed, reject });
+      this.messages.add({ message, recipients, attempt, owesFanOut, fence, resolve: committed, reject });
     });
+  }
+
+  /**
+   * The fan-out of message `id`, recorded as owed by its commit (appendMessage's `owesFanOut`), is done: every
+   * recipient's queue has it, with what a crash would need to rebuild it. Its row goes in a batch of deletes a few
+   * milliseconds later; a delete that fails is tried again with the next batch. Until it goes, the shard's next
+   * holder would deliver the message again, which queues it once (the user actors drop a repeated id).
+   */
+  fanOutDone(id: number): void {
+    this.doneFanOuts.push(id);
+    this.fanOutTimer ??= setTimeout(() => void this.deleteDoneFanOuts(), FAN_OUT_DELETE_DELAY_MS);
+  }
+
+  private async deleteDoneFanOuts(): Promise<void> {
+    this.fanOutTimer = undefined;
+    const ids = this.doneFanOuts.splice(0);
+    if (!ids.length) return;
+    try {
+      await this.store.prepared("delete_done_fan_outs", "delete from pending_fan_outs where message_id = any($1::bigint[])", [column(ids, (id) => id)]);
+    } catch (err) {
+      if (this.closed) return;
+      log.warn({ err }, `store: deleting ${ids.length} done fan-outs' rows failed; trying again`);
+      for (const id of ids) this.fanOutDone(id);
+    }
   }
 
   /**
@@ -353,7 +389,7 @@ export class MessageLog implements StoreComponent {
         column(recipients, (r) => r.user_id), column(recipients, (r) => r.message_id), column(recipients, (r) => r.flags),
         column(listed, (p) => p.message.id), column(first, (n) => n), column(last, (n) => n),
         column(listedRecipients, (r) => r.user_id), column(listedRecipients, (r) => r.flags),
-        m((p) => p.attempt),
+        m((p) => p.attempt), m((p) => (p.owesFanOut ? "t" : "f")),
       ],
     );
     const isStale = staleAgainst(rows.filter((r) => r.kind === "lease") as LeaseRow[]);
@@ -480,9 +516,10 @@ const APPEND_MESSAGES = `
   ),
   message_rows as (
     select t.* from unnest($1::bigint[], $2::integer[], $3::integer[], $4::text[], $5::integer[], $6::integer[], $7::text[],
-        $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::integer[], $14::bigint[], $15::text[], $24::text[])
+        $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::integer[], $14::bigint[], $15::text[], $24::text[],
+        $25::boolean[])
       with ordinality as t(id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content,
-        rendered_content, date_sent, sending_client, send_key, f_shard, f_epoch, f_node, attempt, ord)
+        rendered_content, date_sent, sending_client, send_key, f_shard, f_epoch, f_node, attempt, owes_fan_out, ord)
     join lease l on l.shard = t.f_shard and l.epoch = t.f_epoch and l.owner = t.f_node
   ),
   -- An attempt's row first: one the gateway abandoned is there already, and its message is not inserted.
@@ -508,6 +545,10 @@ const APPEND_MESSAGES = `
     select r.user_id, r.message_id, r.flags from unnest($16::integer[], $17::bigint[], $18::integer[]) as r(user_id, message_id, flags)
     -- A message inserted just now has no flag rows yet: a plain insert, cheaper than ON CONFLICT's speculative one.
     where r.message_id in (select n.id from new_messages n)
+  ),
+  new_fan_outs as (
+    insert into pending_fan_outs (message_id, shard, epoch)
+    select n.id, r.f_shard, r.f_epoch from new_messages n join message_rows r on r.id = n.id where r.owes_fan_out
   ),
   new_lists as (
     insert into user_message_lists (message_id, user_ids, flags)

@@ -127,6 +127,14 @@ export interface SendAttemptTable {
   at: ColumnType<Date, Date | undefined, never>;
 }
 
+/** A fan-out still owed for a message (migration 2026-12-05T0700-pending-fan-outs). */
+export interface PendingFanOutTable {
+  message_id: number;
+  /** The shard of the conversation that committed it, and that holder's epoch. */
+  shard: number;
+  epoch: number;
+}
+
 /** Columns a message gets when edited or moved (absent from a new message). */
 export interface MessageEditColumns {
   /** Zulip's edit_history entries, newest first; null when never edited or moved. */
@@ -585,6 +593,7 @@ export interface ChatTables {
   attachment_messages: AttachmentMessageTable;
   image_attachments: ImageAttachmentTable;
   send_attempts: SendAttemptTable;
+  pending_fan_outs: PendingFanOutTable;
   realm_user_versions: RealmUserVersionTable;
   channel_versions: ChannelVersionTable;
   message_search_fill: MessageSearchFillTable;

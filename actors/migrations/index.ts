@@ -49,6 +49,7 @@ import * as unreadRowsByFlagRows from "../chat/migrations/2026-12-01T2330-unread
 import * as unreadWalksByUnreadTable from "../chat/migrations/2026-12-02T0330-unread-walks-by-unread-table.ts";
 import * as messageVersions from "../chat/migrations/2026-12-02T1800-message-versions.ts";
 import * as narrowPartialIndexes from "../chat/migrations/2026-12-05T0400-narrow-partial-indexes.ts";
+import * as pendingFanOuts from "../chat/migrations/2026-12-05T0700-pending-fan-outs.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -95,4 +96,5 @@ export const migrations: Record<string, Migration> = {
   "2026-12-02T0330-unread-walks-by-unread-table": unreadWalksByUnreadTable,
   "2026-12-02T1800-message-versions": messageVersions,
   "2026-12-05T0400-narrow-partial-indexes": narrowPartialIndexes,
+  "2026-12-05T0700-pending-fan-outs": pendingFanOuts,
 };

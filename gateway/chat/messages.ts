@@ -205,7 +205,7 @@ export const messageRoutes: RouteSpec[] = [
       if (params.type === "direct" || params.type === "private") {
         const ids = await directRecipients(services, user, directRefs(params.to));
         const send: SendToDm = { op: "send", ...fields };
-        const sent = await truthOf(services, send, services.system.ref(Dm, dmKey([user.id, ...ids])).ask(send));
+        const sent = await truthOf(services, send, services.system.ref(Dm, dmKey([user.id, ...ids])).askDirect(send));
         return { id: sent.id };
       }
       const stream = await requireStream(services.store.db, user.realm_id, channelRef(params.to));
@@ -216,7 +216,7 @@ export const messageRoutes: RouteSpec[] = [
         automaticVisibility: !user.is_bot,
         ...fields,
       };
-      const sent = await truthOf(services, send, services.system.ref(Channel, stream.id).ask(send));
+      const sent = await truthOf(services, send, services.system.ref(Channel, stream.id).askDirect(send));
       return { ...sent };
     },
   },

@@ -672,6 +672,41 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect(probe.activations.get(here)).toBe(2);
   });
 
+  it("askDirect queues the turn here for a shard held here and surely so, and goes through the transport otherwise", async () => {
+    const system = await node({ hold: (shard) => shard !== 6 });
+    let sure = true;
+    system.guardShards((shard) => shard !== 3 || sure);
+    const send = vi.spyOn(opened.at(-1)!.transport, "send");
+    const sentTo = () => send.mock.calls.map(([shard]) => shard);
+
+    // Held here: the same activation answers it as an ask, and only the ask used the transport.
+    const here = idOn("counter", 2);
+    expect(await at(system, here).askDirect({ op: "add", by: 1 })).toBe(1);
+    expect(await at(system, here).ask({ op: "add", by: 2 })).toBe(3);
+    expect(await at(system, here).askDirect({ op: "get" })).toBe(3);
+    expect(sentTo()).toEqual([2]);
+    expect(probe.activations.get(here)).toBe(1);
+
+    // Held by nobody: the entry waits in the transport until a holder takes the shard.
+    const waiting = at(system, idOn("counter", 6)).askDirect({ op: "add", by: 5 });
+    await until(() => sentTo().length === 2);
+    expect(sentTo()).toEqual([2, 6]);
+    await system.holdShard(6, 106);
+    expect(await waiting).toBe(5);
+
+    // Held here but the lease in doubt (on a transport that gives a dropped shard's entries to its next holder): the
+    // transport, where the entry waits rather than running now.
+    if (engine.distributed) {
+      sure = false;
+      const doubtful = at(system, idOn("counter", 3)).askDirect({ op: "add", by: 7 });
+      await until(() => sentTo().length === 3);
+      expect(sentTo()).toEqual([2, 6, 3]);
+      sure = true;
+      system.leasesConfirmed();
+      expect(await doubtful).toBe(7);
+    }
+  });
+
   it("askStream hears each interim answer in order, then the final one; other asks ignore interim answers", async () => {
     const system = await node();
     const parker = idOn("parker", 1);

@@ -106,9 +106,19 @@ export interface RefreshUploadPreview {
   preview: UploadPreview | null;
 }
 
+/**
+ * A committed message whose fan-out an earlier holder of the conversation's shard may have left unfinished (its row in
+ * pending_fan_outs): delivered again from the store (actors/chat/conversations/fan-outs.ts).
+ */
+export interface RedeliverMessage {
+  op: "redeliver";
+  messageId: number;
+}
+
 export type ConversationProtocol = {
   edit: Op<EditMessage, Edited>;
   delete: Op<DeleteMessage, Empty>;
   react: Op<React, Empty>;
   refreshUploadPreview: Op<RefreshUploadPreview, Empty>;
+  redeliver: Op<RedeliverMessage, Empty>;
 };

@@ -25,7 +25,7 @@ import { topicLinks } from "../rendering/linkifiers.ts";
 import { compiledLinkifiers } from "../organization/linkifiers.ts";
 import { usersMutingCache } from "../users/user-data.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
-import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, RefreshUploadPreview, Sent } from "./conversation.protocol.ts";
+import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, RedeliverMessage, RefreshUploadPreview, Sent } from "./conversation.protocol.ts";
 import { placeholderPaths, rewriteUploadPreviews } from "../rendering/thumbnails.ts";
 import type { SendToDm } from "./dm.protocol.ts";
 import { User, type DeliverMessage } from "../users/user.protocol.ts";
@@ -107,6 +107,7 @@ export abstract class Conversation implements Actor {
     delete: (conversation, msg) => conversation.delete(msg),
     react: (conversation, msg) => conversation.react(msg),
     refreshUploadPreview: (conversation, msg) => conversation.refreshUploadPreview(msg),
+    redeliver: (conversation, msg) => conversation.redeliver(msg),
   };
 
   abstract receive(msg: unknown): unknown;
@@ -167,6 +168,11 @@ export abstract class Conversation implements Actor {
     const topicKey = topic.toLowerCase();
     this.committing.set(topicKey, (this.committing.get(topicKey) ?? 0) + 1);
     const written: Promise<void>[] = [];
+    // Where a crash's unacknowledged entries are delivered again, the commit also records the fan-out as owed, and
+    // it stays so until done: a send that came without a transport entry (System.askDirect) has nothing else that
+    // would make it again, and the shard's next holder makes it from that record (fan-outs.ts).
+    const owesFanOut = this.ctx.transportRedelivers;
+    let fannedOut: number | undefined;
     const delivered = this.deps.messageLog
       .appendMessage(
         {
@@ -186,6 +192,7 @@ export abstract class Conversation implements Actor {
         this.ctx.fence(),
         rows,
         msg.attempt,
+        owesFanOut,
       )
       .then(async (storedId) => {
         // A redelivered send, or a client's retry, resolves with the first attempt's id; that attempt wrote the flag
@@ -204,6 +211,7 @@ export abstract class Conversation implements Actor {
         const observers = this.observers().filter((u) => !recipientSet.has(u));
         if (observers.length) delivery.observers = observers;
         await this.fanOut([...recipients, ...observers], delivery, written);
+        fannedOut = storedId;
         // The message is committed and delivered: a failure here costs a preview update, never the send.
         if (storedId === id && record.content.includes("/user_uploads/")) {
           await this.afterUploadsLinked(id, record.rendered_content).catch((err) => log.warn({ err }, "telling of a new message's uploads failed"));
@@ -216,8 +224,64 @@ export abstract class Conversation implements Actor {
         if (left) this.committing.set(topicKey, left);
         else this.committing.delete(topicKey);
       });
-    this.ctx.holdAcknowledgement(delivered.then(() => Promise.all(written)));
+    const done = delivered.then(() => Promise.all(written));
+    this.ctx.holdAcknowledgement(done);
+    if (owesFanOut) done.then(() => fannedOut !== undefined && this.deps.messageLog.fanOutDone(fannedOut), () => {});
     return PARKED;
+  }
+
+  /**
+   * A committed message's fan-out that an earlier holder of this conversation's shard may not have finished (its row
+   * in pending_fan_outs: fan-outs.ts), made again from the store: to everyone with a flag row for it, with their
+   * flags, and to the observers. A recipient whose queue has it already drops the repeat. Deleted since, it is
+   * dropped; moved to another conversation since, it is left for the next sweep to find its new owner.
+   */
+  private async redeliver(msg: RedeliverMessage): Promise<Record<string, never>> {
+    const db = this.deps.store.db;
+    const row = await db
+      .selectFrom("messages as m")
+      .innerJoin("users as u", "u.id", "m.sender_id")
+      .select(["m.sender_id", "m.recipient_id", "m.topic", "m.content", "m.rendered_content", "m.date_sent", "m.sending_client", "u.email", "u.full_name"])
+      .where("m.id", "=", msg.messageId)
+      .executeTakeFirst();
+    if (!row) {
+      this.deps.messageLog.fanOutDone(msg.messageId);
+      return {};
+    }
+    if (row.recipient_id !== this.recipientId) return {};
+    const base = this.recordBase();
+    // As a send makes it, `...base` last.
+    const record: MessageRecord = {
+      id: msg.messageId,
+      sender_id: row.sender_id,
+      sender_email: row.email,
+      sender_full_name: row.full_name,
+      sender_realm_str: this.realmStr,
+      recipient_id: row.recipient_id,
+      subject: row.topic,
+      content: row.content,
+      rendered_content: row.rendered_content,
+      timestamp: Number(row.date_sent),
+      client: row.sending_client,
+      topic_links: base.type === "stream" ? topicLinks(await compiledLinkifiers.get(db, this.realmId), row.topic) : [],
+      ...base,
+    };
+    const flagRows = await db.selectFrom("user_messages").select(["user_id", "flags"]).where("message_id", "=", msg.messageId).execute();
+    const recipients = flagRows.map((r) => r.user_id);
+    const recipientSet = new Set(recipients);
+    const delivery: DeliverMessage = {
+      op: "deliverMessage",
+      message: record,
+      flags: [],
+      flagsFor: Object.fromEntries(flagRows.map((r) => [r.user_id, flagList(r.flags)])),
+    };
+    const observers = this.observers().filter((u) => !recipientSet.has(u));
+    if (observers.length) delivery.observers = observers;
+    const written: Promise<void>[] = [];
+    await this.fanOut([...recipients, ...observers], delivery, written);
+    await Promise.all(written);
+    this.deps.messageLog.fanOutDone(msg.messageId);
+    return {};
   }
 
   /**

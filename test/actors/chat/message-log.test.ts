@@ -222,6 +222,30 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
       expect(await log.appendMessage({ ...m }, fence, undefined, attempt)).toBe(m.id);
     });
 
+    it("records a fan-out as owed with the commit of a message that owes one, by its fence, until fanOutDone", async () => {
+      const fence = await fenceOn();
+      const owed = async (ids: number[]) =>
+        (await store.db.selectFrom("pending_fan_outs").selectAll().where("message_id", "in", ids).orderBy("message_id").execute()).map((r) => ({
+          message_id: Number(r.message_id),
+          shard: r.shard,
+          epoch: Number(r.epoch),
+        }));
+      const [owing, plain] = [message(uniqueKey("owing")), message(uniqueKey("plain"))];
+      await Promise.all([log.appendMessage(owing, fence, [{ user_id: 7, flags: 0 }], undefined, true), log.appendMessage(plain, fence)]);
+      expect(await owed([owing.id, plain.id])).toEqual([{ message_id: owing.id, shard: fence.shard, epoch: fence.epoch }]);
+      // A repeated send stores nothing, and owes nothing more.
+      expect(await log.appendMessage({ ...owing, id: nextId++ }, fence, undefined, undefined, true)).toBe(owing.id);
+      expect(await owed([owing.id])).toHaveLength(1);
+      // A stale fence commits neither.
+      const stale = message(uniqueKey("stale"));
+      await expectCode(log.appendMessage(stale, { ...fence, epoch: fence.epoch - 1 }, undefined, undefined, true), "FENCED");
+      expect(await owed([stale.id])).toEqual([]);
+
+      log.fanOutDone(owing.id);
+      for (let i = 0; i < 100 && (await owed([owing.id])).length; i++) await sleep(20);
+      expect(await owed([owing.id])).toEqual([]);
+    });
+
     it("prunes send attempts' rows past the time kept, and keeps the recent ones", async () => {
       const [old, recent] = [uniqueKey("old-attempt"), uniqueKey("recent-attempt")];
       await store.db.insertInto("send_attempts").values([{ attempt: old, abandoned: true }, { attempt: recent, abandoned: false }]).execute();

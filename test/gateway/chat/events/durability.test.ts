@@ -12,7 +12,8 @@ import fs from "node:fs";
 import path from "node:path";
 import pg from "pg";
 import { afterAll, expect, it } from "vitest";
-import { startChorus, startDistributed, workerPids } from "../../../support/process.ts";
+import { freePort, startChorus, startDistributed, workerPids } from "../../../support/process.ts";
+import { REDIS_URL } from "../../../support/services.ts";
 import { api, readZuliprc } from "../../../support/server.ts";
 
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -22,15 +23,20 @@ afterAll(async () => {
 
 type Target = { url: string };
 
-async function storedEvents(url: string): Promise<number> {
+/** Rows of `table` in the deployment's database. */
+async function rowsOf(url: string, table: "user_events" | "pending_fan_outs"): Promise<number> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
-    return (await client.query("select count(*)::int as n from user_events")).rows[0].n;
+    return (await client.query(`select count(*)::int as n from ${table}`)).rows[0].n;
   } finally {
     await client.end();
   }
 }
+/** Events written to the users' durable streams. */
+const storedEvents = (url: string) => rowsOf(url, "user_events");
+/** Fan-outs recorded as owed by their message's commit and not done yet. */
+const owedFanOuts = (url: string) => rowsOf(url, "pending_fan_outs");
 type Owner = ReturnType<typeof readZuliprc>;
 
 const sendTo = (target: Target, owner: Owner, channel: string) => async (content: string) => {
@@ -180,6 +186,41 @@ it.each([
   const lastSeen = before.body.events.at(-1).id;
   for (const e of after.body.events) expect(e.id).toBeGreaterThan(lastSeen);
 }, 90_000);
+
+// With one worker every send reaches its channel without the transport (System.askDirect): no entry of the send is
+// left for Redis to deliver again. The commit's record of the owed fan-out (pending_fan_outs) is what the next
+// process delivers the messages from, and the record goes once the restored events are written.
+it("gives a restored queue the messages of sends that came without the transport, from their owed fan-outs", async () => {
+  const env = { EVENT_WRITE_DELAY_MS: "5000", WORKERS: "1" };
+  const { server, target, owner, queue, send, events } = await distributedQueue("direct", env);
+  const sent = [await send("one"), await send("two"), await send("three")];
+  const before = await events();
+  expect(before.body.events.map((e: any) => e.message.id)).toEqual(sent);
+  expect(await storedEvents(server.databaseUrl)).toBe(0);
+  expect(await owedFanOuts(server.databaseUrl)).toBe(sent.length); // the events' rows are not written yet
+
+  process.kill(server.proc.pid!, "SIGKILL");
+  await new Promise((resolve) => server.proc.once("exit", resolve));
+  const next = await startChorus(
+    { REDIS_URL, DATABASE_URL: server.databaseUrl, REDIS_PREFIX: server.redisPrefix, PORT: String(server.port), METRICS_PORT: String(await freePort()), LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000", ...env },
+    server.dataDir,
+  );
+  cleanups.push(() => next.stop());
+  const after = await pollAfterRestart(target, owner, queue, () => true, sent.length);
+  expect(after.status).toBe(200);
+  const ids = after.body.events.map((e: any) => e.message.id);
+  expect(ids).toEqual(sent);
+  for (const e of after.body.events) expect(e.id).toBeGreaterThan(before.body.events.at(-1).id);
+  await eventually("the owed fan-outs are done", async () => (await owedFanOuts(server.databaseUrl)) === 0);
+  expect(await storedEvents(server.databaseUrl)).toBe(sent.length);
+}, 90_000);
+
+it("keeps no owed fan-out once a send's events are written", async () => {
+  const { server, send, events } = await distributedQueue("done", { WORKERS: "1" });
+  const sent = [await send("one"), await send("two")];
+  expect((await events()).body.events.map((e: any) => e.message.id)).toEqual(sent);
+  await eventually("the owed fan-outs are done", async () => (await owedFanOuts(server.databaseUrl)) === 0);
+}, 60_000);
 
 it("delivers a message its worker stored but died before delivering (the send's entry is left to the next holder)", async () => {
   const { server, target, owner, send, killAndPoll } = await distributedQueue("stored");

@@ -1,0 +1,72 @@
+/**
+ * Fan-outs an earlier holder of a shard may have left unfinished, made again by the shard's current holder.
+ *
+ * A chat send reaches its conversation without a transport entry when this process holds the conversation's shard
+ * (System.askDirect), so no entry is left to deliver again if the process dies between the message's commit and the
+ * last recipient's queue. Instead the commit records the fan-out as owed (a pending_fan_outs row, with the shard
+ * and the epoch of the committing holder), and the row is deleted once the fan-out is done (MessageLog.fanOutDone).
+ * A row of an earlier epoch than the one this process holds its shard at was left by a previous holder: a crash, or
+ * a hand-over while the fan-out was still running. Its message goes to the conversation's actor to be delivered
+ * again (Conversation.redeliver); a queue that has it already drops the repeat.
+ *
+ * Why the rows are complete when read: a message's commit reads its shard's lease FOR SHARE, so a take-over of the
+ * lease waits for a commit in flight, and a commit after the take-over is refused (FENCED). Every row of an earlier
+ * epoch is committed before the current holder's lease is, hence before any sweep of its.
+ */
+import type { ActorSystem } from "../../../runtime/system.ts";
+import type { Store } from "../../../runtime/store/store.ts";
+import { log } from "../../../runtime/log.ts";
+import type { MessageLog } from "../message-log.ts";
+import type { Database } from "../../schema.ts";
+import { Channel } from "./channel.protocol.ts";
+import { Dm } from "./dm.protocol.ts";
+
+/** How often a process looks for fan-outs left on the shards it holds: the longest a left fan-out waits after a take-over. */
+const SWEEP_EVERY_MS = 1_000;
+
+/**
+ * Look now and every `intervalMs` for fan-outs left on the shards this process holds, and have them made again;
+ * returns the stop function. Every process that holds shards runs it, where the transport delivers a crashed
+ * process's entries again (elsewhere every send goes on in one process, whose queues die with it).
+ */
+export function redeliverLeftFanOuts(system: ActorSystem, store: Store<Database>, messageLog: MessageLog, intervalMs = SWEEP_EVERY_MS): () => void {
+  /** Messages being delivered again: not asked for twice while the first ask runs. */
+  const redelivering = new Set<number>();
+  let sweeping = false;
+  const sweep = async () => {
+    const held = system.heldShardEpochs();
+    if (sweeping || !held.size) return;
+    sweeping = true;
+    try {
+      const rows = await store.db
+        .selectFrom("pending_fan_outs as p")
+        .leftJoin("messages as m", "m.id", "p.message_id")
+        .leftJoin("recipients as r", "r.id", "m.recipient_id")
+        .select(["p.message_id", "p.shard", "p.epoch", "m.stream_id", "r.dm_key"])
+        .where("p.shard", "in", [...held.keys()])
+        .execute();
+      const left = rows.filter((row) => Number(row.epoch) < (held.get(row.shard) ?? 0) && !redelivering.has(Number(row.message_id)));
+      if (left.length) log.info(`delivering again ${left.length} message(s) whose fan-out an earlier holder of their shard may not have finished`);
+      for (const row of left) {
+        const id = Number(row.message_id);
+        if (row.stream_id === null && row.dm_key === null) {
+          messageLog.fanOutDone(id); // deleted since: nothing to deliver
+          continue;
+        }
+        const owner = row.stream_id !== null ? system.ref(Channel, row.stream_id) : system.ref(Dm, row.dm_key!);
+        redelivering.add(id);
+        owner
+          .ask({ op: "redeliver", messageId: id })
+          .catch((err) => log.warn({ err }, `delivering message ${id} again failed; the next sweep tries again`))
+          .finally(() => redelivering.delete(id));
+      }
+    } finally {
+      sweeping = false;
+    }
+  };
+  const run = () => void sweep().catch(() => {}); // shutting down, or the store is briefly away: the next sweep retries
+  run();
+  const timer = setInterval(run, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}
