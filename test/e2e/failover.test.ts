@@ -16,11 +16,14 @@ import path from "node:path";
 import { Redis } from "ioredis";
 import { afterAll, expect, it } from "vitest";
 import { shardOf } from "../../runtime/actor.ts";
+import { redisKeys } from "../../runtime/transport/redis-keys.ts";
 import { User } from "../../actors/chat/users/user.protocol.ts";
 import { shardHolder, startDistributed, workerPidOf, type ChorusProcess } from "../support/process.ts";
 import { startPrivateRedis } from "../support/private-services.ts";
 import { api, readZuliprc, type Credentials } from "../support/server.ts";
 
+/** Workers of the deployment (startDistributed's default). */
+const WORKERS = 2;
 /** The deployment's default shard count (runtime/config.ts). */
 const SHARDS = 16;
 /** Queues followed at once: their polls land on either worker (one connection each), on both but for 2^-11. */
@@ -198,6 +201,11 @@ it("answers the long-polls within seconds after Redis loses its data: FLUSHALL, 
   const flushed = await messagesAfter(server, owner, user, async () => {
     const conn = new Redis(redis.url);
     await conn.flushall();
+    // Until every worker has noticed (each makes its reply stream again): a queue registered before then may be
+    // refused with the others, and the next phase's would be refused before its own fault. Messages sent meanwhile
+    // need nothing of Redis where one worker holds the conversation and the user.
+    const replyStreams = redisKeys(server.redisPrefix).reply("*");
+    for (let i = 0; i < 100 && (await conn.keys(replyStreams)).length < WORKERS; i++) await sleep(100);
     conn.disconnect();
   });
   const restarted = await messagesAfter(server, owner, user, () => redis.restart(0));

@@ -1,7 +1,7 @@
 /**
  * What every conversation (a channel, a direct-message conversation) answers: sends, and edits, deletions and
- * reactions on its messages, and their uploaded images' previews. Handlers: Conversation.conversationHandlers in
- * conversation.ts (edit, delete, react, refreshUploadPreview); sends in ChannelActor.handlers (channel.ts) and DmActor.handlers (dm.ts). The kinds are in
+ * reactions on its messages, their uploaded images' previews, and fan-outs left unfinished by a crash. Handlers:
+ * Conversation.conversationHandlers in conversation.ts (edit, delete, react, refreshUploadPreview, redeliver); sends in ChannelActor.handlers (channel.ts) and DmActor.handlers (dm.ts). The kinds are in
  * channel.protocol.ts and dm.protocol.ts.
  */
 import type { Empty, Op } from "../../../runtime/protocol.ts";

@@ -14,22 +14,12 @@ import { fillSearchDocuments } from "../../../../actors/chat/search-fill.ts";
 import { SEARCH_WINDOWS } from "../../../../actors/chat/reads/messages.ts";
 import { HAS_CONTENT, RESOLVED_TOPIC_PREFIX } from "../../../../actors/chat/reads/narrow.ts";
 
-/** The migrations of issue 28, the last ones applied (0120, 0130, 0150, 0800, 0900, 1200, 1600, 12-01T2330, 12-02T0330, 12-02T1800 and 12-05T0400 re-run as they are: idempotent), and the indexes they make. */
-const READ_MIGRATIONS = [
-  "2026-11-28T0100-message-search",
-  "2026-11-28T0110-message-read-indexes",
-  "2026-11-28T0120-realm-user-versions",
-  "2026-11-28T0130-channel-subscriber-counts",
-  "2026-11-28T0150-channel-versions",
-  "2026-11-28T0800-unread-messages",
-  "2026-11-28T0900-message-search-document",
-  "2026-11-28T1200-message-search-words",
-  "2026-11-28T1600-unread-triggers-linear",
-  "2026-12-01T2330-unread-rows-by-flag-rows",
-  "2026-12-02T0330-unread-walks-by-unread-table",
-  "2026-12-02T1800-message-versions",
-  "2026-12-05T0400-narrow-partial-indexes",
-];
+/**
+ * The migrations from issue 28's first on (0100), re-run over an existing store. kysely applies migrations in name
+ * order and refuses one named before the last applied, so every later migration is re-run with them: each is
+ * idempotent.
+ */
+const READ_MIGRATIONS = Object.keys(migrations).filter((name) => name >= "2026-11-28T0100-message-search");
 const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document", "messages_resolved", "messages_has_link"];
 const SEARCH_DOCUMENT_MIGRATION = "2026-11-28T0900-message-search-document";
 
