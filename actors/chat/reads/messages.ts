@@ -7,6 +7,7 @@ import { CompiledQuery, sql, type Kysely, type RawBuilder, type Selectable, type
 import { errors } from "../../../runtime/errors.ts";
 import { NAMED_STATEMENT, queryPlannedOnce } from "../../../runtime/store/db.ts";
 import { ReadBatches } from "../../../runtime/store/read-batches.ts";
+import { column } from "../../../runtime/store/group-commit.ts";
 import type { Database } from "../../schema.ts";
 import type { MessageEditColumns, MessageTable } from "../schema.ts";
 import { formatMessage, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
@@ -237,6 +238,11 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
           image: sql<SqlBool>`(m.rendered_content ~* ${HAS_CONTENT.image} or exists (select 1 from attachment_messages am join attachments a on a.id = am.attachment_id where am.message_id = m.id and a.content_type like 'image/%'))`,
           attachment: sql<SqlBool>`exists (select 1 from attachment_messages am where am.message_id = m.id)`,
         }[String(term.operand)];
+        if (term.operand === "image") {
+          // Few images in the realm (or none): the page reads them by id instead of testing every message it walks.
+          const few = await imageMessagesIfFew(db, user.realm_id);
+          if (few) cond = few.length ? sql<SqlBool>`m.id = any(${column(few, (id) => id)}::bigint[])` : FALSE;
+        }
         break;
     }
     if (cond) conds.push(term.negated ? sql<SqlBool>`not (${cond})` : cond);
@@ -385,6 +391,25 @@ export async function receivedInTopic(db: DB, userId: number, streamId: number, 
 
 /** Whether the message's topic has this visibility policy for the user (Zulip's UserTopic). */
 /** Whether the user follows a topic, or mutes a topic or a channel: whether is:followed / is:muted can match anything. */
+/** Up to this many messages with an image in a realm, has:image reads them by id; past it, it tests each message walked. */
+export const FEW_IMAGE_MESSAGES = 1_000;
+
+/**
+ * The ids of the realm's messages with an image (has:image: the pattern in the rendered content, or an image among the
+ * files it claimed), when there are at most FEW_IMAGE_MESSAGES; undefined when there are more. Two bounded reads:
+ * the partial index messages_has_image (migration 2026-12-05T0800), and the realm's image attachments' messages. With
+ * many, a page's newest-first walk meets its images soon; with few, that walk would test every message the reader can
+ * read (167 ms a fetch at 1,000,000 messages with none).
+ */
+async function imageMessagesIfFew(db: DB, realmId: number): Promise<number[] | undefined> {
+  const { rows } = await sql<{ id: string | number }>`
+    (select m.id from messages m where m.realm_id = ${realmId} and m.rendered_content ~* ${sql.lit(HAS_CONTENT.image)} limit ${FEW_IMAGE_MESSAGES + 1})
+    union
+    (select am.message_id from attachment_messages am join attachments a on a.id = am.attachment_id
+      where a.realm_id = ${realmId} and a.content_type like 'image/%' limit ${FEW_IMAGE_MESSAGES + 1})`.execute(db);
+  return rows.length > FEW_IMAGE_MESSAGES ? undefined : rows.map((r) => Number(r.id));
+}
+
 async function hasVisibility(db: DB, userId: number, operand: "followed" | "muted"): Promise<boolean> {
   const policy = operand === "followed" ? VISIBILITY.followed : VISIBILITY.muted;
   const topics = sql<SqlBool>`exists (select 1 from user_topics ut where ut.user_id = ${userId} and ut.visibility_policy = ${policy})`;

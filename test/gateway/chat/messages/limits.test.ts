@@ -2,9 +2,11 @@
  * `has:` narrows (from the rendered content and the uploads linked), and bad input at the message routes: every case a clear Zulip
  * error (or Zulip's truncation), never a 500. Through a real server on both engines.
  */
+import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, createUser, ENGINES, startTestServer, type Credentials, type TestServer } from "../../../support/server.ts";
 import { ids, messageApi, type User } from "../../../support/messages.ts";
+import { FEW_IMAGE_MESSAGES } from "../../../../actors/chat/reads/messages.ts";
 
 /** One past Number.MAX_SAFE_INTEGER: JSON and Number() would round it onto another id. */
 const PAST_2_53 = "9007199254740993";
@@ -151,5 +153,23 @@ describe.each(ENGINES)("has: narrows and bad input on %s", (engine) => {
     expect(Array.from(n.content)).toHaveLength(10_000);
     expect(n.content).toBe("🎉x".repeat(4_990) + "\n[message truncated]");
     expect(n.subject).toBe("🎉".repeat(57) + "...");
+  });
+  // Up to FEW_IMAGE_MESSAGES a page reads the realm's images by id; past it, it tests each message it walks. Rows
+  // added behind Chorus's back, far above the ids it hands out, make the realm's images many.
+  it("decides has:image the same way when the realm has more images than a page reads by id", async () => {
+    const first = await toChannel(owner, "many", "the first, no image");
+    await sql`
+      insert into messages (id, realm_id, sender_id, recipient_type, recipient_id, stream_id, topic, content, rendered_content, date_sent, sending_client)
+      select m.id + 1000000 + g, m.realm_id, m.sender_id, m.recipient_type, m.recipient_id, m.stream_id, m.topic, 'image ' || g,
+        '<div class="message_inline_image"><a href="/user_uploads/x.png"><img src="/x.png"></a></div>', m.date_sent, m.sending_client
+      from messages m, generate_series(1, ${FEW_IMAGE_MESSAGES + 1}) g where m.id = ${first}`.execute(server.node.store.db);
+    await sql`
+      insert into user_message_rows (user_id, message_id, flags)
+      select ${alice.id}, ${first} + 1000000 + g, 0 from generate_series(1, ${FEW_IMAGE_MESSAGES + 1}) g`.execute(server.node.store.db);
+    const newest = (operand: string, topic: string, negated = false) =>
+      get(alice, { anchor: "newest", num_before: 3, num_after: 0, narrow: [{ operator: "topic", operand: topic }, { operator: "has", operand, negated }] });
+    expect(ids(await newest("image", "many"))).toEqual([1, 2, 3].map((k) => first + 1000000 + FEW_IMAGE_MESSAGES + k - 2));
+    expect(ids(await newest("image", "many", true))).toEqual([first]);
+    expect(ids(await newest("image", "has")).length).toBe(2); // the upload and the external image of the first test
   });
 });

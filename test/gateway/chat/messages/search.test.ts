@@ -20,7 +20,7 @@ import { HAS_CONTENT, RESOLVED_TOPIC_PREFIX } from "../../../../actors/chat/read
  * idempotent.
  */
 const READ_MIGRATIONS = Object.keys(migrations).filter((name) => name >= "2026-11-28T0100-message-search");
-const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document", "messages_resolved", "messages_has_link"];
+const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document", "messages_resolved", "messages_has_link", "messages_has_image"];
 const SEARCH_DOCUMENT_MIGRATION = "2026-11-28T0900-message-search-document";
 
 describe.each(ENGINES)("search on %s", (engine) => {
@@ -214,6 +214,7 @@ describe.each(ENGINES)("search on %s", (engine) => {
     // The partial indexes' predicates are the pages' conditions (reads/messages.ts), which the planner must match.
     expect(await index("messages_resolved")).toContain(`'${RESOLVED_TOPIC_PREFIX}%'`);
     expect(await index("messages_has_link")).toContain(`'${HAS_CONTENT.link}'`);
+    expect(await index("messages_has_image")).toContain(`'${HAS_CONTENT.image}'`);
     expect(ids(await search(bob, "walk"))).toEqual([m.walked, m.walking]);
     // A message sent after the migration is indexed as it commits.
     const later = await toChannel(alice, "walks", "walking again", "kitchen");
