@@ -234,7 +234,8 @@ export abstract class Conversation implements Actor {
    * A committed message's fan-out that an earlier holder of this conversation's shard may not have finished (its row
    * in pending_fan_outs: fan-outs.ts), made again from the store: to everyone with a flag row for it, with their
    * flags, and to the observers. A recipient whose queue has it already drops the repeat. Deleted since, it is
-   * dropped; moved to another conversation since, it is left for the next sweep to find its new owner.
+   * dropped; moved to another conversation since, it is left for the next sweep to find its new owner. Answered once
+   * the message is in the queues; its record is deleted once their rows are written (until then a crash leaves it).
    */
   private async redeliver(msg: RedeliverMessage): Promise<Record<string, never>> {
     const db = this.deps.store.db;
@@ -279,8 +280,9 @@ export abstract class Conversation implements Actor {
     if (observers.length) delivery.observers = observers;
     const written: Promise<void>[] = [];
     await this.fanOut([...recipients, ...observers], delivery, written);
-    await Promise.all(written);
-    this.deps.messageLog.fanOutDone(msg.messageId);
+    // Answered once in the queues; the record goes once their rows are written too, which this conversation's next
+    // turns need not wait for (a write-behind may wait a while for company).
+    void Promise.all(written).then(() => this.deps.messageLog.fanOutDone(msg.messageId), () => {});
     return {};
   }
 

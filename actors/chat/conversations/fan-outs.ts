@@ -30,7 +30,11 @@ const SWEEP_EVERY_MS = 1_000;
  * process's entries again (elsewhere every send goes on in one process, whose queues die with it).
  */
 export function redeliverLeftFanOuts(system: ActorSystem, store: Store<Database>, messageLog: MessageLog, intervalMs = SWEEP_EVERY_MS): () => void {
-  /** Messages being delivered again: not asked for twice while the first ask runs. */
+  /**
+   * Messages delivered again, or being so, whose record is still there: not asked for again while it is. A record
+   * stays until the queues' rows are written (a write-behind may take a while); one no longer there is forgotten
+   * here, and a failed ask is asked again at the next sweep.
+   */
   const redelivering = new Set<number>();
   let sweeping = false;
   const sweep = async () => {
@@ -45,6 +49,8 @@ export function redeliverLeftFanOuts(system: ActorSystem, store: Store<Database>
         .select(["p.message_id", "p.shard", "p.epoch", "m.stream_id", "r.dm_key"])
         .where("p.shard", "in", [...held.keys()])
         .execute();
+      const still = new Set(rows.map((row) => Number(row.message_id)));
+      for (const id of redelivering) if (!still.has(id)) redelivering.delete(id);
       const left = rows.filter((row) => Number(row.epoch) < (held.get(row.shard) ?? 0) && !redelivering.has(Number(row.message_id)));
       if (left.length) log.info(`delivering again ${left.length} message(s) whose fan-out an earlier holder of their shard may not have finished`);
       for (const row of left) {
@@ -55,10 +61,10 @@ export function redeliverLeftFanOuts(system: ActorSystem, store: Store<Database>
         }
         const owner = row.stream_id !== null ? system.ref(Channel, row.stream_id) : system.ref(Dm, row.dm_key!);
         redelivering.add(id);
-        owner
-          .ask({ op: "redeliver", messageId: id })
-          .catch((err) => log.warn({ err }, `delivering message ${id} again failed; the next sweep tries again`))
-          .finally(() => redelivering.delete(id));
+        owner.ask({ op: "redeliver", messageId: id }).catch((err) => {
+          redelivering.delete(id);
+          log.warn({ err }, `delivering message ${id} again failed; the next sweep tries again`);
+        });
       }
     } finally {
       sweeping = false;
