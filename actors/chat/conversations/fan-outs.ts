@@ -13,13 +13,18 @@
  * lease waits for a commit in flight, and a commit after the take-over is refused (FENCED). Every row of an earlier
  * epoch is committed before the current holder's lease is, hence before any sweep of its.
  */
+import { sql } from "kysely";
 import type { ActorSystem } from "../../../runtime/system.ts";
+import { column } from "../../../runtime/store/group-commit.ts";
 import type { Store } from "../../../runtime/store/store.ts";
 import { log } from "../../../runtime/log.ts";
 import type { MessageLog } from "../message-log.ts";
 import type { Database } from "../../schema.ts";
 import { Channel } from "./channel.protocol.ts";
 import { Dm } from "./dm.protocol.ts";
+
+/** A record left by an earlier holder of its shard, with what says which conversation delivers it (none: deleted since). */
+type LeftRecord = { message_id: string | number; shard: number; stream_id: number | null; dm_key: string | null };
 
 /** How often a process looks for fan-outs left on the shards it holds: the longest a left fan-out waits after a take-over. */
 const SWEEP_EVERY_MS = 1_000;
@@ -36,22 +41,34 @@ export function redeliverLeftFanOuts(system: ActorSystem, store: Store<Database>
    * here, and a failed ask is asked again at the next sweep.
    */
   const redelivering = new Set<number>();
+  /**
+   * Each shard's epoch at which a sweep found no record of an earlier one: none can appear afterwards (see the
+   * module comment), so the shard is not looked at again until it is held at another epoch. The table is read once
+   * per take-over of a shard, not every second: under load it holds thousands of records (the live ones, written by
+   * this process at its own epoch) and many more deleted ones awaiting vacuum.
+   */
+  const cleanAt = new Map<number, number>();
   let sweeping = false;
   const sweep = async () => {
     const held = system.heldShardEpochs();
-    if (sweeping || !held.size) return;
+    for (const shard of cleanAt.keys()) if (!held.has(shard)) cleanAt.delete(shard);
+    const looked = [...held].filter(([shard, epoch]) => cleanAt.get(shard) !== epoch);
+    if (sweeping || !looked.length) return;
     sweeping = true;
     try {
-      const rows = await store.db
-        .selectFrom("pending_fan_outs as p")
-        .leftJoin("messages as m", "m.id", "p.message_id")
-        .leftJoin("recipients as r", "r.id", "m.recipient_id")
-        .select(["p.message_id", "p.shard", "p.epoch", "m.stream_id", "r.dm_key"])
-        .where("p.shard", "in", [...held.keys()])
-        .execute();
+      const shards = column(looked, ([shard]) => shard);
+      const epochs = column(looked, ([, epoch]) => epoch);
+      const { rows } = await sql<LeftRecord>`
+        select p.message_id, p.shard, m.stream_id, r.dm_key
+        from pending_fan_outs p
+        join unnest(${shards}::integer[], ${epochs}::bigint[]) as h(shard, epoch) on h.shard = p.shard and p.epoch < h.epoch
+        left join messages m on m.id = p.message_id
+        left join recipients r on r.id = m.recipient_id`.execute(store.db);
       const still = new Set(rows.map((row) => Number(row.message_id)));
       for (const id of redelivering) if (!still.has(id)) redelivering.delete(id);
-      const left = rows.filter((row) => Number(row.epoch) < (held.get(row.shard) ?? 0) && !redelivering.has(Number(row.message_id)));
+      const dirty = new Set(rows.map((row) => row.shard));
+      for (const [shard, epoch] of looked) if (!dirty.has(shard)) cleanAt.set(shard, epoch);
+      const left = rows.filter((row) => !redelivering.has(Number(row.message_id)));
       if (left.length) log.info(`delivering again ${left.length} message(s) whose fan-out an earlier holder of their shard may not have finished`);
       for (const row of left) {
         const id = Number(row.message_id);
