@@ -10,7 +10,7 @@ import type { Database } from "../../schema.ts";
 import type { PARKED } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
-import { Conversation, type AccessChange, type MovePlan, type StoredMessage } from "./conversation.ts";
+import { Conversation, type AccessChange, type MovePlan, type RedeliveredMessage, type StoredMessage } from "./conversation.ts";
 import { FLAG_BITS } from "./flags.ts";
 import { ROLE } from "../organization/groups.ts";
 import { isModerator, messageRules, pastLimit, topicPolicyError, type MessageRules } from "./message-rules.ts";
@@ -308,17 +308,31 @@ export class ChannelActor extends Conversation {
     const settledKey = `${msg.senderId}:${msg.topic.toLowerCase()}`;
     const settled = (this.settledSenders.get(settledKey) ?? 0) > Date.now();
     return this.send(msg, msg.topic, async (id, mentions) => {
-      const mentioned = [...mentions].filter(([, bits]) => bits & FLAG_BITS.mentioned).map(([user]) => user);
-      const [policy] = await Promise.all([
-        msg.automaticVisibility && !settled ? this.applySenderPolicies(msg.senderId, msg.topic, id, afterInFlight) : undefined,
-        mentioned.length ? this.topicPolicies.followWhereMentioned(mentioned, msg.topic) : undefined,
-      ]);
+      const policy = await this.automaticPolicies(id, msg.topic, msg.automaticVisibility && !settled ? msg.senderId : undefined, mentions, afterInFlight);
       if (msg.automaticVisibility && !settled) {
         if (this.settledSenders.size >= MAX_SETTLED) this.settledSenders.clear();
         this.settledSenders.set(settledKey, Date.now() + SETTLED_MS);
       }
       return policy === undefined ? {} : { automatic_new_visibility_policy: policy };
     });
+  }
+
+  protected override async afterRedelivered(message: RedeliveredMessage, flags: Map<number, number>): Promise<void> {
+    await this.automaticPolicies(message.id, message.topic, message.senderIsBot ? undefined : message.senderId, flags, false);
+  }
+
+  /**
+   * The topic visibility Zulip's automatic policies give after message `id`: its sender's (`senderId`, when a person
+   * whose settings apply) per their follow / unmute settings, and the mentioned users' (followed, per
+   * automatically_follow_topics_where_mentioned). The sender's new policy if it changed.
+   */
+  private async automaticPolicies(id: number, topic: string, senderId: number | undefined, mentions: Map<number, number>, afterInFlight: boolean): Promise<number | undefined> {
+    const mentioned = [...mentions].filter(([, bits]) => bits & FLAG_BITS.mentioned).map(([user]) => user);
+    const [policy] = await Promise.all([
+      senderId !== undefined ? this.applySenderPolicies(senderId, topic, id, afterInFlight) : undefined,
+      mentioned.length ? this.topicPolicies.followWhereMentioned(mentioned, topic) : undefined,
+    ]);
+    return policy;
   }
 
   /** The sender's automatic follow / unmute settings applied to their message `id`; the policy if it changed. */

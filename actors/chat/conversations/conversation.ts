@@ -32,6 +32,9 @@ import { User, type DeliverMessage } from "../users/user.protocol.ts";
 import type { Database } from "../../schema.ts";
 import { attachmentsOfMessages, detachedUploads, notifyAttachmentUpdates, uploadPreviews } from "../organization/attachments.ts";
 
+/** A message delivered again from its owed fan-out's record (Conversation.redeliver), as its after-steps need it. */
+export type RedeliveredMessage = { id: number; senderId: number; senderIsBot: boolean; topic: string };
+
 export const invalidMessage = () => errors.badRequest("Invalid message(s)");
 
 /** The stored message a turn works on. */
@@ -242,7 +245,7 @@ export abstract class Conversation implements Actor {
     const row = await db
       .selectFrom("messages as m")
       .innerJoin("users as u", "u.id", "m.sender_id")
-      .select(["m.sender_id", "m.recipient_id", "m.topic", "m.content", "m.rendered_content", "m.date_sent", "m.sending_client", "u.email", "u.full_name"])
+      .select(["m.sender_id", "m.recipient_id", "m.topic", "m.content", "m.rendered_content", "m.date_sent", "m.sending_client", "u.email", "u.full_name", "u.is_bot"])
       .where("m.id", "=", msg.messageId)
       .executeTakeFirst();
     if (!row) {
@@ -280,11 +283,27 @@ export abstract class Conversation implements Actor {
     if (observers.length) delivery.observers = observers;
     const written: Promise<void>[] = [];
     await this.fanOut([...recipients, ...observers], delivery, written);
+    // What the send does once its message is delivered, done again: the process that owed this fan-out may have died
+    // before it. Each step leaves alone what is done already.
+    if (record.content.includes("/user_uploads/")) {
+      await this.afterUploadsLinked(msg.messageId, record.rendered_content).catch((err) => log.warn({ err }, "telling of a message's uploads failed"));
+    }
+    const flags = new Map(flagRows.map((r) => [r.user_id, r.flags]));
+    await this.afterRedelivered({ id: msg.messageId, senderId: row.sender_id, senderIsBot: row.is_bot, topic: row.topic }, flags).catch((err) =>
+      log.warn({ err }, `the automatic steps after message ${msg.messageId} failed`),
+    );
     // Answered once in the queues; the record goes once their rows are written too, which this conversation's next
     // turns need not wait for (a write-behind may wait a while for company).
     void Promise.all(written).then(() => this.deps.messageLog.fanOutDone(msg.messageId), () => {});
     return {};
   }
+
+  /**
+   * What a send does after its message is delivered besides answering (a channel's automatic topic policies), done
+   * again for a message delivered again from its record: the send that owed the fan-out may have died first.
+   * `flags`: each recipient's stored flags.
+   */
+  protected async afterRedelivered(_message: RedeliveredMessage, _flags: Map<number, number>): Promise<void> {}
 
   /**
    * A committed message's delivery to its recipients' queues, tried again while it fails for want of the transport

@@ -187,6 +187,32 @@ it.each([
   for (const e of after.body.events) expect(e.id).toBeGreaterThan(lastSeen);
 }, 90_000);
 
+/**
+ * Lock the messages table in `admin`'s transaction, make `send`, and return once its commit waits on the lock: the
+ * send's promise, wrapped (an async function's answer would wait for it), settled once `admin` commits.
+ */
+async function sendBehindLock(admin: pg.Client, send: () => Promise<unknown>): Promise<{ hung: Promise<unknown> }> {
+  await admin.query("begin");
+  await admin.query("lock table messages in share mode");
+  const hung = send().catch(() => undefined);
+  await eventually("the commit waits on the lock", async () => {
+    const { rows } = await admin.query("select count(*)::int as n from pg_locks where relation = 'messages'::regclass and not granted");
+    return rows[0].n > 0;
+  });
+  return { hung };
+}
+
+/** SIGKILL the one worker of `server`, then start another on the same stores and port. */
+async function killAndStartOne(server: Awaited<ReturnType<typeof startDistributed>>, env: Record<string, string>): Promise<void> {
+  process.kill(server.proc.pid!, "SIGKILL");
+  await new Promise((resolve) => server.proc.once("exit", resolve));
+  const next = await startChorus(
+    { REDIS_URL, DATABASE_URL: server.databaseUrl, REDIS_PREFIX: server.redisPrefix, PORT: String(server.port), METRICS_PORT: String(await freePort()), LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000", ...env },
+    server.dataDir,
+  );
+  cleanups.push(() => next.stop());
+}
+
 // With one worker every send reaches its channel without the transport (System.askDirect): no entry of the send is
 // left for Redis to deliver again. The commit's record of the owed fan-out (pending_fan_outs) is what the next
 // process delivers the messages from, and the record goes once the restored events are written.
@@ -201,13 +227,7 @@ it("gives a restored queue the messages of sends that came without the transport
   expect(await storedEvents(server.databaseUrl)).toBe(0);
   expect(await owedFanOuts(server.databaseUrl)).toBe(sent.length); // the events' rows are not written yet
 
-  process.kill(server.proc.pid!, "SIGKILL");
-  await new Promise((resolve) => server.proc.once("exit", resolve));
-  const next = await startChorus(
-    { REDIS_URL, DATABASE_URL: server.databaseUrl, REDIS_PREFIX: server.redisPrefix, PORT: String(server.port), METRICS_PORT: String(await freePort()), LEASE_SECONDS: "2", ASK_TIMEOUT_MS: "3000", ...env },
-    server.dataDir,
-  );
-  cleanups.push(() => next.stop());
+  await killAndStartOne(server, env);
   const after = await pollAfterRestart(target, owner, queue, () => true, sent.length);
   expect(after.status).toBe(200);
   const ids = after.body.events.map((e: any) => e.message.id);
@@ -235,6 +255,29 @@ it("keeps no owed fan-out once a send's events are written", async () => {
   expect((await reads()) - before).toBeLessThanOrEqual(1);
 }, 60_000);
 
+// The send's steps after its delivery (here the sender's automatic follow of a topic they start) are made again with
+// the fan-out: the process died after the commit, before them.
+it("follows the topic a send started for its sender when the process died between the send's commit and its answer", async () => {
+  const env = { WORKERS: "1" };
+  const { server, target, owner, queue } = await distributedQueue("started", env);
+  const admin = await adminClient(server.databaseUrl);
+  // The commit waits on a lock; the process dies meanwhile; released, the orphaned statement commits the message.
+  const { hung } = await sendBehindLock(admin, () => api(target, "POST", "/messages", { as: owner, params: { type: "stream", to: "started", topic: "fresh", content: "first" } }));
+  const restarted = killAndStartOne(server, env);
+  await admin.query("commit");
+  await hung;
+  await restarted;
+
+  const after = await pollAfterRestart(target, owner, queue, () => true, 1);
+  expect(after.body.events.map((e: any) => e.message.content)).toEqual(["first"]);
+  const followed = async () => {
+    const { rows } = await admin.query("select t.visibility_policy from user_topics t join users u on u.id = t.user_id where u.email = $1 and t.topic_key = 'fresh'", [owner.email]);
+    return rows.map((r) => Number(r.visibility_policy));
+  };
+  await eventually("the sender follows the topic they started", async () => (await followed()).length > 0);
+  expect(await followed()).toEqual([3]); // VISIBILITY.followed: the default automatically_follow_topics_policy, on initiation
+}, 90_000);
+
 it("delivers a message its worker stored but died before delivering (the send's entry is left to the next holder)", async () => {
   const { server, target, owner, send, killAndPoll } = await distributedQueue("stored");
   const admin = await adminClient(server.databaseUrl);
@@ -244,13 +287,7 @@ it("delivers a message its worker stored but died before delivering (the send's 
 
   // The commit of the next message waits on a lock: its turn has long ended (and its entry would have been
   // acknowledged) when the workers are killed. Released afterwards, the orphaned statement commits the message.
-  await admin.query("begin");
-  await admin.query("lock table messages in share mode");
-  const hung = api(target, "POST", "/messages", { as: owner, params: { type: "stream", to: "stored", topic: "t", content: "two" } }).catch(() => undefined);
-  await eventually("the commit waits on the lock", async () => {
-    const { rows } = await admin.query("select count(*)::int as n from pg_locks where relation = 'messages'::regclass and not granted");
-    return rows[0].n > 0;
-  });
+  const { hung } = await sendBehindLock(admin, () => api(target, "POST", "/messages", { as: owner, params: { type: "stream", to: "stored", topic: "t", content: "two" } }));
   await new Promise((r) => setTimeout(r, 300));
   const restarted = killAndPoll(2);
   await admin.query("commit");
