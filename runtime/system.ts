@@ -371,9 +371,14 @@ export class ActorSystem {
    */
   private dispatch(shard: number, entry: Entry & { replyTo: ReplyAddress }, transient: boolean, held?: Promise<void>[], direct = false): void {
     if (transient && this.servedHere.has(shard)) void this.onEntry(shard, entry).catch(() => {}); // nothing to acknowledge: no transport entry
-    else if (direct && this.servedHere.has(shard) && (!this.leaseSure || this.leaseSure(shard))) void this.onEntry(shard, entry).catch(() => {});
-    else if (held && this.servedHere.has(shard) && (!this.leaseSure || this.leaseSure(shard))) held.push(this.onEntry(shard, entry).catch((err) => this.leaveToNextHolder(shard, entry, err)));
+    else if (direct && this.surelyServedHere(shard)) void this.onEntry(shard, entry).catch(() => {});
+    else if (held && this.surelyServedHere(shard)) held.push(this.onEntry(shard, entry).catch((err) => this.leaveToNextHolder(shard, entry, err)));
     else this.opts.transport.send(shard, entry).catch((err) => this.settle({ corr: entry.replyTo.corr, error: ChorusError.wrap(err).toJSON() }));
+  }
+
+  /** The shard's entries are handled here, and its lease is not in doubt: a turn queued now runs now. */
+  private surelyServedHere(shard: number): boolean {
+    return this.servedHere.has(shard) && (!this.leaseSure || this.leaseSure(shard));
   }
 
   /**
