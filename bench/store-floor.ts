@@ -9,9 +9,16 @@
  * message commits one list, expanded after). Past one recipient it also prints CPU per flag row: what each delivery
  * of a fan-out costs the embedded store. With more than one recipient, fewer appends are in flight (4 and 16: a
  * fan-out cell's sender has a few messages committing at a time).
+ *
+ * `--postgres`: on a fresh database of the machine's Postgres instead (dropped after), counting its backends' CPU
+ * too. `--events`: each recipient's event row as well (its queue's durable copy, which every delivery writes unless
+ * the queue acknowledged the event first), after its message commits as a delivery's is. With both, the figure per
+ * flag row is what each delivery of a channel fan-out costs Node and Postgres at the least, with no HTTP, actors or
+ * queues: the floor under the fan-out bench's "µs per delivery".
  */
 import fs from "node:fs";
 import { parseArgs } from "node:util";
+import { sql } from "kysely";
 import os from "node:os";
 import path from "node:path";
 import { openDatabase } from "../runtime/store/db.ts";
@@ -19,15 +26,18 @@ import { SqlStore } from "../runtime/store/sql-store.ts";
 import type { Database } from "../actors/schema.ts";
 import { migrations } from "../actors/migrations/index.ts";
 import { MessageLog, type NewMessage } from "../actors/chat/message-log.ts";
+import { freshDatabase } from "../test/support/services.ts";
+import { procCpuMicros } from "./scenarios.ts";
 
-const { values } = parseArgs({ options: { recipients: { type: "string", default: "1" } } });
+const { values } = parseArgs({ options: { recipients: { type: "string", default: "1" }, postgres: { type: "boolean" }, events: { type: "boolean" } } });
 const recipientCount = Number(values.recipients);
 if (!Number.isInteger(recipientCount) || recipientCount < 1) throw new Error("--recipients takes a whole number of at least 1");
 // The sender (user 2) has read its own message; users 3, 4, … have not.
 const recipients = Array.from({ length: recipientCount }, (_, i) => ({ user_id: 2 + i, flags: i === 0 ? 1 : 0 }));
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-store-floor-"));
-const store = new SqlStore<Database>(await openDatabase({ dataDir: dir }));
+const database = values.postgres ? await freshDatabase() : undefined;
+const store = new SqlStore<Database>(await openDatabase({ dataDir: dir, databaseUrl: database?.url }));
 const messageLog = new MessageLog(store);
 await store.migrate(migrations);
 await store.ensureShards(1);
@@ -52,7 +62,22 @@ function append(): Promise<number> {
     sending_client: "bench",
     send_key: null,
   };
-  return messageLog.appendMessage(message, fence, recipients);
+  const committed = messageLog.appendMessage(message, fence, recipients);
+  if (!values.events) return committed;
+  return committed.then(async (stored) => {
+    const seq = nextSeq++;
+    const payload = { kind: "message", messageId: stored, flags: [] };
+    await Promise.all(recipients.map((r) => messageLog.appendUserEvent({ user_id: r.user_id, seq, payload }, fence)));
+    return stored;
+  });
+}
+let nextSeq = 1;
+
+/** CPU µs of this database's Postgres backends so far (none on PGlite, which runs in this process). */
+async function postgresCpu(): Promise<number> {
+  if (!database) return 0;
+  const { rows } = await sql<{ pid: number }>`select pid from pg_stat_activity where datname = ${database.name}`.execute(store.db);
+  return rows.reduce((total, { pid }) => total + (procCpuMicros(pid) ?? 0), 0);
 }
 
 async function measure(total: number, inFlight: number): Promise<void> {
@@ -63,14 +88,19 @@ async function measure(total: number, inFlight: number): Promise<void> {
       await append();
     }
   };
+  const postgres0 = await postgresCpu();
   const wall = process.hrtime.bigint();
   const cpu = process.cpuUsage();
   await Promise.all(Array.from({ length: inFlight }, lane));
   const seconds = Number(process.hrtime.bigint() - wall) / 1e9;
   const used = process.cpuUsage(cpu);
-  const cpuEach = (used.user + used.system) / total;
-  const perRow = recipientCount > 1 ? `, ${(cpuEach / recipientCount).toFixed(1)} µs per flag row` : "";
-  console.log(`${total} appends of ${recipientCount} recipient${recipientCount > 1 ? "s" : ""}, ${inFlight} in flight: ${Math.round(total / seconds)}/s, ${Math.round(cpuEach)} µs CPU each${perRow}`);
+  const nodeEach = (used.user + used.system) / total;
+  const postgresEach = ((await postgresCpu()) - postgres0) / total;
+  const cpuEach = nodeEach + postgresEach;
+  const split = database ? ` (node ${Math.round(nodeEach)}, Postgres ${Math.round(postgresEach)})` : "";
+  const perRow = recipientCount > 1 ? `, ${(cpuEach / recipientCount).toFixed(1)} µs per flag row${database ? ` (node ${(nodeEach / recipientCount).toFixed(1)}, Postgres ${(postgresEach / recipientCount).toFixed(1)})` : ""}` : "";
+  const what = `${recipientCount} recipient${recipientCount > 1 ? "s" : ""}${values.events ? " and their event rows" : ""}`;
+  console.log(`${total} appends of ${what}, ${inFlight} in flight: ${Math.round(total / seconds)}/s, ${Math.round(cpuEach)} µs CPU each${split}${perRow}`);
 }
 
 try {
@@ -82,5 +112,6 @@ try {
   await measure(appends, more);
 } finally {
   await store.close();
+  await database?.drop();
   fs.rmSync(dir, { recursive: true, force: true });
 }
