@@ -508,11 +508,12 @@ async function commitEvents(prepared: Prepared, batch: PendingEvent[]): Promise<
  * one-message commit (190 against 240 µs; `return query` copies the answer through a tuplestore, and PL/pgSQL plans
  * and runs its statement under its own executor). The functions stay in the schema, for a node of the previous
  * version during a rolling upgrade. These two constants are the one live definition of the append statements: the
- * migrations' function bodies are frozen snapshots of what shipped, never called by this code.
+ * migrations' function bodies are frozen snapshots of what shipped, never called by this code. Each reads its
+ * fences' leases FOR KEY SHARE, as a store write does (fenceChecker, runtime/store/sql-store.ts, says why).
  */
 const APPEND_MESSAGES = `
   with lease as (
-    select l.shard, l.owner, l.epoch from shard_leases l where l.shard = any($13::integer[]) for share
+    select l.shard, l.owner, l.epoch from shard_leases l where l.shard = any($13::integer[]) for key share
   ),
   message_rows as (
     select t.* from unnest($1::bigint[], $2::integer[], $3::integer[], $4::text[], $5::integer[], $6::integer[], $7::text[],
@@ -560,7 +561,7 @@ const APPEND_MESSAGES = `
   union all select 'inserted', null, null, null, n.id, n.send_key from new_messages n`;
 const APPEND_USER_EVENTS = `
   with lease as (
-    select l.shard, l.owner, l.epoch from shard_leases l where l.shard = any($4::integer[]) for share
+    select l.shard, l.owner, l.epoch from shard_leases l where l.shard = any($4::integer[]) for key share
   ),
   new_events as (
     insert into user_events (user_id, seq, payload)

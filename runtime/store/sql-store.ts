@@ -185,8 +185,11 @@ export class SqlStore<DB extends KernelTables = KernelTables> implements Store<D
 
 /**
  * Reads the leases of the fences' shards and answers whether a fence is stale (its epoch or owner is no longer
- * the shard's). Locks those lease rows for the rest of the transaction, so a takeover (which bumps the epoch)
- * waits until this write has committed.
+ * the shard's). Locks those lease rows for the rest of the transaction, so a takeover (acquireLease's FOR UPDATE,
+ * which bumps the epoch) waits until this write has committed. FOR KEY SHARE, not FOR SHARE: it conflicts with FOR
+ * UPDATE only, so a renewal (an UPDATE of `expires_at`, which takes FOR NO KEY UPDATE) and a write under the lease
+ * do not wait for each other. A release (likewise) does not wait either; a write then still under way commits before
+ * the next holder's take-over can, and one that locks the row after the release sees it and is FENCED.
  */
 async function fenceChecker(trx: Transaction<KernelTables>, fences: Fence[]): Promise<(fence: Fence) => boolean> {
   const shards = [...new Set(fences.map((f) => f.shard))];
@@ -194,7 +197,7 @@ async function fenceChecker(trx: Transaction<KernelTables>, fences: Fence[]): Pr
     .selectFrom("shard_leases")
     .select(["shard", "owner", "epoch"])
     .where("shard", "in", shards)
-    .forShare()
+    .forKeyShare()
     .execute();
   return staleAgainst(rows);
 }

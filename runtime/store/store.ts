@@ -59,7 +59,11 @@ export interface Store<DB extends KernelTables = KernelTables> {
   attach(component: StoreComponent): void;
   /** Run every attached component's `recover`. */
   recover(): Promise<void>;
-  /** Run `fn` in one transaction after checking the fence; commits before resolving. */
+  /**
+   * Run `fn` in one transaction after checking the fence; commits before resolving. A take-over of the fence's shard
+   * (acquireLease) waits for it to end, so it never lands behind the next holder's writes; a renewal of the lease
+   * neither waits for it nor holds it up (on Postgres; PGlite runs one transaction at a time).
+   */
   write<T>(fence: Fence, fn: (trx: Transaction<DB>) => Promise<T>): Promise<T>;
   loadSnapshot<S>(kind: string, key: string): Promise<{ version: number; state: S } | undefined>;
   saveSnapshot<S>(kind: string, key: string, expectedVersion: number, state: S, fence: Fence): Promise<number>;

@@ -9,8 +9,8 @@
  * a hand-over while the fan-out was still running. Its message goes to the conversation's actor to be delivered
  * again (Conversation.redeliver); a queue that has it already drops the repeat.
  *
- * Why the rows are complete when read: a message's commit reads its shard's lease FOR SHARE, so a take-over of the
- * lease waits for a commit in flight, and a commit after the take-over is refused (FENCED). Every row of an earlier
+ * Why the rows are complete when read: a message's commit reads its shard's lease FOR KEY SHARE, so a take-over of
+ * the lease (FOR UPDATE) waits for a commit in flight, and a commit after the take-over is refused (FENCED). Every row of an earlier
  * epoch is committed before the current holder's lease is, hence before any sweep of its.
  */
 import { sql } from "kysely";
