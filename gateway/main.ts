@@ -51,6 +51,7 @@ import { channelRoutes } from "./chat/channels.ts";
 import { eventRoutes } from "./chat/events.ts";
 import { messageRoutes } from "./chat/messages.ts";
 import { reactionRoutes } from "./chat/reactions.ts";
+import { submessageRoutes } from "./chat/submessages.ts";
 import { scheduledRoutes } from "./chat/scheduled.ts";
 import { topicRoutes } from "./chat/topics.ts";
 import { wakeSchedulers } from "../actors/chat/conversations/scheduler.ts";
@@ -197,7 +198,7 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
     siteUrl: (host) => process.env.SITE_URL ?? (host ? `http://${host}` : siteFor(config, port)),
   };
   const app = new App(services);
-  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes, ...passwordResetRoutes);
+  app.add(...serverRoutes, ...userRoutes, ...channelRoutes, ...messageRoutes, ...reactionRoutes, ...submessageRoutes, ...scheduledRoutes, ...topicRoutes, ...eventRoutes, ...typingRoutes, ...meRoutes, ...organizationRoutes, ...profileFieldRoutes, ...emojiRoutes, ...linkifierRoutes, ...userGroupRoutes, ...uploadRoutes, ...passwordResetRoutes);
   const probes = healthProbes({ store, shards, redisUrl: config.redisUrl });
   const assistant = assistantFace({ system, store, keyring, config, assistant: assistantConfig, pubsub, rateLimiter });
   const handler: HttpHandler = (req) => {

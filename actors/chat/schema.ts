@@ -232,6 +232,16 @@ export interface ReactionTable {
   created: Generated<number>;
 }
 
+/** A widget message's submessage (migration 2026-12-05T1000): the widget, then what its readers add to it. */
+export interface SubmessageTable {
+  id: Generated<number>;
+  message_id: number;
+  sender_id: number;
+  msg_type: string;
+  /** JSON text, as the client sent it (the widget's own: its type and extra data). */
+  content: string;
+}
+
 export interface UserEventTable {
   user_id: number;
   seq: number;
@@ -566,6 +576,7 @@ export interface ChatTables {
   user_message_lists: UserMessageListTable;
   unread_messages: UnreadMessageTable;
   reactions: ReactionTable;
+  submessages: SubmessageTable;
   scheduled_messages: ScheduledMessageTable;
   user_topics: UserTopicTable;
   user_events: UserEventTable;

@@ -50,6 +50,7 @@ import * as unreadWalksByUnreadTable from "../chat/migrations/2026-12-02T0330-un
 import * as messageVersions from "../chat/migrations/2026-12-02T1800-message-versions.ts";
 import * as narrowPartialIndexes from "../chat/migrations/2026-12-05T0400-narrow-partial-indexes.ts";
 import * as pendingFanOuts from "../chat/migrations/2026-12-05T0700-pending-fan-outs.ts";
+import * as submessages from "../chat/migrations/2026-12-05T1000-submessages.ts";
 import * as imageMessagesIndex from "../chat/migrations/2026-12-05T0800-image-messages-index.ts";
 
 export const migrations: Record<string, Migration> = {
@@ -99,4 +100,5 @@ export const migrations: Record<string, Migration> = {
   "2026-12-05T0400-narrow-partial-indexes": narrowPartialIndexes,
   "2026-12-05T0700-pending-fan-outs": pendingFanOuts,
   "2026-12-05T0800-image-messages-index": imageMessagesIndex,
+  "2026-12-05T1000-submessages": submessages,
 };

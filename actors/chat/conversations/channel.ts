@@ -343,10 +343,10 @@ export class ChannelActor extends Conversation {
   }
 
   /**
-   * A reaction is participation (Zulip's do_add_reaction): a subscribed person's automatic settings may follow or
-   * unmute the topic.
+   * A reaction or a submessage is participation (Zulip's do_add_reaction, do_add_submessage): a subscribed person's
+   * automatic settings may follow or unmute the topic.
    */
-  protected override async afterReaction(acting: Acting, row: StoredMessage): Promise<void> {
+  protected override async afterParticipation(acting: Acting, row: StoredMessage): Promise<void> {
     if (acting.is_bot) return;
     const standing = await this.topicPolicies.standing(acting.id, row.topic);
     if (standing.streamMuted === null) return;

@@ -1,7 +1,8 @@
 /**
- * What every conversation (a channel, a direct-message conversation) answers: sends, and edits, deletions and
- * reactions on its messages, their uploaded images' previews, and fan-outs left unfinished by a crash. Handlers:
- * Conversation.conversationHandlers in conversation.ts (edit, delete, react, refreshUploadPreview, redeliver); sends in ChannelActor.handlers (channel.ts) and DmActor.handlers (dm.ts). The kinds are in
+ * What every conversation (a channel, a direct-message conversation) answers: sends, and edits, deletions,
+ * reactions and widget submessages on its messages, their uploaded images' previews, and fan-outs left unfinished by
+ * a crash. Handlers: Conversation.conversationHandlers in conversation.ts (edit, delete, react, addSubmessage,
+ * refreshUploadPreview, redeliver); sends in ChannelActor.handlers (channel.ts) and DmActor.handlers (dm.ts). The kinds are in
  * channel.protocol.ts and dm.protocol.ts.
  */
 import type { Empty, Op } from "../../../runtime/protocol.ts";
@@ -95,6 +96,19 @@ export interface React {
 }
 
 /**
+ * Zulip's POST /submessage: what a reader adds to a widget message (a vote, an option, a task), checked against the
+ * widget's type (widgets.ts); its first submessage must be the message sender's.
+ */
+export interface AddSubmessage {
+  op: "addSubmessage";
+  messageId: number;
+  acting: Acting;
+  msgType: string;
+  /** JSON text, stored and sent on as given. */
+  content: string;
+}
+
+/**
  * An uploaded image's thumbnails are made (or it did not decode: `preview` null): the messages of this conversation
  * showing its placeholder show the thumbnail (or no preview), with a rendering-only update_message event.
  */
@@ -119,6 +133,7 @@ export type ConversationProtocol = {
   edit: Op<EditMessage, Edited>;
   delete: Op<DeleteMessage, Empty>;
   react: Op<React, Empty>;
+  addSubmessage: Op<AddSubmessage, Empty>;
   refreshUploadPreview: Op<RefreshUploadPreview, Empty>;
   redeliver: Op<RedeliverMessage, Empty>;
 };

@@ -17,7 +17,7 @@ import type { ActorDeps } from "../../deps.ts";
 import { FLAG_BITS, flagList, MENTION_FLAGS } from "./flags.ts";
 import { inGroupSetting, type GroupSettingValue } from "../organization/groups.ts";
 import { contentEditRefusal, messageRules, pastLimit, type MessageRules } from "./message-rules.ts";
-import { isMeMessage, type MessageRecord } from "../rendering/message-format.ts";
+import { isMeMessage, type MessageRecord, type Submessage } from "../rendering/message-format.ts";
 import { renderMarkdown as renderZulipMarkdown, type RenderResult } from "../rendering/markdown.ts";
 import { markdownContext } from "../rendering/mentions.ts";
 import { usersAlertedBy } from "../users/alert-words.ts";
@@ -25,7 +25,9 @@ import { topicLinks } from "../rendering/linkifiers.ts";
 import { compiledLinkifiers } from "../organization/linkifiers.ts";
 import { usersMutingCache } from "../users/user-data.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
-import type { Acting, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, RedeliverMessage, RefreshUploadPreview, Sent } from "./conversation.protocol.ts";
+import type { Acting, AddSubmessage, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, RedeliverMessage, RefreshUploadPreview, Sent } from "./conversation.protocol.ts";
+import { checkWidgetData, widgetSubmessageContent, widgetTypeOf } from "./widgets.ts";
+import { submessagesOf } from "../reads/submessages.ts";
 import { placeholderPaths, rewriteUploadPreviews } from "../rendering/thumbnails.ts";
 import type { SendToDm } from "./dm.protocol.ts";
 import { User, type DeliverMessage } from "../users/user.protocol.ts";
@@ -109,6 +111,7 @@ export abstract class Conversation implements Actor {
     edit: (conversation, msg) => conversation.edit(msg),
     delete: (conversation, msg) => conversation.delete(msg),
     react: (conversation, msg) => conversation.react(msg),
+    addSubmessage: (conversation, msg) => conversation.addSubmessage(msg),
     refreshUploadPreview: (conversation, msg) => conversation.refreshUploadPreview(msg),
     redeliver: (conversation, msg) => conversation.redeliver(msg),
   };
@@ -200,9 +203,11 @@ export abstract class Conversation implements Actor {
       .then(async (storedId) => {
         // A redelivered send, or a client's retry, resolves with the first attempt's id; that attempt wrote the flag
         // rows, and its message is the one delivered (again: the user actors drop a repeat).
+        const message = storedId === id ? record : await this.storedInstead(record, storedId, msg.senderId);
+        if (message.content.startsWith("/")) message.submessages = await this.widgetSubmessages(storedId, msg.senderId, message.content);
         const delivery: DeliverMessage = {
           op: "deliverMessage",
-          message: storedId === id ? record : await this.storedInstead(record, storedId, msg.senderId),
+          message,
           flags: readByDefault ? ["read"] : [],
           flagsFor: Object.fromEntries(
             [...new Set([msg.senderId, ...mentions.keys(), ...readFor, ...unreadFor])].map((u) => [u, flagList(flagsOf(u))]),
@@ -270,6 +275,7 @@ export abstract class Conversation implements Actor {
       topic_links: base.type === "stream" ? topicLinks(await compiledLinkifiers.get(db, this.realmId), row.topic) : [],
       ...base,
     };
+    if (row.content.startsWith("/")) record.submessages = await this.widgetSubmessages(msg.messageId, row.sender_id, row.content);
     const flagRows = await db.selectFrom("user_messages").select(["user_id", "flags"]).where("message_id", "=", msg.messageId).execute();
     const recipients = flagRows.map((r) => r.user_id);
     const recipientSet = new Set(recipients);
@@ -431,6 +437,9 @@ export abstract class Conversation implements Actor {
       if (msg.prevContentSha256 !== undefined && sha256(row.content) !== msg.prevContentSha256) {
         throw new ChorusError("EXPECTATION_MISMATCH", "'prev_content_sha256' value does not match the expected value.", 400);
       }
+      // Zulip's check_update_message: a widget's content says what the widget is.
+      const widget = await db.selectFrom("submessages").select("id").where("message_id", "=", row.id).limit(1).executeTakeFirst();
+      if (widget) throw errors.badRequest("Widgets cannot be edited.");
     }
     const wantsMove = (msg.topic !== undefined && msg.topic !== row.topic) || (msg.streamId !== undefined && msg.streamId !== row.stream_id);
     if (!contentChanged && !wantsMove) throw errors.badRequest("Nothing to change");
@@ -558,6 +567,61 @@ export abstract class Conversation implements Actor {
 
   // ---- reactions ----------------------------------------------------------------------------------------------
 
+  // ---- widgets ------------------------------------------------------------------------------------------------------
+
+  /**
+   * A new message's submessages when its content asks for a widget (`/poll`, `/todo`): the widget is written first,
+   * unless the message has a submessage already (its send ran before, or the redelivery of its fan-out does this
+   * again), as Zulip's do_widget_post_save_actions writes it after the message. Undefined for any other content.
+   */
+  private async widgetSubmessages(messageId: number, senderId: number, content: string): Promise<Submessage[] | undefined> {
+    const widget = widgetSubmessageContent(content);
+    if (widget === undefined) return undefined;
+    await this.deps.store.write(this.ctx.fence(), (trx) =>
+      sql`insert into submessages (message_id, sender_id, msg_type, content)
+        select ${messageId}, ${senderId}, 'widget', ${widget} where not exists (select 1 from submessages where message_id = ${messageId})`.execute(trx),
+    );
+    return (await submessagesOf(this.deps.store.db, [messageId])).get(messageId);
+  }
+
+  /**
+   * Zulip's process_submessage and do_add_submessage: the first submessage of a message is its sender's; what is
+   * added to a poll or a todo list is checked against the widget; everyone who has the message hears of it, and adding
+   * one is participation in the topic (afterParticipation).
+   */
+  private async addSubmessage(msg: AddSubmessage): Promise<Record<string, never>> {
+    const row = await this.loadMessage(msg.messageId);
+    const existing = await this.deps.store.db
+      .selectFrom("submessages")
+      .select(["sender_id", "msg_type", "content"])
+      .where("message_id", "=", row.id)
+      .orderBy("id")
+      .execute();
+    if (msg.acting.id !== row.sender_id && !existing.some((s) => s.sender_id === row.sender_id)) {
+      throw errors.badRequest("You cannot attach a submessage to this message.");
+    }
+    let data: unknown;
+    try {
+      data = JSON.parse(msg.content);
+    } catch {
+      throw errors.badRequest("Invalid json for submessage");
+    }
+    checkWidgetData(widgetTypeOf(existing.find((s) => s.msg_type === "widget")), data, msg.acting.id === row.sender_id);
+    const inserted = await this.deps.store.write(this.ctx.fence(), (trx) =>
+      trx
+        .insertInto("submessages")
+        .values({ message_id: row.id, sender_id: msg.acting.id, msg_type: msg.msgType, content: msg.content })
+        .returning("id")
+        .executeTakeFirstOrThrow(),
+    );
+    const event = { type: "submessage", msg_type: msg.msgType, message_id: row.id, submessage_id: Number(inserted.id), sender_id: msg.acting.id, content: msg.content };
+    await this.deps.system().broadcast(User, this.recipients(), { op: "deliverEvent", event });
+    await this.afterParticipation(msg.acting, row);
+    return {};
+  }
+
+  // ---- reactions ----------------------------------------------------------------------------------------------------
+
   private async react(msg: React): Promise<Record<string, never>> {
     const row = await this.loadMessage(msg.messageId);
     const { emoji_code, reaction_type } = msg.reaction;
@@ -597,12 +661,12 @@ export abstract class Conversation implements Actor {
       reaction_type,
     };
     await this.deps.system().broadcast(User, this.recipients(), { op: "deliverEvent", event });
-    if (msg.add) await this.afterReaction(msg.acting, row);
+    if (msg.add) await this.afterParticipation(msg.acting, row);
     return {};
   }
 
-  /** What else adding a reaction does (channels: Zulip's automatic topic policies). */
-  protected async afterReaction(_acting: Acting, _row: StoredMessage): Promise<void> {}
+  /** What else taking part in a message (a reaction, a submessage) does (channels: Zulip's automatic topic policies). */
+  protected async afterParticipation(_acting: Acting, _row: StoredMessage): Promise<void> {}
 
   // ---- uploaded images' previews ------------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ import { ReadBatches } from "../../../runtime/store/read-batches.ts";
 import { column } from "../../../runtime/store/group-commit.ts";
 import type { Database } from "../../schema.ts";
 import type { MessageEditColumns, MessageTable } from "../schema.ts";
-import { formatMessage, type FormatOptions, type MessageRecord } from "../rendering/message-format.ts";
+import { formatMessage, type FormatOptions, type MessageRecord, type Submessage } from "../rendering/message-format.ts";
+import { submessagesOf } from "./submessages.ts";
 import { ROLE } from "../organization/groups.ts";
 import { dmKey, RECIPIENT_DM } from "../conversations/dm.ts";
 import { FLAG_BITS, flagList, HISTORICAL_FLAGS, MENTION_FLAGS } from "../conversations/flags.ts";
@@ -718,6 +719,7 @@ function pageColumns(search: string, related = true) {
     ifRelated<string | null>(RELATED.streamName).as("stream_name"),
     ifRelated<Person[] | null>(RELATED.people).as("people"),
     ifRelated<unknown[] | null>(RELATED.reactions).as("reactions"),
+    ifRelated<Submessage[] | null>(RELATED.submessages).as("submessages"),
     matchContent,
     matchSubject,
   ] as const;
@@ -749,6 +751,9 @@ const RELATED = {
   reactions: `(
       select json_agg(json_build_object('emoji_name', r.emoji_name, 'emoji_code', r.emoji_code, 'reaction_type', r.reaction_type, 'user_id', r.user_id) order by r.created)
       from reactions r where r.message_id = m.id)`,
+  submessages: `(
+      select json_agg(json_build_object('msg_type', s.msg_type, 'content', s.content, 'message_id', s.message_id, 'sender_id', s.sender_id, 'id', s.id) order by s.id)
+      from submessages s where s.message_id = m.id)`,
 };
 
 type Person = { id: number; email: string; full_name: string; is_mirror_dummy: boolean };
@@ -1056,7 +1061,7 @@ const REALM_USER_VERSION = (realm: string) => `coalesce((select v.version from r
 
 /** What a page shows of a message that does not depend on the reader, by id, with its versions (message-records.ts). */
 const PAGE_RECORDS_TEXT = `select ${MESSAGE_COLUMNS.join(", ")}, m.version, ${RELATED.sender} as sender, ${RELATED.people} as people,
-    ${RELATED.reactions} as reactions, ${REALM_USER_VERSION("m.realm_id")} as user_version
+    ${RELATED.reactions} as reactions, ${RELATED.submessages} as submessages, ${REALM_USER_VERSION("m.realm_id")} as user_version
   from messages m where m.id = any($1::bigint[])`;
 
 /** A message's record as a page reads it: its row without the reader's flags and what the page itself names. */
@@ -1085,6 +1090,7 @@ function pageRow(r: PageRecord, ref: PageRef): MessageRow {
     stream_name: ref.stream_name,
     people: r.people,
     reactions: r.reactions,
+    submessages: r.submessages,
     match_content: null,
     match_subject: null,
     record: r,
@@ -1360,6 +1366,7 @@ type MessageRow = Pick<Selectable<MessageTable & MessageEditColumns>, (typeof ME
   stream_name: string | null;
   people: Person[] | null;
   reactions: unknown[] | null;
+  submessages: Submessage[] | null;
   match_content: string | null;
   match_subject: string | null;
   /** The kept record the row was made of (pageRow): what its reader-independent JSON is kept with. */
@@ -1434,7 +1441,11 @@ export async function messageRecords(db: DB, ids: number[]): Promise<Map<number,
     .execute();
   const byRealm = new Map<string, typeof rows>();
   for (const r of rows) byRealm.set(r.string_id, [...(byRealm.get(r.string_id) ?? []), r]);
-  const records = await Promise.all([...byRealm].map(([realmStr, realmRows]) => messageRecordsOf(db, realmRows, realmStr)));
+  const [records, submessages] = await Promise.all([
+    Promise.all([...byRealm].map(([realmStr, realmRows]) => messageRecordsOf(db, realmRows, realmStr))),
+    submessagesOf(db, ids),
+  ]);
+  for (const record of records.flat()) record.submessages = submessages.get(record.id);
   return new Map(records.flat().map((r) => [r.id, r]));
 }
 
@@ -1474,6 +1485,7 @@ function messageHead(r: MessageRow, f: HeadFormat): string {
   if (record.type === "stream" && r.topic === "" && !f.allowEmptyTopicName) record.subject = EMPTY_TOPIC_DISPLAY_NAME;
   const message = formatMessage(record, f.format);
   message.reactions = r.reactions ?? [];
+  if (r.submessages) message.submessages = r.submessages;
   if (r.edit_history) message.edit_history = r.edit_history;
   if (r.last_edit_time !== null) message.last_edit_timestamp = r.last_edit_time;
   if (r.last_moved_time !== null) message.last_moved_timestamp = r.last_moved_time;

@@ -33,6 +33,17 @@ export interface MessageRecord {
   client: string;
   /** Links in the topic (Zulip's topic_links), from the realm's linkifiers when the record was made. */
   topic_links?: Array<{ text: string; url: string }>;
+  /** A widget message's submessages (actors/chat/conversations/widgets.ts); none on most messages. */
+  submessages?: Submessage[];
+}
+
+/** Zulip's submessage as a message object lists it, and as its event names its fields. */
+export interface Submessage {
+  msg_type: string;
+  content: string;
+  message_id: number;
+  sender_id: number;
+  id: number;
 }
 
 export interface FormatOptions {
@@ -77,7 +88,7 @@ export function formatMessage(m: MessageRecord, opts: FormatOptions) {
     client: m.client,
     is_me_message: isMeMessage(m.content),
     reactions: [],
-    submessages: [],
+    submessages: m.submessages ?? [],
     topic_links: m.topic_links ?? [],
   };
   if (m.stream_id !== null) message.stream_id = m.stream_id;
