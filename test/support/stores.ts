@@ -21,6 +21,7 @@ export async function pgUrl(): Promise<string> {
 /** Drop the Postgres database the engines made (afterAll of a suite). */
 export async function dropStoreDatabase(): Promise<void> {
   await pgDatabase?.drop();
+  pgDatabase = undefined; // a later suite in this process makes its own
 }
 
 export interface EngineCase {
