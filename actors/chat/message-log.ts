@@ -298,6 +298,16 @@ export class MessageLog implements StoreComponent {
     this.fanOutTimer ??= setTimeout(() => void this.deleteDoneFanOuts(), FAN_OUT_DELETE_DELAY_MS);
   }
 
+  /**
+   * Delete the rows of the fan-outs done so far now, not after the batch's delay: a conversation's shard handed over
+   * with them left would have its next holder deliver those messages again, after their queues may have
+   * acknowledged them (and forgotten them) already.
+   */
+  async fanOutsDoneNow(): Promise<void> {
+    clearTimeout(this.fanOutTimer);
+    await this.deleteDoneFanOuts();
+  }
+
   private async deleteDoneFanOuts(): Promise<void> {
     this.fanOutTimer = undefined;
     const ids = this.doneFanOuts.splice(0);

@@ -126,6 +126,21 @@ export abstract class Conversation implements Actor {
    */
   protected readonly committing = new Map<string, number>();
 
+  /** Sends' fan-outs recorded as owed and not done yet (see deactivate). */
+  private readonly owedFanOuts = new Set<Promise<unknown>>();
+
+  /**
+   * Leaving this process (its shard is handed over, or the process stops): the fan-outs under way finish and their
+   * records go first, so the shard's next holder finds none of them and delivers nothing again. A queue that had a
+   * message and acknowledged it no longer knows it, and would take a second delivery as new (a repeat the membership
+   * test saw once in a run).
+   */
+  async deactivate(): Promise<void> {
+    if (!this.ctx.transportRedelivers) return; // nothing is recorded as owed
+    await Promise.allSettled([...this.owedFanOuts]);
+    await this.deps.messageLog.fanOutsDoneNow().catch(() => {}); // left rows only mean a message delivered again
+  }
+
   /**
    * `after` runs once the message is committed and delivered, before the reply, with each recipient's mention
    * flags; it may add fields to the reply.
@@ -234,7 +249,11 @@ export abstract class Conversation implements Actor {
       });
     const done = delivered.then(() => Promise.all(written));
     this.ctx.holdAcknowledgement(done);
-    if (owesFanOut) done.then(() => fannedOut !== undefined && this.deps.messageLog.fanOutDone(fannedOut), () => {});
+    if (owesFanOut) {
+      const recorded = done.then(() => fannedOut !== undefined && this.deps.messageLog.fanOutDone(fannedOut), () => {});
+      this.owedFanOuts.add(recorded);
+      void recorded.finally(() => this.owedFanOuts.delete(recorded));
+    }
     return PARKED;
   }
 

@@ -245,6 +245,13 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
       log.fanOutDone(owing.id);
       for (let i = 0; i < 100 && (await owed([owing.id])).length; i++) await sleep(20);
       expect(await owed([owing.id])).toEqual([]);
+
+      // Before a handover the rows of the fan-outs done go at once, not after the batch's delay.
+      const another = message(uniqueKey("owing-again"));
+      await log.appendMessage(another, fence, [{ user_id: 7, flags: 0 }], undefined, true);
+      log.fanOutDone(another.id);
+      await log.fanOutsDoneNow();
+      expect(await owed([another.id])).toEqual([]);
     });
 
     it("prunes send attempts' rows past the time kept, and keeps the recent ones", async () => {
