@@ -33,6 +33,22 @@ describe.each(engines)("Store on $name", (engineCase) => {
     return store.db.selectFrom("realms").selectAll().where("string_id", "=", stringId).executeTakeFirst();
   }
 
+  /** A write under `fence` that has inserted a realm named `key` and stays open until `openGate()`; answers "written". */
+  async function writeHeldOpen(fence: Fence, key: string): Promise<{ writing: Promise<string>; openGate: () => void }> {
+    let openGate!: () => void;
+    const gate = new Promise<void>((r) => (openGate = r));
+    let entered!: () => void;
+    const inside = new Promise<void>((r) => (entered = r));
+    const writing = store.write(fence, async (trx) => {
+      await trx.insertInto("realms").values(realmRow(key)).execute();
+      entered();
+      await gate;
+      return "written";
+    });
+    await inside;
+    return { writing, openGate };
+  }
+
   function realmRow(stringId: string) {
     return { string_id: stringId, name: stringId, date_created: 1_700_000_000, settings: "{}" };
   }
@@ -167,17 +183,7 @@ describe.each(engines)("Store on $name", (engineCase) => {
     it("makes a takeover wait for a write in flight, so that write never lands behind its successor", async () => {
       const fence = await fenceOn("node-a");
       const key = uniqueKey("inflight");
-      let openGate!: () => void;
-      const gate = new Promise<void>((r) => (openGate = r));
-      let entered!: () => void;
-      const inside = new Promise<void>((r) => (entered = r));
-      const writing = store.write(fence, async (trx) => {
-        await trx.insertInto("realms").values(realmRow(key)).execute();
-        entered();
-        await gate;
-        return "written";
-      });
-      await inside;
+      const { writing, openGate } = await writeHeldOpen(fence, key);
       let takenOver = false;
       const takeover = store.acquireLease(fence.shard, "node-b", 60, true).then((lease) => {
         takenOver = true;
@@ -201,17 +207,7 @@ describe.each(engines)("Store on $name", (engineCase) => {
     it.skipIf(engineCase.name === "pglite")("renews a lease while a write under it is in flight, and the write then commits", async () => {
       const fence = await fenceOn("node-a");
       const key = uniqueKey("renewed-beside");
-      let openGate!: () => void;
-      const gate = new Promise<void>((r) => (openGate = r));
-      let entered!: () => void;
-      const inside = new Promise<void>((r) => (entered = r));
-      const writing = store.write(fence, async (trx) => {
-        await trx.insertInto("realms").values(realmRow(key)).execute();
-        entered();
-        await gate;
-        return "written";
-      });
-      await inside;
+      const { writing, openGate } = await writeHeldOpen(fence, key);
       const renewal = store.renewLeases([{ shard: fence.shard, epoch: fence.epoch }], "node-a", 60);
       const first = await Promise.race([renewal.then(() => "renewed"), sleep(2_000).then(() => "still waiting")]);
       openGate();

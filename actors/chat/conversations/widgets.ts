@@ -7,11 +7,9 @@
  */
 import { errors } from "../../../runtime/errors.ts";
 
-export type WidgetType = "poll" | "todo";
-
 /** The widget submessage a new message's content asks for, as its content (JSON text), or undefined. */
 export function widgetSubmessageContent(content: string): string | undefined {
-  const first = content.split(/\s+/)[0]!;
+  const first = /^\S*/.exec(content)![0]; // the first word alone: the content may be long
   if (first !== "/poll" && first !== "/todo") return undefined;
   const rest = content.replace(first, "");
   const widget = first === "/poll" ? { widget_type: "poll", extra_data: pollData(rest) } : { widget_type: "todo", extra_data: todoData(rest) };
@@ -73,7 +71,7 @@ function todoData(rest: string): { task_list_title: string; tasks: Array<{ task:
 function pythonJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(pythonJson).join(", ")}]`;
   if (isObject(value)) return `{${Object.entries(value).map(([k, v]) => `${pythonJson(k)}: ${pythonJson(v)}`).join(", ")}}`;
-  if (typeof value === "string") return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  if (typeof value === "string") return JSON.stringify(value).replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
   return JSON.stringify(value);
 }
 
