@@ -587,7 +587,13 @@ export class RedisStreamsTransport implements Transport {
   }
 
   private async replyBatch(node: string, replies: Reply[]): Promise<void> {
-    await replyIfAlive.run(this.cmd, [this.keys.reply(node)], [this.replyMaxLen, ...replies.map((reply) => JSON.stringify(reply))]);
+    try {
+      await replyIfAlive.run(this.cmd, [this.keys.reply(node)], [this.replyMaxLen, ...replies.map((reply) => JSON.stringify(reply))]);
+    } catch (err) {
+      // Replies are best effort (see Transport.reply): their askers time out. Thrown on, the failure would reach
+      // callers that do not wait for a reply's fate, and end the process as an unhandled rejection.
+      this.onError(err, `a batch of ${replies.length} replies to ${node}`);
+    }
   }
 
   /**

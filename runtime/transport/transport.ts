@@ -74,6 +74,10 @@ export interface Transport {
   readonly redeliversAfterCrash: boolean;
   start(handlers: TransportHandlers): Promise<void>;
   send(shard: number, entry: Entry): Promise<void>;
+  /**
+   * Best effort, and never rejects: a reply that cannot be written (its engine is down, or slower than its command
+   * timeout) is reported by the transport and dropped; the asker's timeout stands for it.
+   */
   reply(to: ReplyAddress, reply: Reply): Promise<void>;
   /** Start delivering the shard's entries here, including those a previous holder left unacknowledged. */
   acquire(shard: number): Promise<void>;

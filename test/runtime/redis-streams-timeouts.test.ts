@@ -1,8 +1,11 @@
 /**
- * Redis Streams: a send to a shard held here appends and takes its entries in one script call (appendAndTake). When
- * that call fails without an answer while the script still ran (Redis too slow for the client's command timeout),
- * the entries it took are pending for this node: they must still be handed over, and before the entries sent after
- * them (the contract's order). A private redis-server, since the test pauses every client of it (CLIENT PAUSE).
+ * Redis Streams when Redis answers later than the client's command timeout (5 s), as when Redis or this process was
+ * stopped for a while. A private redis-server, since the tests pause every client of it (CLIENT PAUSE).
+ * - A send to a shard held here appends and takes its entries in one script call (appendAndTake). When that call
+ *   fails without an answer while the script still ran, the entries it took are pending for this node: they must
+ *   still be handed over, and before the entries sent after them (the contract's order).
+ * - A reply that times out is reported and dropped; `reply` still resolves (Transport.reply never rejects: its
+ *   callers do not wait for a reply's fate, and a rejection nobody handles ends the process).
  */
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { connectRedis, type RedisClient } from "../../runtime/transport/redis-connection.ts";
@@ -14,6 +17,7 @@ const available = privateServicesAvailable();
 let redis: PrivateRedis | undefined;
 let admin: RedisClient | undefined;
 let transport: RedisStreamsTransport | undefined;
+let replier: RedisStreamsTransport | undefined;
 
 beforeAll(async () => {
   if (!available) return;
@@ -23,6 +27,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await transport?.close().catch(() => {});
+  await replier?.close().catch(() => {});
   admin?.disconnect();
   await redis?.stop();
 });
@@ -57,4 +62,17 @@ it.skipIf(!available)("hands over the entries of a take whose answer was lost, b
   while (!handed.includes("second") && Date.now() < deadline) await sleep(20);
   await sleep(200);
   expect([...new Set(handed)]).toEqual(["before", "first", "second"]);
+}, 30_000);
+
+it.skipIf(!available)("reports and drops a reply Redis does not answer in time, and the reply resolves", async () => {
+  const reported: string[] = [];
+  replier = new RedisStreamsTransport({ url: redis!.url, prefix: "replies", onError: (err, where) => reported.push(`${where}: ${(err as Error).message}`) });
+  await replier.start({ onEntry: async () => {}, onReply: () => {}, onLost: () => {} });
+  await admin!.call("CLIENT", "PAUSE", "6000", "ALL");
+  const outcome = await replier.reply({ node: "asker", corr: "c1" }, { corr: "c1", value: 1 }).then(
+    () => "resolved",
+    (err: Error) => `rejected: ${err.message}`,
+  );
+  expect(outcome).toBe("resolved");
+  expect(reported.filter((r) => r.includes("replies to asker"))).toEqual([expect.stringMatching(/timed out/i)]);
 }, 30_000);
