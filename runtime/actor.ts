@@ -105,8 +105,24 @@ export interface Actor {
    * `unacknowledgedLost` instead.
    */
   entriesLost?(): unknown;
-  /** Called before the actor is dropped (passivation, shard release, shutdown). */
+  /**
+   * Called before the actor is dropped (passivation, shard release, shutdown). It holds its shard's hand-over and
+   * the process's shutdown: work of its own it waits for is waited for at most DEACTIVATION_WAIT_MS.
+   */
   deactivate?(): Promise<void>;
+}
+
+/**
+ * How long a deactivating actor waits for its work in flight (rows written behind, fan-outs under way). Bounded, so
+ * that a store or a peer that does not answer cannot hold a shard's hand-over, and the shard manager's tick with it.
+ */
+export const DEACTIVATION_WAIT_MS = 5_000;
+
+/** Wait for `work` to settle, or `ms`, whichever comes first; never rejects. */
+export async function settledWithin(work: Iterable<Promise<unknown>>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.allSettled(work), new Promise((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
 }
 
 export type ActorFactory = (ctx: ActorContext) => Actor;

@@ -7,7 +7,7 @@
  * message after sending or receiving it.
  */
 import { context, propagation, trace, SpanKind, SpanStatusCode, type Context } from "@opentelemetry/api";
-import { PARKED, parseActorId, shardOf, type Actor, type ActorContext, type ActorFactory, type ActorId, type Deferred, type Fence } from "./actor.ts";
+import { DEACTIVATION_WAIT_MS, PARKED, parseActorId, shardOf, type Actor, type ActorContext, type ActorFactory, type ActorId, type Deferred, type Fence } from "./actor.ts";
 import { ChorusError, errors } from "./errors.ts";
 import type { PubSub } from "./transport/pubsub.ts";
 import { channels } from "./transport/redis-keys.ts";
@@ -31,6 +31,12 @@ export interface SystemOptions {
   askTimeoutMs: number;
   /** An activation unused this long is passivated if it agrees (canPassivate). */
   idleMs?: number;
+  /**
+   * How long an actor's deactivate may take before its shard's hand-over goes on without it (default twice
+   * DEACTIVATION_WAIT_MS, the wait actors bound their own to): a hand-over that waited forever would stop the shard
+   * manager's tick, and with it every later take-over and hand-over of this process.
+   */
+  deactivationBoundMs?: number;
 }
 
 interface Turn {
@@ -90,7 +96,7 @@ export class ActorSystem {
   /** Whether this process surely still holds a shard's lease (guardShards); absent: it does while it holds it. */
   private leaseSure?: (shard: number) => boolean;
   /** Entries of shards whose lease was in doubt when they arrived, in arrival order (see guardShards). */
-  private readonly heldBack = new Map<number, Array<{ entry: Entry; handled: () => void }>>();
+  private readonly heldBack = new Map<number, Array<{ entry: Entry; handled: (outcome?: Promise<void>) => void }>>();
   private corr = 0;
   private readonly noticeListeners: Array<(notice: string) => void> = [];
   private readonly hearNotice = (notice: string) => {
@@ -454,7 +460,8 @@ export class ActorSystem {
   private runHeldBack(shard: number): void {
     const entries = this.heldBack.get(shard)!;
     this.heldBack.delete(shard);
-    for (const { entry, handled } of entries) void this.onEntry(shard, entry).then(handled);
+    // Its outcome is the entry's: work refused as FENCED leaves it unacknowledged, for the shard's next holder.
+    for (const { entry, handled } of entries) handled(this.onEntry(shard, entry));
   }
 
   /** Stop receiving the shard and drop its activations (after their current turns). */
@@ -673,11 +680,21 @@ export class ActorSystem {
     for (const t of a.timers) clearTimeout(t);
     a.timers.clear();
     while (a.running) await new Promise((r) => setTimeout(r, 1));
-    try {
-      await a.actor.deactivate?.();
-    } catch (err) {
-      log.error({ err }, `deactivating ${a.id} failed`);
-    }
+    if (!a.actor.deactivate) return;
+    const boundMs = this.opts.deactivationBoundMs ?? 2 * DEACTIVATION_WAIT_MS;
+    let timer: NodeJS.Timeout | undefined;
+    const ended = await Promise.race([
+      a.actor.deactivate().then(
+        () => true,
+        (err) => {
+          log.error({ err }, `deactivating ${a.id} failed`);
+          return true;
+        },
+      ),
+      new Promise<false>((r) => (timer = setTimeout(() => r(false), boundMs))),
+    ]);
+    clearTimeout(timer);
+    if (!ended) log.error(`deactivating ${a.id} did not end in ${boundMs} ms: its shard goes on without it`);
   }
 
   private async passivateIdle(idleMs: number): Promise<void> {

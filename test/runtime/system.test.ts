@@ -197,6 +197,8 @@ function testKinds(p: Probe): Record<string, ActorFactory> {
     }),
     /** Answers its fence. */
     fence: (ctx) => ({ receive: (): Fence => ctx.fence() }),
+    /** Deactivates never (its deactivate does not settle). */
+    stuck: () => ({ receive: () => "here", deactivate: () => new Promise<void>(() => {}) }),
     /** Idle actors: keys starting with `keep` refuse passivation. `ms` makes a turn last. */
     idle: (ctx) => ({
       ...lifecycle(ctx),
@@ -254,7 +256,7 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
 
   /** A started system (a node) on this test's scope, holding the shards `hold` selects with epoch 100 + shard. */
   async function node(
-    opts: { idleMs?: number; askTimeoutMs?: number; hold?: (shard: number) => boolean } = {},
+    opts: { idleMs?: number; askTimeoutMs?: number; deactivationBoundMs?: number; hold?: (shard: number) => boolean } = {},
   ): Promise<ActorSystem> {
     const transport = engine.make(scope);
     const pubsub = engine.makePubSub(scope);
@@ -265,6 +267,7 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
       kinds: testKinds(probe),
       askTimeoutMs: opts.askTimeoutMs ?? ASK_TIMEOUT_MS,
       idleMs: opts.idleMs,
+      deactivationBoundMs: opts.deactivationBoundMs,
     });
     opened.push({ system, transport, pubsub });
     await system.start();
@@ -450,6 +453,23 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     await until(() => probe.ackHolds.length === 1); // the next holder ran the entry's turn again
   });
 
+  it.runIf(engine.distributed)("an entry held back while its lease was in doubt, run once confirmed, whose held work was refused as FENCED stays for the shard's next holder", async () => {
+    const first = await node({ hold: (shard) => shard === 6 });
+    let sure = false;
+    first.guardShards((shard) => shard !== 6 || sure);
+    const answered = at(first, idOn("acker", 6)).ask({ op: "hold", n: 1 });
+    await sleep(100);
+    expect(probe.ackHolds).toHaveLength(0); // held back
+    sure = true;
+    first.leasesConfirmed();
+    expect(await answered).toBe("answered 1");
+    probe.ackHolds.shift()!(errors.fenced(6));
+    await sleep(50); // past the acknowledgement's batching delay
+    await first.dropShard(6);
+    await node({ hold: (shard) => shard === 6 });
+    await until(() => probe.ackHolds.length === 1); // the next holder ran the entry's turn again
+  });
+
   it("broadcastHeld runs the turns of shards held here without the transport, the others through it, and hands over what they hold", async () => {
     const system = await node({ hold: (shard) => shard !== 6 });
     const send = vi.spyOn(opened.at(-1)!.transport, "send");
@@ -591,6 +611,17 @@ describe.each(engines)("ActorSystem over $name", (engine) => {
     expect(probe.activations.get(a1)).toBe(2);
     expect((await fence).epoch).toBe(7);
     expect(await at(system, b1).ask({ op: "get" })).toBe(1);
+  });
+
+  it("dropShard goes on without an actor whose deactivate does not end in its bound", async () => {
+    const system = await node({ deactivationBoundMs: 300 });
+    const stuck = idOn("stuck", 4);
+    const counter = idOn("counter", 4);
+    expect(await at(system, stuck).ask({})).toBe("here");
+    expect(await at(system, counter).ask({ op: "add", by: 1 })).toBe(1);
+    await system.dropShard(4); // before: never resolved
+    expect(system.heldShards()).not.toContain(4);
+    expect(probe.deactivations.get(counter)).toBe(1);
   });
 
   // The memory transport has no next holder to leave entries to: the guard is not used there.

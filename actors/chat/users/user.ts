@@ -29,7 +29,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
-import { PARKED, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
+import { DEACTIVATION_WAIT_MS, PARKED, settledWithin, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
 import type { BehindWrite, EventRowKeeper, UserEvent } from "../message-log.ts";
@@ -148,8 +148,6 @@ export async function usersFollowingPublicChannels(db: ActorDeps["store"]["db"],
 
 /** Sequence numbers reserved per snapshot write: one write per this many events a user receives. */
 const SEQ_BLOCK = 1024;
-/** How long deactivating waits for the rows still being written behind. */
-const DEACTIVATE_WRITES_WAIT_MS = 5_000;
 
 /** An event in a queue; one object for all the queues that take it. */
 interface QueuedEvent {
@@ -302,8 +300,7 @@ export class UserActor implements Actor, EventRowKeeper {
     // and a row lost to the lease's release would have the shard's next holder queue the redelivered event again,
     // under a new id (a repeat the client sees). A shard handed over gracefully repeats nothing. Bounded: a store
     // that does not answer must not hold the hand-over (nor a shutdown) forever.
-    const writes = new Set([...this.inFlight.values()].map((w) => w.written));
-    await Promise.race([Promise.allSettled(writes), new Promise((r) => setTimeout(r, DEACTIVATE_WRITES_WAIT_MS).unref())]);
+    await settledWithin(new Set([...this.inFlight.values()].map((w) => w.written)), DEACTIVATION_WAIT_MS);
     // The queues live on in the store; an empty answer sends the client straight back to poll the new owner.
     for (const q of this.queues.values()) if (q.poll) this.finishPoll(q, { events: [] });
     const unwritten = new Map<number, QueuedEvent>();
