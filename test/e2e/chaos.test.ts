@@ -14,11 +14,14 @@
  */
 import fs from "node:fs";
 import path from "node:path";
+import { Redis } from "ioredis";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startChorus, workerPids, type ChorusProcess } from "../support/process.ts";
 import { privateServicesAvailable, startPrivatePostgres, startPrivateRedis, type PrivatePostgres, type PrivateRedis } from "../support/private-services.ts";
 import { readZuliprc } from "../support/server.ts";
+import { redisKeys } from "../../runtime/transport/redis-keys.ts";
+import { GROUP } from "../../runtime/transport/redis-streams.ts";
 
 const LEASE_SECONDS = 2;
 const CHANNELS = ["chaos-a", "chaos-b", "chaos-c", "chaos-d"];
@@ -119,9 +122,40 @@ describe.skipIf(!privateServicesAvailable())("chaos: faults under load", () => {
         CHANNELS.map((channel) => send({ key: `probe-${Date.now()}-${n}-${channel}`, channel }).catch(() => undefined)),
       );
       if (answers.every((a) => a?.status === 200)) return;
-      if (Date.now() > until) throw new Error(`not recovered: ${answers.map((a) => a?.status ?? "no answer").join(", ")}`);
+      if (Date.now() > until) {
+        throw new Error(`not recovered: ${answers.map((a) => a?.status ?? "no answer").join(", ")}\n${await stuckState()}`);
+      }
       await sleep(500);
     }
+  }
+
+  /**
+   * What tells a stuck hand-over from a slow one, for a failure's message: the workers' last warnings, the leases,
+   * each shard stream's entries pending by consumer, and the database sessions not idle.
+   */
+  async function stuckState(): Promise<string> {
+    const said = server.output().split("\n").filter((line) => /"level":(40|50|60)/.test(line)).slice(-15);
+    const leases = await db.query("select shard, owner, epoch, expires_at > now() as live from shard_leases order by shard").catch((err) => ({ rows: [String(err)] }));
+    const sessions = await db
+      .query("select pid, state, wait_event_type, wait_event, now() - xact_start as in_tx, left(query, 100) as query from pg_stat_activity where datname = current_database() and state <> 'idle' and pid <> pg_backend_pid()")
+      .catch((err) => ({ rows: [String(err)] }));
+    const redisConn = new Redis(redis.url, { lazyConnect: false, maxRetriesPerRequest: 1 });
+    const pending: string[] = [];
+    try {
+      for (let shard = 0; shard < 16; shard++) {
+        const key = redisKeys("chaos").shard(shard);
+        const summary = (await redisConn.call("XPENDING", key, GROUP).catch(() => null)) as [number, string, string, [string, string][]] | null;
+        if (summary?.[0]) pending.push(`shard ${shard}: ${summary[0]} pending (${summary[3].map(([c, n]) => `${c.slice(0, 13)} ${n}`).join(", ")})`);
+      }
+    } finally {
+      redisConn.disconnect();
+    }
+    return [
+      "the workers' last warnings:", ...said,
+      "leases:", ...leases.rows.map((r) => JSON.stringify(r)),
+      "pending entries:", ...pending,
+      "database sessions not idle:", ...sessions.rows.map((r) => JSON.stringify(r)),
+    ].join("\n");
   }
 
   /** An event queue's client: polls until stopped; what it saw, and whether the queue was refused. */
