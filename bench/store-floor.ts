@@ -15,6 +15,13 @@
  * the queue acknowledged the event first), after its message commits as a delivery's is. With both, the figure per
  * flag row is what each delivery of a channel fan-out costs Node and Postgres at the least, with no HTTP, actors or
  * queues: the floor under the fan-out bench's "µs per delivery".
+ *
+ * `--owed`: each message also records its fan-out as owed (its `pending_fan_outs` row, written in the message's
+ * commit) and clears it once committed (the batched delete), as a send on Redis Streams does: what that record costs
+ * a send.
+ *
+ * `--without index:NAME,trigger:NAME,…`: those indexes and triggers of `messages` dropped after migrating, to see
+ * what each costs an append (Postgres only).
  */
 import fs from "node:fs";
 import { parseArgs } from "node:util";
@@ -29,7 +36,7 @@ import { MessageLog, type NewMessage } from "../actors/chat/message-log.ts";
 import { freshDatabase } from "../test/support/services.ts";
 import { procCpuMicros } from "./scenarios.ts";
 
-const { values } = parseArgs({ options: { recipients: { type: "string", default: "1" }, postgres: { type: "boolean" }, events: { type: "boolean" } } });
+const { values } = parseArgs({ options: { recipients: { type: "string", default: "1" }, postgres: { type: "boolean" }, events: { type: "boolean" }, owed: { type: "boolean" }, without: { type: "string", default: "" } } });
 const recipientCount = Number(values.recipients);
 if (!Number.isInteger(recipientCount) || recipientCount < 1) throw new Error("--recipients takes a whole number of at least 1");
 // The sender (user 2) has read its own message; users 3, 4, … have not.
@@ -40,6 +47,12 @@ const database = values.postgres ? await freshDatabase() : undefined;
 const store = new SqlStore<Database>(await openDatabase({ dataDir: dir, databaseUrl: database?.url }));
 const messageLog = new MessageLog(store);
 await store.migrate(migrations);
+for (const item of values.without.split(",").filter(Boolean)) {
+  const [kind, name] = item.split(":");
+  if (kind === "index") await sql`drop index ${sql.id(name!)}`.execute(store.db);
+  else if (kind === "trigger") await sql`drop trigger ${sql.id(name!)} on messages`.execute(store.db);
+  else throw new Error(`--without takes index:NAME or trigger:NAME, not ${item}`);
+}
 await store.ensureShards(1);
 const lease = await store.acquireLease(0, "floor", 600);
 if (!lease) throw new Error("shard 0 is held");
@@ -62,7 +75,8 @@ function append(): Promise<number> {
     sending_client: "bench",
     send_key: null,
   };
-  const committed = messageLog.appendMessage(message, fence, recipients);
+  const committed = messageLog.appendMessage(message, fence, recipients, undefined, values.owed);
+  if (values.owed) void committed.then((stored) => messageLog.fanOutDone(stored));
   if (!values.events) return committed;
   return committed.then(async (stored) => {
     const seq = nextSeq++;
@@ -99,7 +113,7 @@ async function measure(total: number, inFlight: number): Promise<void> {
   const cpuEach = nodeEach + postgresEach;
   const split = database ? ` (node ${Math.round(nodeEach)}, Postgres ${Math.round(postgresEach)})` : "";
   const perRow = recipientCount > 1 ? `, ${(cpuEach / recipientCount).toFixed(1)} µs per flag row${database ? ` (node ${(nodeEach / recipientCount).toFixed(1)}, Postgres ${(postgresEach / recipientCount).toFixed(1)})` : ""}` : "";
-  const what = `${recipientCount} recipient${recipientCount > 1 ? "s" : ""}${values.events ? " and their event rows" : ""}`;
+  const what = `${recipientCount} recipient${recipientCount > 1 ? "s" : ""}${values.events ? " and their event rows" : ""}${values.owed ? ", owed" : ""}${values.without ? `, without ${values.without}` : ""}`;
   console.log(`${total} appends of ${what}, ${inFlight} in flight: ${Math.round(total / seconds)}/s, ${Math.round(cpuEach)} µs CPU each${split}${perRow}`);
 }
 
