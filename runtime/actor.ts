@@ -118,11 +118,4 @@ export interface Actor {
  */
 export const DEACTIVATION_WAIT_MS = 5_000;
 
-/** Wait for `work` to settle, or `ms`, whichever comes first; never rejects. */
-export async function settledWithin(work: Iterable<Promise<unknown>>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([Promise.allSettled(work), new Promise((r) => (timer = setTimeout(r, ms)))]);
-  clearTimeout(timer);
-}
-
 export type ActorFactory = (ctx: ActorContext) => Actor;

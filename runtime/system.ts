@@ -14,6 +14,7 @@ import { channels } from "./transport/redis-keys.ts";
 import { ActorRef, type ActorKind, type MessageFor, type ProtocolShape, type Sender } from "./protocol.ts";
 import { LeftForNextHolder, type Entry, type Reply, type ReplyAddress, type Transport } from "./transport/transport.ts";
 import { log } from "./log.ts";
+import { settledWithin } from "./settled.ts";
 import { gauges, metrics, secondsSince } from "./metrics.ts";
 
 const tracer = trace.getTracer("chorus.runtime");
@@ -682,19 +683,8 @@ export class ActorSystem {
     while (a.running) await new Promise((r) => setTimeout(r, 1));
     if (!a.actor.deactivate) return;
     const boundMs = this.opts.deactivationBoundMs ?? 2 * DEACTIVATION_WAIT_MS;
-    let timer: NodeJS.Timeout | undefined;
-    const ended = await Promise.race([
-      a.actor.deactivate().then(
-        () => true,
-        (err) => {
-          log.error({ err }, `deactivating ${a.id} failed`);
-          return true;
-        },
-      ),
-      new Promise<false>((r) => (timer = setTimeout(() => r(false), boundMs))),
-    ]);
-    clearTimeout(timer);
-    if (!ended) log.error(`deactivating ${a.id} did not end in ${boundMs} ms: its shard goes on without it`);
+    const deactivating = a.actor.deactivate().catch((err) => log.error({ err }, `deactivating ${a.id} failed`));
+    if (!(await settledWithin([deactivating], boundMs))) log.error(`deactivating ${a.id} did not end in ${boundMs} ms: its shard goes on without it`);
   }
 
   private async passivateIdle(idleMs: number): Promise<void> {

@@ -56,6 +56,7 @@ import { connectRedis } from "./redis-connection.ts";
 import { redisKeys, type RedisKeys } from "./redis-keys.ts";
 import { LeftForNextHolder, type Entry, type Reply, type ReplyAddress, type Transport, type TransportHandlers } from "./transport.ts";
 import { log } from "../log.ts";
+import { settledWithin } from "../settled.ts";
 
 export interface RedisStreamsOptions {
   url: string;
@@ -1080,19 +1081,3 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref?.());
 }
 
-/** Whether every promise of `set` (as it evolves) settled within `ms`. */
-async function settledWithin(set: Set<Promise<void>>, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (set.size > 0) {
-    const left = deadline - Date.now();
-    if (left <= 0) return false;
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = await Promise.race([
-      Promise.allSettled([...set]).then(() => false),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), left))),
-    ]);
-    clearTimeout(timer);
-    if (timedOut) return false;
-  }
-  return true;
-}

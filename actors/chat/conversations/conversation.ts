@@ -8,7 +8,8 @@
  */
 import crypto from "node:crypto";
 import { sql, type Transaction } from "kysely";
-import { PARKED, settledWithin, type Actor, type ActorContext } from "../../../runtime/actor.ts";
+import { PARKED, type Actor, type ActorContext } from "../../../runtime/actor.ts";
+import { settledWithin } from "../../../runtime/settled.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
 import { log } from "../../../runtime/log.ts";

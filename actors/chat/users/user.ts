@@ -29,7 +29,8 @@
  */
 import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
-import { DEACTIVATION_WAIT_MS, PARKED, settledWithin, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
+import { DEACTIVATION_WAIT_MS, PARKED, type Actor, type ActorContext, type Deferred } from "../../../runtime/actor.ts";
+import { settledWithin } from "../../../runtime/settled.ts";
 import { ChorusError, errors } from "../../../runtime/errors.ts";
 import { chatErrors } from "../errors.ts";
 import type { BehindWrite, EventRowKeeper, UserEvent } from "../message-log.ts";
