@@ -542,16 +542,18 @@ export interface RealmUserVersionTable {
   version: ColumnType<string, never, never>;
 }
 
-/** One row per realm, bumped by triggers on `streams` (migration 2026-11-28T0150): the cached channel objects' version. */
 /**
- * Where the fill of `messages.search_document` stands (migration 2026-11-28T0900, actors/chat/search-fill.ts): one
- * row; messages with an id below `below` may still be unfilled; null once every message has its document.
+ * Where the fills of `messages.search_document` (migration 2026-11-28T0900) and `messages.scoped_document`
+ * (2026-12-05T1600) stand (actors/chat/search-fill.ts): one row; messages with an id below `below` (`scoped_below`)
+ * may still be without their document (scoped document); null once every message has it.
  */
 export interface MessageSearchFillTable {
   id: number;
   below: number | null;
+  scoped_below: number | null;
 }
 
+/** One row per realm, bumped by triggers on `streams` (migration 2026-11-28T0150): the cached channel objects' version. */
 export interface ChannelVersionTable {
   realm_id: number;
   version: ColumnType<string, never, never>;

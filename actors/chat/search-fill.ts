@@ -1,12 +1,13 @@
 /**
- * Fills `messages.search_document` of the messages a store held before migration 2026-11-28T0900 added the column:
- * newest first (the ones searched most), SEARCH_FILL_STEP rows per transaction of its own, so that no writer waits
- * long on a row it locks and the work yields to requests between steps. Every process runs one after migrating;
- * one fills at a time (the state row is taken with SKIP LOCKED), the others look again later in case that one
- * stops. Until `message_search_fill.below` is null, a search matches the document parsed again through the
- * expression index, as before (reads/search.ts).
+ * Fills what migrations added to the messages a store held before them: `messages.search_document` (2026-11-28T0900)
+ * and then `messages.scoped_document` (2026-12-05T1600): newest first (the ones searched most), SEARCH_FILL_STEP
+ * rows per transaction of its own, so that no writer waits long on a row it locks and the work yields to requests
+ * between steps. Every process runs one after migrating; one fills at a time (the state row is taken with SKIP
+ * LOCKED), the others look again later in case that one stops. Until `message_search_fill.below` is null, a search
+ * matches the document parsed again through the expression index, as before; until `scoped_below` is null, it does
+ * not ask the scoped index (reads/messages.ts).
  */
-import { sql, type Kysely } from "kysely";
+import { sql, type Kysely, type RawBuilder } from "kysely";
 import { log } from "../../runtime/log.ts";
 import type { Store, StoreComponent } from "../../runtime/store/store.ts";
 import type { Database } from "../schema.ts";
@@ -17,42 +18,60 @@ const RETRY_MS = 30_000;
 
 export type FillStep = "filled" | "done" | "busy";
 
+/** The two fills, in the order they run: the documents, then the scoped documents (made from the documents). */
+export type SearchFill = "documents" | "scoped";
+
+const PARSED = sql`to_tsvector('english'::regconfig, m.topic || ' ' || m.content)`;
+const FILLS: Record<SearchFill, { below: RawBuilder<unknown>; fill: RawBuilder<unknown>; words: boolean }> = {
+  documents: { below: sql.raw("below"), fill: sql`search_document = ${PARSED}`, words: true },
+  scoped: {
+    below: sql.raw("scoped_below"),
+    fill: sql`scoped_document = message_scoped_document(coalesce(m.search_document, ${PARSED}), m.stream_id, m.recipient_id)`,
+    words: false,
+  },
+};
+
 /**
- * One step: the `step` messages below the state row's `below`, newest first, get their document (those not filled
- * meanwhile by an edit's trigger); `below` moves to the lowest of them, or to null when fewer were left. "busy" when
- * another transaction holds the state row (another process filling).
+ * One step of a fill: the `step` messages below the state row's bound, newest first, get what it fills (those not
+ * filled meanwhile by a trigger: an edit's, a move's); the bound moves to the lowest of them, or to null when fewer
+ * were left. "busy" when another transaction holds the state row (another process filling).
  */
-export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FILL_STEP): Promise<FillStep> {
+export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FILL_STEP, which: SearchFill = "documents"): Promise<FillStep> {
+  const { below, fill, words } = FILLS[which];
+  const column = which === "documents" ? sql.raw("search_document") : sql.raw("scoped_document");
   const { rows } = await sql<{ state: FillStep }>`
     with fill as (
-      select below from message_search_fill where id = 1 and below is not null for update skip locked
+      select ${below} as below from message_search_fill where id = 1 and ${below} is not null for update skip locked
     ),
     batch as (
       -- The bound as a scalar: an index condition, where a join's filter walked every filled row again each step.
       select m.id from messages m where m.id < (select below from fill) order by m.id desc limit ${step}
     ),
     filled as (
-      update messages m set search_document = to_tsvector('english'::regconfig, m.topic || ' ' || m.content)
-      from batch where m.id = batch.id and m.search_document is null
+      update messages m set ${fill} from batch where m.id = batch.id and m.${column} is null
     ),
-    -- The words of the batch's documents stored already (migration 2026-11-28T1200); the update above adds its own
-    -- through the words trigger.
-    words as (
+    ${
+      words
+        ? // The words of the batch's documents stored already (migration 2026-11-28T1200); the update above adds its
+          // own through the words trigger.
+          sql`words as (
       insert into search_words (word)
       select distinct w.word from messages m join batch on m.id = batch.id, unnest(tsvector_to_array(m.search_document)) w(word)
       where m.search_document is not null and w.word !~ '^[0-9]+$'
       on conflict do nothing
-    ),
+    ),`
+        : sql``
+    }
     moved as (
-      update message_search_fill f set below = case when (select count(*) from batch) < ${step} then null else (select min(id) from batch) end
+      update message_search_fill f set ${below} = case when (select count(*) from batch) < ${step} then null else (select min(id) from batch) end
       where f.id = 1 and exists (select 1 from fill)
-      returning f.below
+      returning f.${below} as below
     )
     select case
       when exists (select 1 from moved) then case when (select below from moved) is null then 'done' else 'filled' end
-      when exists (select 1 from message_search_fill where id = 1 and below is not null) then 'busy'
+      when exists (select 1 from message_search_fill where id = 1 and ${below} is not null) then 'busy'
       else 'done' end as state`.execute(db);
-  if (rows[0]!.state === "done") await dropParsedIndex(db);
+  if (rows[0]!.state === "done" && which === "documents") await dropParsedIndex(db);
   return rows[0]!.state;
 }
 
@@ -113,11 +132,15 @@ export class SearchDocumentFill implements StoreComponent {
   }
 
   private async run(): Promise<void> {
-    let state: FillStep = "filled";
+    let state: FillStep = "done";
     try {
-      while (!this.closed && (state = await fillSearchDocuments(this.store.db, this.opts.step)) === "filled") {
-        // Between steps, what arrived meanwhile is served.
-        await new Promise((r) => setTimeout(r, this.opts.pauseMs ?? 0));
+      for (const which of ["documents", "scoped"] as const) {
+        while (!this.closed && (state = await fillSearchDocuments(this.store.db, this.opts.step, which)) === "filled") {
+          // Between steps, what arrived meanwhile is served.
+          await new Promise((r) => setTimeout(r, this.opts.pauseMs ?? 0));
+        }
+        // The scoped documents are made from the documents: not before those are done.
+        if (state !== "done") break;
       }
     } catch (err) {
       if (this.closed) return;

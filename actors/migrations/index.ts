@@ -52,6 +52,7 @@ import * as narrowPartialIndexes from "../chat/migrations/2026-12-05T0400-narrow
 import * as pendingFanOuts from "../chat/migrations/2026-12-05T0700-pending-fan-outs.ts";
 import * as submessages from "../chat/migrations/2026-12-05T1000-submessages.ts";
 import * as imageMessagesIndex from "../chat/migrations/2026-12-05T0800-image-messages-index.ts";
+import * as messageScopedSearch from "../chat/migrations/2026-12-05T1600-message-scoped-search.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -101,4 +102,5 @@ export const migrations: Record<string, Migration> = {
   "2026-12-05T0700-pending-fan-outs": pendingFanOuts,
   "2026-12-05T0800-image-messages-index": imageMessagesIndex,
   "2026-12-05T1000-submessages": submessages,
+  "2026-12-05T1600-message-scoped-search": messageScopedSearch,
 };

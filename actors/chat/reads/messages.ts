@@ -20,7 +20,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
-import { highlightColumns, notSearchCondition, searchCondition, searchHighlights, searchOperand, storedMatch, tsquery } from "./search.ts";
+import { hasLexeme, highlightColumns, notSearchCondition, scopedMatch, searchCondition, searchHighlights, searchOperand, storedMatch, tsquery } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { splitUserRefs, usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
@@ -83,7 +83,7 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   const isGuest = user.role === ROLE.guest;
   const channelRef = channelTerm && (typeof channelTerm.operand === "number" ? { id: channelTerm.operand } : { name: String(channelTerm.operand) });
   // One round trip for the access rule: subscribed channels, the user's conversations, and the channel named.
-  const kindColumn = (kind: "subscribed" | "left" | "dm" | "named" | "unfilled") => sql<string>`${sql.lit(kind)}`.as("kind");
+  const kindColumn = (kind: "subscribed" | "left" | "dm" | "named" | "unfilled" | "unscoped") => sql<string>`${sql.lit(kind)}`.as("kind");
   let reachableQuery = db
     .selectFrom("subscriptions")
     .innerJoin("streams", "streams.id", "subscriptions.stream_id")
@@ -118,14 +118,16 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
     );
   }
   if (searches) {
-    // Whether messages stored before their search documents were kept are still unfilled (actors/chat/search-fill.ts):
-    // in the same round trip, so that a search costs no statement more.
-    reachableQuery = reachableQuery.unionAll(
-      db
-        .selectFrom("message_search_fill")
-        .select([kindColumn("unfilled"), sql<number>`0`.as("id"), sql<boolean>`false`.as("invite_only"), sql<boolean>`false`.as("is_web_public"), sql<boolean>`false`.as("history_public_to_subscribers")])
-        .where("below", "is not", null),
-    );
+    // Whether messages stored before their search documents (scoped documents) were kept are still unfilled
+    // (actors/chat/search-fill.ts): in the same round trip, so that a search costs no statement more.
+    for (const [kind, below] of [["unfilled", "below"], ["unscoped", "scoped_below"]] as const) {
+      reachableQuery = reachableQuery.unionAll(
+        db
+          .selectFrom("message_search_fill")
+          .select([kindColumn(kind), sql<number>`0`.as("id"), sql<boolean>`false`.as("invite_only"), sql<boolean>`false`.as("is_web_public"), sql<boolean>`false`.as("history_public_to_subscribers")])
+          .where(below, "is not", null),
+      );
+    }
   }
   const reachable = await reachableQuery.modifyEnd(sql.raw(NAMED_STATEMENT)).execute();
   const unfilled = reachable.some((r) => r.kind === "unfilled");
@@ -277,7 +279,11 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
   if (conversations) conds[0] = sql<SqlBool>`true`;
   // Along the flag rows a page is what the reader received already.
   const receivedOnly = searchesReceived && !alongFlagRows(walk);
-  return { conds, searchConds, readsFlags, walk, sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled, conversations, receivedOnly };
+  // The channels and conversations the access rule allows, as the scoped documents name them, when that is all it
+  // allows (not what the reader received wherever it is, nor every public channel).
+  const scoped = searches && !unfilled && !reachable.some((r) => r.kind === "unscoped") && !ownMessages && !publicTerm;
+  const scopes = scoped ? [...open, ...received].map((id) => `s${id}`).concat(withDms ? dms.map((id) => `r${id}`) : []) : undefined;
+  return { conds, searchConds, readsFlags, walk, sameText, oneChannel: !!channelTerm, storedSearch: searches && !unfilled, conversations, receivedOnly, scopes };
 }
 
 /** Which of the conversations `dms` (recipient ids) user `member` is in. */
@@ -311,6 +317,11 @@ interface CompiledNarrow {
   oneChannel?: boolean;
   /** Whether a search reads the stored documents (every message has one: message_search_fill.below is null). */
   storedSearch?: boolean;
+  /**
+   * For a search whose access rule is channels and conversations (and every message has its scoped document): those,
+   * as the scoped documents name them (`s<stream id>`, `r<recipient id>`; reads/search.ts scopedMatch).
+   */
+  scopes?: string[];
   /**
    * For an is:dm or dm-including page whose conditions read only the message: the reader's conversations (with the
    * user dm-including names), walked one by one (alongConversations).
@@ -499,13 +510,16 @@ const SEARCH_WORK_MEM = "16MB";
  * - `received`: for a search without a channel, how many candidates beyond twice the page's rows the capped and full
  *   statements test for what the reader received before giving way (a reader's matches are mostly in channels they
  *   were in at the time: the candidates nearest the anchor are mostly received).
+ * - `scopes`: at most how many channels and conversations a search asks the scoped index for, one index scan each
+ *   (reads/search.ts scopedMatch), instead of the capped and full statements; 0: never.
  */
-export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; first: "estimate" | "nearby" | "capped"; received: number } = {
+export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; first: "estimate" | "nearby" | "capped"; received: number; scopes: number } = {
   recent: 1_000,
   channel: 20_000,
   cap: 25_000,
   first: "estimate",
   received: 50,
+  scopes: 1_000,
 };
 
 /**
@@ -772,7 +786,7 @@ export async function messageIdsInRange(db: DB, user: UserRow, asked: MessageRan
 }
 
 /** The rows of a range of the narrow (compiled) around its anchor, oldest first. */
-async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText, oneChannel, storedSearch, conversations, receivedOnly }: CompiledNarrow, related = true) {
+async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, searchConds, readsFlags, walk, sameText, oneChannel, storedSearch, conversations, receivedOnly, scopes }: CompiledNarrow, related = true) {
   let anchor: number;
   if (q.anchor === "first_unread") {
     // Along the reader's unread rows, whatever the narrow's own walk.
@@ -826,6 +840,10 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   //    (495,000 of them at 10,000,000 messages: 200-300 ms to build).
   // 3. every match, from the indexes as the planner likes (the BitmapAnd of the search and the reader's access),
   //    sorted (`m.id + 0`, as ORDER says).
+  // With `scopes` (the access rule's channels and conversations, at most SEARCH_WINDOWS.scopes of them), every match
+  // from the scoped index instead of 2 and 3: a scan per scope, each reading the scope's share of the words' posting
+  // lists, where the document's index reads them whole (two common words rare together: 94-101 ms at 10,000,000
+  // messages; docs/reads.md, 2026-12-05 16:00).
   // A search without a channel (`receivedOnly`) keeps what the reader received: the nearby walk tests it on the
   // window's matches; the capped and full statements take more candidates than the page (receivedCandidates), test
   // them, and give way when too few were received (then the full statement with the received condition in it).
@@ -933,7 +951,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   // documents, the search's tsquery computed once (the last word expanded to its words: search_prefix_query) and
   // sent back as text, to be a constant of the statements after it (the planner estimates a constant from its
   // statistics; a computed query gets a fixed guess), and the share of messages it matches, as estimated.
-  const searchSettings = async (trx: DB): Promise<{ conds: Cond[]; share?: number }> => {
+  const searchSettings = async (trx: DB): Promise<{ conds: Cond[]; share?: number; query?: string }> => {
     const settings = sql`set_config('work_mem', ${SEARCH_WORK_MEM}, true)`;
     if (!storedSearch) {
       await sql`select ${settings}`.execute(trx);
@@ -945,7 +963,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
         ${negated.length ? sql`array[${sql.join(negated)}]` : sql`'{}'::text[]`} as negated
       from (select ${tsquery(searchOperand(q.narrow), true)} as q) x`.execute(trx);
     const row = rows[0]!;
-    return { conds: [storedMatch(row.query), ...row.negated.map((n) => sql<SqlBool>`not (${storedMatch(n)})`)], share: Number(row.share) };
+    return { conds: [storedMatch(row.query), ...row.negated.map((n) => sql<SqlBool>`not (${storedMatch(n)})`)], share: Number(row.share), query: row.query };
   };
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: number) =>
     limit <= 0
@@ -959,10 +977,14 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
             const nearbyFirst = SEARCH_WINDOWS.first === "estimate" ? search.share === undefined || search.share * window >= limit : SEARCH_WINDOWS.first === "nearby";
             const nearby = () => nearbyPage(trx, search.conds, op, direction, limit);
             const capped = () => cappedPage(trx, search.conds, op, direction, limit);
+            const every = receivedOnly ? everyReceivedMatch : everyMatch;
+            if (scopes && scopes.length <= SEARCH_WINDOWS.scopes && search.query && hasLexeme(search.query) && !readsFlags) {
+              return (nearbyFirst ? await nearby() : undefined) ?? every(trx, [...search.conds, scopedMatch(search.query, scopes)], op, direction, limit);
+            }
             return (
               (await (nearbyFirst ? nearby() : capped())) ??
               (await (nearbyFirst ? capped() : nearby())) ??
-              (receivedOnly ? everyReceivedMatch : everyMatch)(trx, search.conds, op, direction, limit)
+              every(trx, search.conds, op, direction, limit)
             );
           })
         : page(op, direction, limit);

@@ -83,6 +83,27 @@ export function storedMatch(query: string): RawBuilder<SqlBool> {
   return sql<SqlBool>`m.search_document @@ ${query}::tsquery`;
 }
 
+/** A lexeme of a tsquery's text form, or one of its phrase operators (`<->`, `<2>`). */
+const LEXEME_OR_PHRASE = new RegExp(`(${QUOTED_LEXEME})|<(?:-|\\d+)>`, "g");
+
+/**
+ * Whether message `m` may match a stored query (its text, as `tsquery(…, true)` computes it) in one of these scopes,
+ * `s<stream id>` or `r<recipient id>`, through the scoped documents (migration 2026-12-05T1600): the query asked
+ * once per scope, each lexeme prefixed with it, a phrase's order not kept (a scoped lexeme has no position). A
+ * message of one of the scopes that matches the query matches its scoped form, so this only narrows the candidates:
+ * the stored query is tested beside it. One array parameter: one bitmap index scan walks its queries in turn, each
+ * reading the scope's share of its words' posting lists.
+ */
+export function scopedMatch(query: string, scopes: string[]): RawBuilder<SqlBool> {
+  const queries = scopes.map((scope) => query.replace(LEXEME_OR_PHRASE, (part, lexeme?: string) => (lexeme ? `'${scope}:${lexeme.slice(1)}` : "&")));
+  return sql<SqlBool>`m.scoped_document @@ any(${queries}::tsquery[])`;
+}
+
+/** Whether a stored query's text has a lexeme (a query of stop words alone has none, and matches nothing). */
+export function hasLexeme(query: string): boolean {
+  return new RegExp(QUOTED_LEXEME).test(query);
+}
+
 /**
  * Whether message `m` does not match a search operand (a negated search operand). Never null: every row has its
  * document once the fill is done (its trigger fills each new row), and the parsed one before.

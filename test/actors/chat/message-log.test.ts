@@ -75,8 +75,11 @@ describe.each(engines)("MessageLog on $name", (engineCase) => {
   describe("appendMessage", () => {
     /** A new message has none of the bookkeeping an edit or a move adds (migration 2026-11-22T0500-messages), and its first version (2026-12-02T1800). */
     const NEVER_EDITED = { edit_history: null, last_edit_time: null, last_moved_time: null, version: 0 };
-    /** Its search document (migration 2026-11-28T0900), made by the store's trigger from its topic and content. */
-    const SEARCHABLE = { search_document: expect.any(String) };
+    /**
+     * Its search document (migration 2026-11-28T0900) and scoped document (2026-12-05T1600), made by the store's
+     * triggers from its topic and content, and where it is.
+     */
+    const SEARCHABLE = { search_document: expect.any(String), scoped_document: expect.stringMatching(/^($|'[sr]\d+:)/) };
 
     it("stores a message and resolves with its id after commit", async () => {
       const fence = await fenceOn();

@@ -20,8 +20,24 @@ import { HAS_CONTENT, RESOLVED_TOPIC_PREFIX } from "../../../../actors/chat/read
  * idempotent.
  */
 const READ_MIGRATIONS = Object.keys(migrations).filter((name) => name >= "2026-11-28T0100-message-search");
-const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document", "messages_resolved", "messages_has_link", "messages_has_image"];
+const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document", "messages_resolved", "messages_has_link", "messages_has_image", "messages_scoped_document"];
 const SEARCH_DOCUMENT_MIGRATION = "2026-11-28T0900-message-search-document";
+const SCOPED_DOCUMENT_MIGRATION = "2026-12-05T1600-message-scoped-search";
+
+/** SEARCH_WINDOWS for the test's statements: each test's answers compared with the default windows' (or asserted). */
+async function withWindows<T>(windows: Partial<typeof SEARCH_WINDOWS>, read: () => Promise<T>): Promise<T> {
+  const defaults = { ...SEARCH_WINDOWS };
+  try {
+    Object.assign(SEARCH_WINDOWS, windows);
+    return await read();
+  } finally {
+    Object.assign(SEARCH_WINDOWS, defaults);
+  }
+}
+/** The scoped index asked first: the nearby walk's window full at once, and no estimate to choose by. */
+const SCOPED_FIRST = { recent: 1, channel: 1, first: "capped", scopes: 1_000 } as const;
+/** Never the scoped index. */
+const UNSCOPED = { scopes: 0 } as const;
 
 describe.each(ENGINES)("search on %s", (engine) => {
   let server: TestServer;
@@ -164,7 +180,11 @@ describe.each(ENGINES)("search on %s", (engine) => {
     expect(ids(await search(alice, "ticket 404"))).toEqual([numbered]);
   });
 
-  it("gives the same answers through each of a search page's statements (nearby walk, capped matches, every match)", async () => {
+  it("gives the same answers through each of a search page's statements (nearby walk, capped matches, every match, scoped matches)", async () => {
+    // A channel bob has left: a search without a channel still finds what he received in it.
+    await subscribe(alice, ["attic"], { principals: [alice.id, bob.id] });
+    m.attic = await toChannel(alice, "boxes", "the lantern is in the attic", "attic");
+    expect((await api(server, "DELETE", "/users/me/subscriptions", { as: bob, params: { subscriptions: ["attic"] } })).status).toBe(200);
     const cases: Array<[User, string, unknown[]]> = [
       [bob, "walk", []],
       [bob, "deve", []],
@@ -177,26 +197,85 @@ describe.each(ENGINES)("search on %s", (engine) => {
       [alice, "secret", []],
       [carol, "development", [{ operator: "channels", operand: "public" }]],
       [bob, "zanzibar", []],
+      // A phrase's order, which the scoped documents do not keep.
+      [bob, '"new york"', []],
+      [bob, '"york new"', []],
+      [bob, "lantern", []],
+      [bob, "lantern", [{ operator: "channel", operand: "attic" }]],
+      [alice, "development", [{ operator: "dm", operand: [bob.id] }]],
+      [bob, "york", [{ operator: "channel", operand: "garden" }, { operator: "topic", operand: "travel" }]],
     ];
     const answers = async () => Promise.all(cases.map(async ([as, operand, more]) => ids(await search(as, operand, more))));
-    const expected = await answers();
-    const defaults = { ...SEARCH_WINDOWS };
-    try {
-      // The nearby walk's window full at once (one message), so that the capped matches answer; then capped too; in
-      // either order; and the nearby walk after the capped matches.
-      for (const windows of [
-        { recent: 1, channel: 1, cap: 1_000, first: "nearby" as const },
-        { recent: 1, channel: 1, cap: 1_000, first: "capped" as const },
-        { recent: 1, channel: 1, cap: 0, first: "nearby" as const },
-        { recent: 1, channel: 1, cap: 0, first: "capped" as const },
-        { recent: 1_000, channel: 1_000, cap: 0, first: "capped" as const },
-      ]) {
-        Object.assign(SEARCH_WINDOWS, windows);
-        expect(await answers()).toEqual(expected);
-      }
-    } finally {
-      Object.assign(SEARCH_WINDOWS, defaults);
+    const expected = await withWindows(UNSCOPED, answers);
+    expect(expected.slice(-6)).toEqual([[m.york], [], [m.attic], [m.attic], [m.dm], [m.york, m.yorkNew]]);
+    // The nearby walk's window full at once (one message), so that the capped matches answer; then capped too; in
+    // either order; and the nearby walk after the capped matches; the scoped matches first, then after the nearby walk.
+    for (const windows of [
+      { recent: 1, channel: 1, cap: 1_000, first: "nearby" as const, scopes: 0 },
+      { recent: 1, channel: 1, cap: 1_000, first: "capped" as const, scopes: 0 },
+      { recent: 1, channel: 1, cap: 0, first: "nearby" as const, scopes: 0 },
+      { recent: 1, channel: 1, cap: 0, first: "capped" as const, scopes: 0 },
+      { recent: 1_000, channel: 1_000, cap: 0, first: "capped" as const, scopes: 0 },
+      SCOPED_FIRST,
+      { recent: 1, channel: 1, first: "nearby" as const, scopes: 1_000 },
+      {},
+    ]) {
+      expect(await withWindows(windows, answers)).toEqual(expected);
     }
+  }, 120_000);
+
+  it("asks the scoped index for a search's channels and conversations, kept through moves and filled for an older store", async () => {
+    const db = server.node.store.db;
+    const scoped = (as: User, operand: string, more: unknown[] = []) => withWindows(SCOPED_FIRST, async () => ids(await search(as, operand, more)));
+    const unscoped = (as: User, operand: string, more: unknown[] = []) => withWindows(UNSCOPED, async () => ids(await search(as, operand, more)));
+    // The scoped index is what answers: a message whose scoped document is emptied behind Chorus's back is not found.
+    await sql`update messages set scoped_document = ''::tsvector where id = ${m.york}`.execute(db);
+    expect(await scoped(bob, "cheap")).toEqual([]);
+    expect(await scoped(bob, "cheap", [{ operator: "channel", operand: "garden" }])).toEqual([]);
+    expect(await unscoped(bob, "cheap")).toEqual([m.york]);
+    await sql`update messages set scoped_document = message_scoped_document(search_document, stream_id, recipient_id) where id = ${m.york}`.execute(db);
+    expect(await scoped(bob, "cheap")).toEqual([m.york]);
+    // A message moved to another channel is found in that channel's scope, and no longer in the first one's.
+    const moved = await toChannel(alice, "errands", "a brass telescope", "kitchen");
+    const streams = (await api(server, "GET", "/streams", { as: alice })).body.streams as Array<{ name: string; stream_id: number }>;
+    const garden = streams.find((c) => c.name === "garden")!.stream_id;
+    const move = await api(server, "PATCH", `/messages/${moved}`, { as: alice, params: { stream_id: garden, propagate_mode: "change_one" }, template: "/messages/{message_id}" });
+    expect(move.status).toBe(200);
+    expect(await scoped(bob, "telescope", [{ operator: "channel", operand: "garden" }])).toEqual([moved]);
+    expect(await scoped(bob, "telescope", [{ operator: "channel", operand: "kitchen" }])).toEqual([]);
+    expect(await scoped(bob, "telescope")).toEqual([moved]);
+    // A store that held messages before the scoped documents: searches answer without them while they are filled.
+    const unfilledCount = async () => (await sql<{ n: number }>`select count(*)::int as n from messages where scoped_document is null`.execute(db)).rows[0]!.n;
+    const questions: Array<[User, string, unknown[]]> = [
+      [bob, "cheap", []],
+      [bob, "telescope", [{ operator: "channel", operand: "garden" }]],
+      [bob, "deve", []],
+      [alice, "secret", []],
+      [alice, "development", [{ operator: "dm", operand: [bob.id] }]],
+    ];
+    const answers = () => Promise.all(questions.map(([as, operand, more]) => scoped(as, operand, more)));
+    const expected = await answers();
+    expect(expected.map((a) => a.length)).toEqual([1, 1, 2, 1, 1]);
+    await sql`drop trigger messages_search_document_scoped on messages`.execute(db);
+    await sql`alter table messages drop column scoped_document`.execute(db);
+    await migrations[SCOPED_DOCUMENT_MIGRATION]!.up(db);
+    const stored = (await sql<{ n: number }>`select count(*)::int as n from messages`.execute(db)).rows[0]!.n;
+    expect(await unfilledCount()).toBe(stored);
+    expect(await answers()).toEqual(expected);
+    expect(await fillSearchDocuments(db, 3, "scoped")).toBe("filled");
+    expect(await unfilledCount()).toBe(stored - 3);
+    expect(await answers()).toEqual(expected);
+    while ((await fillSearchDocuments(db, 3, "scoped")) === "filled");
+    expect(await unfilledCount()).toBe(0);
+    expect((await sql<{ below: unknown }>`select scoped_below as below from message_search_fill`.execute(db)).rows[0]!.below).toBeNull();
+    expect(await answers()).toEqual(expected);
+    // Filled, the scoped index answers again (emptied, not found).
+    await sql`update messages set scoped_document = ''::tsvector where id = ${m.york}`.execute(db);
+    expect(await scoped(bob, "cheap")).toEqual([]);
+    await sql`update messages set scoped_document = message_scoped_document(search_document, stream_id, recipient_id) where id = ${m.york}`.execute(db);
+    // Sent after the migration: the trigger keeps it.
+    const later = await toChannel(alice, "errands", "a second telescope", "garden");
+    expect(await scoped(bob, "telescope", [{ operator: "channel", operand: "garden" }])).toEqual([moved, later]);
   }, 120_000);
 
   it("builds the index over the messages a store already holds", async () => {
@@ -215,6 +294,7 @@ describe.each(ENGINES)("search on %s", (engine) => {
     expect(await index("messages_resolved")).toContain(`'${RESOLVED_TOPIC_PREFIX}%'`);
     expect(await index("messages_has_link")).toContain(`'${HAS_CONTENT.link}'`);
     expect(await index("messages_has_image")).toContain(`'${HAS_CONTENT.image}'`);
+    expect(await index("messages_scoped_document")).toContain("gin");
     expect(ids(await search(bob, "walk"))).toEqual([m.walked, m.walking]);
     // A message sent after the migration is indexed as it commits.
     const later = await toChannel(alice, "walks", "walking again", "kitchen");
