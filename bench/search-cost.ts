@@ -3,7 +3,7 @@
  * generated organization left by `npx tsx bench/explain-reads.ts --keep` (its ordinary reader: bench/kept-store.ts),
  * for the searches docs/reads.md explains: wall time p50 / p99 and CPU per search of this process (fetchMessages and
  * the answer's JSON) and of the Postgres backend (/proc: the database must run on this machine). One search at a
- * time on one connection. Runs from any checkout (with bench/kept-store.ts beside it: fetchMessages, findUserById,
+ * time on one connection. `READER=heavy`: the heavy reader (500 channels) instead of the ordinary one (50). Runs from any checkout (with bench/kept-store.ts beside it: fetchMessages, findUserById,
  * openDatabase), so that two builds can take turns on one database.
  */
 import fs from "node:fs";
@@ -18,7 +18,7 @@ const searches = Number(process.argv[3] ?? 50);
 const only = process.argv[4];
 
 const db = (await openDatabase({ databaseUrl: url, dataDir: "/tmp", poolSize: 1 })).db as Kysely<any>;
-const reader = await keptReader(db, "ordinary");
+const reader = await keptReader(db, process.env.READER === "heavy" ? "heavy" : "ordinary");
 const base: Omit<MessageQuery, "narrow"> = { anchor: "newest", numBefore: 20, numAfter: 0, includeAnchor: true, format: { applyMarkdown: true, clientGravatar: true }, allowEmptyTopicName: false };
 const search = (operand: string) => ({ operator: "search", operand, negated: false });
 const cases: Array<[string, MessageQuery["narrow"]]> = [

@@ -511,7 +511,10 @@ const SEARCH_WORK_MEM = "16MB";
  *   statements test for what the reader received before giving way (a reader's matches are mostly in channels they
  *   were in at the time: the candidates nearest the anchor are mostly received).
  * - `scopes`: at most how many channels and conversations a search asks the scoped index for, one index scan each
- *   (reads/search.ts scopedMatch), instead of the capped and full statements; 0: never.
+ *   (reads/search.ts scopedMatch), instead of the capped and full statements; 0: never. Each scope costs its
+ *   planning and its scan, about 11 µs even when it holds no match, and the scoped lists together are the reader's
+ *   share of the store: a reader of 500 channels of 1,000 (600 scopes) searched slower scoped at 1,000,000 messages
+ *   (`budget coff` 13-15 → 32-36 ms), one of 50 (100 scopes) faster (8.1 → 4.4 ms; docs/reads.md, 2026-12-05).
  */
 export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; first: "estimate" | "nearby" | "capped"; received: number; scopes: number } = {
   recent: 1_000,
@@ -519,7 +522,7 @@ export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; fir
   cap: 25_000,
   first: "estimate",
   received: 50,
-  scopes: 1_000,
+  scopes: 200,
 };
 
 /**
@@ -829,7 +832,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   // messages a statement tests are in a derived table; the reader's flags and the related columns are joined to the
   // page's rows only (joined to every message, the planner hashed or merged all of the reader's flag rows).
   // 1. `nearby`: the narrow's nearest messages from the anchor without the search (SEARCH_WINDOWS.recent, or
-  //    SEARCH_WINDOWS.channel along one channel), newest (or oldest) first, tested against the stored document: the
+  //    SEARCH_WINDOWS.channel along one channel that the scoped index is not asked for), newest (or oldest) first, tested against the stored document: the
   //    page when they hold enough (a common word), or when the window is not full (every message of the narrow on
   //    that side was tested: a channel or topic smaller than the window). The window's last row comes back as a
   //    sentinel (`window_rank`) to tell.
@@ -852,8 +855,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   const all = (list: Cond[]) => (list.length ? sql<SqlBool>`${sql.join(list, sql` and `)}` : sql<SqlBool>`true`);
   type Rows = Awaited<ReturnType<typeof page>>;
   const strip = (rows: Array<Record<string, unknown>>) => rows.map(({ window_rank: _r, matched: _m, ...row }) => row) as unknown as Rows;
-  const nearbyPage = async (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
-    const window = oneChannel ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
+  const nearbyPage = async (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, window: number) => {
     const walked = (readsFlags ? messagesWhere(on, user, otherConds) : on.selectFrom("messages as m").where(all(otherConds)))
       .selectAll("m")
       .where("m.id", op, anchor)
@@ -971,16 +973,17 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       : walk === "matches"
         ? db.transaction().execute(async (trx) => {
             const search = await searchSettings(trx);
-            const window = oneChannel ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
+            const scoped = scopes && scopes.length <= SEARCH_WINDOWS.scopes && search.query && hasLexeme(search.query) && !readsFlags;
+            // A channel's walk is long only to spare the capped and full statements; after it the scoped index reads
+            // the channel's share of the words' lists alone.
+            const window = oneChannel && !scoped ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;
             // The nearest messages first when the search is common enough to fill a page among them, as the
             // planner estimates; its index first otherwise (a rare word, or words rare together).
             const nearbyFirst = SEARCH_WINDOWS.first === "estimate" ? search.share === undefined || search.share * window >= limit : SEARCH_WINDOWS.first === "nearby";
-            const nearby = () => nearbyPage(trx, search.conds, op, direction, limit);
+            const nearby = () => nearbyPage(trx, search.conds, op, direction, limit, window);
             const capped = () => cappedPage(trx, search.conds, op, direction, limit);
             const every = receivedOnly ? everyReceivedMatch : everyMatch;
-            if (scopes && scopes.length <= SEARCH_WINDOWS.scopes && search.query && hasLexeme(search.query) && !readsFlags) {
-              return (nearbyFirst ? await nearby() : undefined) ?? every(trx, [...search.conds, scopedMatch(search.query, scopes)], op, direction, limit);
-            }
+            if (scoped) return (nearbyFirst ? await nearby() : undefined) ?? every(trx, [...search.conds, scopedMatch(search.query!, scopes)], op, direction, limit);
             return (
               (await (nearbyFirst ? nearby() : capped())) ??
               (await (nearbyFirst ? capped() : nearby())) ??
