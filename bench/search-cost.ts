@@ -3,13 +3,15 @@
  * generated organization left by `npx tsx bench/explain-reads.ts --keep` (its ordinary reader: bench/kept-store.ts),
  * for the searches docs/reads.md explains: wall time p50 / p99 and CPU per search of this process (fetchMessages and
  * the answer's JSON) and of the Postgres backend (/proc: the database must run on this machine). One search at a
- * time on one connection. `READER=heavy`: the heavy reader (500 channels) instead of the ordinary one (50). Runs from any checkout (with bench/kept-store.ts beside it: fetchMessages, findUserById,
+ * time on one connection. `READER=heavy`: the heavy reader (500 channels) instead of the ordinary one (50);
+ * `SCOPES=N`: SEARCH_WINDOWS.scopes (the most channels and conversations a search asks the scoped index for);
+ * `SEARCHES="a b;c"`: these searches (no channel) instead of the cases below. Runs from any checkout (with bench/kept-store.ts beside it: fetchMessages, findUserById,
  * openDatabase), so that two builds can take turns on one database.
  */
 import fs from "node:fs";
 import { sql, type Kysely } from "kysely";
 import { openDatabase } from "../runtime/store/db.ts";
-import { fetchMessages, type MessageQuery } from "../actors/chat/reads/messages.ts";
+import { fetchMessages, SEARCH_WINDOWS, type MessageQuery } from "../actors/chat/reads/messages.ts";
 import { keptReader } from "./kept-store.ts";
 
 const url = process.argv[2];
@@ -17,6 +19,7 @@ if (!url) throw new Error("usage: npx tsx bench/search-cost.ts <database url> [s
 const searches = Number(process.argv[3] ?? 50);
 const only = process.argv[4];
 
+if (process.env.SCOPES) SEARCH_WINDOWS.scopes = Number(process.env.SCOPES);
 const db = (await openDatabase({ databaseUrl: url, dataDir: "/tmp", poolSize: 1 })).db as Kysely<any>;
 const reader = await keptReader(db, process.env.READER === "heavy" ? "heavy" : "ordinary");
 const base: Omit<MessageQuery, "narrow"> = { anchor: "newest", numBefore: 20, numAfter: 0, includeAnchor: true, format: { applyMarkdown: true, clientGravatar: true }, allowEmptyTopicName: false };
@@ -28,6 +31,8 @@ const cases: Array<[string, MessageQuery["narrow"]]> = [
   ["zanzibar (no match)", [search("zanzibar")]],
   ["channel gen-7 + datab", [{ operator: "channel", operand: "gen-7", negated: false }, search("datab")]],
 ];
+const asked = process.env.SEARCHES?.split(";").map((operand): [string, MessageQuery["narrow"]] => [operand, [search(operand)]]);
+if (asked) cases.splice(0, cases.length, ...asked);
 const backendPid = (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db)).rows[0]!.pid;
 const backendCpuMs = () => {
   const fields = fs.readFileSync(`/proc/${backendPid}/stat`, "utf8").split(") ")[1]!.split(" ");

@@ -513,8 +513,8 @@ const SEARCH_WORK_MEM = "16MB";
  * - `scopes`: at most how many channels and conversations a search asks the scoped index for, one index scan each
  *   (reads/search.ts scopedMatch), instead of the capped and full statements; 0: never. Each scope costs its
  *   planning and its scan, about 11 µs even when it holds no match, and the scoped lists together are the reader's
- *   share of the store: a reader of 500 channels of 1,000 (600 scopes) searched slower scoped at 1,000,000 messages
- *   (`budget coff` 13-15 → 32-36 ms), one of 50 (100 scopes) faster (8.1 → 4.4 ms; docs/reads.md, 2026-12-05).
+ *   share of the store's: a reader of 500 channels of 1,000 (600 scopes) searched two common words three times
+ *   slower scoped at 10,000,000 messages, one of 50 (100 scopes) 3-9 times faster (docs/reads.md, 2026-12-05 15:00).
  */
 export const SEARCH_WINDOWS: { recent: number; channel: number; cap: number; first: "estimate" | "nearby" | "capped"; received: number; scopes: number } = {
   recent: 1_000,
@@ -846,7 +846,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   // With `scopes` (the access rule's channels and conversations, at most SEARCH_WINDOWS.scopes of them), every match
   // from the scoped index instead of 2 and 3: a scan per scope, each reading the scope's share of the words' posting
   // lists, where the document's index reads them whole (two common words rare together: 94-101 ms at 10,000,000
-  // messages; docs/reads.md, 2026-12-05 16:00).
+  // messages; docs/reads.md, 2026-12-05 15:00).
   // A search without a channel (`receivedOnly`) keeps what the reader received: the nearby walk tests it on the
   // window's matches; the capped and full statements take more candidates than the page (receivedCandidates), test
   // them, and give way when too few were received (then the full statement with the received condition in it).
@@ -939,6 +939,24 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       .orderBy(ORDER.matches, direction)
       .limit(limit);
   };
+  /**
+   * A search's page from the scoped index (`scoped`: scopedMatch): its matches in a derived table the planner may
+   * neither merge into the statement nor push conditions into (`offset 0`), planned with sequential scans off, then
+   * the narrow's conditions, the stored query and (without a channel) what the reader received tested on each,
+   * sorted; then the page of those ids, planned as usual. Given every condition in one statement at 10,000,000
+   * messages, the planner ANDed the document's index with the channels' instead (240 ms): GIN's cost estimate made
+   * each scope's scan of a few entries cost more than a common word's whole list. With sequential scans still off,
+   * the page's join to the reader's flags read all 495,000 of them (1.1 s).
+   */
+  const scopedPage = async (on: DB, searchConds: Cond[], scoped: Cond, op: "<" | ">=", direction: "asc" | "desc", limit: number) => {
+    const matches = sql`(select * from messages m where ${scoped} offset 0)`.as("m");
+    const conds = [...otherConds, ...searchConds, ...(receivedOnly ? [receivedBy(user.id)] : [])];
+    // JIT off too: each scope's query gets a default share in the estimate, which can pass JIT's threshold.
+    await sql`select set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`.execute(on);
+    const rows = await (on as Kysely<any>).selectFrom(matches).select("m.id").where(all(conds)).where("m.id", op, anchor).orderBy(ORDER.matches, direction).limit(limit).execute();
+    await sql`select set_config('enable_seqscan', 'on', true)`.execute(on);
+    return rows.length ? pageOfIds(on, rows.map((r) => Number(r.id)), direction, limit) : ([] as unknown as Rows);
+  };
   const everyMatch = (on: DB, searchConds: Cond[], op: "<" | ">=", direction: "asc" | "desc", limit: number, withFlags = readsFlags) => {
     const rows = nearestMatches(on, searchConds, op, direction, limit, withFlags).selectAll("m");
     return (on as Kysely<any>)
@@ -982,12 +1000,11 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
             const nearbyFirst = SEARCH_WINDOWS.first === "estimate" ? search.share === undefined || search.share * window >= limit : SEARCH_WINDOWS.first === "nearby";
             const nearby = () => nearbyPage(trx, search.conds, op, direction, limit, window);
             const capped = () => cappedPage(trx, search.conds, op, direction, limit);
-            const every = receivedOnly ? everyReceivedMatch : everyMatch;
-            if (scoped) return (nearbyFirst ? await nearby() : undefined) ?? every(trx, [...search.conds, scopedMatch(search.query!, scopes)], op, direction, limit);
+            if (scoped) return (nearbyFirst ? await nearby() : undefined) ?? scopedPage(trx, search.conds, scopedMatch(search.query!, scopes), op, direction, limit);
             return (
               (await (nearbyFirst ? nearby() : capped())) ??
               (await (nearbyFirst ? capped() : nearby())) ??
-              every(trx, search.conds, op, direction, limit)
+              (receivedOnly ? everyReceivedMatch : everyMatch)(trx, search.conds, op, direction, limit)
             );
           })
         : page(op, direction, limit);
