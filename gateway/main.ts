@@ -12,6 +12,7 @@ import v8 from "node:v8";
 import { pathToFileURL } from "node:url";
 import { ConfigError, loadConfig, type Config } from "../runtime/config.ts";
 import { Keyring } from "../runtime/secrets.ts";
+import { keepRunningOnUnhandledRejections } from "../runtime/unhandled.ts";
 import type { Store } from "../runtime/store/store.ts";
 import { ActorSystem } from "../runtime/system.ts";
 import { ShardManager } from "../runtime/cluster.ts";
@@ -310,6 +311,7 @@ function loadDotEnv(): void {
 }
 
 async function main(): Promise<void> {
+  keepRunningOnUnhandledRejections();
   if (cluster.isPrimary) loadDotEnv();
   const config = loadConfig();
   if (cluster.isPrimary) await preflight(config);

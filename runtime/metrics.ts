@@ -132,6 +132,11 @@ const userEventRowsSkipped = new Counter({
   help: "Event rows written behind their deliveries that were not written: every queue had acknowledged the event first",
   registers: [registry],
 });
+const unhandledRejections = new Counter({
+  name: "chorus_unhandled_rejections_total",
+  help: "Promise rejections nothing handled (each a bug, logged as an error; the process goes on)",
+  registers: [registry],
+});
 const sseStreams = new Gauge({ name: "chorus_sse_streams", help: "Server-sent event streams open", registers: [registry] });
 const activations = new Counter({ name: "chorus_actor_activations_total", help: "Actor activations created", labelNames: ["kind"], registers: [registry] });
 const turnSeconds = new HotHistogram("chorus_actor_turn_seconds", "Time an actor's turn ran until its answer", ["kind"], SECONDS);
@@ -148,6 +153,7 @@ interface Instruments {
   messagesSent: CounterLike;
   deliveries: CounterLike;
   userEventRowsSkipped: CounterLike;
+  unhandledRejections: CounterLike;
   sseStreams: GaugeLike;
   activations(kind: string): CounterLike;
   turnSeconds(kind: string): ObserverLike;
@@ -173,6 +179,7 @@ function counting(): Instruments {
     messagesSent,
     deliveries,
     userEventRowsSkipped,
+    unhandledRejections,
     sseStreams,
     activations: byKind,
     turnSeconds: turns,
@@ -188,6 +195,7 @@ const silent: Instruments = {
   messagesSent: NO_COUNT,
   deliveries: NO_COUNT,
   userEventRowsSkipped: NO_COUNT,
+  unhandledRejections: NO_COUNT,
   sseStreams: NO_COUNT,
   activations: () => NO_COUNT,
   turnSeconds: () => NO_COUNT,
