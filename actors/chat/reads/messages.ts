@@ -832,9 +832,9 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   // messages a statement tests are in a derived table; the reader's flags and the related columns are joined to the
   // page's rows only (joined to every message, the planner hashed or merged all of the reader's flag rows).
   // 1. `nearby`: the narrow's nearest messages from the anchor without the search (SEARCH_WINDOWS.recent, or
-  //    SEARCH_WINDOWS.channel along one channel that the scoped index is not asked for), newest (or oldest) first, tested against the stored document: the
-  //    page when they hold enough (a common word), or when the window is not full (every message of the narrow on
-  //    that side was tested: a channel or topic smaller than the window). The window's last row comes back as a
+  //    SEARCH_WINDOWS.channel along one channel the scoped index is not asked for), newest (or oldest) first, tested
+  //    against the stored document: the page when they hold enough (a common word), or when the window is not full
+  //    (every message of the narrow on that side was tested: a channel or topic smaller than the window). The window's last row comes back as a
   //    sentinel (`window_rank`) to tell.
   // 2. `capped`: the search's matches from its index alone, at most SEARCH_WINDOWS.cap + 1 of them, streamed through
   //    the narrow's other conditions (an aggregate: their count, and the page's ids among those that pass); when they
@@ -845,8 +845,8 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   //    sorted (`m.id + 0`, as ORDER says).
   // With `scopes` (the access rule's channels and conversations, at most SEARCH_WINDOWS.scopes of them), every match
   // from the scoped index instead of 2 and 3: a scan per scope, each reading the scope's share of the words' posting
-  // lists, where the document's index reads them whole (two common words rare together: 94-101 ms at 10,000,000
-  // messages; docs/reads.md, 2026-12-05 15:00).
+  // lists, where the document's index reads them whole (two common words rare together at 10,000,000 messages:
+  // 58-64 → 7 ms; docs/reads.md, 2026-12-05 15:00).
   // A search without a channel (`receivedOnly`) keeps what the reader received: the nearby walk tests it on the
   // window's matches; the capped and full statements take more candidates than the page (receivedCandidates), test
   // them, and give way when too few were received (then the full statement with the received condition in it).
