@@ -22,11 +22,13 @@ export type FillStep = "filled" | "done" | "busy";
 export type SearchFill = "documents" | "scoped";
 
 const PARSED = sql`to_tsvector('english'::regconfig, m.topic || ' ' || m.content)`;
-const FILLS: Record<SearchFill, { below: RawBuilder<unknown>; fill: RawBuilder<unknown>; words: boolean }> = {
-  documents: { below: sql.raw("below"), fill: sql`search_document = ${PARSED}`, words: true },
+/** Each fill's bound in message_search_fill, the column it fills, its value, and whether it also records the words. */
+const FILLS: Record<SearchFill, { below: RawBuilder<unknown>; column: RawBuilder<unknown>; value: RawBuilder<unknown>; words: boolean }> = {
+  documents: { below: sql.raw("below"), column: sql.raw("search_document"), value: PARSED, words: true },
   scoped: {
     below: sql.raw("scoped_below"),
-    fill: sql`scoped_document = message_scoped_document(coalesce(m.search_document, ${PARSED}), m.stream_id, m.recipient_id)`,
+    column: sql.raw("scoped_document"),
+    value: sql`message_scoped_document(coalesce(m.search_document, ${PARSED}), m.stream_id, m.recipient_id)`,
     words: false,
   },
 };
@@ -37,8 +39,7 @@ const FILLS: Record<SearchFill, { below: RawBuilder<unknown>; fill: RawBuilder<u
  * were left. "busy" when another transaction holds the state row (another process filling).
  */
 export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FILL_STEP, which: SearchFill = "documents"): Promise<FillStep> {
-  const { below, fill, words } = FILLS[which];
-  const column = which === "documents" ? sql.raw("search_document") : sql.raw("scoped_document");
+  const { below, column, value, words } = FILLS[which];
   const { rows } = await sql<{ state: FillStep }>`
     with fill as (
       select ${below} as below from message_search_fill where id = 1 and ${below} is not null for update skip locked
@@ -48,7 +49,7 @@ export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FI
       select m.id from messages m where m.id < (select below from fill) order by m.id desc limit ${step}
     ),
     filled as (
-      update messages m set ${fill} from batch where m.id = batch.id and m.${column} is null
+      update messages m set ${column} = ${value} from batch where m.id = batch.id and m.${column} is null
     ),
     ${
       words

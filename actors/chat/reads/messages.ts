@@ -20,7 +20,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
-import { hasLexeme, highlightColumns, notSearchCondition, scopedMatch, searchCondition, searchHighlights, searchOperand, storedMatch, tsquery } from "./search.ts";
+import { highlightColumns, notSearchCondition, scopedMatch, searchCondition, searchHighlights, searchOperand, storedMatch, tsquery } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { splitUserRefs, usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
@@ -991,7 +991,8 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       : walk === "matches"
         ? db.transaction().execute(async (trx) => {
             const search = await searchSettings(trx);
-            const scoped = scopes && scopes.length <= SEARCH_WINDOWS.scopes && search.query && hasLexeme(search.query) && !readsFlags;
+            // A query of stop words alone is empty text (it matches nothing): no scoped form to ask.
+            const scoped = scopes && scopes.length <= SEARCH_WINDOWS.scopes && search.query && !readsFlags;
             // A channel's walk is long only to spare the capped and full statements; after it the scoped index reads
             // the channel's share of the words' lists alone.
             const window = oneChannel && !scoped ? SEARCH_WINDOWS.channel : SEARCH_WINDOWS.recent;

@@ -99,11 +99,6 @@ export function scopedMatch(query: string, scopes: string[]): RawBuilder<SqlBool
   return sql<SqlBool>`m.scoped_document @@ any(${queries}::tsquery[])`;
 }
 
-/** Whether a stored query's text has a lexeme (a query of stop words alone has none, and matches nothing). */
-export function hasLexeme(query: string): boolean {
-  return new RegExp(QUOTED_LEXEME).test(query);
-}
-
 /**
  * Whether message `m` does not match a search operand (a negated search operand). Never null: every row has its
  * document once the fill is done (its trigger fills each new row), and the parsed one before.
