@@ -1053,8 +1053,8 @@ function oneChannelNarrow(narrow: Narrow): { channel: number | string; topic?: s
 /**
  * The statement of a one-channel page: the channel and whether the reader may read its history (as compileNarrow
  * decides it), then, for each side of the anchor, the ids, versions and reader's flags of the channel's (and
- * topic's) messages the reader may read. The channel's row comes back even when the page is empty (one row of
- * nulls), and no row at all when there is no such channel. It answers a batch of pages (ReadBatches): its
+ * topic's) messages the reader may read, in one text (pageRefsText). The channel's row comes back even when the
+ * page is empty (its refs null), and no row at all when there is no such channel. It answers a batch of pages (ReadBatches): its
  * parameters are arrays, one value per page of each of the realm, the channel's id or lower-cased name, the
  * reader, whether the reader is a guest, the anchor, each side's limit, and the lower-cased topic; each row names
  * its page (`n`). One text per way of naming the channel, with or without a topic, built once, and run planned
@@ -1079,14 +1079,31 @@ function channelPageText(byId: boolean, topic: boolean): string {
     `${branch("ch.history", op, direction, limit)} union all ${branch(`not ch.history and ${readerFlags("q.reader")} is not null`, op, direction, limit)}`;
   // The batch's parameters: one array per column, [name, type].
   const columns = [["realm", "bigint"], ["channel", byId ? "bigint" : "text"], ["reader", "bigint"], ["guest", "boolean"], ["anchor", "bigint"], ["before", "int"], ["after", "int"], ...(topic ? [["topic", "text"]] : [])];
-  return `select q.n::int as n, ch.id as channel_id, ch.name as stream_name, ch.user_version, p.*
+  return `select q.n::int as n, ch.id as channel_id, ch.name as stream_name, ch.user_version,
+    ${pageRefsText(`${side("<", "desc", "q.before")} union all ${side(">=", "asc", "q.after")}`)} as refs
   from unnest(${columns.map(([, type], i) => `$${i + 1}::${type}[]`).join(", ")}) with ordinality as q(${columns.map(([name]) => name).join(", ")}, n)
   cross join lateral (
     select s.id, s.name, s.is_web_public or (not s.invite_only and not q.guest) or (sub.user_id is not null and s.history_public_to_subscribers) as history,
       ${REALM_USER_VERSION("q.realm")} as user_version
     from streams s left join subscriptions sub on sub.user_id = q.reader and sub.stream_id = s.id and sub.active
-    where s.realm_id = q.realm and ${byId ? "s.id = q.channel" : "lower(s.name) = q.channel"}) ch
-  left join lateral (${side("<", "desc", "q.before")} union all ${side(">=", "asc", "q.after")}) p on true`;
+    where s.realm_id = q.realm and ${byId ? "s.id = q.channel" : "lower(s.name) = q.channel"}) ch`;
+}
+
+/**
+ * A page's messages (a statement of rows `id, version, flags`) as one text: `id version flags` each, comma-separated,
+ * flags empty where null (parsePageRefs reads it). One row a page instead of one a message: pg's parsing of 21 rows
+ * of 7 fields was a fifth of the server's CPU for a channel's page (docs/reads.md, 2026-12-05 18:10). Null when the
+ * page is empty. The order of the text is not the page's: pageWindow sorts.
+ */
+const pageRefsText = (rows: string) => `(select string_agg(r.id || ' ' || r.version || ' ' || coalesce(r.flags::text, ''), ',') from (${rows}) r)`;
+
+/** pageRefsText's text as the page's refs, each in the channel `streamName` (null: none). */
+function parsePageRefs(text: string | null, streamName: string | null): PageRef[] {
+  if (!text) return [];
+  return text.split(",").map((one) => {
+    const [id, version, flags] = one.split(" ");
+    return { id: Number(id), version: Number(version), flags: flags ? Number(flags) : null, stream_name: streamName };
+  });
 }
 
 /**
@@ -1163,7 +1180,7 @@ async function withRecords(db: DB, refs: PageRef[], userVersion: string): Promis
 const pageRecords = new MessageRecordCache<PageRecord>((db, ids) => queryPlannedOnce<PageRecord>(db, PAGE_RECORDS_TEXT, [ids]));
 
 /** A channel page's statement (channelPageText), its reads batched: one per way of naming the channel, with or without a topic. */
-type PageStatementRow = Omit<PageRef, "id"> & { n: number; id: number | null; channel_id: number; user_version: string };
+type PageStatementRow = { n: number; channel_id: number; stream_name: string; user_version: string; refs: string | null };
 const CHANNEL_PAGES = [false, true].map((byId) =>
   [false, true].map((topic) => {
     const text = channelPageText(byId, topic);
@@ -1176,10 +1193,10 @@ async function channelPage(db: DB, user: UserRow, q: MessageRange, anchor: numbe
   const limits = sideLimits(q, anchor);
   const values: unknown[] = [user.realm_id, byId ? narrow.channel : String(narrow.channel).toLowerCase(), user.id, user.role === ROLE.guest, anchor, limits.before, limits.atAndAfter];
   if (narrow.topic !== undefined) values.push(narrow.topic.toLowerCase());
-  // The channel's row comes back once with null message columns when the page is empty.
-  const refs = await CHANNEL_PAGES[Number(byId)]![Number(narrow.topic !== undefined)]!.read(db, values);
-  if (!refs.length) throw badNarrow("Invalid narrow operator: unknown channel");
-  return pageWindow(db, q, anchor, refs, refs[0]!.user_version);
+  // No row: no such channel.
+  const [page] = await CHANNEL_PAGES[Number(byId)]![Number(narrow.topic !== undefined)]!.read(db, values);
+  if (!page) throw badNarrow("Invalid narrow operator: unknown channel");
+  return pageWindow(db, q, anchor, parsePageRefs(page.refs, page.stream_name), page.user_version);
 }
 
 /**

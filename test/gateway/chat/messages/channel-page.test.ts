@@ -73,6 +73,27 @@ describe.each(FLAG_STORAGES)("a channel's page on $engine, flags as $storage", (
     expect(ids(await get(bob, { narrow: [{ operator: "channel", operand: channels.elsewhere }] }))).toHaveLength(6);
   });
 
+  it("gives each message the reader's own flags, and read + historical to one the reader never received", async () => {
+    const flag = (as: User, messages: number[], op: "add" | "remove", which: string) =>
+      api(server, "POST", "/messages/flags", { as, params: { messages, op, flag: which } });
+    expect((await flag(bob, [lobby[1]!], "add", "starred")).status).toBe(200);
+    expect((await flag(bob, [lobby[0]!], "add", "read")).status).toBe(200);
+    const flagsOf = async (as: User) => {
+      const page = await get(as, { narrow: lobbyNarrow, anchor: "oldest", num_before: 0, num_after: 3 });
+      return page.body.messages.map((m: any) => [m.id, [...m.flags].sort()]);
+    };
+    expect(await flagsOf(bob)).toEqual([
+      [lobby[0], ["read"]],
+      [lobby[1], ["starred"]],
+      [lobby[2], []],
+    ]);
+    const carol = await createUser(server, "carol@example.com", "Carol");
+    await subscribe(carol, ["lobby"]);
+    expect(await flagsOf(carol)).toEqual(lobby.slice(0, 3).map((id) => [id, ["historical", "read"]]));
+    await flag(bob, [lobby[1]!], "remove", "starred");
+    await flag(bob, [lobby[0]!], "remove", "read");
+  });
+
   it("refuses an unknown channel, by name or id (past the ids a channel has too), with BAD_NARROW", async () => {
     // With a topic: one statement; with is:starred beside: the access rule's statement, then the page.
     for (const channel of ["nowhere", 987654, 2 ** 40]) {
