@@ -5,6 +5,8 @@
  * taken from kysely's query log as they run. `--database`: a database an earlier `--keep` run left (10,000,000
  * messages take most of an hour to generate on 2 busy cores), its readers found again, nothing generated.
  */
+import fs from "node:fs";
+import path from "node:path";
 import os from "node:os";
 import { CompiledQuery, type Kysely, type KyselyPlugin } from "kysely";
 import type { Database } from "../actors/schema.ts";
@@ -13,6 +15,7 @@ import { fetchMessages, type MessageQuery } from "../actors/chat/reads/messages.
 import { unreadMessages } from "../actors/chat/reads/unreads.ts";
 import { findUserById } from "../actors/chat/reads/users.ts";
 import type { Janitor } from "./janitor.ts";
+import { KEPT_DATABASE_FILE } from "./kept-store.ts";
 import { Population, startEngine, type Engine } from "./scenarios.ts";
 import { channelName, DEFAULT_SIZE, generateOrganization } from "./organization.ts";
 
@@ -154,6 +157,11 @@ try {
   // --keep: leave the database for a closer look (its URL is printed; drop it by hand), and the Redis keys with it.
   if (process.argv.includes("--keep")) {
     console.log(`kept: ${engine?.node.config.databaseUrl}`);
+    if (engine?.node.config.databaseUrl) {
+      // What a bench run on this store needs (READS_STORE: bench/kept-store.ts).
+      fs.writeFileSync(path.join(engine.node.config.dataDir, KEPT_DATABASE_FILE), engine.node.config.databaseUrl);
+      console.log(`to run the bench on it: READS_STORE=${engine.node.config.dataDir} npm run bench -- --engine redis+postgres --scenario reads-fetch,…`);
+    }
     await engine?.node.close();
   } else for (const stop of stops.reverse()) await stop();
 }

@@ -8,6 +8,7 @@
  * what the heavy reader's channels hold).
  */
 import { channelName, DEFAULT_SIZE, generateOrganization, type OrganizationSize } from "./organization.ts";
+import { keptStoreFromEnv } from "./kept-store.ts";
 import { Population, type Engine, type EngineName, type Scenario, type TimedScenario } from "./scenarios.ts";
 
 function sizeFor(engine: Engine): OrganizationSize {
@@ -27,7 +28,8 @@ const readers = new Map<EngineName, { ordinary: string; heavy: string; figures: 
 async function prepareOrganization(engine: Engine, population: Population) {
   const known = readers.get(engine.name);
   if (known) return known.figures;
-  const [ordinary, heavy] = await population.users("readers", 2);
+  // On a kept store (READS_STORE) the organization and its readers are there already: generateOrganization finds them.
+  const [ordinary, heavy] = keptStoreFromEnv() ? await population.adopt("readers", 2) : await population.users("readers", 2);
   const size = sizeFor(engine);
   const org = await generateOrganization(engine.node.store.db, { ordinary: ordinary!.id, heavy: heavy!.id }, size);
   const figures = { messages: org.messages, users: size.users, channels: size.channels, heavyUnread: size.heavyUnread, generateSeconds: org.seconds };

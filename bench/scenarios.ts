@@ -22,6 +22,7 @@ import type { RunningNode } from "../gateway/main.ts";
 import { serverCode } from "./server-code.ts";
 import { startHttpServer } from "../gateway/http.ts";
 import { freshDatabase, freshRedisPrefix, REDIS_URL } from "../test/support/services.ts";
+import { copyKeptCredentials, keptStoreFromEnv } from "./kept-store.ts";
 import { describeResource, removeResource, type Janitor, type Resource } from "./janitor.ts";
 import type { Auth } from "./event-client.ts";
 
@@ -189,8 +190,10 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
       config = loadConfig({ port: 0, host: HOST, dataDir, databaseUrl: undefined, redisUrl: undefined, workers: 1, rateLimits: { ...UNLIMITED }, accessLog: false });
       describe = "memory transport + PGlite (temp DATA_DIR), one process";
     } else {
-      const database = await freshDatabase();
+      const kept = keptStoreFromEnv();
+      const database = await freshDatabase({ template: kept?.databaseName });
       owned({ kind: "database", url: database.url }, () => database.drop());
+      if (kept) copyKeptCredentials(kept, dataDir);
       const redis = freshRedisPrefix();
       owned({ kind: "redis", url: REDIS_URL, prefix: redis.prefix }, () => redis.clean());
       workers = name === "redis+postgres ×2" ? 2 : 1;
@@ -206,7 +209,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
         // A line per request to the terminal would be measured as the server's work (and drown the report).
         accessLog: false,
       });
-      describe = `Redis Streams transport (${REDIS_URL}) + Postgres (fresh database), ${workers === 1 ? "one process" : `${workers} worker nodes in one process`}`;
+      describe = `Redis Streams transport (${REDIS_URL}) + Postgres (${kept ? `a copy of the kept ${kept.databaseName}` : "fresh database"}), ${workers === 1 ? "one process" : `${workers} worker nodes in one process`}`;
       const info = new Redis(REDIS_URL, { protocol: 2, maxRetriesPerRequest: 1, lazyConnect: true });
       cleanups.push({ what: "Redis INFO connection", run: () => void info.disconnect() });
       serviceStats = async () => {
@@ -449,6 +452,31 @@ export class Population {
     this.pools.set(pool, have);
     this.setup[`create ${pool} users (${n}${queuesPerUser ? `, ${queuesPerUser} queue(s) each` : ""}) ms`] = Math.round(performance.now() - t0);
     return have.slice(0, n);
+  }
+
+  /**
+   * The pool's first `n` members as a kept store holds them (READS_STORE, bench/kept-store.ts), each given a fresh
+   * API key: the keys they were made with were never written down.
+   */
+  async adopt(pool: string, n: number): Promise<BenchUser[]> {
+    const config = this.engine.node.config;
+    const keyring = (this.keyring ??= Keyring.load(config.dataDir, config.secret));
+    const db = this.engine.node.store.db;
+    const users: BenchUser[] = [];
+    for (let i = 0; i < n; i++) {
+      const email = `${pool}-${i}@bench.example`;
+      const apiKey = Keyring.newApiKey();
+      const row = await db
+        .updateTable("users")
+        .set({ api_key_hash: keyring.hashApiKey(apiKey), api_key_enc: keyring.encrypt(apiKey) })
+        .where("email", "=", email)
+        .returning("id")
+        .executeTakeFirst();
+      if (!row) throw new Error(`the kept store has no ${email}`);
+      users.push({ id: row.id, email, auth: "Basic " + Buffer.from(`${email}:${apiKey}`).toString("base64"), queues: [] });
+    }
+    this.pools.set(pool, users);
+    return users;
   }
 
   /** Subscribe `users` to `channel` (the owner creates it), through the API, `CHUNK` principals per request. */

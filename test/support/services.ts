@@ -26,11 +26,12 @@ async function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
 
 /**
  * A new database, empty, or `migrated` (a copy of the run's migrated template, when it has one: see
- * store-templates.ts); `drop()` removes it (terminating connections left open).
+ * store-templates.ts), or a copy of the database named `template`; `drop()` removes it (terminating connections
+ * left open).
  */
-export async function freshDatabase(opts: { migrated?: boolean } = {}): Promise<{ url: string; name: string; drop(): Promise<void> }> {
+export async function freshDatabase(opts: { migrated?: boolean; template?: string } = {}): Promise<{ url: string; name: string; drop(): Promise<void> }> {
   const name = uniqueName("db");
-  const template = opts.migrated ? postgresTemplate() : undefined;
+  const template = opts.template ?? (opts.migrated ? postgresTemplate() : undefined);
   await admin((c) => c.query(template ? `create database ${name} template ${template}` : `create database ${name}`));
   const url = new URL(PG_ADMIN_URL);
   url.pathname = `/${name}`;
