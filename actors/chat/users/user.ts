@@ -193,13 +193,13 @@ interface ParkedPoll {
 const RECENT_MESSAGES_MS = 60_000;
 export const RECENT_MESSAGES_CAP = 10_000;
 export class RecentIds {
-  private current = new Set<number>();
-  private previous = new Set<number>();
+  private current = new IdGeneration();
+  private previous = new IdGeneration();
   private since = Date.now();
   /**
    * The highest id added. A user's deliveries come mostly in id order, so most ids are above it and were never
-   * added: they need no probe of the sets, whose lookups (misses in memory, tens of thousands of ids per busy user)
-   * were 3% of the server's CPU at a fan-out's saturation (docs/performance.md, 2026-12-05 18:45).
+   * added: they need no lookup. Lookups and inserts in sets of tens of thousands of ids per busy user (misses in
+   * memory) were 3-5% of the server's CPU at a fan-out's saturation (docs/performance.md, 2026-12-05 18:45).
    */
   private highest = -Infinity;
   has(id: number): boolean {
@@ -208,11 +208,38 @@ export class RecentIds {
   add(id: number): void {
     if (this.current.size >= RECENT_MESSAGES_CAP || Date.now() - this.since > RECENT_MESSAGES_MS) {
       this.previous = this.current;
-      this.current = new Set();
+      this.current = new IdGeneration();
       this.since = Date.now();
     }
     this.current.add(id);
     if (id > this.highest) this.highest = id;
+  }
+}
+
+/** One generation of RecentIds: the ids that came in rising order appended to an array (so sorted), the rest in a set. */
+class IdGeneration {
+  private readonly rising: number[] = [];
+  private others?: Set<number>;
+  get size(): number {
+    return this.rising.length + (this.others?.size ?? 0);
+  }
+  add(id: number): void {
+    const last = this.rising.length ? this.rising[this.rising.length - 1]! : -Infinity;
+    if (id > last) this.rising.push(id);
+    else if (id !== last && !this.has(id)) (this.others ??= new Set()).add(id);
+  }
+  has(id: number): boolean {
+    if (this.others?.has(id)) return true;
+    let low = 0;
+    let high = this.rising.length - 1;
+    while (low <= high) {
+      const mid = (low + high) >> 1;
+      const at = this.rising[mid]!;
+      if (at === id) return true;
+      if (at < id) low = mid + 1;
+      else high = mid - 1;
+    }
+    return false;
   }
 }
 
