@@ -1375,23 +1375,26 @@ function receivedRows(narrow: ReceivedNarrow): { rows: string; listed: string } 
  * received in it) or those with a flag (`is:starred` and the like: Zulip's join to UserMessage with the flag). For
  * each side of the anchor ($3, limits $4 and $5), the reader's rows along their index (receivedRows) and the
  * messages listing the reader in a recipient list not yet expanded (few: a list is expanded soon after its commit),
- * the nearest of them kept, then their versions and the reader's flags. One row of nulls when the page is empty.
+ * the nearest of them kept with the reader's flags as the walk read them, then their versions. One row of nulls when the page is empty.
  * The same text for every reader: planned once per connection, where the general path read the access rule first
  * and planned a page whose text named the reader's channels and conversations at every fetch.
  */
 function receivedPageText(narrow: ReceivedNarrow): string {
   const { rows, listed } = receivedRows(narrow);
   const listedCondition = narrow === "every" ? "$1::int = any(l.user_ids)" : `exists (select 1 from unnest(l.user_ids, l.flags) as x(user_id, flags) where x.user_id = $1::int and ${listed})`;
+  const listedFlags = "(select x.flags from unnest(l.user_ids, l.flags) as x(user_id, flags) where x.user_id = $1::int limit 1)";
   const side = (op: "<" | ">=", direction: "asc" | "desc", limit: string) => `(
-    select w.id from (
-      (select r.message_id as id from ${rows} and r.user_id = $1::int and r.message_id ${op} $3::bigint order by r.message_id ${direction} limit ${limit})
+    select w.id, w.flags from (
+      (select r.message_id as id, r.flags from ${rows} and r.user_id = $1::int and r.message_id ${op} $3::bigint order by r.message_id ${direction} limit ${limit})
       union all
-      (select l.message_id from user_message_lists l where ${listedCondition} and l.message_id ${op} $3::bigint order by l.message_id ${direction} limit ${limit})
+      (select l.message_id, ${listedFlags} from user_message_lists l where ${listedCondition} and l.message_id ${op} $3::bigint order by l.message_id ${direction} limit ${limit})
     ) w order by w.id ${direction} limit ${limit})`;
+  // The flags are the ones the walk read (unread_messages keeps each unread row's flags as its flag row has them), not
+  // probed again per message: that second probe was 21 index scans a page.
   return `select ${REALM_USER_VERSION("$2::bigint")} as user_version, p.*
   from (select 1) one
   left join lateral (
-    select m.id, m.version, ${readerFlags("$1::bigint")} as flags, (select s.name from streams s where s.id = m.stream_id) as stream_name
+    select m.id, m.version, page.flags, (select s.name from streams s where s.id = m.stream_id) as stream_name
     from (${side("<", "desc", "$4::int")} union all ${side(">=", "asc", "$5::int")}) page join messages m on m.id = page.id
   ) p on true`;
 }
