@@ -1054,10 +1054,10 @@ function oneChannelNarrow(narrow: Narrow): { channel: number | string; topic?: s
  * The statement of a one-channel page: the channel and whether the reader may read its history (as compileNarrow
  * decides it), then, for each side of the anchor, the ids, versions and reader's flags of the channel's (and
  * topic's) messages the reader may read, in one text (pageRefsText). The channel's row comes back even when the
- * page is empty (its refs null), and no row at all when there is no such channel. It answers a batch of pages (ReadBatches): its
- * parameters are arrays, one value per page of each of the realm, the channel's id or lower-cased name, the
- * reader, whether the reader is a guest, the anchor, each side's limit, and the lower-cased topic; each row names
- * its page (`n`). One text per way of naming the channel, with or without a topic, built once, and run planned
+ * page is empty (its refs null), and no row at all when there is no such channel. It answers a batch of pages
+ * (ReadBatches): its parameters are arrays, one value per page of each of the realm, the channel's id or lower-cased
+ * name, the reader, whether the reader is a guest, the anchor, each side's limit, and the lower-cased topic; each
+ * row names its page (`n`). One text per way of naming the channel, with or without a topic, built once, and run planned
  * once per connection (queryPlannedOnce: its generic plan, which is the walk of the channel's index per page for
  * any values).
  *
@@ -1092,7 +1092,7 @@ function channelPageText(byId: boolean, topic: boolean): string {
 /**
  * A page's messages (a statement of rows `id, version, flags`) as one text: `id version flags` each, comma-separated,
  * flags empty where null (parsePageRefs reads it). One row a page instead of one a message: pg's parsing of 21 rows
- * of 7 fields was a fifth of the server's CPU for a channel's page (docs/reads.md, 2026-12-05 18:10). Null when the
+ * of 7 fields was a fifth of the server's CPU for a channel's page (docs/reads.md, 2026-12-05 17:55). Null when the
  * page is empty. The order of the text is not the page's: pageWindow sorts.
  */
 const pageRefsText = (rows: string) => `(select string_agg(r.id || ' ' || r.version || ' ' || coalesce(r.flags::text, ''), ',') from (${rows}) r)`;
@@ -1375,8 +1375,8 @@ function receivedRows(narrow: ReceivedNarrow): { rows: string; listed: string } 
  * received in it) or those with a flag (`is:starred` and the like: Zulip's join to UserMessage with the flag). For
  * each side of the anchor ($3, limits $4 and $5), the reader's rows along their index (receivedRows) and the
  * messages listing the reader in a recipient list not yet expanded (few: a list is expanded soon after its commit),
- * the nearest of them kept with the reader's flags as the walk read them, then their versions. One row of nulls when the page is empty.
- * The same text for every reader: planned once per connection, where the general path read the access rule first
+ * the nearest of them kept with the reader's flags as the walk read them, then their versions. One row of nulls
+ * when the page is empty. The same text for every reader: planned once per connection, where the general path read the access rule first
  * and planned a page whose text named the reader's channels and conversations at every fetch.
  */
 function receivedPageText(narrow: ReceivedNarrow): string {

@@ -199,7 +199,7 @@ export class RecentIds {
   /**
    * The highest id added. A user's deliveries come mostly in id order, so most ids are above it and were never
    * added: they need no lookup. Lookups and inserts in sets of tens of thousands of ids per busy user (misses in
-   * memory) were 3-5% of the server's CPU at a fan-out's saturation (docs/performance.md, 2026-12-05 18:45).
+   * memory) were 3-5% of the server's CPU at a fan-out's saturation (docs/performance.md, 2026-12-05 18:37).
    */
   private highest = -Infinity;
   has(id: number): boolean {
