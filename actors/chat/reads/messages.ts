@@ -1376,8 +1376,8 @@ function receivedRows(narrow: ReceivedNarrow): { rows: string; listed: string } 
  * each side of the anchor ($3, limits $4 and $5), the reader's rows along their index (receivedRows) and the
  * messages listing the reader in a recipient list not yet expanded (few: a list is expanded soon after its commit),
  * the nearest of them kept with the reader's flags as the walk read them, then their versions. One row of nulls
- * when the page is empty. The same text for every reader: planned once per connection, where the general path read the access rule first
- * and planned a page whose text named the reader's channels and conversations at every fetch.
+ * when the page is empty. The same text for every reader: planned once per connection, where the general path read
+ * the access rule first and planned a page whose text named the reader's channels and conversations at every fetch.
  */
 function receivedPageText(narrow: ReceivedNarrow): string {
   const { rows, listed } = receivedRows(narrow);
