@@ -263,7 +263,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
       node: running,
       baseUrl: `http://${HOST}:${running.port}`,
       owner,
-      authorization: "Basic " + Buffer.from(`${owner.email}:${owner.apiKey}`).toString("base64"),
+      authorization: basicAuth(owner.email, owner.apiKey),
       startupMs: performance.now() - t0,
       serviceStats,
       stop,
@@ -342,6 +342,9 @@ export interface BenchUser {
   queues: string[];
 }
 
+/** The HTTP Basic header of a user's e-mail and API key. */
+const basicAuth = (email: string, apiKey: string) => "Basic " + Buffer.from(`${email}:${apiKey}`).toString("base64");
+
 /** Principals per subscribe request. */
 const CHUNK = 1000;
 
@@ -417,7 +420,7 @@ export class Population {
         const users = batch.map((b) => ({
           id: ids.get(b.email)!,
           email: b.email,
-          auth: "Basic " + Buffer.from(`${b.email}:${b.apiKey}`).toString("base64"),
+          auth: basicAuth(b.email, b.apiKey),
           queues: Array.from({ length: queuesPerUser }, () => randomUUID()),
         }));
         if (queuesPerUser) {
@@ -473,7 +476,7 @@ export class Population {
         .returning("id")
         .executeTakeFirst();
       if (!row) throw new Error(`the kept store has no ${email}`);
-      users.push({ id: row.id, email, auth: "Basic " + Buffer.from(`${email}:${apiKey}`).toString("base64"), queues: [] });
+      users.push({ id: row.id, email, auth: basicAuth(email, apiKey), queues: [] });
     }
     this.pools.set(pool, users);
     return users;

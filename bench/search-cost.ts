@@ -5,8 +5,9 @@
  * the answer's JSON) and of the Postgres backend (/proc: the database must run on this machine). One search at a
  * time on one connection. `READER=heavy`: the heavy reader (500 channels) instead of the ordinary one (50);
  * `SCOPES=N`: SEARCH_WINDOWS.scopes (the most channels and conversations a search asks the scoped index for);
- * `SEARCHES="a b;c"`: these searches (no channel) instead of the cases below. Runs from any checkout (with bench/kept-store.ts beside it: fetchMessages, findUserById,
- * openDatabase), so that two builds can take turns on one database.
+ * `SEARCHES="a b;c"`: these searches (no channel) instead of the cases below. Runs from any checkout (with
+ * bench/kept-store.ts beside it: fetchMessages, findUserById, openDatabase), so that two builds can take turns on one
+ * database.
  */
 import fs from "node:fs";
 import { sql, type Kysely } from "kysely";

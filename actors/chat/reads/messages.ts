@@ -834,8 +834,8 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
   // 1. `nearby`: the narrow's nearest messages from the anchor without the search (SEARCH_WINDOWS.recent, or
   //    SEARCH_WINDOWS.channel along one channel the scoped index is not asked for), newest (or oldest) first, tested
   //    against the stored document: the page when they hold enough (a common word), or when the window is not full
-  //    (every message of the narrow on that side was tested: a channel or topic smaller than the window). The window's last row comes back as a
-  //    sentinel (`window_rank`) to tell.
+  //    (every message of the narrow on that side was tested: a channel or topic smaller than the window). The
+  //    window's last row comes back as a sentinel (`window_rank`) to tell.
   // 2. `capped`: the search's matches from its index alone, at most SEARCH_WINDOWS.cap + 1 of them, streamed through
   //    the narrow's other conditions (an aggregate: their count, and the page's ids among those that pass); when they
   //    were not more than the cap (a rare word, or none), the page is those ids' messages (no statement for none).
@@ -1057,9 +1057,9 @@ function oneChannelNarrow(narrow: Narrow): { channel: number | string; topic?: s
  * page is empty (its refs null), and no row at all when there is no such channel. It answers a batch of pages
  * (ReadBatches): its parameters are arrays, one value per page of each of the realm, the channel's id or lower-cased
  * name, the reader, whether the reader is a guest, the anchor, each side's limit, and the lower-cased topic; each
- * row names its page (`n`). One text per way of naming the channel, with or without a topic, built once, and run planned
- * once per connection (queryPlannedOnce: its generic plan, which is the walk of the channel's index per page for
- * any values).
+ * row names its page (`n`). One text per way of naming the channel, with or without a topic, built once, and run
+ * planned once per connection (queryPlannedOnce: its generic plan, which is the walk of the channel's index per page
+ * for any values).
  *
  * Each side is two branches, of which the channel's access runs one: the whole history, or only what the reader
  * received. Spelled as one condition (`ch.history or um.flags is not null`) over a join to the flag rows, the
@@ -1079,7 +1079,7 @@ function channelPageText(byId: boolean, topic: boolean): string {
     `${branch("ch.history", op, direction, limit)} union all ${branch(`not ch.history and ${readerFlags("q.reader")} is not null`, op, direction, limit)}`;
   // The batch's parameters: one array per column, [name, type].
   const columns = [["realm", "bigint"], ["channel", byId ? "bigint" : "text"], ["reader", "bigint"], ["guest", "boolean"], ["anchor", "bigint"], ["before", "int"], ["after", "int"], ...(topic ? [["topic", "text"]] : [])];
-  return `select q.n::int as n, ch.id as channel_id, ch.name as stream_name, ch.user_version,
+  return `select q.n::int as n, ch.name as stream_name, ch.user_version,
     ${pageRefsText(`${side("<", "desc", "q.before")} union all ${side(">=", "asc", "q.after")}`)} as refs
   from unnest(${columns.map(([, type], i) => `$${i + 1}::${type}[]`).join(", ")}) with ordinality as q(${columns.map(([name]) => name).join(", ")}, n)
   cross join lateral (
@@ -1180,7 +1180,7 @@ async function withRecords(db: DB, refs: PageRef[], userVersion: string): Promis
 const pageRecords = new MessageRecordCache<PageRecord>((db, ids) => queryPlannedOnce<PageRecord>(db, PAGE_RECORDS_TEXT, [ids]));
 
 /** A channel page's statement (channelPageText), its reads batched: one per way of naming the channel, with or without a topic. */
-type PageStatementRow = { n: number; channel_id: number; stream_name: string; user_version: string; refs: string | null };
+type PageStatementRow = { n: number; stream_name: string; user_version: string; refs: string | null };
 const CHANNEL_PAGES = [false, true].map((byId) =>
   [false, true].map((topic) => {
     const text = channelPageText(byId, topic);
