@@ -20,6 +20,7 @@ import { MemoryTransport } from "../runtime/transport/memory.ts";
 import { MemoryPubSub } from "../runtime/transport/memory-pubsub.ts";
 import type { PubSub } from "../runtime/transport/pubsub.ts";
 import { RedisPubSub } from "../runtime/transport/redis-pubsub.ts";
+import { PeerLinks } from "../runtime/transport/peer-links.ts";
 import { RedisStreamsTransport } from "../runtime/transport/redis-streams.ts";
 import type { Transport } from "../runtime/transport/transport.ts";
 import { actorKinds } from "../actors/index.ts";
@@ -157,7 +158,9 @@ export async function startNode(config: Config, opts: { workerIndex?: number; pr
   const deps: ActorDeps = { store, messageLog, keyring, config, chat, ids: new MessageIds(messageLog), system: () => system };
   const assistantConfig = loadAssistantConfig();
   const webhooks = new WebhookDelivery(store, keyring, assistantConfig);
-  system = new ActorSystem({ transport, pubsub, shards: config.shards, kinds: actorKinds(deps, { config: assistantConfig, wakeWebhooks: () => webhooks.wake() }), askTimeoutMs: config.askTimeoutMs });
+  // Workers of this host reach each other directly for the asks that need no transport entry.
+  const peers = config.redisUrl && config.peerLinksDir ? new PeerLinks({ nodeId: transport.nodeId, directory: config.peerLinksDir }) : undefined;
+  system = new ActorSystem({ transport, pubsub, peers, shards: config.shards, kinds: actorKinds(deps, { config: assistantConfig, wakeWebhooks: () => webhooks.wake() }), askTimeoutMs: config.askTimeoutMs });
   await system.start();
   const hostsActors = config.role !== "gateway";
   const shards = hostsActors

@@ -144,6 +144,7 @@ export class ShardManager {
     if (members === this.members) return;
     this.members = members;
     this.homes = placeShards(this.opts.shards, alive);
+    this.system.shardHomes(this.homes);
   }
 
   private async tick(force: boolean, fresh: boolean): Promise<void> {

@@ -3,6 +3,7 @@
  * settings are read beside it: actors/chat/config.ts, actors/assistant/config.ts).
  * The defaults make `npm start` an embedded single process: memory transport, PGlite under ./data.
  */
+import os from "node:os";
 import path from "node:path";
 import proxyAddr from "proxy-addr";
 import { customCleanEnv, EnvError, makeValidator, str } from "envalid";
@@ -38,6 +39,12 @@ export interface Config {
   maxBodyBytes: number;
   /** Default ask timeout. */
   askTimeoutMs: number;
+  /**
+   * Where the workers of a host listen for each other's direct links (runtime/transport/peer-links.ts), with Redis
+   * Streams: PEER_LINKS_DIR, by default `chorus-peers` in the system's temporary directory; `off`: no links, every
+   * ask between workers goes through Redis.
+   */
+  peerLinksDir?: string;
   /**
    * How long a worker trusts credentials it checked without checking them again (AUTH_CACHE_SECONDS): a change to an
    * account drops every worker's cache at once by a notice, so this bounds only a worker that missed the notice.
@@ -173,6 +180,7 @@ const kernelSettings = {
   LEASE_STALL_SECONDS: nonNegativeInt({ default: 0 }),
   MAX_BODY_BYTES: nonNegativeInt({ default: 25 * 1024 * 1024 }),
   ASK_TIMEOUT_MS: nonNegativeInt({ default: 10_000 }),
+  PEER_LINKS_DIR: str({ default: "" }),
   AUTH_CACHE_SECONDS: nonNegativeInt({ default: 30 }),
   CHORUS_SECRET: str({ default: "" }),
   ACCESS_LOG: str({ choices: ["on", "off"], default: "on" }),
@@ -219,6 +227,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     leaseStallSeconds: env.LEASE_STALL_SECONDS || 2 * Math.max(2, env.LEASE_SECONDS),
     maxBodyBytes: env.MAX_BODY_BYTES,
     askTimeoutMs: env.ASK_TIMEOUT_MS,
+    peerLinksDir: env.PEER_LINKS_DIR === "off" ? undefined : env.PEER_LINKS_DIR ? path.resolve(env.PEER_LINKS_DIR) : path.join(os.tmpdir(), "chorus-peers"),
     authCacheMs: env.AUTH_CACHE_SECONDS * 1000,
     secret: env.CHORUS_SECRET || undefined,
     accessLog: env.ACCESS_LOG !== "off",

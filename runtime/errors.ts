@@ -78,6 +78,8 @@ export const errors = {
   fenced: (shard: number) => new ChorusError("FENCED", `Shard ${shard} is owned by another worker`, 503),
   conflict: (what: string) => new ChorusError("CONFLICT", `Concurrent update of ${what}`, 409),
   shuttingDown: () => new ChorusError("SHUTTING_DOWN", "The server is shutting down", 503),
+  /** A part of the service went away in the middle of the request (a worker's link closed): the client may retry. */
+  unavailable: () => new ChorusError("SERVICE_UNAVAILABLE", UNAVAILABLE, 503),
   /**
    * A message for an operation or actor kind this process does not have: a worker of another version sent it (or
    * a bug). Named, so that the log and the client say what happened instead of a bare internal error.

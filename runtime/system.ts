@@ -13,6 +13,7 @@ import type { PubSub } from "./transport/pubsub.ts";
 import { channels } from "./transport/redis-keys.ts";
 import { ActorRef, type ActorKind, type MessageFor, type ProtocolShape, type Sender } from "./protocol.ts";
 import { LeftForNextHolder, type Entry, type Reply, type ReplyAddress, type Transport } from "./transport/transport.ts";
+import type { HolderFrame, LinkedEntry, LinkMode, PeerLinks } from "./transport/peer-links.ts";
 import { log } from "./log.ts";
 import { settledWithin } from "./settled.ts";
 import { gauges, metrics, secondsSince } from "./metrics.ts";
@@ -27,6 +28,11 @@ export interface SystemOptions {
    * subscriber connection per process), and the transport only moves entries and replies.
    */
   pubsub: PubSub;
+  /**
+   * Direct links to the other workers of this host, for the asks that need no transport entry (see dispatch). The
+   * shard manager tells the system where each shard lives (shardHomes).
+   */
+  peers?: PeerLinks;
   shards: number;
   kinds: Record<string, ActorFactory>;
   askTimeoutMs: number;
@@ -70,6 +76,23 @@ interface Activation {
   ready?: boolean;
 }
 
+/** The address of an ask that came over a peer link: its replies go back on that link. */
+interface LinkedReplyAddress extends ReplyAddress {
+  answer?: (frame: HolderFrame) => void;
+}
+
+/** An ask's entry sent over a peer link, until its holder answered what the asker waits for. */
+interface SentOverLink {
+  node: string;
+  shard: number;
+  mode: LinkMode;
+  entry: Entry & { replyTo: ReplyAddress };
+  /** Its final reply came. */
+  answered: boolean;
+  /** A held entry's promise on the caller's `held` (broadcastHeld): settled once the holder's held work has. */
+  settleHeld?: (outcome?: Promise<void>) => void;
+}
+
 interface PendingAsk {
   /** The key of this ask in `pending`: a transient ask sent again gets a new one (see resendTransient). */
   corr: string;
@@ -94,6 +117,10 @@ export class ActorSystem {
    */
   private readonly lostEntries = new Set<number>();
   private readonly pending = new Map<string, PendingAsk>();
+  /** Each shard's home worker as the shard manager last placed them (empty: none known). */
+  private homes: readonly string[] = [];
+  /** Entries this process sent over peer links, by their reply address's corr, until answered (see sendOverLink). */
+  private readonly overLinks = new Map<string, SentOverLink>();
   /** Whether this process surely still holds a shard's lease (guardShards); absent: it does while it holds it. */
   private leaseSure?: (shard: number) => boolean;
   /** Entries of shards whose lease was in doubt when they arrived, in arrival order (see guardShards). */
@@ -133,6 +160,11 @@ export class ActorSystem {
     });
     await this.opts.pubsub.subscribe(channels.notices, this.hearNotice);
     await this.opts.pubsub.subscribe(channels.shardHolders, this.hearShardHolder);
+    await this.opts.peers?.start({
+      onEntry: (linked, answer) => this.onLinkedEntry(linked, answer),
+      onAnswer: (frame) => this.onLinkAnswer(frame),
+      onLinkLost: (node) => this.linkLost(node),
+    });
     const idleMs = this.opts.idleMs ?? 5 * 60_000;
     this.sweeper = setInterval(() => void this.passivateIdle(idleMs), Math.min(idleMs, 60_000));
     this.sweeper.unref();
@@ -279,17 +311,22 @@ export class ActorSystem {
     if (this.closing) return;
     for (const waiting of [...this.pending.values()]) {
       const again = waiting.transient;
-      if (!again || (shard !== undefined && again.shard !== shard)) continue;
-      this.pending.delete(waiting.corr);
-      if (waiting.onMore) {
-        clearTimeout(waiting.timer);
-        waiting.resolve(undefined);
-        continue;
-      }
-      waiting.corr = `${++this.corr}`;
-      this.pending.set(waiting.corr, waiting);
-      this.dispatch(again.shard, { targets: again.targets, body: again.body, replyTo: { node: this.nodeId, corr: waiting.corr } }, true);
+      if (again && (shard === undefined || again.shard === shard)) this.sendTransientAgain(waiting);
     }
+  }
+
+  private sendTransientAgain(waiting: PendingAsk): void {
+    const again = waiting.transient!;
+    this.pending.delete(waiting.corr);
+    this.overLinks.delete(waiting.corr);
+    if (waiting.onMore) {
+      clearTimeout(waiting.timer);
+      waiting.resolve(undefined);
+      return;
+    }
+    waiting.corr = `${++this.corr}`;
+    this.pending.set(waiting.corr, waiting);
+    this.dispatch(again.shard, { targets: again.targets, body: again.body, replyTo: { node: this.nodeId, corr: waiting.corr } }, true);
   }
 
   /**
@@ -354,6 +391,7 @@ export class ActorSystem {
           reject,
           timer: setTimeout(() => {
             this.pending.delete(waiting.corr);
+            if (this.overLinks.get(waiting.corr)?.mode !== "held") this.overLinks.delete(waiting.corr);
             reject(errors.timeout(targets.length === 1 ? targets[0]! : `shard ${shard}`));
           }, timeoutMs),
           transient: transient ? { shard, targets, body } : undefined,
@@ -380,8 +418,97 @@ export class ActorSystem {
     if (transient && this.servedHere.has(shard)) void this.onEntry(shard, entry).catch(() => {}); // nothing to acknowledge: no transport entry
     else if (direct && this.surelyServedHere(shard)) void this.onEntry(shard, entry).catch(() => {});
     else if (held && this.surelyServedHere(shard)) held.push(this.onEntry(shard, entry).catch((err) => this.leaveToNextHolder(shard, entry, err)));
-    else this.opts.transport.send(shard, entry).catch((err) => this.settle({ corr: entry.replyTo.corr, error: ChorusError.wrap(err).toJSON() }));
+    else if (!(transient || direct || held) || !this.sendOverLink(shard, entry, transient ? "transient" : direct ? "direct" : "held", held)) this.sendThroughTransport(shard, entry);
   }
+
+  private sendThroughTransport(shard: number, entry: Entry & { replyTo: ReplyAddress }): Promise<void> {
+    const sending = this.opts.transport.send(shard, entry);
+    sending.catch((err) => this.settle({ corr: entry.replyTo.corr, error: ChorusError.wrap(err).toJSON() }));
+    return sending;
+  }
+
+  // ---- peer links: the same three kinds of ask, to a shard another worker of this host holds --------------------
+  //
+  // The holder runs such an entry only if it would run it from its own dispatch (transient: it serves the shard;
+  // direct and held: it surely does), else refuses it, and the asker sends it through the transport. What a lost link
+  // leaves unanswered is made good as the transport would have: a transient ask is sent again (it is idempotent); a
+  // direct ask fails with a 503, as when its holder dies during the turn with a transport entry (its work is durable
+  // by itself: the gateway settles a failed send from the store); a held entry goes to the transport for the shard's
+  // holder (again, if it may have run: its turns are idempotent), with its reply address while its answer is owed.
+
+  /** Where `shard` lives, as the shard manager placed the shards over the live workers (runtime/placement.ts). */
+  shardHomes(homes: readonly string[]): void {
+    this.homes = homes;
+  }
+
+  private sendOverLink(shard: number, entry: Entry & { replyTo: ReplyAddress }, mode: LinkMode, held?: Promise<void>[]): boolean {
+    const home = this.homes[shard];
+    if (!this.opts.peers || home === undefined || home === this.nodeId) return false;
+    if (!this.opts.peers.send(home, { shard, mode, entry })) return false;
+    const sent: SentOverLink = { node: home, shard, mode, entry, answered: false };
+    if (held) held.push(new Promise<void>((resolve) => (sent.settleHeld = resolve)));
+    this.overLinks.set(entry.replyTo.corr, sent);
+    return true;
+  }
+
+  private onLinkedEntry({ shard, mode, entry }: LinkedEntry, answer: (frame: HolderFrame) => void): void {
+    const corr = entry.replyTo.corr;
+    const here = mode === "transient" ? this.servedHere.has(shard) : this.surelyServedHere(shard);
+    if (this.closing || !here) return answer({ refused: corr });
+    const replyTo: LinkedReplyAddress = { ...entry.replyTo, answer };
+    const handled = this.onEntry(shard, { ...entry, replyTo });
+    if (mode !== "held") handled.catch(() => {});
+    else handled.then(
+      () => answer({ settled: corr }),
+      (err) => answer(err instanceof LeftForNextHolder ? { settled: corr, left: true } : { settled: corr }),
+    );
+  }
+
+  private onLinkAnswer(frame: HolderFrame): void {
+    if ("reply" in frame) {
+      const { reply } = frame;
+      const sent = reply.more ? undefined : this.overLinks.get(reply.corr);
+      if (sent) {
+        sent.answered = true;
+        if (sent.mode !== "held") this.overLinks.delete(reply.corr);
+      }
+      this.settle(reply);
+      return;
+    }
+    const corr = "refused" in frame ? frame.refused : frame.settled;
+    const sent = this.overLinks.get(corr);
+    if (!sent) return;
+    this.overLinks.delete(corr);
+    if ("refused" in frame) {
+      const sending = this.sendThroughTransport(sent.shard, sent.entry);
+      sent.settleHeld?.(sending.catch(() => {}));
+    } else {
+      sent.settleHeld!(frame.left ? this.leaveToNextHolder(sent.shard, sent.entry, new LeftForNextHolder(`entry of shard ${sent.shard} left to its next holder`)) : undefined);
+    }
+  }
+
+  private linkLost(node: string): void {
+    for (const [corr, sent] of [...this.overLinks]) {
+      if (sent.node !== node) continue;
+      this.overLinks.delete(corr);
+      if (sent.mode === "transient") {
+        const waiting = this.pending.get(corr);
+        if (waiting?.transient && !this.closing) this.sendTransientAgain(waiting);
+      } else if (sent.mode === "direct") {
+        this.settle({ corr, error: errors.unavailable().toJSON() });
+      } else if (sent.answered) {
+        sent.settleHeld!(this.leaveToNextHolder(sent.shard, sent.entry, new LeftForNextHolder(`entry of shard ${sent.shard} sent again`)));
+      } else {
+        sent.settleHeld!(this.sendThroughTransport(sent.shard, sent.entry).catch(() => {}));
+      }
+    }
+  }
+
+  /** Replies go back the way their ask came: on its peer link, or through the transport. */
+  private readonly reply = (to: LinkedReplyAddress, reply: Reply): void => {
+    if (to.answer) to.answer({ reply });
+    else void this.opts.transport.reply(to, reply);
+  };
 
   /** The shard's entries are handled here, and its lease is not in doubt: a turn queued now runs now. */
   private surelyServedHere(shard: number): boolean {
@@ -519,7 +646,7 @@ export class ActorSystem {
         // Turns of a fan-out hold the same work, the batch their rows are written in: awaited once, not once per turn.
         if (held && held !== holds?.at(-1)) (holds ??= []).push(held);
         if (--remaining > 0) return;
-        if (!single && entry.replyTo) void this.opts.transport.reply(entry.replyTo, { corr: entry.replyTo.corr, error: failure?.toJSON() });
+        if (!single && entry.replyTo) this.reply(entry.replyTo, { corr: entry.replyTo.corr, error: failure?.toJSON() });
         if (!holds) return resolve();
         void Promise.allSettled(holds).then((results) => {
           // Work held for the entry refused as FENCED: the shard's next holder gets the entry and does it.
@@ -611,7 +738,7 @@ export class ActorSystem {
   }
 
   private deferred<T>(to: ReplyAddress | undefined): Deferred<T> {
-    return new ParkedReply<T>(this.opts.transport, to);
+    return new ParkedReply<T>(this.reply, to);
   }
 
   private async drain(a: Activation): Promise<void> {
@@ -669,9 +796,7 @@ export class ActorSystem {
   }
 
   private finishTurn(turn: Turn, value: unknown, error?: ChorusError, held?: Promise<unknown>): void {
-    if (turn.replyTo) {
-      void this.opts.transport.reply(turn.replyTo, { corr: turn.replyTo.corr, value, error: error?.toJSON() });
-    }
+    if (turn.replyTo) this.reply(turn.replyTo, { corr: turn.replyTo.corr, value, error: error?.toJSON() });
     turn.done(error, held);
   }
 
@@ -704,6 +829,7 @@ export class ActorSystem {
     await this.opts.pubsub.unsubscribe(channels.notices, this.hearNotice);
     await this.opts.pubsub.unsubscribe(channels.shardHolders, this.hearShardHolder);
     await Promise.all(this.heldShards().map((shard) => this.dropShard(shard)));
+    await this.opts.peers?.close();
     for (const [corr, p] of this.pending) {
       clearTimeout(p.timer);
       p.reject(errors.shuttingDown());
@@ -720,22 +846,22 @@ export class ActorSystem {
 class ParkedReply<T> implements Deferred<T> {
   private settled = false;
   constructor(
-    private readonly transport: Transport,
+    private readonly reply: (to: ReplyAddress, reply: Reply) => void,
     private readonly to: ReplyAddress | undefined,
   ) {}
   resolve(value: T): void {
     if (this.settled) return;
     this.settled = true;
-    if (this.to) void this.transport.reply(this.to, { corr: this.to.corr, value });
+    if (this.to) this.reply(this.to, { corr: this.to.corr, value });
   }
   reject(error: ChorusError): void {
     if (this.settled) return;
     this.settled = true;
-    if (this.to) void this.transport.reply(this.to, { corr: this.to.corr, error: error.toJSON() });
+    if (this.to) this.reply(this.to, { corr: this.to.corr, error: error.toJSON() });
   }
   push(value: T): void {
     if (this.settled || !this.to) return;
-    void this.transport.reply(this.to, { corr: this.to.corr, value, more: true });
+    this.reply(this.to, { corr: this.to.corr, value, more: true });
   }
 }
 

@@ -1,0 +1,188 @@
+/**
+ * Direct links between the worker processes of one host, for the asks whose entry the transport would keep for
+ * nothing: askDirect, broadcastHeld's turns and transient asks (polls), when another worker holds the actor's shard.
+ * On Redis Streams each such ask otherwise crosses as an entry and a reply through Redis: script calls, the JSON
+ * written and read twice, and wake-ups of Redis and of both processes (docs/performance.md, "two workers"). Over a
+ * link it is one line of JSON each way on a Unix socket.
+ *
+ * Each worker listens on a socket named by its node id, in a directory the workers of a host share. An asker opens a
+ * link to a holder the first time it needs one and uses it once it is open; until then, and when the holder is on
+ * another host (no such socket here), its asks take the transport.
+ *
+ * What a link guarantees is only what a socket does: the frames sent on an open link arrive in order, or the link
+ * closes and the asker hears `onLinkLost`. Everything else is the actor system's (ActorSystem.dispatch): the holder
+ * refuses an entry for a shard it is not sure it serves, and the asker makes good what a refused entry or a lost link
+ * leaves unanswered.
+ */
+import fs from "node:fs";
+import net from "node:net";
+import path from "node:path";
+import { log } from "../log.ts";
+import type { Entry, Reply, ReplyAddress } from "./transport.ts";
+
+/** Which kind of ask an entry sent over a link is (see ActorSystem.dispatch). */
+export type LinkMode = "direct" | "held" | "transient";
+
+/** What an asker sends a holder. */
+export interface LinkedEntry {
+  shard: number;
+  mode: LinkMode;
+  entry: Entry & { replyTo: ReplyAddress };
+}
+
+/**
+ * What a holder answers on a link: a reply to an entry's ask; `refused`, the entry was not run (the holder is not
+ * sure it serves the shard); `settled`, the work a held entry's turns held has settled (`left`: refused as FENCED,
+ * for the shard's next holder).
+ */
+export type HolderFrame = { reply: Reply } | { refused: string } | { settled: string; left?: true };
+
+export interface PeerLinkHandlers {
+  /** An entry a peer sent: `answer` writes a frame back to it on its link (dropped if the link has closed). */
+  onEntry(linked: LinkedEntry, answer: (frame: HolderFrame) => void): void;
+  /** A frame from a holder this process sent entries to. */
+  onAnswer(frame: HolderFrame): void;
+  /** The link to `node` closed: what this process sent on it and was not answered may never be. */
+  onLinkLost(node: string): void;
+}
+
+/** How long a peer whose socket could not be reached is left alone before the next try. */
+const RETRY_MS = 5_000;
+
+export class PeerLinks {
+  private server?: net.Server;
+  private handlers?: PeerLinkHandlers;
+  /** Links this process opened, by the node they reach: `open` once frames may be written. */
+  private readonly links = new Map<string, { socket: net.Socket; open: boolean }>();
+  private readonly accepted = new Set<net.Socket>();
+  private readonly unreachableUntil = new Map<string, number>();
+  private closed = false;
+
+  constructor(private readonly opts: { nodeId: string; directory: string }) {}
+
+  private socketPath(node: string): string {
+    return path.join(this.opts.directory, `${node}.sock`);
+  }
+
+  async start(handlers: PeerLinkHandlers): Promise<void> {
+    this.handlers = handlers;
+    fs.mkdirSync(this.opts.directory, { recursive: true });
+    const own = this.socketPath(this.opts.nodeId);
+    fs.rmSync(own, { force: true });
+    const server = net.createServer((socket) => this.accept(socket));
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(own, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    });
+    server.on("error", (err) => log.warn({ err }, "peer link server failed"));
+    this.server = server;
+  }
+
+  /**
+   * Write `linked` to `node` if a link to it is open; else start opening one (unless the node was unreachable
+   * lately) and answer false: the caller sends this one through the transport.
+   */
+  send(node: string, linked: LinkedEntry): boolean {
+    if (this.closed || !this.handlers) return false;
+    const link = this.links.get(node);
+    if (link?.open) {
+      writeFrame(link.socket, linked);
+      return true;
+    }
+    if (!link && (this.unreachableUntil.get(node) ?? 0) <= Date.now()) this.connect(node);
+    return false;
+  }
+
+  private connect(node: string): void {
+    const socket = net.connect(this.socketPath(node));
+    const link = { socket, open: false };
+    this.links.set(node, link);
+    socket.setNoDelay(true);
+    socket.once("connect", () => {
+      link.open = true;
+      this.unreachableUntil.delete(node);
+    });
+    readFrames(socket, (frame) => this.handlers!.onAnswer(frame as HolderFrame));
+    socket.on("error", (err: NodeJS.ErrnoException) => {
+      if (!link.open) this.unreachableUntil.set(node, Date.now() + RETRY_MS);
+      else log.warn({ err }, `the link to worker ${node} failed`);
+    });
+    socket.once("close", () => {
+      if (this.links.get(node) === link) this.links.delete(node);
+      if (link.open) this.handlers!.onLinkLost(node);
+    });
+  }
+
+  private accept(socket: net.Socket): void {
+    if (this.closed) return void socket.destroy();
+    this.accepted.add(socket);
+    socket.setNoDelay(true);
+    const answer = (frame: HolderFrame) => {
+      if (!socket.destroyed) writeFrame(socket, frame);
+    };
+    readFrames(socket, (frame) => this.handlers!.onEntry(frame as LinkedEntry, answer));
+    socket.on("error", () => {}); // the asker hears the close; nothing to do here
+    socket.once("close", () => this.accepted.delete(socket));
+  }
+
+  /** Links this process opened and may write to now (for tests and figures). */
+  openLinks(): string[] {
+    return [...this.links].filter(([, link]) => link.open).map(([node]) => node);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const { socket } of this.links.values()) socket.destroy();
+    for (const socket of this.accepted) socket.destroy();
+    const server = this.server;
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+    fs.rmSync(this.socketPath(this.opts.nodeId), { force: true });
+  }
+}
+
+/**
+ * One JSON text and a newline (JSON never holds a raw newline). Writes in one tick go out in one system call:
+ * the socket is corked at the first and uncorked after the tick, as Node's documentation suggests.
+ */
+function writeFrame(socket: net.Socket, frame: unknown): void {
+  if (!socket.writableCorked) {
+    socket.cork();
+    process.nextTick(() => socket.uncork());
+  }
+  socket.write(`${JSON.stringify(frame)}\n`);
+}
+
+function readFrames(socket: net.Socket, onFrame: (frame: unknown) => void): void {
+  socket.setEncoding("utf8");
+  let partial = "";
+  socket.on("data", (chunk: string) => {
+    let start = 0;
+    let end = chunk.indexOf("\n");
+    if (end < 0) {
+      partial += chunk;
+      return;
+    }
+    let line = partial + chunk.slice(0, end);
+    partial = "";
+    for (;;) {
+      let frame: unknown;
+      try {
+        frame = JSON.parse(line);
+      } catch (err) {
+        // Only a peer of another version could write this: drop the link rather than guess at its frames.
+        log.warn({ err }, "a peer link sent a frame that is not JSON: the link is closed");
+        socket.destroy();
+        return;
+      }
+      onFrame(frame);
+      start = end + 1;
+      end = chunk.indexOf("\n", start);
+      if (end < 0) break;
+      line = chunk.slice(start, end);
+    }
+    partial = chunk.slice(start);
+  });
+}
