@@ -278,7 +278,7 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
  * The unit of /proc's CPU times (USER_HZ), per second: asked once at start-up, because the child process blocks the
  * event loop for about 20 ms, which inside a measured run (its first reading of the machine's CPU) showed as a stall.
  */
-const TICKS_PER_SECOND = clockTicksPerSecond();
+export const TICKS_PER_SECOND = clockTicksPerSecond();
 function clockTicksPerSecond(): number {
   try {
     return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;

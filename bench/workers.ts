@@ -9,7 +9,9 @@
  *
  * Beside the totals: each process's CPU per send (`primary`, `worker 0`, …) and its CPU per second while idle
  * (measured for `--idle` seconds after the warm-up), its context switches per send, and Redis's commands per send by
- * command (INFO commandstats) with Postgres's transactions per send beside them.
+ * command (INFO commandstats) with Postgres's transactions per send beside them, and the whole machine's CPU time per
+ * send by state (user, system, softirq, steal, idle, …).
+ * `PEER_LINKS_DIR=off` in the environment runs the workers without their direct links (runtime/transport/peer-links.ts).
  * `--cpu-prof`: every Chorus process runs under V8's sampling profiler; the samples taken inside the measured
  * window are summed by function (self time, µs per send), per process, and the profiles kept beside the results.
  * `--root`: run the Chorus of another checkout (a base worktree), for interleaved A/B runs with one bench.
@@ -26,7 +28,7 @@ import { freePort, startChorus, workerPids, type ChorusProcess } from "../test/s
 import { readZuliprc } from "../test/support/server.ts";
 import { freshDatabase } from "../test/support/services.ts";
 import { sendToChannels, subscribeToChannels } from "./channel-sends.ts";
-import { procCpuMicros } from "./scenarios.ts";
+import { procCpuMicros, TICKS_PER_SECOND } from "./scenarios.ts";
 import { placeShards } from "../runtime/placement.ts";
 
 const { values } = parseArgs({
@@ -86,6 +88,17 @@ function contextSwitches(pid: number): number {
   return sum;
 }
 
+const MACHINE_STATES = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"];
+
+/**
+ * The machine's CPU time so far by state (/proc/stat's first line, in µs): whether a run left cores idle, and how much
+ * went to the kernel's interrupt work and to the hypervisor (steal), which no process's figures count.
+ */
+function machineMicros(): Map<string, number> {
+  const ticks = fs.readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+  return new Map(MACHINE_STATES.map((state, i) => [state, ((ticks[i] ?? 0) / TICKS_PER_SECOND) * 1e6]));
+}
+
 /** CPU µs so far of each Chorus process, of Redis, and of the database's Postgres backends; Redis's calls by command. */
 async function cpuNow(server: ChorusProcess, redis: Redis, db: pg.Client) {
   const named = [...chorusProcesses(server)];
@@ -103,7 +116,7 @@ async function cpuNow(server: ChorusProcess, redis: Redis, db: pg.Client) {
   const stat = await db.query<{ n: string }>("select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()");
   commands.set("postgres transactions", Number(stat.rows[0]?.n ?? 0));
   const load = process.cpuUsage().user + process.cpuUsage().system;
-  return { chorus, processes, switches, commands, redis: (field("used_cpu_sys") + field("used_cpu_user")) * 1e6, postgres, load, at: process.hrtime.bigint() };
+  return { chorus, processes, switches, commands, machine: machineMicros(), redis: (field("used_cpu_sys") + field("used_cpu_user")) * 1e6, postgres, load, at: process.hrtime.bigint() };
 }
 type CpuSnapshot = Awaited<ReturnType<typeof cpuNow>>;
 
@@ -224,6 +237,7 @@ async function run(workers: number, redisUrl: string, round: number) {
       loadGeneratorMicrosPerSend: per("load"),
       processMicrosPerSend: perUnit(before.processes, after.processes, sends),
       contextSwitchesPerSend: perUnit(before.switches, after.switches, sends),
+      machineMicrosPerSend: perUnit(before.machine, after.machine, sends),
       idleProcessMicrosPerSecond: perUnit(idleFrom.processes, idleTo.processes, idleSeconds),
       idleContextSwitchesPerSecond: perUnit(idleFrom.switches, idleTo.switches, idleSeconds),
       idleRedisCommandsPerSecond: perUnit(idleFrom.commands, idleTo.commands, idleSeconds),

@@ -64,19 +64,28 @@ export class PeerLinks {
     return path.join(this.opts.directory, `${node}.sock`);
   }
 
+  /**
+   * Listen for the other workers' links. A directory that cannot hold the socket costs only the links to this worker
+   * (its peers' asks take the transport): logged, not fatal.
+   */
   async start(handlers: PeerLinkHandlers): Promise<void> {
     this.handlers = handlers;
-    fs.mkdirSync(this.opts.directory, { recursive: true });
     const own = this.socketPath(this.opts.nodeId);
-    fs.rmSync(own, { force: true });
     const server = net.createServer((socket) => this.accept(socket));
-    await new Promise<void>((resolve, reject) => {
-      server.once("error", reject);
-      server.listen(own, () => {
-        server.off("error", reject);
-        resolve();
+    try {
+      fs.mkdirSync(this.opts.directory, { recursive: true });
+      fs.rmSync(own, { force: true });
+      await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(own, () => {
+          server.off("error", reject);
+          resolve();
+        });
       });
-    });
+    } catch (err) {
+      log.warn({ err }, `workers cannot link to this one at ${own}: their asks to it go through the transport`);
+      return;
+    }
     server.on("error", (err) => log.warn({ err }, "peer link server failed"));
     this.server = server;
   }
@@ -138,7 +147,8 @@ export class PeerLinks {
     for (const { socket } of this.links.values()) socket.destroy();
     for (const socket of this.accepted) socket.destroy();
     const server = this.server;
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+    if (!server) return;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
     fs.rmSync(this.socketPath(this.opts.nodeId), { force: true });
   }
 }
@@ -177,7 +187,14 @@ function readFrames(socket: net.Socket, onFrame: (frame: unknown) => void): void
         socket.destroy();
         return;
       }
-      onFrame(frame);
+      try {
+        onFrame(frame);
+      } catch (err) {
+        // A frame of a shape this version does not know (a worker of another version): the same.
+        log.warn({ err }, "a peer link sent a frame this worker cannot handle: the link is closed");
+        socket.destroy();
+        return;
+      }
       start = end + 1;
       end = chunk.indexOf("\n", start);
       if (end < 0) break;

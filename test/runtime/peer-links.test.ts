@@ -5,6 +5,7 @@
  * transport's `send`, spied on both sides.
  */
 import fs from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -114,7 +115,7 @@ describe("peer links between two workers", () => {
     for (const { close } of opened.reverse()) await close();
     opened = [];
     vi.restoreAllMocks();
-    fs.rmSync(directory, { recursive: true, force: true });
+    fs.rmSync(directory.endsWith("a-file") ? path.dirname(directory) : directory, { recursive: true, force: true });
   });
 
   it("askDirect, askTransient and askStream to a shard the other worker holds cross on the link, and are answered by its actors", async () => {
@@ -200,6 +201,32 @@ describe("peer links between two workers", () => {
     await until(() => asker.send.mock.calls.some(([, entry]) => (entry.body as { op?: string }).op === "wait"));
     expect(await at(holder.system, "parker:q").ask({ op: "release", value: "again" })).toBe(0);
     expect(await poll).toBe("again");
+  });
+
+  it("a frame that is not JSON, or not a frame, closes only its link: the worker goes on serving", async () => {
+    const { holder, asker } = await pair();
+    for (const garbage of ["not json", "42", JSON.stringify({ shard: 0, mode: "direct" })]) {
+      const socket = net.connect(path.join(directory, `${holder.transport.nodeId}.sock`));
+      await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
+      const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
+      socket.write(`${garbage}\n`);
+      await closed;
+    }
+    expect(await at(asker.system, "counter:after").askDirect({ by: 4 })).toBe(4);
+    expect(asker.send).not.toHaveBeenCalled();
+  });
+
+  it("a worker that cannot listen for links starts all the same, and is asked through Redis", async () => {
+    directory = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "chorus-links-")), "a-file");
+    fs.writeFileSync(directory, "not a directory");
+    const holder = await worker("holder", true);
+    const asker = await worker("asker", false);
+    asker.system.shardHomes(Array.from({ length: SHARDS }, () => holder.transport.nodeId));
+    expect(await at(asker.system, "counter:c").askDirect({ by: 1 })).toBe(1);
+    await sleep(50);
+    expect(await at(asker.system, "counter:c").askDirect({ by: 1 })).toBe(2);
+    expect(asker.send).toHaveBeenCalledTimes(2);
+    expect(asker.peers.openLinks()).toEqual([]);
   });
 
   it("a shard whose home is this worker, or unknown, is asked through Redis", async () => {
