@@ -143,6 +143,12 @@ const turnSeconds = new HotHistogram("chorus_actor_turn_seconds", "Time an actor
 const commitBatch = new HotHistogram("chorus_group_commit_batch_size", "Appends per group commit", ["stream"], BATCH_SIZES);
 const commitSeconds = new HotHistogram("chorus_group_commit_seconds", "Time a group commit took", ["stream"], SECONDS);
 const answers = new Counter({ name: "chorus_assistant_answers_total", help: "Assistant answers recorded, JSON (ask) or streamed", labelNames: ["mode"], registers: [registry] });
+const peerLinkAsks = new Counter({
+  name: "chorus_peer_link_asks_total",
+  help: "Asks sent to another worker of this host on its direct link (sent), and of those, refused by it or unanswered when the link closed (both then went through the transport)",
+  labelNames: ["outcome"],
+  registers: [registry],
+});
 const retrievalSeconds = new Histogram({ name: "chorus_assistant_retrieval_seconds", help: "Time the assistant's retrieval took", buckets: SECONDS, registers: [registry] });
 
 const NO_COUNT: CounterLike & ObserverLike & GaugeLike = { inc() {}, dec() {}, observe() {} };
@@ -161,6 +167,7 @@ interface Instruments {
   commitSeconds(stream: string): ObserverLike;
   answers(mode: "json" | "stream"): CounterLike;
   retrievalSeconds: ObserverLike;
+  peerLinkAsks(outcome: "sent" | "refused" | "lost"): CounterLike;
 }
 
 function counting(): Instruments {
@@ -174,6 +181,7 @@ function counting(): Instruments {
   const batches = children((stream) => commitBatch.labels(stream));
   const commits = children((stream) => commitSeconds.labels(stream));
   const modes = children((mode) => answers.labels(mode));
+  const linkOutcomes = children((outcome) => peerLinkAsks.labels(outcome));
   return {
     http: (method, route, status) => http(`${method} ${route} ${status}`),
     messagesSent,
@@ -187,6 +195,7 @@ function counting(): Instruments {
     commitSeconds: commits,
     answers: modes,
     retrievalSeconds,
+    peerLinkAsks: linkOutcomes,
   };
 }
 
@@ -203,6 +212,7 @@ const silent: Instruments = {
   commitSeconds: () => NO_COUNT,
   answers: () => NO_COUNT,
   retrievalSeconds: NO_COUNT,
+  peerLinkAsks: () => NO_COUNT,
 };
 
 const live = counting();

@@ -448,6 +448,7 @@ export class ActorSystem {
     const sent: SentOverLink = { node: home, shard, mode, entry, answered: false };
     if (held) held.push(new Promise<void>((resolve) => (sent.settleHeld = resolve)));
     this.overLinks.set(entry.replyTo.corr, sent);
+    metrics().peerLinkAsks("sent").inc();
     return true;
   }
 
@@ -480,6 +481,7 @@ export class ActorSystem {
     if (!sent) return;
     this.overLinks.delete(corr);
     if ("refused" in frame) {
+      metrics().peerLinkAsks("refused").inc();
       const sending = this.sendThroughTransport(sent.shard, sent.entry);
       sent.settleHeld?.(sending.catch(() => {}));
     } else {
@@ -491,6 +493,7 @@ export class ActorSystem {
     for (const [corr, sent] of [...this.overLinks]) {
       if (sent.node !== node) continue;
       this.overLinks.delete(corr);
+      metrics().peerLinkAsks("lost").inc();
       if (sent.mode === "transient") {
         const waiting = this.pending.get(corr);
         if (waiting?.transient && !this.closing) this.sendTransientAgain(waiting);

@@ -11,6 +11,7 @@ import path from "node:path";
 import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { PARKED, type ActorFactory, type Deferred } from "../../runtime/actor.ts";
 import { ChorusError, errors } from "../../runtime/errors.ts";
+import { registry } from "../../runtime/metrics.ts";
 import { ActorSystem } from "../../runtime/system.ts";
 import { PeerLinks } from "../../runtime/transport/peer-links.ts";
 import { RedisPubSub } from "../../runtime/transport/redis-pubsub.ts";
@@ -63,6 +64,12 @@ function kinds(probe: Probe, where: string): Record<string, ActorFactory> {
       },
     }),
   };
+}
+
+/** chorus_peer_link_asks_total so far, by outcome. */
+async function linkAsks(): Promise<Record<string, number>> {
+  const { values } = await registry.getSingleMetric("chorus_peer_link_asks_total")!.get();
+  return Object.fromEntries(values.map(({ labels, value }) => [String(labels.outcome), value]));
 }
 
 const redisRun = freshRedisPrefix();
@@ -172,12 +179,15 @@ describe("peer links between two workers", () => {
     const { holder, asker } = await pair();
     let sure = false;
     holder.system.guardShards(() => sure);
+    const before = await linkAsks();
     const asked = at(asker.system, "counter:doubt").askDirect({ by: 7 });
     await until(() => asker.send.mock.calls.length === 1);
     expect(probe.turns).not.toContain("holder counter:doubt");
     sure = true;
     holder.system.leasesConfirmed();
     expect(await asked).toBe(7);
+    const after = await linkAsks();
+    expect([after.sent! - (before.sent ?? 0), after.refused! - (before.refused ?? 0)]).toEqual([1, 1]);
   });
 
   it("when the link closes: a direct ask in flight fails with a 503, a parked poll is sent again through Redis, a held turn answered but unsettled is sent again", async () => {
@@ -188,12 +198,14 @@ describe("peer links between two workers", () => {
     // A direct ask still unanswered when the link closes: its turn parks.
     const direct = at(asker.system, "parker:d").askDirect({ op: "wait" });
     await sleep(50);
+    const lostBefore = (await linkAsks()).lost ?? 0;
     await holder.peers.close();
     const failure = await direct.then(
       () => undefined,
       (err: ChorusError) => err,
     );
     expect(failure).toMatchObject({ code: "SERVICE_UNAVAILABLE", status: 503 });
+    expect((await linkAsks()).lost! - lostBefore).toBe(3); // the poll, the direct ask, the held entry
     await Promise.all(held);
     await until(() => probe.ackHolds.length === 2); // the held turn ran again, from Redis
     for (const settle of probe.ackHolds.splice(0)) settle();
