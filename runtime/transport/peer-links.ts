@@ -88,6 +88,33 @@ export class PeerLinks {
     }
     server.on("error", (err) => log.warn({ err }, "peer link server failed"));
     this.server = server;
+    void this.sweep();
+  }
+
+  /**
+   * Remove the sockets of workers that are gone: a worker killed never removed its own, and node ids are never reused,
+   * so a socket nobody listens on (ECONNREFUSED) only collects in the directory. Best effort.
+   */
+  private async sweep(): Promise<void> {
+    const own = `${this.opts.nodeId}.sock`;
+    let names: string[];
+    try {
+      names = fs.readdirSync(this.opts.directory).filter((name) => name.endsWith(".sock") && name !== own);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      const file = path.join(this.opts.directory, name);
+      const refused = await new Promise<boolean>((resolve) => {
+        const probe = net.connect(file);
+        probe.once("connect", () => {
+          probe.destroy();
+          resolve(false);
+        });
+        probe.once("error", (err: NodeJS.ErrnoException) => resolve(err.code === "ECONNREFUSED"));
+      });
+      if (refused) fs.rmSync(file, { force: true });
+    }
   }
 
   /**

@@ -4,6 +4,7 @@
  * has its own key scope and socket directory. Whether an ask crossed on the link or through Redis is read off the
  * transport's `send`, spied on both sides.
  */
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -239,6 +240,20 @@ describe("peer links between two workers", () => {
     expect(await at(asker.system, "counter:c").askDirect({ by: 1 })).toBe(2);
     expect(asker.send).toHaveBeenCalledTimes(2);
     expect(asker.peers.openLinks()).toEqual([]);
+  });
+
+  it("a starting worker removes the sockets of workers gone, and leaves the live ones", async () => {
+    const gone = path.join(directory, "node-gone.sock");
+    // A process listening there, killed: its file stays, and nobody listens on it any more.
+    const killed = spawn(process.execPath, ["-e", `require("node:net").createServer().listen(${JSON.stringify(gone)}, () => console.log("up"))`]);
+    await new Promise<void>((resolve) => killed.stdout.once("data", () => resolve()));
+    killed.kill("SIGKILL");
+    await new Promise<void>((resolve) => killed.once("exit", () => resolve()));
+    expect(fs.existsSync(gone)).toBe(true);
+    const holder = await worker("holder", true);
+    await worker("asker", false);
+    await until(() => !fs.existsSync(gone));
+    expect(fs.existsSync(path.join(directory, `${holder.transport.nodeId}.sock`))).toBe(true);
   });
 
   it("a shard whose home is this worker, or unknown, is asked through Redis", async () => {
