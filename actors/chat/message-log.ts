@@ -52,7 +52,7 @@ export interface UserEvent {
 }
 
 /** Ids in one block of the message id sequence: must match its increment (migration 2026-11-22T0400-initial). */
-const ID_BLOCK = 256;
+export const ID_BLOCK = 256;
 /** After a failed expansion of recipient lists, the next try waits this long (the lists stay readable meanwhile). */
 const LIST_RETRY_MS = 1_000;
 /**

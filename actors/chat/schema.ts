@@ -553,6 +553,12 @@ export interface MessageSearchFillTable {
   scoped_below: number | null;
 }
 
+/** A realm whose language changed: its messages below `below` are parsed again (migration 2026-12-05T2100). */
+export interface SearchRestemTable {
+  realm_id: number;
+  below: number;
+}
+
 /** One row per realm, bumped by triggers on `streams` (migration 2026-11-28T0150): the cached channel objects' version. */
 export interface ChannelVersionTable {
   realm_id: number;
@@ -610,4 +616,5 @@ export interface ChatTables {
   realm_user_versions: RealmUserVersionTable;
   channel_versions: ChannelVersionTable;
   message_search_fill: MessageSearchFillTable;
+  search_restems: SearchRestemTable;
 }

@@ -5,12 +5,14 @@
  * between steps. Every process runs one after migrating; one fills at a time (the state row is taken with SKIP
  * LOCKED), the others look again later in case that one stops. Until `message_search_fill.below` is null, a search
  * matches the document parsed again through the expression index, as before; until `scoped_below` is null, it does
- * not ask the scoped index (reads/messages.ts).
+ * not ask the scoped index (reads/messages.ts). Then it parses again the messages of realms whose language changed
+ * (search_restems, migration 2026-12-05T2100), one realm at a time.
  */
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import { log } from "../../runtime/log.ts";
 import type { Store, StoreComponent } from "../../runtime/store/store.ts";
 import type { Database } from "../schema.ts";
+import { ID_BLOCK } from "./message-log.ts";
 
 export const SEARCH_FILL_STEP = 1_000;
 /** How long a process whose fill found the state row taken by another waits before looking again. */
@@ -21,7 +23,8 @@ export type FillStep = "filled" | "done" | "busy";
 /** The two fills, in the order they run: the documents, then the scoped documents (made from the documents). */
 export type SearchFill = "documents" | "scoped";
 
-const PARSED = sql`to_tsvector('english'::regconfig, m.topic || ' ' || m.content)`;
+/** A message's document, parsed in its realm's language (migration 2026-12-05T2100). */
+const PARSED = sql`to_tsvector(realm_search_config(m.realm_id), m.topic || ' ' || m.content)`;
 /** Each fill's bound in message_search_fill, the column it fills, its value, and whether it also records the words. */
 const FILLS: Record<SearchFill, { below: RawBuilder<unknown>; column: RawBuilder<unknown>; value: RawBuilder<unknown>; words: boolean }> = {
   documents: { below: sql.raw("below"), column: sql.raw("search_document"), value: PARSED, words: true },
@@ -77,6 +80,58 @@ export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FI
 }
 
 /**
+ * A realm's language changed from `before` to `after` (PATCH /realm): when their configurations differ, its messages
+ * are to be parsed again in the new one (restemSearchDocuments), in the change's own transaction. The bound is above
+ * every message id handed out so far (message_id_blocks' last block): a message parsed in the old language may still
+ * commit after this, with any id of a block already taken. A message inserted after this commit is parsed in the new
+ * language by the document's trigger.
+ */
+export async function restemRealm(trx: Kysely<Database>, realmId: number, before: string | undefined, after: string): Promise<void> {
+  await sql`
+    insert into search_restems (realm_id, below)
+    select ${realmId}, (select last_value from message_id_blocks) + ${ID_BLOCK}
+    where search_config(${before ?? null}) is distinct from search_config(${after})
+    on conflict (realm_id) do update set below = excluded.below`.execute(trx);
+}
+
+/**
+ * One step of parsing again the messages of a realm whose language changed: the `step` newest below its bound get
+ * their document and scoped document in the realm's configuration (the words trigger records new words), and the bound
+ * moves to the lowest of them; the realm's row goes when fewer were left. "busy" when another transaction holds every
+ * row left; "done" when none is left.
+ */
+export async function restemSearchDocuments(db: Kysely<Database>, step = SEARCH_FILL_STEP): Promise<FillStep> {
+  const { rows } = await sql<{ state: FillStep }>`
+    with job as (
+      select realm_id, below from search_restems order by realm_id limit 1 for update skip locked
+    ),
+    batch as (
+      select m.id from messages m where m.realm_id = (select realm_id from job) and m.id < (select below from job) order by m.id desc limit ${step}
+    ),
+    parsed as (
+      select m.id, ${PARSED} as document from messages m join batch on m.id = batch.id
+    ),
+    restemmed as (
+      update messages m set search_document = p.document, scoped_document = message_scoped_document(p.document, m.stream_id, m.recipient_id)
+      from parsed p where m.id = p.id
+    ),
+    moved as (
+      update search_restems s set below = (select min(id) from batch) from job
+      where s.realm_id = job.realm_id and (select count(*) from batch) = ${step}
+      returning s.realm_id
+    ),
+    finished as (
+      delete from search_restems s using job where s.realm_id = job.realm_id and (select count(*) from batch) < ${step}
+      returning s.realm_id
+    )
+    select case
+      when exists (select 1 from moved) or exists (select 1 from finished) then 'filled'
+      when exists (select 1 from search_restems) then 'busy'
+      else 'done' end as state`.execute(db);
+  return rows[0]!.state;
+}
+
+/**
  * Once every document is stored (and its words), the expression index of 2026-11-28T0100 serves no search: dropped,
  * so that an insert computes its document once (the trigger) instead of twice. Its lock is brief but exclusive: given
  * up after a second behind a long reader, tried again at the next start.
@@ -94,9 +149,14 @@ export async function dropParsedIndex(db: Kysely<Database>): Promise<void> {
   }
 }
 
+/** Each store's fill in this process (tests run several stores in one process). */
+const fills = new WeakMap<Store<Database>, SearchDocumentFill>();
+
 /** The background fill of one process (a store component: started after migrating, stopped before closing). */
 export class SearchDocumentFill implements StoreComponent {
   private running?: Promise<void>;
+  /** Woken while running: run again once this run ends. */
+  private again = false;
   private timer?: NodeJS.Timeout;
   private closed = false;
 
@@ -105,6 +165,16 @@ export class SearchDocumentFill implements StoreComponent {
     private readonly opts: { step?: number; pauseMs?: number } = {},
   ) {
     store.attach(this);
+    fills.set(store, this);
+  }
+
+  /** Start this process's fill of `store` now, if it has one and it is not running (a realm's language changed). */
+  static wake(store: Store<Database>): void {
+    const fill = fills.get(store);
+    if (!fill) return;
+    // A run ending may have looked for work before this work was there: it looks again when it ends.
+    if (fill.running) fill.again = true;
+    else fill.schedule(0);
   }
 
   async recover(): Promise<void> {
@@ -127,7 +197,13 @@ export class SearchDocumentFill implements StoreComponent {
     if (this.closed || this.running || this.timer) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      this.running = this.run().finally(() => (this.running = undefined));
+      this.running = this.run().finally(() => {
+        this.running = undefined;
+        if (this.again) {
+          this.again = false;
+          this.schedule(0);
+        }
+      });
     }, delayMs);
     this.timer.unref?.();
   }
@@ -142,6 +218,12 @@ export class SearchDocumentFill implements StoreComponent {
         }
         // The scoped documents are made from the documents: not before those are done.
         if (state !== "done") break;
+      }
+      // Realms whose language changed: after the fills, which parse in the realm's language already.
+      if (state === "done") {
+        while (!this.closed && (state = await restemSearchDocuments(this.store.db, this.opts.step)) === "filled") {
+          await new Promise((r) => setTimeout(r, this.opts.pauseMs ?? 0));
+        }
       }
     } catch (err) {
       if (this.closed) return;

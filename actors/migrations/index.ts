@@ -53,6 +53,7 @@ import * as pendingFanOuts from "../chat/migrations/2026-12-05T0700-pending-fan-
 import * as submessages from "../chat/migrations/2026-12-05T1000-submessages.ts";
 import * as imageMessagesIndex from "../chat/migrations/2026-12-05T0800-image-messages-index.ts";
 import * as messageScopedSearch from "../chat/migrations/2026-12-05T1600-message-scoped-search.ts";
+import * as realmSearchLanguage from "../chat/migrations/2026-12-05T2100-realm-search-language.ts";
 
 export const migrations: Record<string, Migration> = {
   "2026-11-22T0400-initial": initial,
@@ -103,4 +104,5 @@ export const migrations: Record<string, Migration> = {
   "2026-12-05T0800-image-messages-index": imageMessagesIndex,
   "2026-12-05T1000-submessages": submessages,
   "2026-12-05T1600-message-scoped-search": messageScopedSearch,
+  "2026-12-05T2100-realm-search-language": realmSearchLanguage,
 };

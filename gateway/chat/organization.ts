@@ -37,6 +37,7 @@ const realmSettingParams: Record<string, JsonSchema> = Object.fromEntries(
         // A number of seconds, or "unlimited".
         return [name, { anyOf: [{ type: "integer" }, { type: "string" }] }];
       case "topics-policy":
+      case "language":
         return [name, Str];
       case "group":
         return [name, { anyOf: [{ type: "integer" }, { type: "object" }] }];

@@ -9,6 +9,7 @@
 import type { Kysely } from "kysely";
 import { errors } from "../../../runtime/errors.ts";
 import { checkGroupSetting, ROLE, type GroupSettingRule } from "./groups.ts";
+import { isLanguageCode } from "../users/user-data.ts";
 import type { Database } from "../../schema.ts";
 
 type Rule =
@@ -18,6 +19,8 @@ type Rule =
   /** A channel of the realm, or -1 for none. */
   | { kind: "channel" }
   | { kind: "topics-policy" }
+  /** A language code; the realm's messages are searched in its language (migration 2026-12-05T2100). */
+  | { kind: "language" }
   | ({ kind: "group" } & GroupSettingRule);
 
 const group = (everyone: boolean, extra: Partial<GroupSettingRule> = {}): Rule => ({ kind: "group", everyone, nobody: true, ...extra });
@@ -34,6 +37,7 @@ export const REALM_SETTINGS: Record<string, Rule> = {
   /** Legacy form of topics_policy: true is disable_empty_topic. */
   mandatory_topics: { kind: "bool" },
   email_changes_disabled: { kind: "bool" },
+  default_language: { kind: "language" },
   can_add_custom_emoji_group: group(false),
   can_add_subscribers_group: group(false),
   can_delete_any_message_group: group(false),
@@ -111,6 +115,10 @@ export async function planRealmSettings(
         break;
       case "topics-policy":
         if (typeof raw !== "string" || !TOPICS_POLICIES.includes(raw)) throw errors.badRequest(`Invalid ${name}`);
+        value = raw;
+        break;
+      case "language":
+        if (!isLanguageCode(raw)) throw errors.badRequest(`Invalid language '${typeof raw === "string" ? raw : JSON.stringify(raw)}'`);
         value = raw;
         break;
       case "group":

@@ -14,6 +14,7 @@ import { metadataWatchers } from "../conversations/channel-access.ts";
 import { channelPermissionDefaults, createSystemGroups, moveRoleGroups, ROLE, systemGroups, userGroupObjects } from "./groups.ts";
 import { planRealmSettings } from "./realm-settings.ts";
 import { realmSettings, realmUserSettingsDefaults } from "../users/settings.ts";
+import { restemRealm, SearchDocumentFill } from "../search-fill.ts";
 import { checkNewGroup, insertGroup } from "./user-groups.ts";
 import { Invitations } from "./invites.ts";
 import { EmailChanges } from "./email-changes.ts";
@@ -123,11 +124,16 @@ export class RealmActor implements Actor {
     const db = this.deps.store.db;
     const plan = await planRealmSettings(db, this.realmId, acting.role, await realmSettings(db, this.realmId), msg.settings);
     if (!plan.events.length) return plan.data;
+    const language = plan.stored.realm_default_language as string | undefined;
     await this.deps.store.write(this.ctx.fence(), async (trx) => {
       const row = await trx.selectFrom("realms").select("settings").where("id", "=", this.realmId).executeTakeFirstOrThrow();
-      const settings = { ...(row.settings as Record<string, unknown>), ...plan.stored };
+      const before = row.settings as Record<string, unknown>;
+      const settings = { ...before, ...plan.stored };
       await trx.updateTable("realms").set({ settings: JSON.stringify(settings) }).where("id", "=", this.realmId).execute();
+      // The realm's messages are searched in its language: those parsed in the old one are parsed again.
+      if (language !== undefined) await restemRealm(trx, this.realmId, before.realm_default_language as string | undefined, language);
     });
+    if (language !== undefined) SearchDocumentFill.wake(this.deps.store);
     for (const event of plan.events) await this.tellRealm(event);
     return plan.data;
   }

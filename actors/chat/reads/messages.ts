@@ -20,7 +20,7 @@ import { badNarrow, HAS_CONTENT, operandUsers, RESOLVED_TOPIC_PREFIX } from "./n
 import { findStream } from "./channels.ts";
 import { EMPTY_TOPIC_DISPLAY_NAME } from "./topics.ts";
 import { escapeText } from "../rendering/escape.ts";
-import { highlightColumns, notSearchCondition, scopedMatch, searchCondition, searchHighlights, searchOperand, storedMatch, tsquery } from "./search.ts";
+import { highlightColumns, notSearchCondition, realmSearchConfig, scopedMatch, searchCondition, searchHighlights, searchOperand, storedMatch, tsquery, type SearchConfig } from "./search.ts";
 import { USER_SETTINGS_DEFAULTS, userSetting } from "../users/settings.ts";
 import { splitUserRefs, usersByRef, type UserRow } from "./users.ts";
 import type { Narrow } from "../users/user.protocol.ts";
@@ -227,10 +227,10 @@ async function compileNarrow(db: DB, user: UserRow, narrow: Narrow): Promise<Com
         // The positive operands search together (as Zulip joins them), once; each negated one on its own.
         // A negated operand is its own condition (not negated below: see notSearchCondition).
         if (term.negated) {
-          const not = notSearchCondition(String(term.operand), unfilled);
+          const not = notSearchCondition(String(term.operand), realmSearchConfig(user.realm_id), unfilled);
           conds.push(not);
           searchConds.push(not);
-        } else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) searchConds.push((cond = searchCondition(searchOperand(narrow), unfilled)));
+        } else if (term === narrow.find((t) => t.operator === "search" && !t.negated)) searchConds.push((cond = searchCondition(searchOperand(narrow), realmSearchConfig(user.realm_id), unfilled)));
         break;
       case "has":
         cond = {
@@ -370,7 +370,7 @@ export async function messagesMatchingNarrow(db: DB, user: UserRow, ids: number[
     .orderBy("m.id")
     .execute();
   const search = searchOperand(narrow);
-  const highlights = search && rows.length ? await searchHighlights(db, rows.map((r) => r.id), search) : undefined;
+  const highlights = search && rows.length ? await searchHighlights(db, rows.map((r) => r.id), search, realmSearchConfig(user.realm_id)) : undefined;
   const matches: Record<string, { match_content: string; match_subject: string }> = {};
   for (const r of rows) {
     const highlighted = highlights?.get(r.id);
@@ -550,7 +550,7 @@ export async function fetchMessages(db: DB, user: UserRow, asked: MessageQuery) 
   const conds = compiled.receivedOnly ? [...compiled.conds, sql<SqlBool>`um.flags is not null`] : compiled.conds;
   if (q.messageIds) {
     const rows = q.messageIds.length
-      ? await messagesWhere(db, user, conds).select(pageColumns(searchOperand(q.narrow))).where("m.id", "in", q.messageIds).orderBy("m.id").execute()
+      ? await messagesWhere(db, user, conds).select(pageColumns(searchOperand(q.narrow), realmSearchConfig(user.realm_id))).where("m.id", "in", q.messageIds).orderBy("m.id").execute()
       : [];
     return { messages: await buildMessages(db, user, rows, q), history_limited: false };
   }
@@ -725,9 +725,9 @@ async function fetched(db: DB, user: UserRow, q: MessageQuery, w: Awaited<Return
  * own statement: Postgres evaluates them for the rows of the page only, and the page is one round trip. Without
  * `related`, those columns are null: for a caller that wants the ids alone (up to 5,000 of them).
  */
-function pageColumns(search: string, related = true) {
+function pageColumns(search: string, config: SearchConfig, related = true) {
   const [matchContent, matchSubject] =
-    search && related ? highlightColumns(search) : [sql<string | null>`null`.as("match_content"), sql<string | null>`null`.as("match_subject")];
+    search && related ? highlightColumns(search, config) : [sql<string | null>`null`.as("match_content"), sql<string | null>`null`.as("match_subject")];
   const ifRelated = <T>(expression: string) => (related ? sql.raw<T>(expression) : sql<T>`null`);
   return [
     ...MESSAGE_COLUMNS,
@@ -801,7 +801,7 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
     anchor = first?.id ?? LARGER_THAN_MAX_MESSAGE_ID;
   } else anchor = fixedAnchor(q.anchor);
   const order = ORDER[walk];
-  const columns = pageColumns(searchOperand(q.narrow), related);
+  const columns = pageColumns(searchOperand(q.narrow), realmSearchConfig(user.realm_id), related);
   // The conversations' walk in a transaction without JIT (withoutJit); the records after it, outside it (on PGlite a
   // statement outside a transaction waits for it to end).
   const page = async (op: "<" | ">=", direction: "asc" | "desc", limit: number): Promise<MessageRow[]> => {
@@ -977,11 +977,11 @@ async function messageWindow(db: DB, user: UserRow, q: MessageRange, { conds, se
       await sql`select ${settings}`.execute(trx);
       return { conds: searchConds };
     }
-    const negated = q.narrow.filter((t) => t.operator === "search" && t.negated).map((t) => sql`(${tsquery(String(t.operand), true)})::text`);
+    const negated = q.narrow.filter((t) => t.operator === "search" && t.negated).map((t) => sql`(${tsquery(String(t.operand), realmSearchConfig(user.realm_id), true)})::text`);
     const { rows } = await sql<{ query: string; share: number | string; negated: string[] }>`
       select ${settings}, x.q::text as query, search_share(x.q) as share,
         ${negated.length ? sql`array[${sql.join(negated)}]` : sql`'{}'::text[]`} as negated
-      from (select ${tsquery(searchOperand(q.narrow), true)} as q) x`.execute(trx);
+      from (select ${tsquery(searchOperand(q.narrow), realmSearchConfig(user.realm_id), true)} as q) x`.execute(trx);
     const row = rows[0]!;
     return { conds: [storedMatch(row.query), ...row.negated.map((n) => sql<SqlBool>`not (${storedMatch(n)})`)], share: Number(row.share), query: row.query };
   };

@@ -31,6 +31,11 @@ function isTimezone(v: unknown): boolean {
   }
 }
 
+/** A language code as Zulip names its languages (`en`, `de`, `pt-br`, `zh-hans`, `sr_Latn`). */
+export function isLanguageCode(v: unknown): v is string {
+  return typeof v === "string" && /^[a-z]{2,3}(?:[-_][A-Za-z]{2,4})?$/.test(v);
+}
+
 /** Every setting PATCH /settings accepts, with the values Zulip allows. */
 export const SETTING_RULES: Record<string, (v: unknown) => boolean> = {
   twenty_four_hour_time: isBool,
@@ -47,7 +52,7 @@ export const SETTING_RULES: Record<string, (v: unknown) => boolean> = {
   enable_drafts_synchronization: isBool,
   translate_emoticons: isBool,
   display_emoji_reaction_users: isBool,
-  default_language: (v) => typeof v === "string" && /^[a-z]{2,3}(?:[-_][A-Za-z]{2,4})?$/.test(v),
+  default_language: isLanguageCode,
   web_home_view: oneOf("recent_topics", "inbox", "all_messages"),
   web_escape_navigates_to_home_view: isBool,
   left_side_userlist: isBool,

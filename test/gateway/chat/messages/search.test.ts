@@ -7,9 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { api, createUser, ENGINES, startTestServer, type TestServer } from "../../../support/server.ts";
-import { ids, messageApi, type User } from "../../../support/messages.ts";
+import { eventually, ids, messageApi, type User } from "../../../support/messages.ts";
 import { migrations } from "../../../../actors/migrations/index.ts";
-import { searchCondition } from "../../../../actors/chat/reads/search.ts";
+import { realmSearchConfig, searchCondition } from "../../../../actors/chat/reads/search.ts";
 import { fillSearchDocuments } from "../../../../actors/chat/search-fill.ts";
 import { SEARCH_WINDOWS } from "../../../../actors/chat/reads/messages.ts";
 import { HAS_CONTENT, RESOLVED_TOPIC_PREFIX } from "../../../../actors/chat/reads/narrow.ts";
@@ -23,6 +23,7 @@ const READ_MIGRATIONS = Object.keys(migrations).filter((name) => name >= "2026-1
 const READ_INDEXES = ["messages_search", "messages_sender", "user_messages_starred", "user_messages_mentioned", "user_messages_alerted", "messages_search_document", "messages_resolved", "messages_has_link", "messages_has_image", "messages_scoped_document"];
 const SEARCH_DOCUMENT_MIGRATION = "2026-11-28T0900-message-search-document";
 const SCOPED_DOCUMENT_MIGRATION = "2026-12-05T1600-message-scoped-search";
+const REALM_LANGUAGE_MIGRATION = "2026-12-05T2100-realm-search-language";
 
 /** SEARCH_WINDOWS for the test's statements: each test's answers compared with the default windows' (or asserted). */
 async function withWindows<T>(windows: Partial<typeof SEARCH_WINDOWS>, read: () => Promise<T>): Promise<T> {
@@ -144,11 +145,12 @@ describe.each(ENGINES)("search on %s", (engine) => {
 
   it("answers a search through the full-text index", async () => {
     const db = server.node.store.db;
+    const { realm_id: realmId } = await db.selectFrom("users").select("realm_id").where("id", "=", alice.id).executeTakeFirstOrThrow();
     const plan = await db.transaction().execute(async (trx) => {
       // On a table this small a sequential scan is cheaper; forbidding it shows whether the index can serve the query.
       await sql`set local enable_seqscan = off`.execute(trx);
       const explain = async (unfilled: boolean) =>
-        (await sql<{ "QUERY PLAN": string }>`explain select m.id from messages m where ${searchCondition('walking "new york" deve', unfilled)}`.execute(trx)).rows
+        (await sql<{ "QUERY PLAN": string }>`explain select m.id from messages m where ${searchCondition('walking "new york" deve', realmSearchConfig(realmId), unfilled)}`.execute(trx)).rows
           .map((r) => r["QUERY PLAN"])
           .join("\n");
       return { filled: await explain(false) };
@@ -317,6 +319,8 @@ describe.each(ENGINES)("search on %s", (engine) => {
     await sql`drop trigger messages_search_document on messages`.execute(db);
     await sql`alter table messages drop column search_document`.execute(db);
     await migrations[SEARCH_DOCUMENT_MIGRATION]!.up(db);
+    // A later migration replaces the document's trigger function (the realm's language): as migrateToLatest would.
+    await migrations[REALM_LANGUAGE_MIGRATION]!.up(db);
     const stored = (await sql<{ n: number; top: string }>`select count(*)::int as n, max(id)::text as top from messages`.execute(db)).rows[0]!;
     expect(await unfilledCount()).toBe(stored.n);
     expect(await state()).toBe(Number(stored.top) + 1);
@@ -355,5 +359,31 @@ describe.each(ENGINES)("search on %s", (engine) => {
     expect(ids(await search(bob, "zeppelin"))).toContain(sent); // with the move's notification, where there is one
     expect(ids(await search(bob, "zeppelin running"))).toEqual([sent]);
     expect(await unfilledCount()).toBe(0);
+  });
+  it("stems in the realm's language: a new language has the messages sent before it parsed again", async () => {
+    const realm = (params: Record<string, unknown>) => api(server, "PATCH", "/realm", { as: server.owner, params, validate: false });
+    const db = server.node.store.db;
+    const restemsLeft = async () => (await sql<{ n: number }>`select count(*)::int as n from search_restems`.execute(db)).rows[0]!.n;
+    const earlier = await toChannel(alice, "Bauten", "Die Häuser wurden gestern gebaut", "garden");
+    // In English neither of "Häuser" and "Haus" stems to the other.
+    expect(ids(await search(alice, "Haus"))).toEqual([]);
+    expect((await realm({ default_language: "de" })).status).toBe(200);
+    const later = await toChannel(alice, "Bauten", "Ein Haus mit Gärten", "garden");
+    // The later message is parsed in German as it commits; the earlier one once the background fill parsed it again.
+    expect(await eventually(async () => (await restemsLeft()) === 0)).toBe(true);
+    expect(ids(await search(alice, "Haus"))).toEqual([earlier, later]);
+    expect(ids(await search(alice, "Gärten gebaut"))).toEqual([]);
+    expect(ids(await search(alice, "Garten"))).toEqual([later]);
+    // Highlighted as German stems them.
+    const [first] = (await search(alice, "Haus")).body.messages;
+    expect(first.match_content).toBe('<p>Die <span class="highlight">Häuser</span> wurden gestern gebaut</p>');
+    const registered = await api(server, "POST", "/register", { as: alice });
+    expect(registered.body.realm_default_language).toBe("de");
+    const refused = await realm({ default_language: "not a language" });
+    expect([refused.status, refused.body.msg]).toEqual([400, "Invalid language 'not a language'"]);
+    // Back to English, parsed again: the plural is no longer the singular's.
+    expect((await realm({ default_language: "en" })).status).toBe(200);
+    expect(await eventually(async () => (await restemsLeft()) === 0)).toBe(true);
+    expect(ids(await search(alice, "Haus"))).toEqual([later]);
   });
 });
