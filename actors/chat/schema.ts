@@ -15,6 +15,8 @@ export interface RealmTable {
   settings: Json;
   /** The defaults for new users' settings an administrator changed (PATCH /realm/user_settings_defaults). */
   user_settings_defaults: Generated<Json>;
+  /** The text search configuration of its language (migration 2026-12-05T2100), set with `realm_default_language`. */
+  search_config: Generated<string>;
 }
 
 export interface UserTable {

@@ -80,13 +80,15 @@ export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FI
 }
 
 /**
- * A realm's language changed from `before` to `after` (PATCH /realm): when their configurations differ, its messages
- * are to be parsed again in the new one (restemSearchDocuments), in the change's own transaction. The bound is above
+ * A realm's language changed from `before` to `after` (PATCH /realm): its configuration is the new language's, and when
+ * the two differ its messages are to be parsed again in the new one (restemSearchDocuments), in the change's own
+ * transaction. The bound is above
  * every message id handed out so far (message_id_blocks' last block): a message parsed in the old language may still
  * commit after this, with any id of a block already taken. A message inserted after this commit is parsed in the new
  * language by the document's trigger.
  */
 export async function restemRealm(trx: Kysely<Database>, realmId: number, before: string | undefined, after: string): Promise<void> {
+  await sql`update realms set search_config = search_config(${after}) where id = ${realmId}`.execute(trx);
   await sql`
     insert into search_restems (realm_id, below)
     select ${realmId}, (select last_value from message_id_blocks) + ${ID_BLOCK}

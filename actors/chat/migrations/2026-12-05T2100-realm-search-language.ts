@@ -8,7 +8,9 @@ import { sql, type Kysely } from "kysely";
  * - `search_config(language)`: Zulip's language code (`de`, `pt-br`, `zh-hans`) to the configuration of its
  *   stemmer among those Postgres and PGlite both ship, `simple` (words lower-cased, no stemming, no stop words) for
  *   a language without one. Immutable: constants only.
- * - `realm_search_config(realm)`: the realm's, read from its settings.
+ * - `realms.search_config`: the realm's configuration, set with its language (search-fill.ts `restemRealm`): the
+ *   document's trigger reads it for every message inserted, a primary-key lookup (docs/reads.md, 2026-12-05
+ *   20:40). `realm_search_config(realm)` reads it.
  * - The document's trigger (2026-11-28T0900) parses with the message's realm's configuration.
  * - `search_restems`: realms whose language changed, each with the bound below which its messages still have
  *   documents parsed with the previous configuration. The background fill (actors/chat/search-fill.ts) parses them
@@ -54,14 +56,16 @@ export async function up(db: Kysely<any>): Promise<void> {
         else 'simple'::regconfig
       end
     $$`.execute(db);
+  await sql`alter table realms add column if not exists search_config regconfig not null default 'english'`.execute(db);
+  await sql`update realms set search_config = search_config(settings->>'realm_default_language')`.execute(db);
   await sql`
     create or replace function realm_search_config(realm bigint) returns regconfig language sql stable as $$
-      select search_config((select r.settings->>'realm_default_language' from realms r where r.id = realm))
+      select coalesce((select r.search_config from realms r where r.id = realm), 'english'::regconfig)
     $$`.execute(db);
   await sql`
     create or replace function messages_search_document() returns trigger language plpgsql as $$
     begin
-      new.search_document := to_tsvector(realm_search_config(new.realm_id), new.topic || ' ' || new.content);
+      new.search_document := to_tsvector(coalesce((select r.search_config from realms r where r.id = new.realm_id), 'english'::regconfig), new.topic || ' ' || new.content);
       return new;
     end $$`.execute(db);
   await sql`create table if not exists search_restems (realm_id bigint primary key, below bigint not null)`.execute(db);

@@ -13,11 +13,10 @@ import type { Narrow } from "../users/user.protocol.ts";
 
 /**
  * The text search configuration a search's words are parsed with: its realm's (migration 2026-12-05T2100), as the
- * realm's messages' documents were. A scalar subquery, computed once per statement.
+ * realm's messages' documents were. A stable function of a constant: computed once per statement.
  */
 export type SearchConfig = RawBuilder<unknown>;
-export const realmSearchConfig = (realmId: number): SearchConfig =>
-  sql`(select search_config(r.settings->>'realm_default_language') from realms r where r.id = ${realmId})`;
+export const realmSearchConfig = (realmId: number): SearchConfig => sql`realm_search_config(${realmId}::bigint)`;
 /**
  * The configuration of the expression index of 2026-11-28T0100, as a literal: the index's expression has it as a
  * constant, and so must a query that is to use it. Only a store still filling its documents has that index, and
