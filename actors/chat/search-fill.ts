@@ -80,12 +80,11 @@ export async function fillSearchDocuments(db: Kysely<Database>, step = SEARCH_FI
 }
 
 /**
- * A realm's language changed from `before` to `after` (PATCH /realm): its configuration is the new language's, and when
- * the two differ its messages are to be parsed again in the new one (restemSearchDocuments), in the change's own
- * transaction. The bound is above
- * every message id handed out so far (message_id_blocks' last block): a message parsed in the old language may still
- * commit after this, with any id of a block already taken. A message inserted after this commit is parsed in the new
- * language by the document's trigger.
+ * A realm's language changed from `before` to `after` (PATCH /realm): its configuration is the new language's, and
+ * when the two differ its messages are to be parsed again in the new one (restemSearchDocuments), in the change's own
+ * transaction. The bound is above every message id handed out so far (message_id_blocks' last block): a message
+ * parsed in the old language may still commit after this, with any id of a block already taken. A message inserted
+ * after this commit is parsed in the new language by the document's trigger.
  */
 export async function restemRealm(trx: Kysely<Database>, realmId: number, before: string | undefined, after: string): Promise<void> {
   await sql`update realms set search_config = search_config(${after}) where id = ${realmId}`.execute(trx);
@@ -110,12 +109,11 @@ export async function restemSearchDocuments(db: Kysely<Database>, step = SEARCH_
     batch as (
       select m.id from messages m where m.realm_id = (select realm_id from job) and m.id < (select below from job) order by m.id desc limit ${step}
     ),
-    parsed as (
-      select m.id, ${PARSED} as document from messages m join batch on m.id = batch.id
-    ),
     restemmed as (
-      update messages m set search_document = p.document, scoped_document = message_scoped_document(p.document, m.stream_id, m.recipient_id)
-      from parsed p where m.id = p.id
+      -- Parsed in the update itself, twice: an edit committed meanwhile is what the update reads (it reads a row
+      -- changed since its snapshot again), where a document parsed beforehand would put the old text back.
+      update messages m set search_document = ${PARSED}, scoped_document = message_scoped_document(${PARSED}, m.stream_id, m.recipient_id)
+      from batch where m.id = batch.id
     ),
     moved as (
       update search_restems s set below = (select min(id) from batch) from job
