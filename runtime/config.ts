@@ -3,7 +3,6 @@
  * settings are read beside it: actors/chat/config.ts, actors/assistant/config.ts).
  * The defaults make `npm start` an embedded single process: memory transport, PGlite under ./data.
  */
-import os from "node:os";
 import path from "node:path";
 import proxyAddr from "proxy-addr";
 import { customCleanEnv, EnvError, makeValidator, str } from "envalid";
@@ -41,8 +40,8 @@ export interface Config {
   askTimeoutMs: number;
   /**
    * Where the workers of a host listen for each other's direct links (runtime/transport/peer-links.ts), with Redis
-   * Streams: PEER_LINKS_DIR, by default `chorus-peers` in the system's temporary directory; `off`: no links, every
-   * ask between workers goes through Redis.
+   * Streams: PEER_LINKS_DIR, a directory the host's workers share. Unset (the default): no links, every ask between
+   * workers goes through Redis. Opt-in for now: see docs/scale-out.md, "Direct links between the workers of a host".
    */
   peerLinksDir?: string;
   /**
@@ -227,7 +226,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     leaseStallSeconds: env.LEASE_STALL_SECONDS || 2 * Math.max(2, env.LEASE_SECONDS),
     maxBodyBytes: env.MAX_BODY_BYTES,
     askTimeoutMs: env.ASK_TIMEOUT_MS,
-    peerLinksDir: env.PEER_LINKS_DIR === "off" ? undefined : env.PEER_LINKS_DIR ? path.resolve(env.PEER_LINKS_DIR) : path.join(os.tmpdir(), "chorus-peers"),
+    peerLinksDir: env.PEER_LINKS_DIR ? path.resolve(env.PEER_LINKS_DIR) : undefined,
     authCacheMs: env.AUTH_CACHE_SECONDS * 1000,
     secret: env.CHORUS_SECRET || undefined,
     accessLog: env.ACCESS_LOG !== "off",
