@@ -444,6 +444,18 @@ export class MessageLog implements StoreComponent {
     return batch;
   }
 
+  /**
+   * The shard's gathering write-behind batch goes to the group commit now, not when its wait is over: its shard is
+   * being handed over, and the deliveries whose entries wait on it are settled only once it is (or, after the
+   * hand-over, once it is refused as FENCED and they are delivered again: the whole wait later).
+   */
+  writeBehindNow(shard: number): void {
+    const batch = this.behind.get(shard);
+    if (!batch) return;
+    this.behind.delete(shard);
+    batch.start();
+  }
+
   /** The gathering write-behind batches go to the group commit. */
   private startBehind(): void {
     clearTimeout(this.behindTimer);

@@ -331,6 +331,9 @@ export class UserActor implements Actor, EventRowKeeper {
 
   async deactivate(): Promise<void> {
     await this.saving; // a reservation ahead, written while the shard is still ours
+    // Rows still gathering go now, not at the end of their wait: the wait below is bounded, and a delivery whose row
+    // it outlasts is settled only when the row is refused after the hand-over (then delivered again, late).
+    if (this.inFlight.size) this.deps.messageLog.writeBehindNow(this.ctx.fence().shard);
     // Rows written behind, committed while the shard is still ours: a poll may have handed their events out already,
     // and a row lost to the lease's release would have the shard's next holder queue the redelivered event again,
     // under a new id (a repeat the client sees). A shard handed over gracefully repeats nothing. Bounded: a store
