@@ -121,12 +121,14 @@ export interface RefreshUploadPreview {
 }
 
 /**
- * A committed message whose fan-out an earlier holder of the conversation's shard may have left unfinished (its row in
- * pending_fan_outs): delivered again from the store (actors/chat/conversations/fan-outs.ts).
+ * Committed messages whose fan-outs an earlier holder of the conversation's shard may have left unfinished (their rows
+ * in pending_fan_outs): delivered again from the store, in id order (actors/chat/conversations/fan-outs.ts).
  */
-export interface RedeliverMessage {
+export interface RedeliverMessages {
   op: "redeliver";
-  messageId: number;
+  messageIds: number[];
+  /** What a node of the previous version sends during a rolling upgrade: one message. */
+  messageId?: number;
 }
 
 export type ConversationProtocol = {
@@ -135,5 +137,5 @@ export type ConversationProtocol = {
   react: Op<React, Empty>;
   addSubmessage: Op<AddSubmessage, Empty>;
   refreshUploadPreview: Op<RefreshUploadPreview, Empty>;
-  redeliver: Op<RedeliverMessage, Empty>;
+  redeliver: Op<RedeliverMessages, Empty>;
 };

@@ -26,7 +26,7 @@ import { topicLinks } from "../rendering/linkifiers.ts";
 import { compiledLinkifiers } from "../organization/linkifiers.ts";
 import { usersMutingCache } from "../users/user-data.ts";
 import type { Handlers } from "../../../runtime/protocol.ts";
-import type { Acting, AddSubmessage, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, RedeliverMessage, RefreshUploadPreview, Sent } from "./conversation.protocol.ts";
+import type { Acting, AddSubmessage, ConversationProtocol, DeleteMessage, EditMessage, Edited, React, RedeliverMessages, RefreshUploadPreview, Sent } from "./conversation.protocol.ts";
 import { checkWidgetData, widgetSubmessageContent, widgetTypeOf } from "./widgets.ts";
 import { submessagesOf } from "../reads/submessages.ts";
 import { placeholderPaths, rewriteUploadPreviews } from "../rendering/thumbnails.ts";
@@ -267,68 +267,92 @@ export abstract class Conversation implements Actor {
   }
 
   /**
-   * A committed message's fan-out that an earlier holder of this conversation's shard may not have finished (its row
-   * in pending_fan_outs: fan-outs.ts), made again from the store: to everyone with a flag row for it, with their
-   * flags, and to the observers. A recipient whose queue has it already drops the repeat. Deleted since, it is
-   * dropped; moved to another conversation since, it is left for the next sweep to find its new owner. Answered once
-   * the message is in the queues; its record is deleted once their rows are written (until then a crash leaves it).
+   * Committed messages' fan-outs that an earlier holder of this conversation's shard may not have finished (their
+   * rows in pending_fan_outs: fan-outs.ts), made again from the store, in id order: each to everyone with a flag row
+   * for it, with their flags, and to the observers. A recipient whose queue has one already drops the repeat. One
+   * deleted since is dropped; one moved to another conversation since is left for the next sweep to find its new
+   * owner. Answered once the messages are in the queues; each record is deleted once its queues' rows are written
+   * (until then a crash leaves it). A batch, not a turn per message: after a crash every message still being written
+   * behind has a record, thousands of them, and each turn's two reads and its fan-out's round trip were most of the
+   * recovery's time.
    */
-  private async redeliver(msg: RedeliverMessage): Promise<Record<string, never>> {
+  private async redeliver(msg: RedeliverMessages): Promise<Record<string, never>> {
     const db = this.deps.store.db;
-    const row = await db
+    const ids = [...new Set([...(msg.messageIds ?? []), ...(msg.messageId === undefined ? [] : [msg.messageId])])];
+    if (!ids.length) return {};
+    const rows = await db
       .selectFrom("messages as m")
       .innerJoin("users as u", "u.id", "m.sender_id")
-      .select(["m.sender_id", "m.recipient_id", "m.topic", "m.content", "m.rendered_content", "m.date_sent", "m.sending_client", "u.email", "u.full_name", "u.is_bot"])
-      .where("m.id", "=", msg.messageId)
-      .executeTakeFirst();
-    if (!row) {
-      this.deps.messageLog.fanOutDone(msg.messageId);
-      return {};
+      .select(["m.id", "m.sender_id", "m.recipient_id", "m.topic", "m.content", "m.rendered_content", "m.date_sent", "m.sending_client", "u.email", "u.full_name", "u.is_bot"])
+      .where("m.id", "in", ids)
+      .orderBy("m.id")
+      .execute();
+    const found = new Set(rows.map((row) => Number(row.id)));
+    for (const id of ids) if (!found.has(id)) this.deps.messageLog.fanOutDone(id); // deleted since: nothing to deliver
+    const mine = rows.filter((row) => row.recipient_id === this.recipientId);
+    if (!mine.length) return {};
+    const flagRows = await db
+      .selectFrom("user_messages")
+      .select(["message_id", "user_id", "flags"])
+      .where("message_id", "in", mine.map((row) => row.id))
+      .execute();
+    const flagsOf = new Map<number, Map<number, number>>();
+    for (const r of flagRows) {
+      const id = Number(r.message_id);
+      (flagsOf.get(id) ?? flagsOf.set(id, new Map()).get(id)!).set(r.user_id, r.flags);
     }
-    if (row.recipient_id !== this.recipientId) return {};
     const base = this.recordBase();
-    // As a send makes it, `...base` last.
-    const record: MessageRecord = {
-      id: msg.messageId,
-      sender_id: row.sender_id,
-      sender_email: row.email,
-      sender_full_name: row.full_name,
-      sender_realm_str: this.realmStr,
-      recipient_id: row.recipient_id,
-      subject: row.topic,
-      content: row.content,
-      rendered_content: row.rendered_content,
-      timestamp: Number(row.date_sent),
-      client: row.sending_client,
-      topic_links: base.type === "stream" ? topicLinks(await compiledLinkifiers.get(db, this.realmId), row.topic) : [],
-      ...base,
-    };
-    if (row.content.startsWith("/")) record.submessages = await this.widgetSubmessages(msg.messageId, row.sender_id, row.content);
-    const flagRows = await db.selectFrom("user_messages").select(["user_id", "flags"]).where("message_id", "=", msg.messageId).execute();
-    const recipients = flagRows.map((r) => r.user_id);
-    const recipientSet = new Set(recipients);
-    const delivery: DeliverMessage = {
-      op: "deliverMessage",
-      message: record,
-      flags: [],
-      flagsFor: Object.fromEntries(flagRows.map((r) => [r.user_id, flagList(r.flags)])),
-    };
-    const observers = this.observers().filter((u) => !recipientSet.has(u));
-    if (observers.length) delivery.observers = observers;
-    const written: Promise<void>[] = [];
-    await this.fanOut([...recipients, ...observers], delivery, written);
-    // What the send does once its message is delivered, done again: the process that owed this fan-out may have died
-    // before it. Each step leaves alone what is done already.
-    if (record.content.includes("/user_uploads/")) {
-      await this.afterUploadsLinked(msg.messageId, record.rendered_content).catch((err) => log.warn({ err }, "telling of a message's uploads failed"));
+    const linkifiers = base.type === "stream" ? await compiledLinkifiers.get(db, this.realmId) : undefined;
+    const everyObserver = this.observers();
+    const redelivered: Array<{ row: (typeof mine)[number]; record: MessageRecord; flags: Map<number, number>; written: Promise<void>[] }> = [];
+    for (const row of mine) {
+      const id = Number(row.id);
+      // As a send makes it, `...base` last.
+      const record: MessageRecord = {
+        id,
+        sender_id: row.sender_id,
+        sender_email: row.email,
+        sender_full_name: row.full_name,
+        sender_realm_str: this.realmStr,
+        recipient_id: row.recipient_id,
+        subject: row.topic,
+        content: row.content,
+        rendered_content: row.rendered_content,
+        timestamp: Number(row.date_sent),
+        client: row.sending_client,
+        topic_links: linkifiers ? topicLinks(linkifiers, row.topic) : [],
+        ...base,
+      };
+      if (row.content.startsWith("/")) record.submessages = await this.widgetSubmessages(id, row.sender_id, row.content);
+      redelivered.push({ row, record, flags: flagsOf.get(id) ?? new Map(), written: [] });
     }
-    const flags = new Map(flagRows.map((r) => [r.user_id, r.flags]));
-    await this.afterRedelivered({ id: msg.messageId, senderId: row.sender_id, senderIsBot: row.is_bot, topic: row.topic }, flags).catch((err) =>
-      log.warn({ err }, `the automatic steps after message ${msg.messageId} failed`),
-    );
-    // Answered once in the queues; the record goes once their rows are written too, which this conversation's next
-    // turns need not wait for (a write-behind may wait a while for company).
-    void Promise.all(written).then(() => this.deps.messageLog.fanOutDone(msg.messageId), () => {});
+    // Every fan-out starts before any is awaited: each queue gets them in id order (one path per shard), and the
+    // round trips overlap.
+    const fannedOut = redelivered.map(({ record, flags, written }) => {
+      const delivery: DeliverMessage = {
+        op: "deliverMessage",
+        message: record,
+        flags: [],
+        flagsFor: Object.fromEntries([...flags].map(([user, bits]) => [user, flagList(bits)])),
+      };
+      const observers = everyObserver.filter((u) => !flags.has(u));
+      if (observers.length) delivery.observers = observers;
+      return this.fanOut([...flags.keys(), ...observers], delivery, written);
+    });
+    await Promise.all(fannedOut);
+    for (const { row, record, flags, written } of redelivered) {
+      // What the send does once its message is delivered, done again: the process that owed this fan-out may have
+      // died before it. Each step leaves alone what is done already.
+      if (record.content.includes("/user_uploads/")) {
+        await this.afterUploadsLinked(record.id, record.rendered_content).catch((err) => log.warn({ err }, "telling of a message's uploads failed"));
+      }
+      await this.afterRedelivered({ id: record.id, senderId: row.sender_id, senderIsBot: row.is_bot, topic: row.topic }, flags).catch((err) =>
+        log.warn({ err }, `the automatic steps after message ${record.id} failed`),
+      );
+      // Answered once in the queues; the record goes once their rows are written too, which this conversation's next
+      // turns need not wait for (a write-behind may wait a while for company).
+      void Promise.all(written).then(() => this.deps.messageLog.fanOutDone(record.id), () => {});
+    }
     return {};
   }
 

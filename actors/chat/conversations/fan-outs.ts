@@ -20,11 +20,19 @@ import type { Store } from "../../../runtime/store/store.ts";
 import { log } from "../../../runtime/log.ts";
 import type { MessageLog } from "../message-log.ts";
 import type { Database } from "../../schema.ts";
+import type { ActorRef } from "../../../runtime/protocol.ts";
+import type { ConversationProtocol } from "./conversation.protocol.ts";
 import { Channel } from "./channel.protocol.ts";
 import { Dm } from "./dm.protocol.ts";
 
 /** A record left by an earlier holder of its shard, with what says which conversation delivers it (none: deleted since). */
 type LeftRecord = { message_id: string | number; shard: number; stream_id: number | null; dm_key: string | null };
+
+/**
+ * The most messages one `redeliver` ask makes again: its turn must end within the ask's timeout (a failed ask is made
+ * again whole at the next sweep), and each message is a fan-out.
+ */
+const REDELIVER_BATCH = 100;
 
 /** How often a process looks for fan-outs left on the shards it holds: the longest a left fan-out waits after a take-over. */
 const SWEEP_EVERY_MS = 1_000;
@@ -70,18 +78,27 @@ export function redeliverLeftFanOuts(system: ActorSystem, store: Store<Database>
       for (const [shard, epoch] of looked) if (!dirty.has(shard)) cleanAt.set(shard, epoch);
       const left = rows.filter((row) => !redelivering.has(Number(row.message_id)));
       if (left.length) log.info(`delivering again ${left.length} message(s) whose fan-out an earlier holder of their shard may not have finished`);
-      for (const row of left) {
+      // One ask per conversation and batch, in id order (the order their queues get them).
+      const byOwner = new Map<string, { owner: ActorRef<ConversationProtocol>; ids: number[] }>();
+      for (const row of left.sort((a, b) => Number(a.message_id) - Number(b.message_id))) {
         const id = Number(row.message_id);
         if (row.stream_id === null && row.dm_key === null) {
           messageLog.fanOutDone(id); // deleted since: nothing to deliver
           continue;
         }
         const owner = row.stream_id !== null ? system.ref(Channel, row.stream_id) : system.ref(Dm, row.dm_key!);
-        redelivering.add(id);
-        owner.ask({ op: "redeliver", messageId: id }).catch((err) => {
-          redelivering.delete(id);
-          log.warn({ err }, `delivering message ${id} again failed; the next sweep tries again`);
-        });
+        const entry = byOwner.get(owner.id) ?? byOwner.set(owner.id, { owner, ids: [] }).get(owner.id)!;
+        entry.ids.push(id);
+      }
+      for (const { owner, ids } of byOwner.values()) {
+        for (let from = 0; from < ids.length; from += REDELIVER_BATCH) {
+          const batch = ids.slice(from, from + REDELIVER_BATCH);
+          for (const id of batch) redelivering.add(id);
+          owner.ask({ op: "redeliver", messageIds: batch }).catch((err) => {
+            for (const id of batch) redelivering.delete(id);
+            log.warn({ err }, `delivering ${batch.length} message(s) of ${owner.id} again failed; the next sweep tries again`);
+          });
+        }
       }
     } finally {
       sweeping = false;
