@@ -380,10 +380,22 @@ export class UserActor implements Actor, EventRowKeeper {
   }
 
   private deliverMessage(msg: DeliverMessage): Promise<void> | undefined {
-    if (this.recentMessages?.has(msg.message.id)) return;
+    if (this.recentMessages?.has(msg.message.id)) return this.holdForRowsInFlight();
     metrics().deliveries.inc();
     if (this.queues.size) (this.recentMessages ??= new RecentIds()).add(msg.message.id);
     return this.deliver(messageEvent(msg, this.userId), true);
+  }
+
+  /**
+   * A repeated delivery is dropped, but its entry (or its sender's record of the fan-out it owes) is acknowledged only
+   * once the rows written behind by then are committed: the first delivery's row may be one of them, and a repeat
+   * acknowledged before it would let a crash lose the event (after a crash, a redelivery whose ask timed out is made
+   * again while the first one's rows still wait for company). Rare, so every write in flight is waited for.
+   */
+  private holdForRowsInFlight(): undefined {
+    const writing = [...this.inFlight.values()].filter((w) => !w.done).map((w) => w.written);
+    if (writing.length) this.ctx.holdAcknowledgement(Promise.all(writing));
+    return undefined;
   }
 
   /** Its queues, and those with a poll waiting (sampled at scrape: sampleEventQueues). */
