@@ -16,6 +16,7 @@
  */
 import fs from "node:fs";
 import net from "node:net";
+import os from "node:os";
 import path from "node:path";
 import { log } from "../log.ts";
 import type { Entry, Reply, ReplyAddress } from "./transport.ts";
@@ -46,6 +47,27 @@ export interface PeerLinkHandlers {
   onLinkLost(node: string): void;
 }
 
+/**
+ * Where the workers one primary forks link to each other when PEER_LINKS_DIR is not set: one directory per user of
+ * the host, shared by every deployment that user runs there (node ids are unique, and a worker links only to the
+ * members of its own deployment).
+ */
+export function defaultPeerLinksDir(): string {
+  return path.join(os.tmpdir(), `chorus-peers-${process.getuid?.() ?? "user"}`);
+}
+
+/**
+ * Refuse a directory that another user could write to: whoever can replace a socket there can pose as a worker and
+ * have its entries run. A shared temporary directory is the usual place, so the check is not optional.
+ */
+function assertPrivate(directory: string): void {
+  const stat = fs.lstatSync(directory);
+  if (!stat.isDirectory()) throw new Error(`${directory} is not a directory`);
+  const uid = process.getuid?.();
+  if (uid !== undefined && stat.uid !== uid) throw new Error(`${directory} belongs to another user (uid ${stat.uid})`);
+  if (stat.mode & 0o022) throw new Error(`${directory} is writable by other users (mode ${(stat.mode & 0o777).toString(8)})`);
+}
+
 /** How long a peer whose socket could not be reached is left alone before the next try. */
 const RETRY_MS = 5_000;
 
@@ -73,7 +95,8 @@ export class PeerLinks {
     const own = this.socketPath(this.opts.nodeId);
     const server = net.createServer((socket) => this.accept(socket));
     try {
-      fs.mkdirSync(this.opts.directory, { recursive: true });
+      fs.mkdirSync(this.opts.directory, { recursive: true, mode: 0o700 });
+      assertPrivate(this.opts.directory);
       fs.rmSync(own, { force: true });
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);

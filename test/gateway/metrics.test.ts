@@ -6,7 +6,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, ENGINES, startTestServer, type TestServer } from "../support/server.ts";
+import path from "node:path";
 import { freePort, startDistributed } from "../support/process.ts";
+import { readZuliprc } from "../support/server.ts";
+import { shardOf } from "../../runtime/actor.ts";
+import { placeShards } from "../../runtime/placement.ts";
+import { Channel } from "../../actors/chat/conversations/channel.protocol.ts";
 import { call, operatorKey, publishedAgent } from "./assistant/support.ts";
 
 interface Sample {
@@ -156,5 +161,31 @@ describe("two workers", { timeout: 120_000 }, () => {
     // The shared port answers with the one worker the kernel picked.
     const one = await scrape(`http://127.0.0.1:${server.port}`);
     expect(new Set(one.map((s) => s.labels.worker)).size).toBe(1);
+  });
+
+  it("links the workers a primary forks to each other by default: a send to the other worker's channel crosses on the link", async () => {
+    const metricsPort = await freePort();
+    const server = await startDistributed({ METRICS_PORT: String(metricsPort), ACCESS_LOG: "off" }, cleanups);
+    const target = { url: `http://127.0.0.1:${server.port}` };
+    const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
+    // A channel at home on each worker: whichever worker takes a request, one of the two sends is for the other's.
+    const homes = placeShards(16, [...server.output().matchAll(/\(pid \d+, node ([^,]+),/g)].map((m) => m[1]!));
+    const channels = new Map<string, string>();
+    for (let i = 0; channels.size < 2; i++) {
+      const name = `linked-${i}`;
+      expect((await api(target, "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: [{ name }] } })).status).toBe(200);
+      const streamId = (await api(target, "GET", "/get_stream_id", { as: owner, params: { stream: name } })).body.stream_id;
+      const home = homes[shardOf(Channel.id(streamId), 16)]!;
+      if (!channels.has(home)) channels.set(home, name);
+    }
+    const sent = async () => total(await scrape(`http://127.0.0.1:${metricsPort}`), "chorus_peer_link_asks_total", { outcome: "sent" });
+    // The first ask to the other worker opens the link and goes through Redis meanwhile; the next ones cross on it.
+    for (let round = 0; round < 20 && (await sent()) === 0; round++) {
+      for (const name of channels.values()) {
+        expect((await api(target, "POST", "/messages", { as: owner, params: { type: "stream", to: name, topic: "t", content: `linked ${round}` } })).status).toBe(200);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(await sent()).toBeGreaterThan(0);
   });
 });

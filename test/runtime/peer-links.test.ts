@@ -242,6 +242,19 @@ describe("peer links between two workers", () => {
     expect(asker.peers.openLinks()).toEqual([]);
   });
 
+  it("a directory other users may write to is not used: whoever could replace a socket there could pose as a worker", async () => {
+    fs.chmodSync(directory, 0o777);
+    const holder = await worker("holder", true);
+    const asker = await worker("asker", false);
+    asker.system.shardHomes(Array.from({ length: SHARDS }, () => holder.transport.nodeId));
+    expect(await at(asker.system, "counter:c").askDirect({ by: 1 })).toBe(1);
+    expect(fs.readdirSync(directory)).toEqual([]);
+    expect(asker.send).toHaveBeenCalledTimes(1);
+    fs.chmodSync(directory, 0o700);
+    const linked = await worker("linked", true);
+    expect(fs.readdirSync(directory)).toEqual([`${linked.transport.nodeId}.sock`]);
+  });
+
   it("a starting worker removes the sockets of workers gone, and leaves the live ones", async () => {
     const gone = path.join(directory, "node-gone.sock");
     // A process listening there, killed: its file stays, and nobody listens on it any more.
