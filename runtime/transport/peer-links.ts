@@ -6,8 +6,11 @@
  * link it is one line of JSON each way on a Unix socket.
  *
  * Each worker listens on a socket named by its node id, in a directory the workers of a host share. An asker opens a
- * link to a holder the first time it needs one and uses it once it is open; until then, and when the holder is on
- * another host (no such socket here), its asks take the transport.
+ * link to a holder the first time it needs one and uses it once the holder has greeted it (`HelloFrame`, written on
+ * accepting the connection); until then, and when the holder is on another host (no such socket here), its asks take
+ * the transport. Connected is not enough: a connection made while the holder's process is being killed can land in
+ * its listening socket's backlog, never to be accepted, and sat there open, without an error, with every frame written
+ * to it unanswered (test/e2e/failover.test.ts, with links on, lost a killed worker's polls that way).
  *
  * What a link guarantees is only what a socket does: the frames sent on an open link arrive in order, or the link
  * closes and the asker hears `onLinkLost`. Everything else is the actor system's (ActorSystem.dispatch): the holder
@@ -37,6 +40,11 @@ export interface LinkedEntry {
  */
 export type HolderFrame = { reply: Reply } | { refused: string } | { settled: string; left?: true };
 
+/** A holder's first frame on a link it accepted: the link may be used from then on. */
+export interface HelloFrame {
+  hello: string;
+}
+
 export interface PeerLinkHandlers {
   /** An entry a peer sent: `answer` writes a frame back to it on its link (dropped if the link has closed). */
   onEntry(linked: LinkedEntry, answer: (frame: HolderFrame) => void): void;
@@ -64,7 +72,7 @@ const RETRY_MS = 5_000;
 export class PeerLinks {
   private server?: net.Server;
   private handlers?: PeerLinkHandlers;
-  /** Links this process opened, by the node they reach: `open` once frames may be written. */
+  /** Links this process opened, by the node they reach: `open` once the holder greeted it (HelloFrame). */
   private readonly links = new Map<string, { socket: net.Socket; open: boolean }>();
   private readonly accepted = new Set<net.Socket>();
   private readonly unreachableUntil = new Map<string, number>();
@@ -150,11 +158,12 @@ export class PeerLinks {
     const link = { socket, open: false };
     this.links.set(node, link);
     socket.setNoDelay(true);
-    socket.once("connect", () => {
+    readFrames(socket, (frame) => {
+      if (link.open) return this.handlers!.onAnswer(frame as HolderFrame);
+      if (typeof (frame as Partial<HelloFrame>).hello !== "string") throw new Error("a peer link's first frame was not a hello");
       link.open = true;
       this.unreachableUntil.delete(node);
     });
-    readFrames(socket, (frame) => this.handlers!.onAnswer(frame as HolderFrame));
     socket.on("error", (err: NodeJS.ErrnoException) => {
       if (!link.open) this.unreachableUntil.set(node, Date.now() + RETRY_MS);
       else log.warn({ err }, `the link to worker ${node} failed`);
@@ -169,11 +178,12 @@ export class PeerLinks {
     if (this.closed) return void socket.destroy();
     this.accepted.add(socket);
     socket.setNoDelay(true);
-    const answer = (frame: HolderFrame) => {
+    const answer = (frame: HolderFrame | HelloFrame) => {
       if (!socket.destroyed) writeFrame(socket, frame);
     };
     readFrames(socket, (frame) => this.handlers!.onEntry(frame as LinkedEntry, answer));
     socket.on("error", () => {}); // the asker hears the close; nothing to do here
+    answer({ hello: this.opts.nodeId });
     socket.once("close", () => this.accepted.delete(socket));
   }
 

@@ -221,6 +221,7 @@ describe("peer links between two workers", () => {
     for (const garbage of ["not json", "42", JSON.stringify({ shard: 0, mode: "direct" })]) {
       const socket = net.connect(path.join(directory, `${holder.transport.nodeId}.sock`));
       await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
+      socket.resume(); // the holder's hello, read and dropped: a paused socket would not see its end
       const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
       socket.write(`${garbage}\n`);
       await closed;
@@ -240,6 +241,26 @@ describe("peer links between two workers", () => {
     expect(await at(asker.system, "counter:c").askDirect({ by: 1 })).toBe(2);
     expect(asker.send).toHaveBeenCalledTimes(2);
     expect(asker.peers.openLinks()).toEqual([]);
+  });
+
+  it("a link whose holder never greets it is not used: a connection a dying process took into its backlog stays open, unanswered", async () => {
+    const holder = await worker("holder", true);
+    const asker = await worker("asker", false);
+    // A socket under a node id that accepts connections and says nothing, as a process being killed may.
+    const silent = net.createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(path.join(directory, "node-silent.sock"), resolve));
+    try {
+      asker.system.shardHomes(Array.from({ length: SHARDS }, () => "node-silent"));
+      for (let by = 1; by <= 3; by++) {
+        expect(await at(asker.system, "counter:c").askDirect({ by: 1 })).toBe(by);
+        await sleep(50);
+      }
+      expect(asker.send).toHaveBeenCalledTimes(3); // each through Redis, to the real holder
+      expect(asker.peers.openLinks()).toEqual([]);
+    } finally {
+      silent.close();
+    }
+    expect(holder.peers.openLinks()).toEqual([]);
   });
 
   it("a directory other users may write to is not used: whoever could replace a socket there could pose as a worker", async () => {
