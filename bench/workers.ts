@@ -11,8 +11,8 @@
  * (measured for `--idle` seconds after the warm-up), its context switches per send, and Redis's commands per send by
  * command (INFO commandstats) with Postgres's transactions per send beside them, and the whole machine's CPU time per
  * send by state (user, system, softirq, steal, idle, …).
- * `PEER_LINKS_DIR=<directory>` in the environment runs the workers with their direct links (runtime/transport/peer-links.ts;
- * off by default).
+ * The workers link to each other directly, as a primary's workers do by default (runtime/transport/peer-links.ts);
+ * `PEER_LINKS_DIR=off` in the environment runs them without (every ask between them through Redis).
  * `--cpu-prof`: every Chorus process runs under V8's sampling profiler; the samples taken inside the measured
  * window are summed by function (self time, µs per send), per process, and the profiles kept beside the results.
  * `--root`: run the Chorus of another checkout (a base worktree), for interleaved A/B runs with one bench.

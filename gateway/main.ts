@@ -20,7 +20,7 @@ import { MemoryTransport } from "../runtime/transport/memory.ts";
 import { MemoryPubSub } from "../runtime/transport/memory-pubsub.ts";
 import type { PubSub } from "../runtime/transport/pubsub.ts";
 import { RedisPubSub } from "../runtime/transport/redis-pubsub.ts";
-import { PeerLinks } from "../runtime/transport/peer-links.ts";
+import { defaultPeerLinksDir, PeerLinks } from "../runtime/transport/peer-links.ts";
 import { RedisStreamsTransport } from "../runtime/transport/redis-streams.ts";
 import type { Transport } from "../runtime/transport/transport.ts";
 import { actorKinds } from "../actors/index.ts";
@@ -339,8 +339,10 @@ async function main(): Promise<void> {
     // Consecutive failed starts per worker: a worker that never came up is retried with back-off, then given up on
     // (with the whole server), rather than restarted every half second forever.
     const failedStarts = new Map<number, number>();
+    // The workers forked here share this host: they link to each other directly unless PEER_LINKS_DIR says otherwise.
+    const links = config.redisUrl && config.peerLinksDir === undefined ? { PEER_LINKS_DIR: defaultPeerLinksDir() } : {};
     const fork = (index: number) => {
-      const worker = cluster.fork({ WORKER_INDEX: String(index), ...(owner && index === 0 ? { [WELCOME_OWNER]: `${owner.realmId}:${owner.userId}` } : {}) });
+      const worker = cluster.fork({ WORKER_INDEX: String(index), ...links, ...(owner && index === 0 ? { [WELCOME_OWNER]: `${owner.realmId}:${owner.userId}` } : {}) });
       let serving = false;
       worker.on("message", (msg: unknown) => {
         if (msg === WORKER_SERVING) {

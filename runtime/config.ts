@@ -40,11 +40,12 @@ export interface Config {
   askTimeoutMs: number;
   /**
    * Where the workers of a host listen for each other's direct links (runtime/transport/peer-links.ts), with Redis
-   * Streams: PEER_LINKS_DIR, a directory the host's workers share, private to their user. Unset (the default) or
-   * `off`: no links, every ask between workers goes through Redis. Opt-in for now: see docs/scale-out.md, "Direct
-   * links between the workers of a host".
+   * Streams: PEER_LINKS_DIR, a directory the host's workers share, private to their user. Unset (undefined): the
+   * workers a primary forks (WORKERS > 1) get a default one (defaultPeerLinksDir), a process started alone has none.
+   * `off` (false): no links, every ask between workers goes through Redis. See docs/scale-out.md, "Direct links
+   * between the workers of a host".
    */
-  peerLinksDir?: string;
+  peerLinksDir?: string | false;
   /**
    * How long a worker trusts credentials it checked without checking them again (AUTH_CACHE_SECONDS): a change to an
    * account drops every worker's cache at once by a notice, so this bounds only a worker that missed the notice.
@@ -227,7 +228,7 @@ export function loadConfig(overrides: Partial<Config> = {}): Config {
     leaseStallSeconds: env.LEASE_STALL_SECONDS || 2 * Math.max(2, env.LEASE_SECONDS),
     maxBodyBytes: env.MAX_BODY_BYTES,
     askTimeoutMs: env.ASK_TIMEOUT_MS,
-    peerLinksDir: env.PEER_LINKS_DIR && env.PEER_LINKS_DIR !== "off" ? path.resolve(env.PEER_LINKS_DIR) : undefined,
+    peerLinksDir: env.PEER_LINKS_DIR === "off" ? false : env.PEER_LINKS_DIR ? path.resolve(env.PEER_LINKS_DIR) : undefined,
     authCacheMs: env.AUTH_CACHE_SECONDS * 1000,
     secret: env.CHORUS_SECRET || undefined,
     accessLog: env.ACCESS_LOG !== "off",

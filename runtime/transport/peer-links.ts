@@ -19,6 +19,7 @@
  */
 import fs from "node:fs";
 import net from "node:net";
+import os from "node:os";
 import path from "node:path";
 import { log } from "../log.ts";
 import type { Entry, Reply, ReplyAddress } from "./transport.ts";
@@ -52,6 +53,15 @@ export interface PeerLinkHandlers {
   onAnswer(frame: HolderFrame): void;
   /** The link to `node` closed: what this process sent on it and was not answered may never be. */
   onLinkLost(node: string): void;
+}
+
+/**
+ * Where the workers one primary forks link to each other when PEER_LINKS_DIR is not set: one directory per user of
+ * the host, shared by every deployment that user runs there (node ids are unique, and a worker links only to the
+ * members of its own deployment).
+ */
+export function defaultPeerLinksDir(): string {
+  return path.join(os.tmpdir(), `chorus-peers-${process.getuid?.() ?? "user"}`);
 }
 
 /**

@@ -6,8 +6,6 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { api, ENGINES, startTestServer, type TestServer } from "../support/server.ts";
-import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { freePort, startDistributed } from "../support/process.ts";
 import { readZuliprc } from "../support/server.ts";
@@ -165,11 +163,9 @@ describe("two workers", { timeout: 120_000 }, () => {
     expect(new Set(one.map((s) => s.labels.worker)).size).toBe(1);
   });
 
-  it("with PEER_LINKS_DIR, links a primary's workers to each other: a send to the other worker's channel crosses on the link", async () => {
+  it("links the workers a primary forks to each other by default: a send to the other worker's channel crosses on the link", async () => {
     const metricsPort = await freePort();
-    const linksDir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-links-"));
-    cleanups.push(async () => fs.rmSync(linksDir, { recursive: true, force: true }));
-    const server = await startDistributed({ METRICS_PORT: String(metricsPort), ACCESS_LOG: "off", PEER_LINKS_DIR: linksDir }, cleanups);
+    const server = await startDistributed({ METRICS_PORT: String(metricsPort), ACCESS_LOG: "off" }, cleanups);
     const target = { url: `http://127.0.0.1:${server.port}` };
     const owner = readZuliprc(path.join(server.dataDir, "zuliprc"));
     // A channel at home on each worker: whichever worker takes a request, one of the two sends is for the other's.
