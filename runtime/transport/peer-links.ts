@@ -9,8 +9,8 @@
  * link to a holder the first time it needs one and uses it once the holder has greeted it (`HelloFrame`, written on
  * accepting the connection); until then, and when the holder is on another host (no such socket here), its asks take
  * the transport. Connected is not enough: a connection made while the holder's process is being killed can land in
- * its listening socket's backlog, never to be accepted, and sat there open, without an error, with every frame written
- * to it unanswered (test/e2e/failover.test.ts, with links on, lost a killed worker's polls that way).
+ * its listening socket's backlog, never to be accepted, and stay open there without an error, every frame written to
+ * it unanswered (test/e2e/failover.test.ts, with links on, lost a killed worker's polls that way).
  *
  * What a link guarantees is only what a socket does: the frames sent on an open link arrive in order, or the link
  * closes and the asker hears `onLinkLost`. Everything else is the actor system's (ActorSystem.dispatch): the holder
