@@ -27,23 +27,27 @@ afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => {});
 });
 
+type Member = Credentials & { id: number };
+
+/** A new member of `first`'s organization, created by its owner, subscribed to `channels`. */
+async function newMember(first: ChorusProcess, owner: Credentials, email: string, channels: string[]): Promise<Member> {
+  const created = await api(target(first), "POST", "/users", { as: owner, params: { email, password: `pw-${email}`, full_name: email.split("@")[0] } });
+  expect(created.status).toBe(200);
+  const key = await api(target(first), "POST", "/fetch_api_key", { params: { username: email, password: `pw-${email}` } });
+  const member = { email, key: key.body.api_key, id: created.body.user_id as number };
+  expect((await api(target(first), "POST", "/users/me/subscriptions", { as: member, params: { subscriptions: channels.map((name) => ({ name })) } })).status).toBe(200);
+  return member;
+}
+
 it("grows by a worker, serves through a gateway-only process, shrinks again: every acknowledged message reaches every queue once, in order", async () => {
   const first = await startDistributed({ WORKERS: "1", LEASE_SECONDS: "2" }, cleanups);
   const joined = { REDIS_URL, DATABASE_URL: first.databaseUrl, REDIS_PREFIX: first.redisPrefix, LEASE_SECONDS: "2" };
   const owner = readZuliprc(path.join(first.dataDir, "zuliprc"));
   expect((await api(target(first), "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: CHANNELS.map((name) => ({ name })) } })).status).toBe(200);
 
-  const users: Credentials[] = [];
-  for (let i = 0; i < USERS; i++) {
-    const email = `member-${i}@example.com`;
-    const created = await api(target(first), "POST", "/users", { as: owner, params: { email, password: `pw-${email}`, full_name: `Member ${i}` } });
-    expect(created.status).toBe(200);
-    const key = await api(target(first), "POST", "/fetch_api_key", { params: { username: email, password: `pw-${email}` } });
-    const user = { email, key: key.body.api_key, id: created.body.user_id };
-    expect((await api(target(first), "POST", "/users/me/subscriptions", { as: user, params: { subscriptions: CHANNELS.map((name) => ({ name })) } })).status).toBe(200);
-    users.push(user);
-  }
-  const userShards = users.map((u) => shardOf(User.id((u as Credentials & { id: number }).id), SHARDS));
+  const users: Member[] = [];
+  for (let i = 0; i < USERS; i++) users.push(await newMember(first, owner, `member-${i}@example.com`, CHANNELS));
+  const userShards = users.map((u) => shardOf(User.id(u.id), SHARDS));
 
   let gateways: ChorusProcess[] = [first];
   const stopPolls = manyRequestsController();
@@ -111,18 +115,14 @@ it("hands a joining worker the queues of the shards it takes, with their events 
   const channels = ["handed-0", "handed-1"];
   expect((await api(target(first), "POST", "/users/me/subscriptions", { as: owner, params: { subscriptions: channels.map((name) => ({ name })) } })).status).toBe(200);
   // Users on eight shards: the worker takes about half the shards, so some of them move (all stay once in 256 runs).
-  const users: Array<Credentials & { shard: number; queue?: string }> = [];
-  for (let i = 0; new Set(users.map((u) => u.shard)).size < 8; i++) {
-    const email = `handed-${i}@example.com`;
-    const created = await api(target(first), "POST", "/users", { as: owner, params: { email, password: `pw-${email}`, full_name: `Handed ${i}` } });
-    expect(created.status).toBe(200);
-    const shard = shardOf(User.id(created.body.user_id), SHARDS);
-    if (users.some((u) => u.shard === shard)) continue;
-    const key = await api(target(first), "POST", "/fetch_api_key", { params: { username: email, password: `pw-${email}` } });
-    const user = { email, key: key.body.api_key, shard };
-    expect((await api(target(first), "POST", "/users/me/subscriptions", { as: user, params: { subscriptions: channels.map((name) => ({ name })) } })).status).toBe(200);
+  const users: Array<Member & { shard: number; queue: string }> = [];
+  for (let i = 0; users.length < 8; i++) {
+    const user = await newMember(first, owner, `handed-${i}@example.com`, channels);
+    const shard = shardOf(User.id(user.id), SHARDS);
+    if (users.some((u) => u.shard === shard)) continue; // a member without a queue: nothing to hand over
     const registered = await api(target(first), "POST", "/register", { as: user, params: { event_types: ["message"] } });
-    users.push({ ...user, queue: registered.body.queue_id });
+    expect(registered.status).toBe(200);
+    users.push({ ...user, shard, queue: registered.body.queue_id });
   }
   const events = async (user: (typeof users)[number]) => {
     const res = await api(target(first), "GET", "/events", { as: user, params: { queue_id: user.queue, last_event_id: -1, dont_block: true } });

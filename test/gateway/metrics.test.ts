@@ -5,10 +5,9 @@
  * every worker's series on METRICS_PORT.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { api, ENGINES, startTestServer, type TestServer } from "../support/server.ts";
 import path from "node:path";
+import { api, ENGINES, readZuliprc, startTestServer, type TestServer } from "../support/server.ts";
 import { freePort, startDistributed } from "../support/process.ts";
-import { readZuliprc } from "../support/server.ts";
 import { shardOf } from "../../runtime/actor.ts";
 import { placeShards } from "../../runtime/placement.ts";
 import { Channel } from "../../actors/chat/conversations/channel.protocol.ts";
