@@ -10,7 +10,9 @@
  * Beside the totals: each process's CPU per send (`primary`, `worker 0`, …) and its CPU per second while idle
  * (measured for `--idle` seconds after the warm-up), its context switches per send, and Redis's commands per send by
  * command (INFO commandstats) with Postgres's transactions per send beside them, and the whole machine's CPU time per
- * send by state (user, system, softirq, steal, idle, …).
+ * send by state (user, system, softirq, steal, idle, …). Postgres's row operations and scans by table are given per
+ * message inserted, not per send: a backend reports its counts up to a second late (10 s when idle), and a ratio of
+ * two counts of the same window cancels most of that.
  * The workers link to each other directly, as a primary's workers do by default (runtime/transport/peer-links.ts);
  * `PEER_LINKS_DIR=off` in the environment runs them without (every ask between them through Redis).
  * `--cpu-prof`: every Chorus process runs under V8's sampling profiler; the samples taken inside the measured
@@ -116,8 +118,13 @@ async function cpuNow(server: ChorusProcess, redis: Redis, db: pg.Client) {
   for (const k of ["total_reads_processed", "total_writes_processed"]) commands.set(k, Number(new RegExp(`^${k}:(\\d+)`, "m").exec(stats)?.[1] ?? 0));
   const stat = await db.query<{ n: string }>("select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()");
   commands.set("postgres transactions", Number(stat.rows[0]?.n ?? 0));
+  const tables = new Map<string, number>();
+  const { rows: touched } = await db.query<{ relname: string; ins: string; upd: string; del: string; scans: string }>(
+    "select relname, n_tup_ins as ins, n_tup_upd as upd, n_tup_del as del, seq_scan + coalesce(idx_scan, 0) as scans from pg_stat_user_tables",
+  );
+  for (const t of touched) for (const k of ["ins", "upd", "del", "scans"] as const) tables.set(`${t.relname} ${k}`, Number(t[k]));
   const load = process.cpuUsage().user + process.cpuUsage().system;
-  return { chorus, processes, switches, commands, machine: machineMicros(), redis: (field("used_cpu_sys") + field("used_cpu_user")) * 1e6, postgres, load, at: process.hrtime.bigint() };
+  return { chorus, processes, switches, commands, tables, machine: machineMicros(), redis: (field("used_cpu_sys") + field("used_cpu_user")) * 1e6, postgres, load, at: process.hrtime.bigint() };
 }
 type CpuSnapshot = Awaited<ReturnType<typeof cpuNow>>;
 
@@ -243,6 +250,7 @@ async function run(workers: number, redisUrl: string, round: number) {
       idleContextSwitchesPerSecond: perUnit(idleFrom.switches, idleTo.switches, idleSeconds),
       idleRedisCommandsPerSecond: perUnit(idleFrom.commands, idleTo.commands, idleSeconds),
       redisCommandsPerSend: perUnit(before.commands, after.commands, sends),
+      postgresRowsPerMessage: perUnit(before.tables, after.tables, Math.max(1, (after.tables.get("messages ins") ?? 0) - (before.tables.get("messages ins") ?? 0))),
     };
   })().finally(async () => {
     redis.disconnect();
