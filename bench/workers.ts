@@ -118,6 +118,9 @@ async function cpuNow(server: ChorusProcess, redis: Redis, db: pg.Client) {
   for (const k of ["total_reads_processed", "total_writes_processed"]) commands.set(k, Number(new RegExp(`^${k}:(\\d+)`, "m").exec(stats)?.[1] ?? 0));
   const stat = await db.query<{ n: string }>("select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()");
   commands.set("postgres transactions", Number(stat.rows[0]?.n ?? 0));
+  // The whole cluster's WAL (pg_stat_wal has no database column): its flushes to disk, full-page images and bytes.
+  const wal = await db.query<{ wal_sync: string; wal_fpi: string; wal_bytes: string }>("select wal_sync, wal_fpi, wal_bytes from pg_stat_wal");
+  for (const k of ["wal_sync", "wal_fpi", "wal_bytes"] as const) commands.set(`postgres ${k}`, Number(wal.rows[0]?.[k] ?? 0));
   const tables = new Map<string, number>();
   const { rows: touched } = await db.query<{ relname: string; ins: string; upd: string; del: string; scans: string }>(
     "select relname, n_tup_ins as ins, n_tup_upd as upd, n_tup_del as del, seq_scan + coalesce(idx_scan, 0) as scans from pg_stat_user_tables",
