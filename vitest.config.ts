@@ -14,5 +14,6 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     globalSetup: ["test/support/global-setup.ts"],
+    setupFiles: ["test/support/fork-setup.ts"],
   },
 });

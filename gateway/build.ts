@@ -21,14 +21,17 @@ import * as esbuild from "esbuild";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
-/** What is built: the server (`main.mjs`) and the management CLI (`manage.mjs`). */
-const ENTRIES = { main: "gateway/main.ts", manage: "gateway/manage.ts" };
+/**
+ * What is built: the server (`main.mjs`), the management CLI (`manage.mjs`), and the lease renewer's thread
+ * (`lease-renewer-thread.mjs`), which a built server starts without compiling it (runtime/lease-keeper.ts).
+ */
+const ENTRIES = { main: "gateway/main.ts", manage: "gateway/manage.ts", "lease-renewer-thread": "runtime/lease-renewer-thread.ts" };
 
 /**
  * Build the entries of the checkout at `root` (default: this one) into `outdir` (default `<root>/dist`, which must
  * be inside `root`). Resolves with the paths of the built files.
  */
-export async function buildServer(opts: { root?: string; outdir?: string } = {}): Promise<{ main: string; manage: string }> {
+export async function buildServer(opts: { root?: string; outdir?: string } = {}): Promise<{ main: string; manage: string; "lease-renewer-thread": string }> {
   const root = path.resolve(opts.root ?? ROOT);
   const outdir = path.resolve(opts.outdir ?? path.join(root, "dist"));
   if (path.relative(root, outdir).startsWith("..")) throw new Error(`${outdir} is outside ${root}: the bundle's packages would not resolve`);
@@ -46,6 +49,8 @@ export async function buildServer(opts: { root?: string; outdir?: string } = {})
         sourcemap: "linked",
         logLevel: "warning",
         plugins: [sourceAddresses(path.join(root, entry), outdir)],
+        // The built renewer thread's address, as the lease keeper's module sees it (its import.meta.url is its source's).
+        define: { CHORUS_BUILT_RENEWER_THREAD: JSON.stringify(path.relative(path.join(root, "runtime"), path.join(outdir, "lease-renewer-thread.mjs")).split(path.sep).join("/")) },
         write: false,
       });
       // Each file replaced whole (written beside, then renamed over): a server started meanwhile (a worker forked
@@ -59,7 +64,7 @@ export async function buildServer(opts: { root?: string; outdir?: string } = {})
       return [name, outfile] as const;
     }),
   );
-  return Object.fromEntries(built) as { main: string; manage: string };
+  return Object.fromEntries(built) as { main: string; manage: string; "lease-renewer-thread": string };
 }
 
 /** The esbuild plugin that gives modules other than `entry` their source's `import.meta.url` (see above). */

@@ -17,6 +17,12 @@ import { Worker } from "node:worker_threads";
 import type { Lease, Store } from "./store/store.ts";
 import { log } from "./log.ts";
 
+/**
+ * The renewer thread built ahead of time, relative to this module's source: defined by gateway/build.ts in a built
+ * server, and set as a global by the test forks (test/support/fork-setup.ts) to their run's build.
+ */
+declare const CHORUS_BUILT_RENEWER_THREAD: string | undefined;
+
 /** The slot of the event loop's last check-in in the shared cells; the slot of shard `s` is `1 + s`. */
 const CHECK_IN = 0;
 const CHECK_IN_MS = 250;
@@ -160,13 +166,18 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
 
   private spawn(): void {
     this.firstReport = new Promise((resolve) => (this.reported = resolve));
-    // The thread's module is TypeScript: tsx compiles it there (the thread does not inherit this process's loader).
-    const entry = new URL("./lease-renewer-thread.ts", import.meta.url).href;
-    const tsx = import.meta.resolve("tsx/esm/api");
-    const thread = new Worker(`import(${JSON.stringify(tsx)}).then((tsx) => tsx.tsImport(${JSON.stringify(entry)}, ${JSON.stringify(entry)}))`, {
-      eval: true,
-      workerData: { ...this.data, cells: this.buffer } satisfies RenewerData,
-    });
+    const workerData = { ...this.data, cells: this.buffer } satisfies RenewerData;
+    let thread: Worker;
+    if (typeof CHORUS_BUILT_RENEWER_THREAD === "string") {
+      // The thread's own bundle: nothing to compile.
+      thread = new Worker(new URL(CHORUS_BUILT_RENEWER_THREAD, import.meta.url), { workerData });
+    } else {
+      // Run from source, the thread's module is TypeScript: tsx compiles it there (the thread does not inherit this
+      // process's loader). That is about a second of CPU at every start, which a built server saves.
+      const entry = new URL("./lease-renewer-thread.ts", import.meta.url).href;
+      const tsx = import.meta.resolve("tsx/esm/api");
+      thread = new Worker(`import(${JSON.stringify(tsx)}).then((tsx) => tsx.tsImport(${JSON.stringify(entry)}, ${JSON.stringify(entry)}))`, { eval: true, workerData });
+    }
     thread.unref();
     thread.on("message", (message: FromRenewer) => this.hear(message));
     thread.on("error", (err) => log.error({ err }, "lease renewer thread failed"));

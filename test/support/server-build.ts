@@ -20,6 +20,12 @@ export async function makeServerBuild(): Promise<() => void> {
   return () => fs.rmSync(outdir, { recursive: true, force: true });
 }
 
+/** The run's built lease renewer thread (see fork-setup.ts), if the global setup built the server. */
+export function builtRenewerThread(): string | undefined {
+  const outdir = process.env[BUILD_ENV];
+  return outdir ? path.join(outdir, "lease-renewer-thread.mjs") : undefined;
+}
+
 const builds = new Map<string, Promise<{ main: string; manage: string }>>();
 
 /**
