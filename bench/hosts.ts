@@ -21,6 +21,7 @@ import { createNetwork, type TestNetwork } from "../test/support/hosts.ts";
 import { startPrivatePostgres, startPrivateRedis } from "../test/support/private-services.ts";
 import { startChorus, type ChorusProcess } from "../test/support/process.ts";
 import { readZuliprc } from "../test/support/server.ts";
+import { procStat } from "../test/support/proc-stat.ts";
 import { sendToChannels, subscribeToChannels } from "./channel-sends.ts";
 
 const { values } = parseArgs({ options: { duration: { type: "string", default: "10" }, connections: { type: "string", default: "16" } } });
@@ -40,8 +41,6 @@ async function sendLoad(hosts: ChorusProcess[], authorization: string) {
 }
 
 const execAsync = promisify(execFile);
-/** Clock ticks per second of /proc's CPU times (USER_HZ: 100 on Linux). */
-const TICKS = 100;
 
 /** CPU seconds used so far by the live processes of each host, by command name (`node`, `postgres`, `redis-server`). */
 async function cpuByHost(net: TestNetwork): Promise<Map<string, number>> {
@@ -49,17 +48,10 @@ async function cpuByHost(net: TestNetwork): Promise<Map<string, number>> {
   for (const host of Object.values(net.hosts)) {
     const { stdout } = await execAsync("ip", ["netns", "pids", host.namespace]);
     for (const pid of stdout.split("\n").filter(Boolean)) {
-      try {
-        const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-        const command = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-        // Fields after the command: state is the 3rd of the line, utime the 14th and stime the 15th.
-        const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-        const seconds = (Number(fields[11]) + Number(fields[12])) / TICKS;
-        const key = `${host.name} ${command}`;
-        cpu.set(key, (cpu.get(key) ?? 0) + seconds);
-      } catch {
-        // exited meanwhile
-      }
+      const stat = procStat(Number(pid));
+      if (!stat) continue; // exited meanwhile
+      const key = `${host.name} ${stat.command}`;
+      cpu.set(key, (cpu.get(key) ?? 0) + stat.cpuMicros / 1e6);
     }
   }
   return cpu;

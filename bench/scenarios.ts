@@ -6,12 +6,12 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { execFileSync } from "node:child_process";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { sql } from "kysely";
 import uws from "uWebSockets.js";
+import { procCpuMicros, TICKS_PER_SECOND } from "../test/support/proc-stat.ts";
 import { loadConfig, ZULIP_RATE_LIMITS, type RateLimitRules } from "../runtime/config.ts";
 import { placeShards } from "../runtime/placement.ts";
 import { Keyring } from "../runtime/secrets.ts";
@@ -274,29 +274,6 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
   }
 }
 
-/**
- * The unit of /proc's CPU times (USER_HZ), per second: asked once at start-up, because the child process blocks the
- * event loop for about 20 ms, which inside a measured run (its first reading of the machine's CPU) showed as a stall.
- */
-export const TICKS_PER_SECOND = clockTicksPerSecond();
-function clockTicksPerSecond(): number {
-  try {
-    return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
-  } catch {
-    return 100;
-  }
-}
-
-/** user + system CPU time of a local process from /proc, in µs; undefined when it cannot be read. */
-export function procCpuMicros(pid: number): number | undefined {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return ((Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND) * 1e6;
-  } catch {
-    return undefined;
-  }
-}
 
 /** One API call for setup, retried while the node is still taking its shards (503/504 or a refused connection). */
 export async function api(

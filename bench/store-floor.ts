@@ -34,7 +34,7 @@ import type { Database } from "../actors/schema.ts";
 import { migrations } from "../actors/migrations/index.ts";
 import { MessageLog, type NewMessage } from "../actors/chat/message-log.ts";
 import { freshDatabase } from "../test/support/services.ts";
-import { procCpuMicros } from "./scenarios.ts";
+import { procCpuMicros } from "../test/support/proc-stat.ts";
 
 const { values } = parseArgs({ options: { recipients: { type: "string", default: "1" }, postgres: { type: "boolean" }, events: { type: "boolean" }, owed: { type: "boolean" }, without: { type: "string", default: "" } } });
 const recipientCount = Number(values.recipients);

@@ -31,7 +31,7 @@ import { freePort, startChorus, workerPids, type ChorusProcess } from "../test/s
 import { readZuliprc } from "../test/support/server.ts";
 import { freshDatabase } from "../test/support/services.ts";
 import { sendToChannels, subscribeToChannels } from "./channel-sends.ts";
-import { procCpuMicros, TICKS_PER_SECOND } from "./scenarios.ts";
+import { procCpuMicros, TICKS_PER_SECOND } from "../test/support/proc-stat.ts";
 import { placeShards } from "../runtime/placement.ts";
 
 const { values } = parseArgs({

@@ -2,14 +2,12 @@
  * Runs in each test fork before each of its files: the lease renewer's thread from the build, and a report of the
  * CPU each file used when asked (TEST_CPU_REPORT, below).
  *
- * A node started in the fork on Postgres renews its leases from a thread
- * (runtime/lease-keeper.ts); run from source, that thread compiles its TypeScript through tsx at every start, about
- * a second and a half of CPU, a hundred times in a run. The run's server build (global-setup.ts) has the thread
- * built: the keeper starts that one instead, as a built server does (gateway/build.ts defines the same name).
- * Processes a test forks from source (test/runtime/lease-stall.test.ts's worker) still compile it, so both ways
- * of starting the thread are run.
+ * A node started in the fork on Postgres renews its leases from a thread (runtime/lease-keeper.ts); run from source,
+ * that thread compiles its TypeScript through tsx at every start, about a second and a half of CPU, a hundred times
+ * in a run. The run's server build (global-setup.ts) has the thread built: the keeper starts that one instead, as a
+ * built server does (gateway/build.ts defines the same name). Processes a test forks from source
+ * (test/runtime/lease-stall.test.ts's worker) still compile it, so both ways of starting the thread are run.
  */
-import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -29,12 +27,10 @@ if (thread) {
  */
 const cpuReport = process.env.TEST_CPU_REPORT;
 if (cpuReport) {
-  const ticksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"]).toString()) || 100;
+  const { procStat } = await import("./proc-stat.ts");
   const cpuNow = () => {
-    const usage = process.cpuUsage();
-    const stat = fs.readFileSync("/proc/self/stat", "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return { fork: (usage.user + usage.system) / 1000, started: ((Number(fields[13]) + Number(fields[14])) * 1000) / ticksPerSecond };
+    const self = procStat("self")!;
+    return { fork: self.cpuMicros / 1000, started: self.childrenCpuMicros / 1000 };
   };
   let atStart = cpuNow();
   beforeAll(() => void (atStart = cpuNow()));
