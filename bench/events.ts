@@ -76,9 +76,10 @@ export interface ServerSide {
   otherCores: number;
   /** CPU the hypervisor took from this VM meanwhile (see machineCpuMs): the run stalled for reasons outside it. */
   stealCores: number;
-  loopDelayMs: { p50: number; p99: number; max: number };
+  /** The server's event-loop lateness (absent for a server in another process: the reference peer's). */
+  loopDelayMs?: { p50: number; p99: number; max: number };
   /** The server's GC pauses over the run: scavenges, and the pauses of full GCs (their incremental steps included). */
-  gc: { minor: GcPauses; major: GcPauses };
+  gc?: { minor: GcPauses; major: GcPauses };
 }
 
 export interface GcPauses {
@@ -184,9 +185,19 @@ export class EventWorld extends Population {
 // ---------------------------------------------------------------------------------------------------------------
 // Measuring the server side
 
-export async function observed<T>(engine: Engine, fn: () => Promise<{ result: T; cpuMicros: number }>): Promise<{ result: T; server: ServerSide }> {
+/**
+ * What the server and the machine did while `fn` ran. The server is this process (Chorus, started in it), or with
+ * `peerCpuMicros` a process of its own (the reference peer: its CPU is read from that, and its loop and GC are not
+ * this process's to report).
+ */
+export async function observed<T>(
+  engine: Pick<Engine, "serviceStats">,
+  fn: () => Promise<{ result: T; cpuMicros: number }>,
+  peerCpuMicros?: () => number,
+): Promise<{ result: T; server: ServerSide }> {
   const s0 = await engine.serviceStats().catch(() => undefined);
   const cpu0 = process.cpuUsage();
+  const peer0 = peerCpuMicros?.();
   const machine0 = machineCpuMs();
   const t0 = performance.now();
   const loop = loopDelayMonitor();
@@ -216,9 +227,10 @@ export async function observed<T>(engine: Engine, fn: () => Promise<{ result: T;
     for (const [k, end] of s1.cpu) used += Math.max(0, end - (s0.cpu.get(k) ?? 0));
     servicesCores = used / 1000 / wallMs;
   }
-  const serverCpuMs = (cpu.user + cpu.system) / 1000;
+  const serverCpuMs = peerCpuMicros ? (peerCpuMicros() - peer0!) / 1000 : (cpu.user + cpu.system) / 1000;
   const clientCores = cpuMicros / 1000 / wallMs;
-  const otherCores = Math.max(0, machineCores - serverCpuMs / wallMs - clientCores - (servicesCores ?? 0));
+  const benchCores = peerCpuMicros ? (cpu.user + cpu.system) / 1000 / wallMs : 0;
+  const otherCores = Math.max(0, machineCores - serverCpuMs / wallMs - clientCores - (servicesCores ?? 0) - benchCores);
   return {
     result,
     server: {
@@ -230,8 +242,7 @@ export async function observed<T>(engine: Engine, fn: () => Promise<{ result: T;
       machineCores,
       otherCores,
       stealCores: (machine1.steal - machine0.steal) / wallMs,
-      loopDelayMs,
-      gc,
+      ...(peerCpuMicros ? {} : { loopDelayMs, gc }),
     },
   };
 }
@@ -571,10 +582,12 @@ export function describeServer(s: ServerSide | undefined): string {
     `server ${fmt(s.serverCores, 2)} cores` +
     (s.servicesCores !== undefined ? `, pg+redis ${fmt(s.servicesCores, 2)} cores` : "") +
     `, client ${fmt(s.clientCores, 2)} cores, other processes ${fmt(s.otherCores, 2)} cores${s.otherCores > 0.25 ? " (DISTURBED)" : ""}, ` +
-    `stolen by the hypervisor ${fmt(s.stealCores, 2)} cores, ` +
-    `server loop delay p99 ${fmt(s.loopDelayMs.p99, 1)} ms (max ${fmt(s.loopDelayMs.max, 1)}); ` +
-    `GC pauses: ${fmt(s.gc.minor.count)} scavenges (mean ${fmt(s.gc.minor.totalMs / (s.gc.minor.count || 1), 1)}, max ${fmt(s.gc.minor.maxMs, 1)} ms), ` +
-    `${fmt(s.gc.major.count)} full-GC pauses (total ${fmt(s.gc.major.totalMs, 1)}, max ${fmt(s.gc.major.maxMs, 1)} ms)`
+    `stolen by the hypervisor ${fmt(s.stealCores, 2)} cores` +
+    (s.loopDelayMs ? `, server loop delay p99 ${fmt(s.loopDelayMs.p99, 1)} ms (max ${fmt(s.loopDelayMs.max, 1)})` : "") +
+    (s.gc
+      ? `; GC pauses: ${fmt(s.gc.minor.count)} scavenges (mean ${fmt(s.gc.minor.totalMs / (s.gc.minor.count || 1), 1)}, max ${fmt(s.gc.minor.maxMs, 1)} ms), ` +
+        `${fmt(s.gc.major.count)} full-GC pauses (total ${fmt(s.gc.major.totalMs, 1)}, max ${fmt(s.gc.major.maxMs, 1)} ms)`
+      : "")
   );
 }
 

@@ -17,16 +17,25 @@ import type { QueueRef } from "./event-client.ts";
 import { agent, describeError, figures, request, sleep, type Answer } from "./http-client.ts";
 import type { LatencyFigures } from "./event-client.ts";
 import { emptyHistogram, record, type Histogram } from "./histogram.ts";
+import { fanoutBodies, joinRoom, xmppRoom } from "./xmpp-session.ts";
 
-export type FanoutTransport = "lp" | "sse" | "ws";
+/** Chorus's event transports, and "xmpp": occupants of a room on the reference peer (bench/xmpp-peer.ts). */
+export type FanoutTransport = "lp" | "sse" | "ws" | "xmpp";
+
+/** A member: a Chorus user's queue, or an XMPP occupant's nickname. */
+export type FanoutMemberRef = QueueRef | { nick: string };
 
 export type FanoutRequest =
   /**
    * Start every member's client (a first dont_block poll activates its queue, then the long-poll or the stream).
-   * `warmup`: indices below are checked, not timed (known before the first message arrives).
+   * `warmup`: indices below are checked, not timed (known before the first message arrives). For "xmpp", `base` is
+   * `xmpp://host:port/room@service` (xmppRoomUrl) and the members are nicknames.
    */
-  | { op: "open"; base: string; transport: FanoutTransport; members: QueueRef[]; messages: number; warmup: number; concurrency: number }
-  /** Send `messages` messages at `rate` per second, at most `maxInFlight` unanswered. */
+  | { op: "open"; base: string; transport: FanoutTransport; members: FanoutMemberRef[]; messages: number; warmup: number; concurrency: number }
+  /**
+   * Send `messages` messages at `rate` per second, at most `maxInFlight` unanswered. An `xmpp://` base sends into the
+   * room; a send is answered when the room reflects it back to its sender.
+   */
   | { op: "send"; base: string; sender: string; channel: string; rate: number; messages: number; maxInFlight: number }
   /** Wait until every member has every index in `acked` (or `timeoutMs` passes), then report. */
   | { op: "collect"; acked: number[]; timeoutMs: number }
@@ -72,6 +81,7 @@ export interface MemberFigures {
 
 const now = () => performance.timeOrigin + performance.now();
 
+
 // ---- members ----------------------------------------------------------------------------------------------------
 
 class Member {
@@ -86,7 +96,7 @@ class Member {
   stop?: () => void;
 
   constructor(
-    readonly ref: QueueRef,
+    readonly ref: FanoutMemberRef,
     messages: number,
     private readonly stats: { latency: Histogram; warmup: number; lastReceiptAt: number; onProgress(): void },
   ) {
@@ -103,17 +113,23 @@ class Member {
     this.lastEventId = Math.max(this.lastEventId, event.id);
     if (event.type !== "message" || !event.message) return;
     const m = /^fo (\d+) ([\d.]+)$/.exec(event.message.content);
-    if (!m) return;
-    if (event.message.id <= this.lastMessageId) this.outOfOrder++;
-    this.lastMessageId = Math.max(this.lastMessageId, event.message.id);
-    const index = Number(m[1]);
+    if (m) this.receive(event.message.id, Number(m[1]), Number(m[2]), at);
+  }
+
+  /**
+   * One message `fo <index> <sentAt>`; `order` must increase from one message to the next (Chorus: the message id;
+   * XMPP, one sender on one connection: the index itself).
+   */
+  receive(order: number, index: number, sentAt: number, at: number): void {
+    if (order <= this.lastMessageId) this.outOfOrder++;
+    this.lastMessageId = Math.max(this.lastMessageId, order);
     if (this.seen[index]) {
       this.duplicates++;
       return;
     }
     this.seen[index] = 1;
     this.received++;
-    if (index >= this.stats.warmup) record(this.stats.latency, at - Number(m[2]));
+    if (index >= this.stats.warmup) record(this.stats.latency, at - sentAt);
     this.stats.lastReceiptAt = Math.max(this.stats.lastReceiptAt, at);
     this.stats.onProgress();
   }
@@ -123,12 +139,12 @@ let members: Member[] = [];
 let stopped = false;
 const stats = { latency: emptyHistogram(), warmup: 0, lastReceiptAt: 0, onProgress: () => {} };
 
-async function longPoll(base: string, member: Member): Promise<void> {
+async function longPoll(base: string, member: Member, ref: QueueRef): Promise<void> {
   while (!stopped) {
-    const url = new URL(`/api/v1/events?queue_id=${encodeURIComponent(member.ref.queueId)}&last_event_id=${member.lastEventId}`, base);
+    const url = new URL(`/api/v1/events?queue_id=${encodeURIComponent(ref.queueId)}&last_event_id=${member.lastEventId}`, base);
     let a: Answer;
     try {
-      a = await request(url, "GET", member.ref.auth, undefined, (r) => (member.stop = () => r.destroy()));
+      a = await request(url, "GET", ref.auth, undefined, (r) => (member.stop = () => r.destroy()));
     } catch (err) {
       if (!stopped) member.failed = describeError(err);
       return;
@@ -144,10 +160,10 @@ async function longPoll(base: string, member: Member): Promise<void> {
 }
 
 /** The stream is open once its first comment (`: connected`) arrived. */
-function stream(base: string, member: Member): Promise<void> {
+function stream(base: string, member: Member, ref: QueueRef): Promise<void> {
   return new Promise((resolve, reject) => {
-    const url = new URL(`/api/v1/events/stream?queue_id=${encodeURIComponent(member.ref.queueId)}&last_event_id=${member.lastEventId}`, base);
-    const r = http.get({ host: url.hostname, port: url.port, path: url.pathname + url.search, headers: { authorization: member.ref.auth }, agent: false }, (res) => {
+    const url = new URL(`/api/v1/events/stream?queue_id=${encodeURIComponent(ref.queueId)}&last_event_id=${member.lastEventId}`, base);
+    const r = http.get({ host: url.hostname, port: url.port, path: url.pathname + url.search, headers: { authorization: ref.auth }, agent: false }, (res) => {
       if (res.statusCode !== 200) {
         res.resume();
         return reject(new Error(`GET /events/stream: ${res.statusCode}`));
@@ -185,11 +201,11 @@ function stream(base: string, member: Member): Promise<void> {
 }
 
 /** The socket is open once the upgrade is answered; each frame is a GET /events answer. */
-function webSocket(base: string, member: Member): Promise<void> {
+function webSocket(base: string, member: Member, ref: QueueRef): Promise<void> {
   return new Promise((resolve, reject) => {
-    const url = new URL(`/api/v1/events/ws?queue_id=${encodeURIComponent(member.ref.queueId)}&last_event_id=${member.lastEventId}`, base);
+    const url = new URL(`/api/v1/events/ws?queue_id=${encodeURIComponent(ref.queueId)}&last_event_id=${member.lastEventId}`, base);
     url.protocol = "ws:";
-    const socket = new WebSocket(url, { headers: { authorization: member.ref.auth }, perMessageDeflate: false });
+    const socket = new WebSocket(url, { headers: { authorization: ref.auth }, perMessageDeflate: false });
     socket.on("open", () => resolve());
     socket.on("message", (data) => {
       const at = now();
@@ -212,6 +228,19 @@ function webSocket(base: string, member: Member): Promise<void> {
   });
 }
 
+/** An occupant of the reference peer's room: open once the room confirmed it. */
+async function occupant(base: string, member: Member, nick: string): Promise<void> {
+  const session = await joinRoom(xmppRoom(base), nick, {
+    onMessages: (stanzas, at) => {
+      for (const { index, sentAt } of fanoutBodies(stanzas)) member.receive(index, index, sentAt, at);
+    },
+    onError: (reason) => {
+      if (!stopped) member.failed = reason;
+    },
+  });
+  member.stop = () => session.close();
+}
+
 async function open(req: Extract<FanoutRequest, { op: "open" }>): Promise<{ open: number; failed: number; errorSamples: string[] }> {
   stopped = false;
   Object.assign(stats, { latency: emptyHistogram(), warmup: req.warmup, lastReceiptAt: 0 });
@@ -222,15 +251,20 @@ async function open(req: Extract<FanoutRequest, { op: "open" }>): Promise<{ open
   const worker = async () => {
     while (next < members.length) {
       const member = members[next++]!;
+      const ref = member.ref;
       try {
+        if ("nick" in ref) {
+          await occupant(req.base, member, ref.nick);
+          continue;
+        }
         // Activates the member's user actor (its queue comes from the seeded snapshot), as a client's first poll.
-        const url = new URL(`/api/v1/events?queue_id=${encodeURIComponent(member.ref.queueId)}&last_event_id=-1&dont_block=true`, req.base);
-        const a = await request(url, "GET", member.ref.auth);
+        const url = new URL(`/api/v1/events?queue_id=${encodeURIComponent(ref.queueId)}&last_event_id=-1&dont_block=true`, req.base);
+        const a = await request(url, "GET", ref.auth);
         if (a.status !== 200) throw a;
         for (const e of a.body.events) member.lastEventId = Math.max(member.lastEventId, e.id);
-        if (req.transport === "sse") await stream(req.base, member);
-        else if (req.transport === "ws") await webSocket(req.base, member);
-        else void longPoll(req.base, member);
+        if (req.transport === "sse") await stream(req.base, member, ref);
+        else if (req.transport === "ws") await webSocket(req.base, member, ref);
+        else void longPoll(req.base, member, ref);
       } catch (err) {
         failed++;
         member.failed = describeError(err);
@@ -292,9 +326,56 @@ function close(): number {
 
 // ---- the sender -------------------------------------------------------------------------------------------------
 
-async function send(req: Extract<FanoutRequest, { op: "send" }>): Promise<SendFigures> {
+/** One send of `body`: resolves with the time (performance.now()) it was answered, rejects with why it failed. */
+interface Poster {
+  post(index: number, body: string): Promise<number>;
+  close(): void;
+}
+
+/** POST /messages to the channel, answered when committed. */
+function chorusPoster(req: Extract<FanoutRequest, { op: "send" }>): Poster {
   const url = new URL("/api/v1/messages", req.base);
   const prefix = `type=stream&to=${encodeURIComponent(req.channel)}&topic=t&content=`;
+  return {
+    post: (_index, body) =>
+      request(url, "POST", req.sender, prefix + encodeURIComponent(body)).then((a) => {
+        if (a.status !== 200 || a.body?.result !== "success") throw a;
+        return a.end;
+      }),
+    close: () => {},
+  };
+}
+
+/** A groupchat message into the room, answered when the room reflects it back to the sender. */
+async function roomPoster(base: string): Promise<Poster> {
+  const waiting = new Map<number, (end: number) => void>();
+  let failed: string | undefined;
+  const session = await joinRoom(xmppRoom(base), "sender", {
+    onMessages: (stanzas, at) => {
+      for (const { index } of fanoutBodies(stanzas)) {
+        waiting.get(index)?.(at - performance.timeOrigin);
+        waiting.delete(index);
+      }
+    },
+    onError: (reason) => {
+      failed = reason;
+      for (const answer of waiting.values()) answer(Number.NaN);
+      waiting.clear();
+    },
+  });
+  return {
+    post: (index, body) =>
+      new Promise((resolve, reject) => {
+        if (failed) return reject(new Error(failed));
+        waiting.set(index, (end) => (Number.isNaN(end) ? reject(new Error(failed)) : resolve(end)));
+        session.say(body);
+      }),
+    close: () => session.close(),
+  };
+}
+
+async function send(req: Extract<FanoutRequest, { op: "send" }>): Promise<SendFigures> {
+  const poster = req.base.startsWith("xmpp:") ? await roomPoster(req.base) : chorusPoster(req);
   const acked: number[] = [];
   const latencies: number[] = [];
   const errorSamples: string[] = [];
@@ -315,12 +396,12 @@ async function send(req: Extract<FanoutRequest, { op: "send" }>): Promise<SendFi
     const start = performance.now();
     inFlight++;
     answered.push(
-      request(url, "POST", req.sender, prefix + encodeURIComponent(`fo ${i} ${(performance.timeOrigin + start).toFixed(3)}`))
-        .then((a) => {
-          if (a.status !== 200 || a.body?.result !== "success") throw a;
+      poster
+        .post(i, `fo ${i} ${(performance.timeOrigin + start).toFixed(3)}`)
+        .then((end) => {
           acked.push(i);
-          latencies.push(a.end - start);
-          lastAnswer = Math.max(lastAnswer, a.end);
+          latencies.push(end - start);
+          lastAnswer = Math.max(lastAnswer, end);
         })
         .catch((err) => {
           errors++;
@@ -334,6 +415,7 @@ async function send(req: Extract<FanoutRequest, { op: "send" }>): Promise<SendFi
     );
   }
   await Promise.all(answered);
+  poster.close();
   return {
     acked: acked.sort((a, b) => a - b),
     errors,

@@ -16,10 +16,15 @@ import fs from "node:fs";
 import { EventClient, observed, type ServerSide } from "./events.ts";
 import type { Population, Engine, EngineName } from "./scenarios.ts";
 import type { FanoutRequest, FanoutTransport, MemberFigures, SendFigures } from "./fanout-client.ts";
+import { xmppRoomUrl } from "./xmpp-session.ts";
+import type { XmppPeer } from "./xmpp-peer.ts";
 import { mergeHistograms, percentile, type Histogram } from "./histogram.ts";
 
 export const FANOUT_SCENARIOS = ["fanout-lp", "fanout-sse", "fanout-ws"] as const;
 export type FanoutScenarioName = (typeof FANOUT_SCENARIOS)[number];
+/** The same cells against the reference peer (bench/xmpp-peer.ts), run once, not per engine. */
+export const PEER_SCENARIO = "fanout-xmpp";
+export const PEER_ENGINE = "ejabberd";
 
 export const FANOUT_MEMBERS = [100, 500, 2000];
 /** Deliveries per second offered when no --rate is given: the rate is this / members. */
@@ -44,8 +49,8 @@ export interface FanoutOptions {
 }
 
 export interface FanoutCell {
-  name: FanoutScenarioName;
-  engine: EngineName;
+  name: FanoutScenarioName | typeof PEER_SCENARIO;
+  engine: EngineName | typeof PEER_ENGINE;
   members: number;
   rate: number;
   messages: number;
@@ -116,6 +121,12 @@ export class FanoutClients {
 const fmt = (n: number | undefined, digits = 0) =>
   n === undefined || !Number.isFinite(n) ? "–" : n.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
+/** How many messages a cell sends at what rate (the issue's 20,000 deliveries/s offered unless --rate says). */
+function cellShape(members: number, opts: FanoutOptions): { rate: number; messages: number } {
+  const rate = opts.rate ?? Math.max(1, Math.round(OFFERED_DELIVERIES / members));
+  return { rate, messages: opts.messages ?? Math.max(20, Math.round(rate * FANOUT_SECONDS)) };
+}
+
 export async function runFanoutCell(
   name: FanoutScenarioName,
   members: number,
@@ -125,14 +136,11 @@ export async function runFanoutCell(
 ): Promise<FanoutCell> {
   const engine: Engine = world.engine;
   const transport = name.slice("fanout-".length) as FanoutTransport;
-  const rate = opts.rate ?? Math.max(1, Math.round(OFFERED_DELIVERIES / members));
-  const messages = opts.messages ?? Math.max(20, Math.round(rate * FANOUT_SECONDS));
+  const { rate, messages } = cellShape(members, opts);
   const channel = `${name}-${members}`;
   const users = await world.users(channel, members, 1);
   await world.subscribe(channel, users);
-  const problems: string[] = [];
   const opened = await clients.open({ op: "open", base: engine.baseUrl, transport, messages, warmup: Math.floor(messages / 10), concurrency: 50 }, users.map((u) => ({ auth: u.auth, queueId: u.queues[0]! })));
-  if (opened.failed) problems.push(`${opened.failed} of ${members} members could not connect: ${opened.errorSamples.join("; ")}`);
   let run;
   try {
     run = await opts.profiled(`${engine.name}-${name}-${members}`, () =>
@@ -146,8 +154,56 @@ export async function runFanoutCell(
   } finally {
     await clients.close();
   }
-  const { sent, received } = run.value.result;
-  const server = run.value.server;
+  return cellFigures({ name, engine: engine.name, members, rate, messages, opened, ...run.value.result, server: run.value.server, profile: run.profile, uwsReqPerSec: opts.uwsReqPerSec });
+}
+
+/**
+ * The same cell against the reference peer: the members are occupants of a room of its own, the sender another
+ * occupant, and a send counts as answered when the room reflects it back to the sender. Server CPU is ejabberd's.
+ */
+export async function runPeerCell(members: number, peer: XmppPeer, clients: FanoutClients, opts: FanoutOptions): Promise<FanoutCell> {
+  const { rate, messages } = cellShape(members, opts);
+  const base = xmppRoomUrl(peer.room(`${PEER_SCENARIO}-${members}-${Date.now()}`));
+  // The members join first (the first makes the room and owns it: joins are announced to it); the sender joins as it starts.
+  const opened = await clients.open(
+    { op: "open", base, transport: "xmpp", messages, warmup: Math.floor(messages / 10), concurrency: 50 },
+    Array.from({ length: members }, (_, i) => ({ nick: `m${i}` })),
+  );
+  let run;
+  try {
+    run = await observed(
+      { serviceStats: async () => ({ cpu: new Map(), counters: {} }) },
+      async () => {
+        const cpu0 = await clients.cpuMicros();
+        const sent = await clients.send({ op: "send", base, sender: "", channel: "", rate, messages, maxInFlight: MAX_IN_FLIGHT });
+        const received = await clients.collect({ op: "collect", acked: sent.acked, timeoutMs: DRAIN_TIMEOUT_MS });
+        return { result: { sent, received }, cpuMicros: (await clients.cpuMicros()) - cpu0 };
+      },
+      () => peer.cpuMicros(),
+    );
+  } finally {
+    await clients.close();
+  }
+  return cellFigures({ name: PEER_SCENARIO, engine: PEER_ENGINE, members, rate, messages, opened, ...run.result, server: run.server, uwsReqPerSec: opts.uwsReqPerSec });
+}
+
+/** A cell's figures and checks, from what its sender and members reported. */
+function cellFigures(cell: {
+  name: FanoutCell["name"];
+  engine: FanoutCell["engine"];
+  members: number;
+  rate: number;
+  messages: number;
+  opened: { failed: number; errorSamples: string[] };
+  sent: SendFigures;
+  received: MemberFigures[];
+  server: ServerSide;
+  profile?: unknown;
+  uwsReqPerSec?: number;
+}): FanoutCell {
+  const { name, members, rate, messages, sent, received, server } = cell;
+  const problems: string[] = [];
+  if (cell.opened.failed) problems.push(`${cell.opened.failed} of ${members} members could not connect: ${cell.opened.errorSamples.join("; ")}`);
   const latency: Histogram = mergeHistograms(received.map((r) => r.latency));
   const sum = (f: (r: MemberFigures) => number) => received.reduce((n, r) => n + f(r), 0);
   const deliveries = sum((r) => r.deliveries);
@@ -176,12 +232,12 @@ export async function runFanoutCell(
   const per = (micros: number) => micros / Math.max(1, deliveries);
   const cpuPerDeliveryMicros = { node: per(nodeMicros), services: servicesMicros === undefined ? undefined : per(servicesMicros), total: per(nodeMicros + (servicesMicros ?? 0)) };
   const latencyMs = { p50: percentile(latency, 50), p99: percentile(latency, 99), max: latency.max, mean: latency.sum / Math.max(1, latency.count), count: latency.count };
-  const ratioToUws = opts.uwsReqPerSec ? deliveriesPerSec / opts.uwsReqPerSec : undefined;
+  const ratioToUws = cell.uwsReqPerSec ? deliveriesPerSec / cell.uwsReqPerSec : undefined;
   const target = FANOUT_TARGETS.p99Ms[`${members}x${rate}`];
   const { acked: _acked, ...send } = sent;
   return {
     name,
-    engine: engine.name,
+    engine: cell.engine,
     members,
     rate,
     messages,
@@ -189,7 +245,7 @@ export async function runFanoutCell(
       `${members} members × ${fmt(rate)} msg/s, ${fmt(messages)} messages: ${fmt(deliveriesPerSec)} deliveries/s` +
       `${ratioToUws === undefined ? "" : ` (${ratioToUws.toFixed(2)}× uWS)`}; send→receipt p50 ${fmt(latencyMs.p50, 1)} / p99 ${fmt(latencyMs.p99, 1)} / max ${fmt(latencyMs.max, 1)} ms` +
       `${target === undefined ? "" : ` (target p99 ≤ ${target} ms: ${latencyMs.p99 <= target ? "met" : "MISSED"})`}; ` +
-      `server CPU ${fmt(cpuPerDeliveryMicros.total, 1)} µs/delivery (node ${fmt(cpuPerDeliveryMicros.node, 1)}` +
+      `server CPU ${fmt(cpuPerDeliveryMicros.total, 1)} µs/delivery (${cell.engine === PEER_ENGINE ? "ejabberd's beam.smp" : "node"} ${fmt(cpuPerDeliveryMicros.node, 1)}` +
       `${cpuPerDeliveryMicros.services === undefined ? "" : `, pg+redis ${fmt(cpuPerDeliveryMicros.services, 1)}`}); clients ${fmt(server.clientCores, 2)} cores; ` +
       `checked ${fmt(deliveries)}/${fmt(expectedDeliveries)} deliveries${problems.length ? "" : ": all once, in order"}`,
     problems,
@@ -205,7 +261,7 @@ export async function runFanoutCell(
     clientCores: server.clientCores,
     ratioToUws,
     server,
-    profile: run.profile,
+    profile: cell.profile,
   };
 }
 

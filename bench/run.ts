@@ -51,7 +51,8 @@ import {
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
 import { SERVER_CODE, serverCode } from "./server-code.ts";
-import { FANOUT_MEMBERS, FANOUT_SCENARIOS, FANOUT_TARGETS, FanoutClients, runFanoutCell, writeFanoutChart, type FanoutCell } from "./fanout.ts";
+import { FANOUT_MEMBERS, FANOUT_SCENARIOS, FANOUT_TARGETS, FanoutClients, PEER_ENGINE, PEER_SCENARIO, runFanoutCell, runPeerCell, writeFanoutChart, type FanoutCell } from "./fanout.ts";
+import { XmppPeer, xmppPeerMissing } from "./xmpp-peer.ts";
 import { READ_SCENARIOS, READ_TIMED_SCENARIOS } from "./reads.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
 
@@ -69,6 +70,8 @@ const ROOT = path.resolve(HERE, "..");
 interface Options {
   engines: EngineName[];
   scenarios: string[];
+  /** Whether --scenario named them (else every scenario runs, and one that cannot run here is skipped with a note). */
+  scenarioExplicit: boolean;
   duration: number;
   warmup: number;
   connections: number;
@@ -100,7 +103,7 @@ const USAGE = `usage: npm run bench -- [options]
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send-limited,send-unmetered,
                                             send10,send1000,presence,reads-fetch,reads-fetch-feed,reads-fetch-unread,
-                                            reads-search,reads-search-one,reads-register,reads-register-heavy,assistant,subscribe,upload,download,wake,fanout,register,queues,fanout-lp,fanout-sse,fanout-ws;
+                                            reads-search,reads-search-one,reads-register,reads-register-heavy,assistant,subscribe,upload,download,wake,fanout,register,queues,fanout-lp,fanout-sse,fanout-ws,fanout-xmpp;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -118,11 +121,13 @@ const USAGE = `usage: npm run bench -- [options]
   --repeat <n>                              fanout: measured sends, after one discarded (default 5)
   --queues <n>                              queues: idle queues for memory per queue (default 100000)
   --members <list>                          fanout-lp/-sse/-ws: channel sizes, each a cell (default 100,500,2000);
-                                            every member a client of its own (long-poll, SSE or WebSocket)
-  --rate <n>                                fanout-lp/-sse/-ws: when given, the send rate of every cell (else
+                                            every member a client of its own (long-poll, SSE or WebSocket);
+                                            fanout-xmpp: the same cells in a room of a private ejabberd, the
+                                            reference peer (bench/xmpp-peer.ts), run once after the engines
+  --rate <n>                                fanout-*: when given, the send rate of every cell (else
                                             20,000 / members: 20,000 deliveries/s offered)
-  --messages <n>                            fanout-lp/-sse/-ws: messages per cell (default 5 s of sending)
-  --clients <n>                             fanout-lp/-sse/-ws: processes holding the members (default 1; the
+  --messages <n>                            fanout-*: messages per cell (default 5 s of sending)
+  --clients <n>                             fanout-*: processes holding the members (default 1; the
                                             sender has a process of its own)
   --no-ceiling                              skip the ceiling runs (ratios are then left out)
   --cpu-prof                                V8 CPU profile of the server over each measured run, saved beside the
@@ -203,7 +208,7 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...ALL_TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS, ...FANOUT_SCENARIOS];
+  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...ALL_TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS, ...FANOUT_SCENARIOS, PEER_SCENARIO];
   const members = raw.members ? raw.members.split(",").map((m) => Number(m.trim())) : FANOUT_MEMBERS;
   if (members.some((m) => !Number.isInteger(m) || m < 1)) throw new Error(`--members: expected a list of positive integers, got ${raw.members}`);
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
@@ -211,6 +216,7 @@ function parseOptions(argv: string[]): Options {
   return {
     engines,
     scenarios,
+    scenarioExplicit: raw.scenario !== undefined,
     duration: num("duration", 10, 1),
     warmup: num("warmup", 2, 0),
     connections: Math.round(num("connections", 50, 1)),
@@ -753,7 +759,9 @@ async function main(): Promise<number> {
       console.log(ceilings.map((m) => `${m.name.split(" ")[1]} ${fmt(m.mibPerSec)} MiB/s`).join(", "));
     }
 
-    for (const name of opts.engines) {
+    // The reference peer's cells alone need no Chorus engine started.
+    const engines = opts.scenarios.every((s) => s === PEER_SCENARIO) ? [] : opts.engines;
+    for (const name of engines) {
       if (interrupted) break;
       let engine: Engine | undefined;
       try {
@@ -897,6 +905,38 @@ async function main(): Promise<number> {
         }
       }
     }
+    if (opts.scenarios.includes(PEER_SCENARIO) && !interrupted) {
+      const missing = xmppPeerMissing();
+      if (missing) {
+        // Asked for by name, its absence is a failure; in the default run of every scenario, a note.
+        if (opts.scenarioExplicit) failures.push(`${PEER_SCENARIO}: ${missing}`);
+        console.log(`skipping ${PEER_SCENARIO}: ${missing}`);
+      } else {
+        process.stdout.write(`starting ${PEER_ENGINE} (the reference peer) … `);
+        const peer = await XmppPeer.start();
+        console.log(`listening on ${peer.port}`);
+        try {
+          await fanoutClients.start();
+          for (const members of opts.members) {
+            if (interrupted) break;
+            process.stdout.write(`measuring ${PEER_ENGINE} / ${PEER_SCENARIO} ${members} members … `);
+            const t0 = performance.now();
+            try {
+              const cell = await runPeerCell(members, peer, fanoutClients, { members: opts.members, rate: opts.fanoutRate, messages: opts.messages, clientProcs: opts.clients, uwsReqPerSec: uws?.load.reqPerSec, profiled });
+              fanoutResults.push({ ...cell, serverLog: { count: 0, samples: [] } });
+              console.log(`${cell.summary} [${fmt((performance.now() - t0) / 1000, 1)} s with setup]`);
+              for (const p of cell.problems) failures.push(`${PEER_ENGINE} / ${PEER_SCENARIO} ${members}: ${p}`);
+            } catch (err) {
+              if (interrupted) break;
+              console.log("failed");
+              failures.push(`${PEER_ENGINE} / ${PEER_SCENARIO} ${members}: ${(err as Error).stack ?? err}`);
+            }
+          }
+        } finally {
+          await peer.stop();
+        }
+      }
+    }
   } finally {
     await eventClient.stop().catch(() => {});
     await fanoutClients.stop();
@@ -997,7 +1037,9 @@ async function main(): Promise<number> {
     console.log(
       "fan-out: latency = a member's receipt of the message − the start of its POST /messages (wall clock, sender and members\n" +
         "in child processes); the first tenth of each cell's messages are checked, not timed. deliveries/s: received / (last\n" +
-        "receipt − first send). µs/delivery: CPU time of the server process, and of its Postgres backends + Redis, over the cell.",
+        "receipt − first send). µs/delivery: CPU time of the server process, and of its Postgres backends + Redis, over the cell.\n" +
+        `${PEER_ENGINE} (${PEER_SCENARIO}): the same cells in a room of a private ejabberd, sent by an occupant (answered when the\n` +
+        "room reflects the message back to it); server CPU is its Erlang VM's.",
     );
   }
   const profiledEvents = [...eventResults, ...fanoutResults.map((c) => ({ ...c, name: `${c.name} ${c.members}` }))].filter((m) => m.profile) as Array<{ engine: string; name: string; profile: NonNullable<Measurement["profile"]> }>;
