@@ -221,8 +221,9 @@ function webSocket(base: string, member: Member, ref: QueueRef): Promise<void> {
       if (!stopped) member.failed = String(err);
       reject(err);
     });
-    socket.on("close", () => {
-      if (!stopped) member.failed ??= "socket closed";
+    const openedAt = performance.now();
+    socket.on("close", (code, reason) => {
+      if (!stopped) member.failed ??= `socket closed (code ${code}${reason.length ? ` ${reason}` : ""}, ${Math.round(performance.now() - openedAt)} ms after opening, ${member.received} messages in)`;
     });
     member.stop = () => socket.terminate();
   });

@@ -22,9 +22,13 @@ import { mergeHistograms, percentile, type Histogram } from "./histogram.ts";
 
 export const FANOUT_SCENARIOS = ["fanout-lp", "fanout-sse", "fanout-ws"] as const;
 export type FanoutScenarioName = (typeof FANOUT_SCENARIOS)[number];
-/** The same cells against the reference peer (bench/xmpp-peer.ts), run once, not per engine. */
-export const PEER_SCENARIO = "fanout-xmpp";
-export const PEER_ENGINE = "ejabberd";
+/**
+ * The same cells against the reference peer (bench/xmpp-peer.ts), run once each, not per engine: rooms in memory as
+ * the issue measured it, and rooms that archive each message in Postgres before sending it (a Chorus send's durability).
+ */
+export const PEER_SCENARIOS = { "fanout-xmpp": { engine: "ejabberd", archive: false }, "fanout-xmpp-archive": { engine: "ejabberd+postgres", archive: true } } as const;
+export type PeerScenarioName = keyof typeof PEER_SCENARIOS;
+type PeerEngineName = (typeof PEER_SCENARIOS)[PeerScenarioName]["engine"];
 
 export const FANOUT_MEMBERS = [100, 500, 2000];
 /** Deliveries per second offered when no --rate is given: the rate is this / members. */
@@ -49,8 +53,8 @@ export interface FanoutOptions {
 }
 
 export interface FanoutCell {
-  name: FanoutScenarioName | typeof PEER_SCENARIO;
-  engine: EngineName | typeof PEER_ENGINE;
+  name: FanoutScenarioName | PeerScenarioName;
+  engine: EngineName | PeerEngineName;
   members: number;
   rate: number;
   messages: number;
@@ -161,9 +165,9 @@ export async function runFanoutCell(
  * The same cell against the reference peer: the members are occupants of a room of its own, the sender another
  * occupant, and a send counts as answered when the room reflects it back to the sender. Server CPU is ejabberd's.
  */
-export async function runPeerCell(members: number, peer: XmppPeer, clients: FanoutClients, opts: FanoutOptions): Promise<FanoutCell> {
+export async function runPeerCell(name: PeerScenarioName, members: number, peer: XmppPeer, clients: FanoutClients, opts: FanoutOptions): Promise<FanoutCell> {
   const { rate, messages } = cellShape(members, opts);
-  const base = xmppRoomUrl(peer.room(`${PEER_SCENARIO}-${members}-${Date.now()}`));
+  const base = xmppRoomUrl(peer.room(`${name}-${members}-${Date.now()}`));
   // The members join first (the first makes the room and owns it: joins are announced to it); the sender joins as it starts.
   const opened = await clients.open(
     { op: "open", base, transport: "xmpp", messages, warmup: Math.floor(messages / 10), concurrency: 50 },
@@ -172,7 +176,7 @@ export async function runPeerCell(members: number, peer: XmppPeer, clients: Fano
   let run;
   try {
     run = await observed(
-      { serviceStats: async () => ({ cpu: new Map(), counters: {} }) },
+      { serviceStats: () => peer.serviceStats() },
       async () => {
         const cpu0 = await clients.cpuMicros();
         const sent = await clients.send({ op: "send", base, sender: "", channel: "", rate, messages, maxInFlight: MAX_IN_FLIGHT });
@@ -184,7 +188,7 @@ export async function runPeerCell(members: number, peer: XmppPeer, clients: Fano
   } finally {
     await clients.close();
   }
-  return cellFigures({ name: PEER_SCENARIO, engine: PEER_ENGINE, members, rate, messages, opened, ...run.result, server: run.server, uwsReqPerSec: opts.uwsReqPerSec });
+  return cellFigures({ name, engine: PEER_SCENARIOS[name].engine, members, rate, messages, opened, ...run.result, server: run.server, uwsReqPerSec: opts.uwsReqPerSec });
 }
 
 /** A cell's figures and checks, from what its sender and members reported. */
@@ -202,6 +206,7 @@ function cellFigures(cell: {
   uwsReqPerSec?: number;
 }): FanoutCell {
   const { name, members, rate, messages, sent, received, server } = cell;
+  const peer = name in PEER_SCENARIOS;
   const problems: string[] = [];
   if (cell.opened.failed) problems.push(`${cell.opened.failed} of ${members} members could not connect: ${cell.opened.errorSamples.join("; ")}`);
   const latency: Histogram = mergeHistograms(received.map((r) => r.latency));
@@ -245,8 +250,8 @@ function cellFigures(cell: {
       `${members} members × ${fmt(rate)} msg/s, ${fmt(messages)} messages: ${fmt(deliveriesPerSec)} deliveries/s` +
       `${ratioToUws === undefined ? "" : ` (${ratioToUws.toFixed(2)}× uWS)`}; send→receipt p50 ${fmt(latencyMs.p50, 1)} / p99 ${fmt(latencyMs.p99, 1)} / max ${fmt(latencyMs.max, 1)} ms` +
       `${target === undefined ? "" : ` (target p99 ≤ ${target} ms: ${latencyMs.p99 <= target ? "met" : "MISSED"})`}; ` +
-      `server CPU ${fmt(cpuPerDeliveryMicros.total, 1)} µs/delivery (${cell.engine === PEER_ENGINE ? "ejabberd's beam.smp" : "node"} ${fmt(cpuPerDeliveryMicros.node, 1)}` +
-      `${cpuPerDeliveryMicros.services === undefined ? "" : `, pg+redis ${fmt(cpuPerDeliveryMicros.services, 1)}`}); clients ${fmt(server.clientCores, 2)} cores; ` +
+      `server CPU ${fmt(cpuPerDeliveryMicros.total, 1)} µs/delivery (${peer ? "ejabberd's beam.smp" : "node"} ${fmt(cpuPerDeliveryMicros.node, 1)}` +
+      `${cpuPerDeliveryMicros.services === undefined ? "" : `, ${peer ? "postgres" : "pg+redis"} ${fmt(cpuPerDeliveryMicros.services, 1)}`}); clients ${fmt(server.clientCores, 2)} cores; ` +
       `checked ${fmt(deliveries)}/${fmt(expectedDeliveries)} deliveries${problems.length ? "" : ": all once, in order"}`,
     problems,
     checked,

@@ -51,7 +51,7 @@ import {
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
 import { SERVER_CODE, serverCode } from "./server-code.ts";
-import { FANOUT_MEMBERS, FANOUT_SCENARIOS, FANOUT_TARGETS, FanoutClients, PEER_ENGINE, PEER_SCENARIO, runFanoutCell, runPeerCell, writeFanoutChart, type FanoutCell } from "./fanout.ts";
+import { FANOUT_MEMBERS, FANOUT_SCENARIOS, FANOUT_TARGETS, FanoutClients, PEER_SCENARIOS, runFanoutCell, runPeerCell, writeFanoutChart, type FanoutCell, type PeerScenarioName } from "./fanout.ts";
 import { XmppPeer, xmppPeerMissing } from "./xmpp-peer.ts";
 import { READ_SCENARIOS, READ_TIMED_SCENARIOS } from "./reads.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
@@ -103,7 +103,7 @@ const USAGE = `usage: npm run bench -- [options]
                                             two-workers, Redis + Postgres with 2 worker nodes; env BENCH_ENGINE)
   --scenario <list>                         scenarios to run (default all: fetch,fetch1m,send,send-limited,send-unmetered,
                                             send10,send1000,presence,reads-fetch,reads-fetch-feed,reads-fetch-unread,
-                                            reads-search,reads-search-one,reads-register,reads-register-heavy,assistant,subscribe,upload,download,wake,fanout,register,queues,fanout-lp,fanout-sse,fanout-ws,fanout-xmpp;
+                                            reads-search,reads-search-one,reads-register,reads-register-heavy,assistant,subscribe,upload,download,wake,fanout,register,queues,fanout-lp,fanout-sse,fanout-ws,fanout-xmpp,fanout-xmpp-archive;
                                             env BENCH_SCENARIO); HTTP ones first, then the event system's
   --duration <s>                            measured seconds per run (default 10; env BENCH_DURATION)
   --warmup <s>                              discarded warm-up seconds before each run (default 2; env BENCH_WARMUP)
@@ -123,7 +123,8 @@ const USAGE = `usage: npm run bench -- [options]
   --members <list>                          fanout-lp/-sse/-ws: channel sizes, each a cell (default 100,500,2000);
                                             every member a client of its own (long-poll, SSE or WebSocket);
                                             fanout-xmpp: the same cells in a room of a private ejabberd, the
-                                            reference peer (bench/xmpp-peer.ts), run once after the engines
+                                            reference peer (bench/xmpp-peer.ts), run once after the engines;
+                                            fanout-xmpp-archive: its rooms archive each message in Postgres first
   --rate <n>                                fanout-*: when given, the send rate of every cell (else
                                             20,000 / members: 20,000 deliveries/s offered)
   --messages <n>                            fanout-*: messages per cell (default 5 s of sending)
@@ -208,7 +209,7 @@ function parseOptions(argv: string[]): Options {
       }),
     ),
   ];
-  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...ALL_TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS, ...FANOUT_SCENARIOS, PEER_SCENARIO];
+  const known = [...HTTP_SCENARIOS.map((s) => s.name), ...ALL_TIMED_SCENARIOS.map((s) => s.name), ...TRANSFER_SCENARIOS, ...EVENT_SCENARIOS, ...FANOUT_SCENARIOS, ...Object.keys(PEER_SCENARIOS)];
   const members = raw.members ? raw.members.split(",").map((m) => Number(m.trim())) : FANOUT_MEMBERS;
   if (members.some((m) => !Number.isInteger(m) || m < 1)) throw new Error(`--members: expected a list of positive integers, got ${raw.members}`);
   const scenarios = raw.scenario ? raw.scenario.split(",").map((s) => s.trim()) : known;
@@ -760,7 +761,8 @@ async function main(): Promise<number> {
     }
 
     // The reference peer's cells alone need no Chorus engine started.
-    const engines = opts.scenarios.every((s) => s === PEER_SCENARIO) ? [] : opts.engines;
+    const peerNames = (Object.keys(PEER_SCENARIOS) as PeerScenarioName[]).filter((s) => opts.scenarios.includes(s));
+    const engines = opts.scenarios.every((s) => s in PEER_SCENARIOS) ? [] : opts.engines;
     for (const name of engines) {
       if (interrupted) break;
       let engine: Engine | undefined;
@@ -905,36 +907,38 @@ async function main(): Promise<number> {
         }
       }
     }
-    if (opts.scenarios.includes(PEER_SCENARIO) && !interrupted) {
+    for (const scenario of peerNames) {
+      if (interrupted) break;
+      const { engine, archive } = PEER_SCENARIOS[scenario];
       const missing = xmppPeerMissing();
       if (missing) {
         // Asked for by name, its absence is a failure; in the default run of every scenario, a note.
-        if (opts.scenarioExplicit) failures.push(`${PEER_SCENARIO}: ${missing}`);
-        console.log(`skipping ${PEER_SCENARIO}: ${missing}`);
-      } else {
-        process.stdout.write(`starting ${PEER_ENGINE} (the reference peer) … `);
-        const peer = await XmppPeer.start();
-        console.log(`listening on ${peer.port}`);
-        try {
-          await fanoutClients.start();
-          for (const members of opts.members) {
+        if (opts.scenarioExplicit) failures.push(`${scenario}: ${missing}`);
+        console.log(`skipping ${scenario}: ${missing}`);
+        continue;
+      }
+      process.stdout.write(`starting ${engine} (the reference peer) … `);
+      const peer = await XmppPeer.start({ archive });
+      console.log(`listening on ${peer.port}`);
+      try {
+        await fanoutClients.start();
+        for (const members of opts.members) {
+          if (interrupted) break;
+          process.stdout.write(`measuring ${engine} / ${scenario} ${members} members … `);
+          const t0 = performance.now();
+          try {
+            const cell = await runPeerCell(scenario, members, peer, fanoutClients, { members: opts.members, rate: opts.fanoutRate, messages: opts.messages, clientProcs: opts.clients, uwsReqPerSec: uws?.load.reqPerSec, profiled });
+            fanoutResults.push({ ...cell, serverLog: { count: 0, samples: [] } });
+            console.log(`${cell.summary} [${fmt((performance.now() - t0) / 1000, 1)} s with setup]`);
+            for (const p of cell.problems) failures.push(`${engine} / ${scenario} ${members}: ${p}`);
+          } catch (err) {
             if (interrupted) break;
-            process.stdout.write(`measuring ${PEER_ENGINE} / ${PEER_SCENARIO} ${members} members … `);
-            const t0 = performance.now();
-            try {
-              const cell = await runPeerCell(members, peer, fanoutClients, { members: opts.members, rate: opts.fanoutRate, messages: opts.messages, clientProcs: opts.clients, uwsReqPerSec: uws?.load.reqPerSec, profiled });
-              fanoutResults.push({ ...cell, serverLog: { count: 0, samples: [] } });
-              console.log(`${cell.summary} [${fmt((performance.now() - t0) / 1000, 1)} s with setup]`);
-              for (const p of cell.problems) failures.push(`${PEER_ENGINE} / ${PEER_SCENARIO} ${members}: ${p}`);
-            } catch (err) {
-              if (interrupted) break;
-              console.log("failed");
-              failures.push(`${PEER_ENGINE} / ${PEER_SCENARIO} ${members}: ${(err as Error).stack ?? err}`);
-            }
+            console.log("failed");
+            failures.push(`${engine} / ${scenario} ${members}: ${(err as Error).stack ?? err}`);
           }
-        } finally {
-          await peer.stop();
         }
+      } finally {
+        await peer.stop();
       }
     }
   } finally {
@@ -1038,8 +1042,8 @@ async function main(): Promise<number> {
       "fan-out: latency = a member's receipt of the message − the start of its POST /messages (wall clock, sender and members\n" +
         "in child processes); the first tenth of each cell's messages are checked, not timed. deliveries/s: received / (last\n" +
         "receipt − first send). µs/delivery: CPU time of the server process, and of its Postgres backends + Redis, over the cell.\n" +
-        `${PEER_ENGINE} (${PEER_SCENARIO}): the same cells in a room of a private ejabberd, sent by an occupant (answered when the\n` +
-        "room reflects the message back to it); server CPU is its Erlang VM's.",
+        "ejabberd (fanout-xmpp, and fanout-xmpp-archive with each message archived in Postgres first): the same cells in a room\n" +
+        "of a private ejabberd, sent by an occupant (answered when the room reflects it back); server CPU is its Erlang VM's.",
     );
   }
   const profiledEvents = [...eventResults, ...fanoutResults.map((c) => ({ ...c, name: `${c.name} ${c.members}` }))].filter((m) => m.profile) as Array<{ engine: string; name: string; profile: NonNullable<Measurement["profile"]> }>;

@@ -4,7 +4,9 @@
  * to, so that `--scenario fanout-xmpp` puts a dedicated XMPP server's figures in the same run as Chorus's.
  *
  * Configured as the issue measured it: rooms in memory, no archive, no history, no traffic shaper; members sign in
- * with SASL ANONYMOUS (no accounts to make). Joins are announced only to moderators, so that filling a room of N
+ * with SASL ANONYMOUS (no accounts to make). With `archive` (`--scenario fanout-xmpp-archive`), each room keeps its
+ * messages in Postgres (mod_mam on a fresh database with the package's schema): ejabberd writes a message there
+ * before it sends it to the occupants, one autocommitted INSERT each, which is the durability a Chorus send has. Joins are announced only to moderators, so that filling a room of N
  * costs N presences rather than N² (above 1,000 occupants ejabberd stops announcing them anyway); the messages go to
  * every occupant either way. The instance has a directory, port and Erlang node name of its own, and never touches
  * the machine's ejabberd (Debian starts none without systemd).
@@ -15,8 +17,14 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import pg from "pg";
 import { procCpuMicros } from "../test/support/proc-stat.ts";
+import { freshDatabase } from "../test/support/services.ts";
+import type { ServiceStats } from "./scenarios.ts";
 import type { XmppRoom } from "./xmpp-session.ts";
+
+/** The package's Postgres schema (tables of every SQL-backed module; mod_mam's `archive` among them). */
+const PG_SCHEMA = "/usr/share/ejabberd/sql/pg.sql";
 
 const run = promisify(execFile);
 
@@ -41,8 +49,24 @@ function freePort(): Promise<number> {
   });
 }
 
-function config(port: number): string {
-  return `hosts: [localhost]
+interface Archive {
+  url: URL;
+  name: string;
+  drop(): Promise<void>;
+}
+
+function config(port: number, archive: Archive | undefined): string {
+  const sql = archive
+    ? `sql_type: pgsql
+sql_server: "${archive.url.hostname}"
+sql_port: ${archive.url.port || 5432}
+sql_database: "${archive.name}"
+sql_username: "${decodeURIComponent(archive.url.username) || "postgres"}"
+sql_password: "${decodeURIComponent(archive.url.password)}"
+sql_pool_size: 4
+`
+    : "";
+  return `${sql}hosts: [localhost]
 loglevel: warning
 listen:
   - port: ${port}
@@ -61,7 +85,7 @@ shaper_rules:
   max_user_sessions: 10
 modules:
   mod_disco: {}
-  mod_muc:
+${archive ? "  mod_mam:\n    db_type: sql\n" : ""}  mod_muc:
     access: all
     access_create: muc_create
     access_persistent: muc_create
@@ -69,7 +93,7 @@ modules:
     max_users: 100000
     max_user_conferences: 100
     default_room_options:
-      mam: false
+      mam: ${archive ? "true" : "false"}
       persistent: false
       max_users: 100000
       presence_broadcast: [moderator]
@@ -83,17 +107,30 @@ export class XmppPeer {
     readonly port: number,
     /** The Erlang VM's process, whose CPU is the server's. */
     readonly pid: number,
+    private readonly archive: Archive | undefined,
   ) {}
 
-  static async start(): Promise<XmppPeer> {
+  static async start(opts: { archive: boolean }): Promise<XmppPeer> {
     const missing = xmppPeerMissing();
     if (missing) throw new Error(missing);
+    let archive: Archive | undefined;
+    if (opts.archive) {
+      const database = await freshDatabase();
+      archive = { ...database, url: new URL(database.url) };
+      const client = new pg.Client({ connectionString: database.url });
+      await client.connect();
+      try {
+        await client.query(fs.readFileSync(PG_SCHEMA, "utf8"));
+      } finally {
+        await client.end();
+      }
+    }
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "chorus-xmpp-peer-"));
     const port = await freePort();
     const node = `chorusbench${process.pid}@localhost`;
     fs.mkdirSync(path.join(dir, "spool"));
     fs.mkdirSync(path.join(dir, "logs"));
-    fs.writeFileSync(path.join(dir, "ejabberd.yml"), config(port));
+    fs.writeFileSync(path.join(dir, "ejabberd.yml"), config(port, archive));
     fs.writeFileSync(path.join(dir, "ejabberdctl.cfg"), `ERLANG_NODE=${node}\n`);
     // ejabberdctl run by root runs the server as the package's user, who must own what it writes.
     if (process.getuid?.() === 0) execFileSync("chown", ["-R", "ejabberd", dir]);
@@ -107,7 +144,7 @@ export class XmppPeer {
       }
       await new Promise((r) => setTimeout(r, 250));
     }
-    return new XmppPeer(dir, ctl, port, beamOf(node));
+    return new XmppPeer(dir, ctl, port, beamOf(node), archive);
   }
 
   /** A room of its own for a cell (made by its first occupant). */
@@ -119,12 +156,32 @@ export class XmppPeer {
     return procCpuMicros(this.pid) ?? Number.NaN;
   }
 
+  /** The CPU of the Postgres backends serving the archive (none without one). */
+  async serviceStats(): Promise<ServiceStats> {
+    const cpu = new Map<string, number>();
+    if (!this.archive) return { cpu, counters: {} };
+    const client = new pg.Client({ connectionString: this.archive.url.toString() });
+    await client.connect();
+    try {
+      const { rows } = await client.query<{ pid: number }>("select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()");
+      for (const { pid } of rows) {
+        const micros = procCpuMicros(pid);
+        if (micros !== undefined) cpu.set(`postgres:${pid}`, micros);
+      }
+      const archived = await client.query<{ n: string }>("select count(*) as n from archive");
+      return { cpu, counters: { "archived messages": Number(archived.rows[0]!.n) } };
+    } finally {
+      await client.end();
+    }
+  }
+
   async stop(): Promise<void> {
     await run("ejabberdctl", [...this.ctl, "stop"], { cwd: this.dir }).catch(() => {});
     const deadline = Date.now() + 15_000;
     while (procCpuMicros(this.pid) !== undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
     if (procCpuMicros(this.pid) !== undefined) process.kill(this.pid, "SIGKILL");
     fs.rmSync(this.dir, { recursive: true, force: true });
+    await this.archive?.drop();
   }
 }
 
