@@ -51,7 +51,7 @@ import {
 } from "./scenarios.ts";
 import { assistantScenario } from "./assistant.ts";
 import { SERVER_CODE, serverCode } from "./server-code.ts";
-import { FANOUT_MEMBERS, FANOUT_SCENARIOS, FANOUT_TARGETS, FanoutClients, PEER_SCENARIOS, runFanoutCell, runPeerCell, writeFanoutChart, type FanoutCell, type PeerScenarioName } from "./fanout.ts";
+import { FANOUT_MEMBERS, FANOUT_SCENARIOS, FANOUT_TARGETS, FanoutClients, PEER_SCENARIOS, runFanoutCell, runPeerCell, writeFanoutChart, type FanoutCell, type FanoutOptions, type PeerScenarioName } from "./fanout.ts";
 import { XmppPeer, xmppPeerMissing } from "./xmpp-peer.ts";
 import { READ_SCENARIOS, READ_TIMED_SCENARIOS } from "./reads.ts";
 import { measureTransfer, measureTransferCeiling, TRANSFER_MIB, TRANSFER_SCENARIOS, transferFile, type TransferMeasurement } from "./transfer.ts";
@@ -729,6 +729,24 @@ async function main(): Promise<number> {
   const failures: string[] = [];
   let uws: Measurement | undefined;
   let adapter: Measurement | undefined;
+  const fanoutOptions = (): FanoutOptions => ({ members: opts.members, rate: opts.fanoutRate, messages: opts.messages, clientProcs: opts.clients, uwsReqPerSec: uws?.load.reqPerSec, profiled });
+  /** One fan-out cell measured and reported, its problems among the failures; false once interrupted. */
+  const measureFanoutCell = async (label: string, run: () => Promise<FanoutCell>, serverLog: () => LoggedErrors): Promise<boolean> => {
+    process.stdout.write(`measuring ${label} members … `);
+    const t0 = performance.now();
+    try {
+      const cell = await run();
+      fanoutResults.push({ ...cell, serverLog: serverLog() });
+      console.log(`${cell.summary} [${fmt((performance.now() - t0) / 1000, 1)} s with setup]`);
+      for (const p of cell.problems) failures.push(`${label}: ${p}`);
+    } catch (err) {
+      if (interrupted) return false;
+      console.log("failed");
+      failures.push(`${label}: ${(err as Error).stack ?? err}`);
+      originalError(`bench: ${label} failed:`, err);
+    }
+    return !interrupted;
+  };
 
   try {
     await load.start();
@@ -871,27 +889,9 @@ async function main(): Promise<number> {
           for (const members of opts.members) {
             for (const scenario of fanoutNames) {
               if (interrupted) break;
-              process.stdout.write(`measuring ${name} / ${scenario} ${members} members … `);
-              const t0 = performance.now();
               logged = { count: 0, samples: [] };
-              try {
-                const cell = await runFanoutCell(scenario, members, world, fanoutClients, {
-                  members: opts.members,
-                  rate: opts.fanoutRate,
-                  messages: opts.messages,
-                  clientProcs: opts.clients,
-                  uwsReqPerSec: uws?.load.reqPerSec,
-                  profiled,
-                });
-                fanoutResults.push({ ...cell, serverLog: logged });
-                console.log(`${cell.summary} [${fmt((performance.now() - t0) / 1000, 1)} s with setup]`);
-                for (const p of cell.problems) failures.push(`${name} / ${scenario} ${members}: ${p}`);
-              } catch (err) {
-                if (interrupted) break;
-                console.log("failed");
-                failures.push(`${name} / ${scenario} ${members}: ${(err as Error).stack ?? err}`);
-                originalError(`bench: ${name} / ${scenario} ${members} failed:`, err);
-              }
+              const run = () => runFanoutCell(scenario, members, world, fanoutClients, fanoutOptions());
+              if (!(await measureFanoutCell(`${name} / ${scenario} ${members}`, run, () => logged))) break;
             }
           }
         }
@@ -924,18 +924,8 @@ async function main(): Promise<number> {
         await fanoutClients.start();
         for (const members of opts.members) {
           if (interrupted) break;
-          process.stdout.write(`measuring ${engine} / ${scenario} ${members} members … `);
-          const t0 = performance.now();
-          try {
-            const cell = await runPeerCell(scenario, members, peer, fanoutClients, { members: opts.members, rate: opts.fanoutRate, messages: opts.messages, clientProcs: opts.clients, uwsReqPerSec: uws?.load.reqPerSec, profiled });
-            fanoutResults.push({ ...cell, serverLog: { count: 0, samples: [] } });
-            console.log(`${cell.summary} [${fmt((performance.now() - t0) / 1000, 1)} s with setup]`);
-            for (const p of cell.problems) failures.push(`${engine} / ${scenario} ${members}: ${p}`);
-          } catch (err) {
-            if (interrupted) break;
-            console.log("failed");
-            failures.push(`${engine} / ${scenario} ${members}: ${(err as Error).stack ?? err}`);
-          }
+          const run = () => runPeerCell(scenario, members, peer, fanoutClients, fanoutOptions());
+          if (!(await measureFanoutCell(`${engine} / ${scenario} ${members}`, run, () => ({ count: 0, samples: [] })))) break;
         }
       } finally {
         await peer.stop();
