@@ -910,7 +910,7 @@ async function main(): Promise<number> {
     for (const scenario of peerNames) {
       if (interrupted) break;
       const { engine, archive } = PEER_SCENARIOS[scenario];
-      const missing = xmppPeerMissing();
+      const missing = xmppPeerMissing(archive);
       if (missing) {
         // Asked for by name, its absence is a failure; in the default run of every scenario, a note.
         if (opts.scenarioExplicit) failures.push(`${scenario}: ${missing}`);

@@ -28,14 +28,20 @@ const PG_SCHEMA = "/usr/share/ejabberd/sql/pg.sql";
 
 const run = promisify(execFile);
 
-/** Why the peer cannot run here, or undefined when it can. */
-export function xmppPeerMissing(): string | undefined {
+/** Where Debian's erlang-p1-pgsql puts its application (ejabberd's Postgres driver): p1_pgsql-<version>. */
+const ERLANG_LIBS = "/usr/lib/erlang/lib";
+
+/** Why the peer (with `archive`, its Postgres archive) cannot run here, or undefined when it can. */
+export function xmppPeerMissing(archive: boolean): string | undefined {
   try {
     execFileSync("sh", ["-c", "command -v ejabberdctl"], { stdio: "ignore" });
-    return undefined;
   } catch {
     return "ejabberd is not installed (apt-get install ejabberd)";
   }
+  if (!archive) return undefined;
+  const driver = fs.existsSync(ERLANG_LIBS) && fs.readdirSync(ERLANG_LIBS).some((d) => d.startsWith("p1_pgsql-"));
+  if (!driver || !fs.existsSync(PG_SCHEMA)) return "ejabberd's Postgres driver or schema is missing (apt-get install erlang-p1-pgsql)";
+  return undefined;
 }
 
 function freePort(): Promise<number> {
@@ -111,7 +117,7 @@ export class XmppPeer {
   ) {}
 
   static async start(opts: { archive: boolean }): Promise<XmppPeer> {
-    const missing = xmppPeerMissing();
+    const missing = xmppPeerMissing(opts.archive);
     if (missing) throw new Error(missing);
     let archive: Archive | undefined;
     if (opts.archive) {
