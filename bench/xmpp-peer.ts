@@ -141,7 +141,7 @@ export class XmppPeer {
     // ejabberdctl run by root runs the server as the package's user, who must own what it writes.
     if (process.getuid?.() === 0) execFileSync("chown", ["-R", "ejabberd", dir]);
     const ctl = ["--config", path.join(dir, "ejabberd.yml"), "--ctl-config", path.join(dir, "ejabberdctl.cfg"), "--spool", path.join(dir, "spool"), "--logs", path.join(dir, "logs")];
-    await run("ejabberdctl", [...ctl, "start"], { cwd: dir });
+    await ejabberdctl([...ctl, "start"], dir);
     const deadline = Date.now() + 60_000;
     while (!(await accepts(port))) {
       if (Date.now() > deadline) {
@@ -182,13 +182,24 @@ export class XmppPeer {
   }
 
   async stop(): Promise<void> {
-    await run("ejabberdctl", [...this.ctl, "stop"], { cwd: this.dir }).catch(() => {});
+    await ejabberdctl([...this.ctl, "stop"], this.dir).catch(() => {});
     const deadline = Date.now() + 15_000;
     while (procCpuMicros(this.pid) !== undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
     if (procCpuMicros(this.pid) !== undefined) process.kill(this.pid, "SIGKILL");
     fs.rmSync(this.dir, { recursive: true, force: true });
     await this.archive?.drop();
   }
+}
+
+/**
+ * ejabberdctl, with as many open files as the hard limit allows: every occupant is a socket, and run by root it
+ * would start the server as the package's user under a soft limit of 1,024 (su's), which a room of 2,000 exceeds (the
+ * server then stops accepting and halts). Run as that user directly, ejabberdctl starts the server itself.
+ */
+function ejabberdctl(args: string[], cwd: string): Promise<unknown> {
+  const script = 'ulimit -n "$(ulimit -Hn)"; exec "$0" "$@"';
+  if (process.getuid?.() === 0) return run("su", ["-s", "/bin/sh", "-c", script, "ejabberd", "--", "ejabberdctl", ...args], { cwd });
+  return run("sh", ["-c", script, "ejabberdctl", ...args], { cwd });
 }
 
 function accepts(port: number): Promise<boolean> {
