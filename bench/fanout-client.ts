@@ -94,6 +94,8 @@ class Member {
   failed?: string;
   /** Called when stopping (the loop ends): destroys the request in flight, or closes the WebSocket. */
   stop?: () => void;
+  /** The local port of the member's own connection (a stream's), once connected. */
+  localPort?: number;
 
   constructor(
     readonly ref: FanoutMemberRef,
@@ -137,6 +139,13 @@ class Member {
 
 let members: Member[] = [];
 let stopped = false;
+/**
+ * Local ports of the streams this process closed at the end of earlier cells. A socket that drops at once reports
+ * whether its port is one of them: on loopback, Linux reuses such a port while the server may still be closing its
+ * side of the old connection (net.ipv4.tcp_tw_reuse = 2).
+ */
+const closedPorts = new Set<number>();
+const portNote = (port: number | undefined) => (port === undefined ? "" : `, local port ${port}${closedPorts.has(port) ? ", which an earlier cell's stream had used" : ""}`);
 const stats = { latency: emptyHistogram(), warmup: 0, lastReceiptAt: 0, onProgress: () => {} };
 
 async function longPoll(base: string, member: Member, ref: QueueRef): Promise<void> {
@@ -168,6 +177,7 @@ function stream(base: string, member: Member, ref: QueueRef): Promise<void> {
         res.resume();
         return reject(new Error(`GET /events/stream: ${res.statusCode}`));
       }
+      member.localPort = res.socket?.localPort;
       res.setEncoding("utf8");
       let pending = "";
       res.on("data", (chunk: string) => {
@@ -189,7 +199,7 @@ function stream(base: string, member: Member, ref: QueueRef): Promise<void> {
         if (!stopped) member.failed = String(err);
       });
       res.on("end", () => {
-        if (!stopped) member.failed ??= "stream ended";
+        if (!stopped) member.failed ??= `stream ended${portNote(member.localPort)}`;
       });
     });
     r.on("error", (err) => {
@@ -206,7 +216,10 @@ function webSocket(base: string, member: Member, ref: QueueRef): Promise<void> {
     const url = new URL(`/api/v1/events/ws?queue_id=${encodeURIComponent(ref.queueId)}&last_event_id=${member.lastEventId}`, base);
     url.protocol = "ws:";
     const socket = new WebSocket(url, { headers: { authorization: ref.auth }, perMessageDeflate: false });
-    socket.on("open", () => resolve());
+    socket.on("open", () => {
+      member.localPort = (socket as unknown as { _socket?: { localPort?: number } })._socket?.localPort;
+      resolve();
+    });
     socket.on("message", (data) => {
       const at = now();
       const answer = JSON.parse(String(data));
@@ -223,7 +236,7 @@ function webSocket(base: string, member: Member, ref: QueueRef): Promise<void> {
     });
     const openedAt = performance.now();
     socket.on("close", (code, reason) => {
-      if (!stopped) member.failed ??= `socket closed (code ${code}${reason.length ? ` ${reason}` : ""}, ${Math.round(performance.now() - openedAt)} ms after opening, ${member.received} messages in)`;
+      if (!stopped) member.failed ??= `socket closed (code ${code}${reason.length ? ` ${reason}` : ""}, ${Math.round(performance.now() - openedAt)} ms after opening, ${member.received} messages in${portNote(member.localPort)})`;
     });
     member.stop = () => socket.terminate();
   });
@@ -319,7 +332,10 @@ async function collect(req: Extract<FanoutRequest, { op: "collect" }>): Promise<
 
 function close(): number {
   stopped = true;
-  for (const m of members) m.stop?.();
+  for (const m of members) {
+    if (m.localPort !== undefined) closedPorts.add(m.localPort);
+    m.stop?.();
+  }
   const n = members.length;
   members = [];
   return n;
