@@ -11,7 +11,7 @@ import { randomUUID } from "node:crypto";
 import { Redis } from "ioredis";
 import { sql } from "kysely";
 import uws from "uWebSockets.js";
-import { procCpuMicros, TICKS_PER_SECOND } from "../test/support/proc-stat.ts";
+import { cpuByProcess, procCpuMicros, TICKS_PER_SECOND } from "../test/support/proc-stat.ts";
 import { loadConfig, ZULIP_RATE_LIMITS, type RateLimitRules } from "../runtime/config.ts";
 import { placeShards } from "../runtime/placement.ts";
 import { Keyring } from "../runtime/secrets.ts";
@@ -213,15 +213,12 @@ export async function startEngine(name: EngineName, track: (stop: () => Promise<
       const info = new Redis(REDIS_URL, { protocol: 2, maxRetriesPerRequest: 1, lazyConnect: true });
       cleanups.push({ what: "Redis INFO connection", run: () => void info.disconnect() });
       serviceStats = async () => {
-        const cpu = new Map<string, number>();
+        let cpu = new Map<string, number>();
         const counters: Record<string, number> = {};
         if (node) {
           const db = node.store.db;
           const { rows } = await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database()`.execute(db);
-          for (const { pid } of rows) {
-            const micros = procCpuMicros(pid);
-            if (micros !== undefined) cpu.set(`postgres:${pid}`, micros);
-          }
+          cpu = cpuByProcess("postgres", rows.map((r) => r.pid));
           const stat = await sql<{ n: string }>`select xact_commit + xact_rollback as n from pg_stat_database where datname = current_database()`.execute(db);
           counters["postgres transactions"] = Number(stat.rows[0]?.n ?? 0);
         }

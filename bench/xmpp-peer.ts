@@ -6,19 +6,19 @@
  * Configured as the issue measured it: rooms in memory, no archive, no history, no traffic shaper; members sign in
  * with SASL ANONYMOUS (no accounts to make). With `archive` (`--scenario fanout-xmpp-archive`), each room keeps its
  * messages in Postgres (mod_mam on a fresh database with the package's schema): ejabberd writes a message there
- * before it sends it to the occupants, one autocommitted INSERT each, which is the durability a Chorus send has. Joins are announced only to moderators, so that filling a room of N
- * costs N presences rather than N² (above 1,000 occupants ejabberd stops announcing them anyway); the messages go to
- * every occupant either way. The instance has a directory, port and Erlang node name of its own, and never touches
+ * before it sends it to the occupants, one autocommitted INSERT each, which is the durability a Chorus send has.
+ * Joins are announced only to moderators, so that filling a room of N costs N presences rather than N² (above 1,000
+ * occupants ejabberd stops announcing them anyway); the messages go to every occupant either way. The instance has a directory, port and Erlang node name of its own, and never touches
  * the machine's ejabberd (Debian starts none without systemd).
  */
 import { execFile, execFileSync } from "node:child_process";
 import fs from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import pg from "pg";
-import { procCpuMicros } from "../test/support/proc-stat.ts";
+import { freePort, reachable } from "../test/support/process.ts";
+import { cpuByProcess, procCpuMicros } from "../test/support/proc-stat.ts";
 import { freshDatabase } from "../test/support/services.ts";
 import type { ServiceStats } from "./scenarios.ts";
 import type { XmppRoom } from "./xmpp-session.ts";
@@ -42,17 +42,6 @@ export function xmppPeerMissing(archive: boolean): string | undefined {
   const driver = fs.existsSync(ERLANG_LIBS) && fs.readdirSync(ERLANG_LIBS).some((d) => d.startsWith("p1_pgsql-"));
   if (!driver || !fs.existsSync(PG_SCHEMA)) return "ejabberd's Postgres driver or schema is missing (apt-get install erlang-p1-pgsql)";
   return undefined;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as net.AddressInfo).port;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 interface Archive {
@@ -143,7 +132,7 @@ export class XmppPeer {
     const ctl = ["--config", path.join(dir, "ejabberd.yml"), "--ctl-config", path.join(dir, "ejabberdctl.cfg"), "--spool", path.join(dir, "spool"), "--logs", path.join(dir, "logs")];
     await ejabberdctl([...ctl, "start"], dir);
     const deadline = Date.now() + 60_000;
-    while (!(await accepts(port))) {
+    while (!(await reachable("127.0.0.1", port))) {
       if (Date.now() > deadline) {
         const log = fs.readdirSync(path.join(dir, "logs")).map((f) => fs.readFileSync(path.join(dir, "logs", f), "utf8").slice(-2000)).join("\n");
         throw new Error(`ejabberd did not listen on ${port} within 60 s:\n${log}`);
@@ -164,18 +153,12 @@ export class XmppPeer {
 
   /** The CPU of the Postgres backends serving the archive (none without one). */
   async serviceStats(): Promise<ServiceStats> {
-    const cpu = new Map<string, number>();
-    if (!this.archive) return { cpu, counters: {} };
+    if (!this.archive) return { cpu: new Map(), counters: {} };
     const client = new pg.Client({ connectionString: this.archive.url.toString() });
     await client.connect();
     try {
       const { rows } = await client.query<{ pid: number }>("select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()");
-      for (const { pid } of rows) {
-        const micros = procCpuMicros(pid);
-        if (micros !== undefined) cpu.set(`postgres:${pid}`, micros);
-      }
-      const archived = await client.query<{ n: string }>("select count(*) as n from archive");
-      return { cpu, counters: { "archived messages": Number(archived.rows[0]!.n) } };
+      return { cpu: cpuByProcess("postgres", rows.map((r) => r.pid)), counters: {} };
     } finally {
       await client.end();
     }
@@ -200,17 +183,6 @@ function ejabberdctl(args: string[], cwd: string): Promise<unknown> {
   const script = 'ulimit -n "$(ulimit -Hn)"; exec "$0" "$@"';
   if (process.getuid?.() === 0) return run("su", ["-s", "/bin/sh", "-c", script, "ejabberd", "--", "ejabberdctl", ...args], { cwd });
   return run("sh", ["-c", script, "ejabberdctl", ...args], { cwd });
-}
-
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, "127.0.0.1");
-    socket.once("connect", () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once("error", () => resolve(false));
-  });
 }
 
 /** The beam.smp process running the Erlang node `node`. */

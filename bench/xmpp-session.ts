@@ -48,7 +48,15 @@ export function joinRoom(
     socket.setNoDelay(true);
     socket.setEncoding("utf8");
     let buffered = "";
-    let step: "features" | "sasl" | "bound-features" | "bind" | "join" | "joined" = "features";
+    // The handshake: each step waits for the text that ends the server's answer, then sends the next request.
+    const handshake: Array<{ step: string; awaits: string; then: string }> = [
+      { step: "features", awaits: "</stream:features>", then: "<auth xmlns='urn:ietf:params:xml:ns:xmpp-sasl' mechanism='ANONYMOUS'/>" },
+      { step: "sasl", awaits: "<success", then: STREAM_OPEN(domain) },
+      { step: "bound-features", awaits: "</stream:features>", then: "<iq type='set' id='bind'><bind xmlns='urn:ietf:params:xml:ns:xmpp-bind'/></iq>" },
+      { step: "bind", awaits: "</iq>", then: `<presence to='${target.room}/${nick}'><x xmlns='http://jabber.org/protocol/muc'><history maxstanzas='0'/></x></presence>` },
+    ];
+    let next = 0;
+    let step = handshake[0]!.step;
     let closing = false;
     const fail = (reason: string) => {
       if (step === "joined") handlers.onError(reason);
@@ -78,23 +86,12 @@ export function joinRoom(
         return;
       }
       if (buffered.includes("<failure") || buffered.includes("<stream:error")) return fail(buffered.slice(0, 300));
-      if (step === "features" && buffered.includes("</stream:features>")) {
+      const waiting = handshake[next];
+      if (waiting && buffered.includes(waiting.awaits)) {
         buffered = "";
-        step = "sasl";
-        socket.write("<auth xmlns='urn:ietf:params:xml:ns:xmpp-sasl' mechanism='ANONYMOUS'/>");
-      } else if (step === "sasl" && buffered.includes("<success")) {
-        buffered = "";
-        step = "bound-features";
-        socket.write(STREAM_OPEN(domain));
-      } else if (step === "bound-features" && buffered.includes("</stream:features>")) {
-        buffered = "";
-        step = "bind";
-        socket.write("<iq type='set' id='bind'><bind xmlns='urn:ietf:params:xml:ns:xmpp-bind'/></iq>");
-      } else if (step === "bind" && buffered.includes("</iq>")) {
-        buffered = "";
-        step = "join";
-        socket.write(`<presence to='${target.room}/${nick}'><x xmlns='http://jabber.org/protocol/muc'><history maxstanzas='0'/></x></presence>`);
-      } else if (step === "join" && buffered.includes("code='110'")) {
+        step = handshake[++next]?.step ?? "join";
+        socket.write(waiting.then);
+      } else if (!waiting && buffered.includes("code='110'")) {
         // Anything after the confirming presence is the room's traffic.
         const cut = buffered.indexOf("</presence>", buffered.indexOf("code='110'"));
         buffered = cut < 0 ? "" : buffered.slice(cut + "</presence>".length);

@@ -6,7 +6,6 @@
  * Zulip's OpenAPI description (openapi.ts), removed after the run. Sets WELCOME_MESSAGES=off for the servers tests start.
  */
 import fs from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { CHROMIUM, HAVE_CHROMIUM } from "./browser.ts";
@@ -15,15 +14,7 @@ import { freshDatabase } from "./services.ts";
 import { makeStoreTemplates } from "./store-templates.ts";
 import { writeZulipOpenApiJson } from "./openapi.ts";
 import { makeServerBuild } from "./server-build.ts";
-
-function reachable(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect({ host, port, timeout: 2000 });
-    socket.once("connect", () => (socket.destroy(), resolve(true)));
-    socket.once("error", () => resolve(false));
-    socket.once("timeout", () => (socket.destroy(), resolve(false)));
-  });
-}
+import { reachable } from "./process.ts";
 
 export default async function setup(): Promise<() => Promise<void>> {
   const missing: string[] = [];

@@ -37,3 +37,13 @@ export function procStat(pid: number | "self"): { command: string; cpuMicros: nu
 export function procCpuMicros(pid: number): number | undefined {
   return procStat(pid)?.cpuMicros;
 }
+
+/** The CPU time (µs) of each of `pids` still running, keyed `<label>:<pid>` (a service's processes, such as Postgres backends). */
+export function cpuByProcess(label: string, pids: Iterable<number>): Map<string, number> {
+  const cpu = new Map<string, number>();
+  for (const pid of pids) {
+    const micros = procCpuMicros(pid);
+    if (micros !== undefined) cpu.set(`${label}:${pid}`, micros);
+  }
+  return cpu;
+}

@@ -33,6 +33,16 @@ export function freePort(): Promise<number> {
   });
 }
 
+/** Whether something accepts TCP connections at host:port (waited for at most 2 s). */
+export function reachable(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host, port, timeout: 2000 });
+    socket.once("connect", () => (socket.destroy(), resolve(true)));
+    socket.once("error", () => resolve(false));
+    socket.once("timeout", () => (socket.destroy(), resolve(false)));
+  });
+}
+
 /** Process groups of the servers started and not yet exited. */
 const liveGroups = new Set<number>();
 
